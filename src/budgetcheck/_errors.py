@@ -1,0 +1,46 @@
+"""The one exception tree of budgetcheck; every leaf also subclasses a builtin."""
+
+from __future__ import annotations
+
+
+class BudgetcheckError(Exception):
+    """Base class of every error budgetcheck raises on purpose."""
+
+
+class InvalidArgument(BudgetcheckError, ValueError):
+    """An argument at the public boundary is out of its domain (message names it and its value)."""
+
+
+class BudgetExceeded(BudgetcheckError, ValueError):
+    """A spend would break the composition theorem; the ledger is left exactly as it was.
+
+    Attributes give the offending run, window (inclusive, 1-based timestamps), the exact window
+    sum as a string of the rational, and epsilon.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        run: int,
+        window: tuple[int, int],
+        window_sum: float,
+        epsilon: float,
+    ) -> None:
+        super().__init__(message)
+        self.run = run
+        self.window = window
+        self.window_sum = window_sum
+        self.epsilon = epsilon
+
+
+class SecretAccess(BudgetcheckError, TypeError):
+    """A true stream value was touched outside a charged ledger operation (benchmark M-R4)."""
+
+
+class TimestampOrder(InvalidArgument):
+    """A timestamp went backwards: ledgers and streams only move forward."""
+
+
+class MechanismContractError(BudgetcheckError, RuntimeError):
+    """A mechanism broke its contract with the harness (e.g. wrong output shape, non-finite output)."""

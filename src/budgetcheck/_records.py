@@ -1,0 +1,127 @@
+"""Immutable spend records and their JSON-lines form (interpreted separately by the auditor)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import attrs
+import numpy as np
+from numpy.typing import NDArray
+
+from budgetcheck._errors import InvalidArgument
+
+FORMAT = "budgetcheck.ledger"
+VERSION = 1
+FloatArray = NDArray[np.float64]
+
+
+def _readonly(value: object) -> FloatArray:
+    arr = np.array(value, dtype=np.float64)
+    arr.setflags(write=False)
+    return arr
+
+
+def _readonly_or_none(value: object) -> FloatArray | None:
+    return None if value is None else _readonly(value)
+
+
+@attrs.frozen(eq=False)
+class SpendRecord:
+    """One charge: at timestamp ``t`` each run r spent ``amounts[r]`` for ``purpose``.
+
+    ``sensitivity`` and ``noise_scale`` (per run, inf where the run spent nothing) are set when the
+    charge paid for a Laplace release; ``sampler`` names the noise source.
+    """
+
+    t: int
+    purpose: str
+    amounts: FloatArray = attrs.field(converter=_readonly)
+    sensitivity: float | None = None
+    noise_scale: FloatArray | None = attrs.field(default=None, converter=_readonly_or_none)
+    sampler: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict; floats keep their exact value (repr round-trips)."""
+        return {
+            "t": self.t,
+            "purpose": self.purpose,
+            "amounts": [float(a) for a in self.amounts],
+            "sensitivity": self.sensitivity,
+            "noise_scale": None
+            if self.noise_scale is None
+            else [float(s) if np.isfinite(s) else None for s in self.noise_scale],
+            "sampler": self.sampler,
+        }
+
+
+@attrs.frozen
+class LedgerHeader:
+    """The first line of an exported ledger: what notion and parameters it was kept under."""
+
+    notion: str
+    epsilon: float
+    w: int
+    runs: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "version": VERSION, **attrs.asdict(self)}
+
+
+def dump_lines(header: LedgerHeader, records: Iterable[SpendRecord]) -> Iterator[str]:
+    """The ledger as JSON lines: the header, then one record per line."""
+    yield json.dumps(header.to_json(), allow_nan=False)
+    for record in records:
+        yield json.dumps(record.to_json(), allow_nan=False)
+
+
+def load_lines(lines: Iterable[str]) -> tuple[LedgerHeader, list[SpendRecord]]:
+    """Parse an exported ledger; unknown formats or versions are refused, never guessed."""
+    iterator = iter(lines)
+    try:
+        first = next(iterator)
+    except StopIteration:
+        raise InvalidArgument("ledger log is empty: expected a header line") from None
+    head = _parse(first, 1)
+    if head.get("format") != FORMAT:
+        raise InvalidArgument(f"line 1: format={head.get('format')!r} is not {FORMAT!r}")
+    if head.get("version") != VERSION:
+        raise InvalidArgument(f"line 1: version={head.get('version')!r} is not supported (expected {VERSION})")
+    try:
+        header = LedgerHeader(
+            notion=str(head["notion"]), epsilon=float(head["epsilon"]), w=int(head["w"]), runs=int(head["runs"])
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidArgument(f"line 1: malformed header {first.strip()!r}: {exc}") from exc
+    records = []
+    for number, line in enumerate(iterator, start=2):
+        if not line.strip():
+            continue
+        raw = _parse(line, number)
+        try:
+            scales = raw.get("noise_scale")
+            record = SpendRecord(
+                t=int(raw["t"]),
+                purpose=str(raw["purpose"]),
+                amounts=[float(a) for a in raw["amounts"]],
+                sensitivity=None if raw.get("sensitivity") is None else float(raw["sensitivity"]),
+                noise_scale=None if scales is None else [np.inf if s is None else float(s) for s in scales],
+                sampler=raw.get("sampler"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidArgument(f"line {number}: malformed record {line.strip()!r}: {exc}") from exc
+        if record.amounts.shape != (header.runs,):
+            raise InvalidArgument(f"line {number}: {record.amounts.size} amounts, header says runs={header.runs}")
+        records.append(record)
+    return header, records
+
+
+def _parse(line: str, number: int) -> dict[str, Any]:
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(f"line {number}: not JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"line {number}: expected a JSON object, got {line.strip()!r}")
+    return value

@@ -1,0 +1,178 @@
+"""The opaque secret: the true query result of one timestamp (benchmark requirement M-R4).
+
+A :class:`Secret` carries only public metadata (its timestamp and shape). The values live in a
+private vault keyed by the secret and are handed out only inside a charged ledger operation; every
+other use (float(), comparison, numpy conversion, truthiness, iteration, indexing, arithmetic,
+pickling, copying) raises :class:`SecretAccess`. The payload is an arbitrary array so that per-user
+data (one row per user) fits the same type.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Iterator
+from typing import Any, NoReturn, final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from budgetcheck._errors import SecretAccess
+
+# Keyed by id(): a Secret refuses ==, so it cannot be a dict key itself. Entries die with it.
+_VAULT: dict[int, NDArray[np.float64]] = {}
+_CHARGED_DEPTH = [0]
+
+
+def _refuse(secret: Secret, what: str) -> NoReturn:
+    raise SecretAccess(
+        f"{what} on {secret!r}: the true values of a timestamp are a secret; read them only "
+        "through a charged ledger operation (ledger.laplace, ledger.dissimilarity, ledger.measure)"
+    )
+
+
+@final
+class Secret:
+    """The true query result of timestamp ``t``, readable only through a charged ledger operation."""
+
+    __slots__ = ("__weakref__", "_shape", "_t")
+
+    def __init__(self, t: int, values: NDArray[np.float64]) -> None:
+        frozen = np.array(values, dtype=np.float64)
+        frozen.setflags(write=False)
+        self._t = t
+        self._shape = frozen.shape
+        _VAULT[id(self)] = frozen
+        weakref.finalize(self, _VAULT.pop, id(self), None)
+
+    @property
+    def t(self) -> int:
+        """The timestamp (1-based) whose data this is."""
+        return self._t
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of the payload (public: d is a system parameter)."""
+        return self._shape
+
+    def __repr__(self) -> str:
+        return f"Secret(t={self._t}, shape={self._shape})"
+
+    __hash__ = object.__hash__
+
+    # Every way of looking inside is refused.
+    def __float__(self) -> NoReturn:
+        _refuse(self, "float()")
+
+    def __int__(self) -> NoReturn:
+        _refuse(self, "int()")
+
+    def __index__(self) -> NoReturn:
+        _refuse(self, "using it as an index")
+
+    def __complex__(self) -> NoReturn:
+        _refuse(self, "complex()")
+
+    def __bool__(self) -> NoReturn:
+        _refuse(self, "truth testing")
+
+    def __len__(self) -> NoReturn:
+        _refuse(self, "len()")
+
+    def __iter__(self) -> Iterator[Any]:
+        _refuse(self, "iteration")
+
+    def __getitem__(self, key: object) -> NoReturn:
+        _refuse(self, "indexing")
+
+    def __contains__(self, item: object) -> NoReturn:
+        _refuse(self, "'in'")
+
+    def __array__(self, *args: object, **kwargs: object) -> NoReturn:
+        _refuse(self, "numpy conversion")
+
+    def __array_ufunc__(self, *args: object, **kwargs: object) -> NoReturn:
+        _refuse(self, "a numpy ufunc")
+
+    def __array_function__(self, *args: object, **kwargs: object) -> NoReturn:
+        _refuse(self, "a numpy function")
+
+    def __eq__(self, other: object) -> NoReturn:  # type: ignore[override]
+        _refuse(self, "comparison (==)")
+
+    def __ne__(self, other: object) -> NoReturn:  # type: ignore[override]
+        _refuse(self, "comparison (!=)")
+
+    def __lt__(self, other: object) -> NoReturn:
+        _refuse(self, "comparison (<)")
+
+    def __le__(self, other: object) -> NoReturn:
+        _refuse(self, "comparison (<=)")
+
+    def __gt__(self, other: object) -> NoReturn:
+        _refuse(self, "comparison (>)")
+
+    def __ge__(self, other: object) -> NoReturn:
+        _refuse(self, "comparison (>=)")
+
+    def __add__(self, other: object) -> NoReturn:
+        _refuse(self, "arithmetic (+)")
+
+    __radd__ = __add__
+
+    def __sub__(self, other: object) -> NoReturn:
+        _refuse(self, "arithmetic (-)")
+
+    __rsub__ = __sub__
+
+    def __mul__(self, other: object) -> NoReturn:
+        _refuse(self, "arithmetic (*)")
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other: object) -> NoReturn:
+        _refuse(self, "arithmetic (/)")
+
+    __rtruediv__ = __truediv__
+
+    def __neg__(self) -> NoReturn:
+        _refuse(self, "arithmetic (unary -)")
+
+    def __abs__(self) -> NoReturn:
+        _refuse(self, "abs()")
+
+    def __round__(self, ndigits: object = None) -> NoReturn:
+        _refuse(self, "round()")
+
+    def __format__(self, spec: str) -> str:
+        if spec:
+            _refuse(self, f"format(spec={spec!r})")
+        return repr(self)
+
+    def __reduce_ex__(self, protocol: object) -> NoReturn:
+        _refuse(self, "pickling")
+
+    def __copy__(self) -> NoReturn:
+        _refuse(self, "copy()")
+
+    def __deepcopy__(self, memo: object) -> NoReturn:
+        _refuse(self, "deepcopy()")
+
+
+@contextlib.contextmanager
+def charged() -> Iterator[None]:
+    """Marks the dynamic extent of a charged ledger operation (the only place values are read)."""
+    _CHARGED_DEPTH[0] += 1
+    try:
+        yield
+    finally:
+        _CHARGED_DEPTH[0] -= 1
+
+
+def reveal(secret: object) -> NDArray[np.float64]:
+    """The payload of a secret; only callable inside :func:`charged` (i.e. after the spend passed)."""
+    if not isinstance(secret, Secret):
+        raise SecretAccess(f"expected a Secret from a GuardedStream, got {type(secret).__name__}")
+    if _CHARGED_DEPTH[0] == 0:
+        _refuse(secret, "reading the values outside a charged ledger operation")
+    return _VAULT[id(secret)]

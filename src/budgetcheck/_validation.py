@@ -1,0 +1,116 @@
+"""Validation at the public boundary, in one place. Messages name the argument and its value."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from budgetcheck._errors import InvalidArgument
+
+FloatArray = NDArray[np.float64]
+
+
+def check_epsilon(value: object, name: str = "epsilon") -> float:
+    """A privacy budget: a real number, finite and > 0."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidArgument(f"{name}={value!r} must be a finite number > 0, not {type(value).__name__}")
+    as_float = float(value)
+    if not math.isfinite(as_float) or as_float <= 0.0:
+        raise InvalidArgument(f"{name}={value!r} must be a finite number > 0")
+    return as_float
+
+
+def check_positive_int(value: object, name: str, *, minimum: int = 1) -> int:
+    """An integer >= minimum (bools and integral floats such as 2.0 are refused)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidArgument(f"{name}={value!r} must be an integer >= {minimum}")
+    as_int = int(value)
+    if as_int < minimum:
+        raise InvalidArgument(f"{name}={value!r} must be an integer >= {minimum}")
+    return as_int
+
+
+def check_label(value: object, name: str = "purpose") -> str:
+    """A short non-empty label such as 'publication' or 'dissimilarity'."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidArgument(f"{name}={value!r} must be a non-empty string")
+    return value
+
+
+def check_amounts(value: object, runs: int, name: str = "epsilon") -> FloatArray:
+    """Per-run budget amounts: a scalar or an array of shape (runs,), each finite and >= 0.
+
+    Zero means "this run spends nothing here". Returns a fresh read-only float64 array.
+    """
+    if isinstance(value, bool):
+        raise InvalidArgument(f"{name}={value!r} must be a finite number >= 0 or an array of them")
+    try:
+        arr = np.array(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"{name}={value!r} must be a finite number >= 0 or an array of them") from exc
+    if arr.ndim == 0:
+        arr = np.full(runs, float(arr))
+    if arr.shape != (runs,):
+        raise InvalidArgument(f"{name} has shape {arr.shape}; the ledger accounts for {runs} runs, so it must be a scalar or have shape ({runs},)")
+    bad = ~np.isfinite(arr) | (arr < 0.0)
+    if bad.any():
+        index = int(np.flatnonzero(bad)[0])
+        raise InvalidArgument(f"{name}[{index}]={arr[index]!r} must be a finite number >= 0")
+    arr.setflags(write=False)
+    return arr
+
+
+def check_sensitivity(value: object, name: str = "sensitivity") -> float:
+    """A query sensitivity: finite and > 0."""
+    return check_epsilon(value, name)
+
+
+def check_stream(data: object, name: str = "data") -> FloatArray:
+    """A stream of d-dimensional query results: shape (T, d) (or (T,) for d = 1), finite, T, d >= 1.
+
+    Ragged rows, NaN, infinities and non-numeric entries are refused with the offending row.
+    """
+    if isinstance(data, np.ndarray):
+        rows: Any = data
+    else:
+        try:
+            rows = list(data)  # type: ignore[call-overload]
+        except TypeError as exc:
+            raise InvalidArgument(f"{name} must be a sequence of rows, got {type(data).__name__}") from exc
+        widths = [_row_width(row) for row in rows]
+        for index, width in enumerate(widths):
+            if width != widths[0]:
+                raise InvalidArgument(
+                    f"{name} is ragged: row {index + 1} has {width} values, row 1 has {widths[0]}"
+                )
+    try:
+        arr = np.array(rows, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"{name} must hold numbers only: {exc}") from exc
+    if arr.ndim == 1:
+        arr = arr.reshape(-1, 1)
+    if arr.ndim != 2:
+        raise InvalidArgument(f"{name} must have shape (T, d), got shape {arr.shape}")
+    if arr.shape[0] < 1 or arr.shape[1] < 1:
+        raise InvalidArgument(f"{name} must have at least one timestamp and one dimension, got shape {arr.shape}")
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        t, d = (int(i) for i in np.argwhere(bad)[0])
+        raise InvalidArgument(f"{name} has {arr[t, d]!r} at timestamp t={t + 1}, dimension {d}: values must be finite")
+    arr.setflags(write=False)
+    return arr
+
+
+def _row_width(row: object) -> int:
+    if isinstance(row, (str, bytes)):
+        return -1
+    if isinstance(row, numbers.Real):
+        return 0
+    try:
+        return len(row)  # type: ignore[arg-type]
+    except TypeError:
+        return -1

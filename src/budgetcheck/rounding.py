@@ -1,0 +1,148 @@
+"""Exact budget arithmetic and directed rounding helpers for mechanism authors.
+
+Every finite double is an integer multiple of 2**-1074, so the ledger keeps budgets as Python
+integers in units of 2**-1127 (a margin of 53 bits so that every conversion is a plain shift) and
+sums them exactly. The helpers below let a mechanism compute its allocations in floats while
+rounding every result *down* (or a sum *up*), so that what it asks for never exceeds the exact value
+of its allocation rule and is never refused for rounding.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+FloatArray = NDArray[np.float64]
+ObjectArray = NDArray[np.object_]
+
+_SHIFT = 1074 + 53
+_ONE = 1 << _SHIFT
+_UNIT_ROUNDOFF = 2.0**-53
+
+
+def to_units(value: float) -> int:
+    """The exact value of a finite double in units of 2**-1127."""
+    numerator, denominator = float(value).as_integer_ratio()
+    return numerator << (_SHIFT - (denominator.bit_length() - 1))
+
+
+def to_units_array(values: FloatArray) -> ObjectArray:
+    """Elementwise :func:`to_units` (an object array of Python ints)."""
+    mantissa, exponent = np.frexp(np.asarray(values, dtype=np.float64))
+    ints = (mantissa * 2.0**53).astype(np.int64).astype(object)
+    shifts = (exponent.astype(np.int64) + 1074).astype(object)
+    result: ObjectArray = ints << shifts
+    return result
+
+
+def units_to_fraction(units: int) -> Fraction:
+    """The exact rational value of a unit count."""
+    return Fraction(units, _ONE)
+
+
+def units_to_float_down(units: int) -> float:
+    """The largest double <= units * 2**-1127 (assumes the value is within the double range)."""
+    value = units / _ONE  # correctly rounded by CPython's int true division
+    if to_units(value) > units:
+        value = math.nextafter(value, -math.inf)
+    return value
+
+
+def units_to_float_down_array(units: ObjectArray) -> FloatArray:
+    """Elementwise :func:`units_to_float_down`."""
+    return np.array([units_to_float_down(int(u)) for u in units.tolist()], dtype=np.float64)
+
+
+def units_to_float_near(units: int) -> float:
+    """The nearest double to an exact unit count (for messages and reports)."""
+    return units / _ONE
+
+
+def share(total: float, parts: int) -> float:
+    """The largest double x with parts * x <= total exactly (e.g. Uniform's ε/w)."""
+    total_exact = Fraction(total)
+    candidate = total / parts
+    while Fraction(candidate) * parts > total_exact:
+        candidate = math.nextafter(candidate, -math.inf)
+    return candidate
+
+
+def mul_down(value: ArrayLike, factor: ArrayLike) -> FloatArray:
+    """value * factor rounded down: the largest double <= the exact product (finite, >= 0 inputs).
+
+    The product's rounding error is found exactly with Dekker's TwoProduct; the result moves one
+    ulp down only where round-to-nearest went up.
+    """
+    a = np.asarray(value, dtype=np.float64)
+    b = np.asarray(factor, dtype=np.float64)
+    product = a * b
+    error = _two_product_error(a, b, product)
+    return _down_where(product, (error < 0.0) | _near_underflow(product))
+
+
+def div_down(value: ArrayLike, divisor: ArrayLike) -> FloatArray:
+    """value / divisor rounded down (value >= 0, divisor > 0, both finite)."""
+    a = np.asarray(value, dtype=np.float64)
+    b = np.asarray(divisor, dtype=np.float64)
+    quotient = a / b
+    product = quotient * b
+    error = _two_product_error(quotient, b, product)
+    # quotient*b == product + error exactly; went up iff product + error > a.
+    too_big = (product > a) | ((product == a) & (error > 0.0))
+    return _down_where(quotient, too_big | _near_underflow(quotient))
+
+
+def sub_down(value: ArrayLike, subtrahend: ArrayLike) -> FloatArray:
+    """max(value - subtrahend, 0) rounded down (Knuth's TwoSum finds the exact error)."""
+    a = np.asarray(value, dtype=np.float64)
+    b = -np.asarray(subtrahend, dtype=np.float64)
+    total = a + b
+    virtual = total - a
+    error = (a - (total - virtual)) + (b - virtual)
+    return np.maximum(_down_where(total, error < 0.0), 0.0)
+
+
+def _near_underflow(values: FloatArray) -> NDArray[np.bool_]:
+    """Where Dekker's error term could underflow: there we always step down (still certified)."""
+    return np.asarray((values != 0.0) & (np.abs(values) < 2.0**-900), dtype=np.bool_)
+
+
+def _down_where(values: FloatArray, mask: NDArray[np.bool_]) -> FloatArray:
+    return np.asarray(np.where(mask, np.nextafter(values, -np.inf), values), dtype=np.float64)
+
+
+def _split(a: FloatArray) -> tuple[FloatArray, FloatArray]:
+    factor = 134217729.0 * a  # 2**27 + 1 (Veltkamp)
+    high = factor - (factor - a)
+    return high, a - high
+
+
+def _two_product_error(a: FloatArray, b: FloatArray, product: FloatArray) -> FloatArray:
+    """The exact a*b - fl(a*b) (Dekker), valid without overflow or underflow."""
+    a_high, a_low = _split(a)
+    b_high, b_low = _split(b)
+    error = ((a_high * b_high - product) + a_high * b_low + a_low * b_high) + a_low * b_low
+    return np.asarray(error, dtype=np.float64)
+
+
+def sum_up(values: ArrayLike, axis: int = -1) -> FloatArray:
+    """A certified upper bound of the exact sum of non-negative values along an axis.
+
+    Any summation order of n terms errs by at most γ_{n-1}·Σ|x| (Higham, Accuracy and Stability,
+    Lemma 8.4); we inflate by 2nu and one more ulp for the multiplication itself.
+    """
+    arr = np.asarray(values, dtype=np.float64)
+    n = arr.shape[axis] if arr.ndim else 1
+    total = np.sum(arr, axis=axis)
+    inflated = np.multiply(total, 1.0 + 2.0 * (n + 1) * _UNIT_ROUNDOFF)
+    return np.asarray(np.nextafter(inflated, np.inf), dtype=np.float64)
+
+
+def scale_up(sensitivity: float, epsilon: FloatArray) -> FloatArray:
+    """Laplace scale sensitivity/ε rounded up, so that the realised privacy loss is <= ε."""
+    with np.errstate(divide="ignore"):
+        scale = np.divide(sensitivity, epsilon, dtype=np.float64)
+    return np.asarray(np.nextafter(scale, np.inf), dtype=np.float64)
