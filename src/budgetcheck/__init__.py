@@ -26,11 +26,16 @@ from budgetcheck._records import SpendRecord as SpendRecord
 from budgetcheck._records import load_lines as load_lines
 from budgetcheck._secret import Secret as Secret
 from budgetcheck._stream import GuardedStream as GuardedStream
+from budgetcheck._verify import Counterexample as Counterexample
+from budgetcheck._verify import VerifyResult as VerifyResult
+from budgetcheck._verify import load_mechanism as load_mechanism
+from budgetcheck._verify import verify_mechanism as verify_mechanism
 
 __all__ = [
     "AuditReport",
     "BudgetExceeded",
     "BudgetcheckError",
+    "Counterexample",
     "Execution",
     "GuardedStream",
     "InvalidArgument",
@@ -41,11 +46,14 @@ __all__ = [
     "SpendRecord",
     "StreamMechanism",
     "TimestampOrder",
+    "VerifyResult",
     "WEventParams",
     "WindowFinding",
     "WindowLedger",
     "audit_windows",
     "execute",
     "load_lines",
+    "load_mechanism",
     "rounding",
+    "verify_mechanism",
 ]

@@ -22,7 +22,7 @@ from budgetcheck import rounding
 from budgetcheck._errors import BudgetExceeded, InvalidArgument, TimestampOrder
 from budgetcheck._params import WEventParams
 from budgetcheck._records import LedgerHeader, SpendRecord, dump_lines
-from budgetcheck._secret import charged, reveal
+from budgetcheck._secret import Secret, charged, claim, reveal
 from budgetcheck._validation import check_amounts, check_label, check_positive_int, check_sensitivity
 
 FloatArray = NDArray[np.float64]
@@ -38,7 +38,7 @@ class WindowLedger:
     nothing. All noise comes from one ``numpy.random.Generator`` seeded with ``seed``.
     """
 
-    __slots__ = ("_entries", "_eps_units", "_params", "_records", "_rng", "_runs", "_t", "_window")
+    __slots__ = ("_entries", "_eps_units", "_params", "_records", "_refusals", "_rng", "_runs", "_t", "_window")
 
     def __init__(self, params: WEventParams, *, runs: int = 1, seed: int = 0) -> None:
         if not isinstance(params, WEventParams):
@@ -52,6 +52,7 @@ class WindowLedger:
         self._entries: collections.deque[tuple[int, ObjectArray]] = collections.deque()
         self._window: ObjectArray = np.zeros(self._runs, dtype=np.int64).astype(object)
         self._records: list[SpendRecord] = []
+        self._refusals = 0
 
     # -- read-only views -------------------------------------------------------------------
     @property
@@ -71,6 +72,11 @@ class WindowLedger:
     def records(self) -> tuple[SpendRecord, ...]:
         """Every accepted spend, in order (immutable records)."""
         return tuple(self._records)
+
+    @property
+    def refusals(self) -> int:
+        """How many spends this ledger refused (each left the ledger unchanged otherwise)."""
+        return self._refusals
 
     def remaining(self, t: int) -> FloatArray:
         """What each run can still spend at timestamp t, rounded down (safe to spend in full)."""
@@ -95,7 +101,7 @@ class WindowLedger:
 
     def laplace(
         self,
-        secret: object,
+        secret: Secret,
         epsilon: ArrayLike,
         *,
         sensitivity: float = 1.0,
@@ -120,7 +126,7 @@ class WindowLedger:
 
     def dissimilarity(
         self,
-        secret: object,
+        secret: Secret,
         last_release: ArrayLike,
         epsilon: ArrayLike,
         *,
@@ -134,9 +140,9 @@ class WindowLedger:
         t = self._secret_t(secret)
         amounts = check_amounts(epsilon, self._runs)
         purpose = check_label(purpose)
-        size = int(np.prod(secret.shape))  # type: ignore[attr-defined]
+        size = int(np.prod(secret.shape))
         last = np.asarray(last_release, dtype=np.float64)
-        expected = (self._runs, *secret.shape)  # type: ignore[attr-defined]
+        expected = (self._runs, *secret.shape)
         if last.shape != expected or not np.isfinite(last).all():
             raise InvalidArgument(f"last_release must be finite with shape {expected}, got shape {last.shape}")
         sensitivity = 1.0 / size
@@ -153,7 +159,7 @@ class WindowLedger:
     def measure(
         self,
         fn: Callable[[FloatArray], ArrayLike],
-        secret: object,
+        secret: Secret,
         *,
         sensitivity: float,
         epsilon: ArrayLike,
@@ -212,11 +218,11 @@ class WindowLedger:
         return t
 
     def _secret_t(self, secret: object) -> int:
-        from budgetcheck._secret import Secret
-
         if not isinstance(secret, Secret):
             raise InvalidArgument(f"secret must be a Secret from a GuardedStream, got {type(secret).__name__}")
-        return self._check_t(secret.t)
+        t = self._check_t(secret.t)
+        claim(secret, self)
+        return t
 
     def _prospective(self, t: int) -> tuple[ObjectArray, int]:
         """The exact window sum at t and how many entries would leave the window (no mutation)."""
@@ -236,6 +242,7 @@ class WindowLedger:
         proposed: ObjectArray = window + added
         over = np.flatnonzero((proposed > self._eps_units).astype(bool))
         if over.size:
+            self._refusals += 1
             self._refuse(t, amounts, window, proposed, int(over[0]), record.purpose)
         for _ in range(leaving):
             self._entries.popleft()

@@ -35,13 +35,14 @@ def _refuse(secret: Secret, what: str) -> NoReturn:
 class Secret:
     """The true query result of timestamp ``t``, readable only through a charged ledger operation."""
 
-    __slots__ = ("__weakref__", "_shape", "_t")
+    __slots__ = ("__weakref__", "_claim", "_shape", "_t")
 
-    def __init__(self, t: int, values: NDArray[np.float64]) -> None:
+    def __init__(self, t: int, values: NDArray[np.float64], claim: list[object] | None = None) -> None:
         frozen = np.array(values, dtype=np.float64)
         frozen.setflags(write=False)
         self._t = t
         self._shape = frozen.shape
+        self._claim: list[object] = [] if claim is None else claim
         _VAULT[id(self)] = frozen
         weakref.finalize(self, _VAULT.pop, id(self), None)
 
@@ -97,10 +98,10 @@ class Secret:
     def __array_function__(self, *args: object, **kwargs: object) -> NoReturn:
         _refuse(self, "a numpy function")
 
-    def __eq__(self, other: object) -> NoReturn:  # type: ignore[override]
+    def __eq__(self, other: object) -> NoReturn:
         _refuse(self, "comparison (==)")
 
-    def __ne__(self, other: object) -> NoReturn:  # type: ignore[override]
+    def __ne__(self, other: object) -> NoReturn:
         _refuse(self, "comparison (!=)")
 
     def __lt__(self, other: object) -> NoReturn:
@@ -167,6 +168,17 @@ def charged() -> Iterator[None]:
         yield
     finally:
         _CHARGED_DEPTH[0] -= 1
+
+
+def claim(secret: Secret, ledger: object) -> None:
+    """Bind the secret's stream to one ledger: reading it through a second ledger would hide spends."""
+    if not secret._claim:
+        secret._claim.append(ledger)
+    elif secret._claim[0] is not ledger:
+        raise SecretAccess(
+            f"{secret!r} belongs to a stream already accounted by another ledger; a stream is read "
+            "through exactly one ledger so that every spend on it is in one record"
+        )
 
 
 def reveal(secret: object) -> NDArray[np.float64]:

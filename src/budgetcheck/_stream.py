@@ -27,7 +27,8 @@ class GuardedStream:
     def __init__(self, data: ArrayLike) -> None:
         values: NDArray[np.float64] = check_stream(data)
         self._length, self._dimensions = (int(n) for n in values.shape)
-        self._secrets = tuple(Secret(t + 1, values[t]) for t in range(self._length))
+        claim: list[object] = []
+        self._secrets = tuple(Secret(t + 1, values[t], claim) for t in range(self._length))
 
     @property
     def length(self) -> int:

@@ -31,7 +31,7 @@ class BudgetOps(Protocol[N]):
     def half_down(self, value: N) -> N: ...
 
 
-class FloatOps:
+class FloatOps(BudgetOps[FloatArray]):
     """numpy, vectorised over runs; sums rounded up, differences and halves rounded down."""
 
     def sum_up(self, values: FloatArray) -> FloatArray:
@@ -44,7 +44,7 @@ class FloatOps:
         return rounding.div_down(value, 2.0)
 
 
-class ExactOps:
+class ExactOps(BudgetOps[Fraction]):
     """Exact rationals, one run at a time (``values`` is a list of Fractions)."""
 
     def sum_up(self, values: Any) -> Fraction:

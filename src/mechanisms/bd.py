@@ -41,7 +41,7 @@ class BD:
             t = secret.t
             dis = ledger.dissimilarity(secret, last, dissimilarity_budget)
             recent[:, t % w] = 0.0  # drop t − w: the slots now hold t−w+1 .. t−1
-            budget = bd_publication_budget(half_epsilon, recent, _OPS)
+            budget = bd_publication_budget(np.full(runs, half_epsilon), recent, _OPS)
             with np.errstate(divide="ignore"):
                 threshold = 1.0 / budget
             publish = (budget > 0.0) & (dis > threshold)

@@ -1,0 +1,72 @@
+"""Hypothesis strategies for w-event verification: streams, privacy parameters, whole cases.
+
+Streams come in the shapes that break allocation rules: seasonal (Schäler et al. 2022,
+Algorithm 2 style), sparse, constant, isolated spikes, and adversarial jumps that flip every
+data-dependent decision; d ranges from 1 to 64.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+from hypothesis import strategies as st
+from numpy.typing import NDArray
+
+FloatArray = NDArray[np.float64]
+
+EPSILONS = (0.1, 0.3, 0.5, 0.7, 0.9, 1.0, 1 / 3, 0.1 + 0.2, 2.0**-10, 7.0)
+
+
+@attrs.frozen
+class VerificationCase:
+    """One generated input: a stream (T, d), the privacy parameters, runs and seed."""
+
+    kind: str
+    data: FloatArray = attrs.field(eq=False, repr=False)
+    epsilon: float
+    w: int
+    runs: int
+    seed: int
+
+
+def _seasonal(length: int, d: int, amplitude: float, period: int, phase: int) -> FloatArray:
+    t = np.arange(length)[:, None] + phase + np.arange(d)[None, :]
+    cycle = np.mod(t, period) / period
+    return amplitude * (1 - np.cos(2 * np.pi * cycle)) / 2
+
+
+@st.composite
+def streams(draw: st.DrawFn, *, max_length: int = 60, max_dimensions: int = 64) -> tuple[str, FloatArray]:
+    """A (kind, data) pair with data of shape (T, d), finite and non-negative."""
+    length = draw(st.integers(1, max_length))
+    d = draw(st.one_of(st.integers(1, 4), st.integers(1, max_dimensions)))
+    kind = draw(st.sampled_from(["seasonal", "sparse", "constant", "spikes", "jumps"]))
+    if kind == "seasonal":
+        amplitude = draw(st.sampled_from([10.0, 100.0, 1000.0, 10000.0]))
+        period = draw(st.integers(2, 40))
+        data = _seasonal(length, d, amplitude, period, draw(st.integers(0, 39)))
+    elif kind == "constant":
+        data = np.full((length, d), draw(st.sampled_from([0.0, 1.0, 50.0, 1e6])))
+    else:
+        mask_bits = draw(st.lists(st.booleans(), min_size=length, max_size=length))
+        mask = np.array(mask_bits, dtype=bool)[:, None]
+        high = draw(st.sampled_from([1.0, 100.0, 1e4, 1e9]))
+        if kind == "sparse":
+            data = np.where(mask & (np.arange(d)[None, :] % 3 == 0), high, 0.0)
+        elif kind == "spikes":
+            data = np.where(mask, high, 1.0) * np.ones((1, d))
+        else:  # jumps: alternate far-apart levels so every dissimilarity test fires
+            levels = np.cumsum(np.where(mask[:, 0], high, -high))
+            data = np.abs(levels)[:, None] * np.ones((1, d))
+    return kind, np.asarray(data, dtype=np.float64)
+
+
+@st.composite
+def cases(draw: st.DrawFn, *, max_length: int = 60, max_w: int = 40, max_runs: int = 4) -> VerificationCase:
+    """A whole verification input: stream, ε (ulp-unfriendly values included), w, runs, seed."""
+    kind, data = draw(streams(max_length=max_length))
+    epsilon = draw(st.one_of(st.sampled_from(EPSILONS), st.floats(1e-3, 10.0)))
+    w = draw(st.one_of(st.integers(1, 4), st.integers(1, max_w)))
+    runs = draw(st.integers(1, max_runs))
+    seed = draw(st.integers(0, 2**32 - 1))
+    return VerificationCase(kind=kind, data=data, epsilon=epsilon, w=w, runs=runs, seed=seed)
