@@ -23,6 +23,7 @@ from budgetcheck._errors import BudgetExceeded, InvalidArgument, TimestampOrder
 from budgetcheck._params import WEventParams
 from budgetcheck._records import LedgerHeader, SpendRecord, dump_lines
 from budgetcheck._secret import Secret, charged, claim, reveal
+from budgetcheck._stream import GuardedStream
 from budgetcheck._validation import check_amounts, check_label, check_positive_int, check_sensitivity
 
 FloatArray = NDArray[np.float64]
@@ -90,6 +91,16 @@ class WindowLedger:
         t = self._check_t(t)
         window, _ = self._prospective(t)
         return tuple(int(v) for v in window.tolist())
+
+    def bind(self, stream: GuardedStream) -> None:
+        """Make this ledger the only one that may read ``stream`` (``execute`` does this first).
+
+        A mechanism that opened a second ledger to read the stream would keep its spends out of
+        this ledger's record; after binding, that raises :class:`SecretAccess`.
+        """
+        if not isinstance(stream, GuardedStream):
+            raise InvalidArgument(f"stream must be a GuardedStream, got {type(stream).__name__}")
+        stream._bind(self)
 
     # -- charging ------------------------------------------------------------------------------
     def spend(self, t: int, epsilon: ArrayLike, *, purpose: str) -> None:

@@ -57,6 +57,7 @@ def execute(
     params = WEventParams(epsilon=epsilon, w=w)
     stream = GuardedStream(data)
     ledger = WindowLedger(params, runs=runs, seed=seed)
+    ledger.bind(stream)
     releases = np.asarray(mechanism.run(stream, ledger), dtype=np.float64)
     expected = (runs, stream.length, stream.dimensions)
     if releases.shape != expected:

@@ -22,13 +22,13 @@ class GuardedStream:
     length T and dimension d are public system parameters.
     """
 
-    __slots__ = ("_dimensions", "_length", "_secrets")
+    __slots__ = ("_claim", "_dimensions", "_length", "_secrets")
 
     def __init__(self, data: ArrayLike) -> None:
         values: NDArray[np.float64] = check_stream(data)
         self._length, self._dimensions = (int(n) for n in values.shape)
-        claim: list[object] = []
-        self._secrets = tuple(Secret(t + 1, values[t], claim) for t in range(self._length))
+        self._claim: list[object] = []
+        self._secrets = tuple(Secret(t + 1, values[t], self._claim) for t in range(self._length))
 
     @property
     def length(self) -> int:
@@ -51,6 +51,13 @@ class GuardedStream:
         if isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= self._length:
             raise InvalidArgument(f"t={t!r} must be an integer timestamp in [1, {self._length}]")
         return self._secrets[t - 1]
+
+    def _bind(self, ledger: object) -> None:
+        """Bind every secret of this stream to ``ledger`` (see ``WindowLedger.bind``)."""
+        if not self._claim:
+            self._claim.append(ledger)
+        elif self._claim[0] is not ledger:
+            raise SecretAccess(f"{self!r} is already accounted by another ledger")
 
     def __repr__(self) -> str:
         return f"GuardedStream(length={self._length}, dimensions={self._dimensions})"

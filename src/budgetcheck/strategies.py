@@ -32,7 +32,7 @@ class VerificationCase:
 def _seasonal(length: int, d: int, amplitude: float, period: int, phase: int) -> FloatArray:
     t = np.arange(length)[:, None] + phase + np.arange(d)[None, :]
     cycle = np.mod(t, period) / period
-    return amplitude * (1 - np.cos(2 * np.pi * cycle)) / 2
+    return np.asarray(amplitude * (1 - np.cos(2 * np.pi * cycle)) / 2, dtype=np.float64)
 
 
 @st.composite
