@@ -59,7 +59,7 @@ def check_amounts(value: object, runs: int, name: str = "epsilon") -> FloatArray
     bad = ~np.isfinite(arr) | (arr < 0.0)
     if bad.any():
         index = int(np.flatnonzero(bad)[0])
-        raise InvalidArgument(f"{name}[{index}]={arr[index]!r} must be a finite number >= 0")
+        raise InvalidArgument(f"{name}[{index}]={float(arr[index])!r} must be a finite number >= 0")
     arr.setflags(write=False)
     return arr
 
@@ -100,7 +100,7 @@ def check_stream(data: object, name: str = "data") -> FloatArray:
     bad = ~np.isfinite(arr)
     if bad.any():
         t, d = (int(i) for i in np.argwhere(bad)[0])
-        raise InvalidArgument(f"{name} has {arr[t, d]!r} at timestamp t={t + 1}, dimension {d}: values must be finite")
+        raise InvalidArgument(f"{name} has {float(arr[t, d])!r} at timestamp t={t + 1}, dimension {d}: values must be finite")
     arr.setflags(write=False)
     return arr
 

@@ -138,7 +138,8 @@ def sum_up(values: ArrayLike, axis: int = -1) -> FloatArray:
     n = arr.shape[axis] if arr.ndim else 1
     total = np.sum(arr, axis=axis)
     inflated = np.multiply(total, 1.0 + 2.0 * (n + 1) * _UNIT_ROUNDOFF)
-    return np.asarray(np.nextafter(inflated, np.inf), dtype=np.float64)
+    # A float sum of non-negative terms is 0 only when every term is 0: then it is exact.
+    return np.asarray(np.where(total == 0.0, 0.0, np.nextafter(inflated, np.inf)), dtype=np.float64)
 
 
 def scale_up(sensitivity: float, epsilon: FloatArray) -> FloatArray:

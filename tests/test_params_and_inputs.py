@@ -1,0 +1,120 @@
+"""Bad inputs get a clear error naming the argument and the value, and lose nothing."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from budgetcheck import GuardedStream, InvalidArgument, TimestampOrder, WEventParams, WindowLedger
+
+
+@pytest.mark.parametrize(
+    ("epsilon", "w", "match"),
+    [
+        (0.0, 3, r"epsilon=0\.0 must be a finite number > 0"),
+        (-0.5, 3, r"epsilon=-0\.5 must be a finite number > 0"),
+        (math.nan, 3, r"epsilon=nan must be a finite number > 0"),
+        (math.inf, 3, r"epsilon=inf must be a finite number > 0"),
+        ("1", 3, r"epsilon='1' must be a finite number > 0, not str"),
+        (True, 3, r"epsilon=True must be a finite number > 0"),
+        (1.0, 0, r"w=0 must be an integer >= 1"),
+        (1.0, -2, r"w=-2 must be an integer >= 1"),
+        (1.0, 2.5, r"w=2\.5 must be an integer >= 1"),
+        (1.0, 2.0, r"w=2\.0 must be an integer >= 1"),
+        (1.0, True, r"w=True must be an integer >= 1"),
+    ],
+)
+def test_bad_privacy_parameters_are_refused_by_name(epsilon: object, w: object, match: str) -> None:
+    """Each bad (ε, w) raises InvalidArgument naming the argument and its value."""
+    with pytest.raises(InvalidArgument, match=match):
+        WEventParams(epsilon=epsilon, w=w)  # type: ignore[arg-type]
+
+
+def test_params_are_frozen_values() -> None:
+    """Parameters are immutable and compare by value."""
+    params = WEventParams(epsilon=1, w=3)
+    assert params == WEventParams(epsilon=1.0, w=3)
+    assert isinstance(params.epsilon, float)
+    with pytest.raises(AttributeError):
+        params.w = 4  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        ([[1.0, 2.0], [3.0]], r"data is ragged: row 2 has 1 values, row 1 has 2"),
+        ([[1.0, math.nan]], r"data has nan at timestamp t=1, dimension 1"),
+        ([[1.0], [math.inf]], r"data has inf at timestamp t=2, dimension 0"),
+        ([], r"at least one timestamp"),
+        (np.zeros((2, 2, 2)), r"shape \(T, d\)"),
+        ([["a"]], r"numbers only"),
+        (5, r"data must be a sequence of rows, got int"),
+    ],
+)
+def test_bad_streams_are_refused(data: object, match: str) -> None:
+    """Ragged, NaN, infinite, empty, 3-D and non-numeric streams raise InvalidArgument."""
+    with pytest.raises(InvalidArgument, match=match):
+        GuardedStream(data)  # type: ignore[arg-type]
+
+
+def test_one_dimensional_stream_is_a_column() -> None:
+    """A flat sequence is a stream with d = 1."""
+    stream = GuardedStream([1, 2, 3])
+    assert (stream.length, stream.dimensions) == (3, 1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"runs": 0}, r"runs=0 must be an integer >= 1"),
+        ({"runs": 1.5}, r"runs=1\.5 must be an integer >= 1"),
+        ({"seed": -1}, r"seed=-1 must be an integer >= 0"),
+    ],
+)
+def test_bad_ledger_arguments(kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(InvalidArgument, match=match):
+        WindowLedger(WEventParams(1.0, 3), **kwargs)  # type: ignore[arg-type]
+
+
+def test_ledger_needs_params_type() -> None:
+    with pytest.raises(InvalidArgument, match=r"params=\(1\.0, 3\) must be a WEventParams"):
+        WindowLedger((1.0, 3))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("amount", "match"),
+    [
+        (-0.1, r"epsilon\[0\]=-0\.1 must be a finite number >= 0"),
+        (math.nan, r"epsilon\[0\]=nan must be a finite number >= 0"),
+        (math.inf, r"epsilon\[0\]=inf must be a finite number >= 0"),
+        ([0.1, 0.1, 0.1], r"epsilon has shape \(3,\); the ledger accounts for 2 runs"),
+        ("x", r"epsilon='x' must be a finite number >= 0"),
+    ],
+)
+def test_bad_amounts_leave_the_ledger_unchanged(amount: object, match: str) -> None:
+    """A refused amount raises and the ledger keeps its records and remaining budget."""
+    ledger = WindowLedger(WEventParams(1.0, 3), runs=2)
+    ledger.spend(1, 0.25, purpose="publication")
+    before = (ledger.records, ledger.remaining(1).tolist(), ledger.t)
+    with pytest.raises(InvalidArgument, match=match):
+        ledger.spend(2, amount, purpose="publication")  # type: ignore[arg-type]
+    assert (ledger.records, ledger.remaining(1).tolist(), ledger.t) == before
+
+
+def test_timestamps_never_go_backwards() -> None:
+    """A spend before the latest timestamp is refused and changes nothing."""
+    ledger = WindowLedger(WEventParams(1.0, 3))
+    ledger.spend(5, 0.1, purpose="publication")
+    with pytest.raises(TimestampOrder, match=r"t=4 is before the ledger's latest timestamp 5"):
+        ledger.spend(4, 0.1, purpose="publication")
+    with pytest.raises(InvalidArgument, match=r"t=0 must be an integer >= 1"):
+        ledger.remaining(0)
+    assert len(ledger.records) == 1
+
+
+def test_empty_purpose_is_refused() -> None:
+    ledger = WindowLedger(WEventParams(1.0, 3))
+    with pytest.raises(InvalidArgument, match=r"purpose='' must be a non-empty string"):
+        ledger.spend(1, 0.1, purpose="")

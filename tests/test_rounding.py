@@ -1,0 +1,76 @@
+"""Directed-rounding helpers against exact rational oracles."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from budgetcheck import rounding
+
+budgets = st.floats(min_value=0.0, max_value=1e6, allow_nan=False, allow_infinity=False)
+positive = st.floats(min_value=1e-300, max_value=1e6)
+any_finite = st.floats(allow_nan=False, allow_infinity=False)
+
+
+@given(any_finite)
+def test_units_are_exact(x: float) -> None:
+    """to_units(x) * 2**-1127 is exactly x, including subnormals and signs."""
+    assert rounding.units_to_fraction(rounding.to_units(x)) == Fraction(x)
+    assert int(rounding.to_units_array(np.array([x]))[0]) == rounding.to_units(x)
+
+
+@given(st.integers(min_value=0, max_value=2**1200))
+def test_units_to_float_down_is_the_floor(units: int) -> None:
+    """The float is <= the exact value and its successor is above it."""
+    f = rounding.units_to_float_down(units)
+    exact = rounding.units_to_fraction(units)
+    assert Fraction(f) <= exact < Fraction(math.nextafter(f, math.inf))
+
+
+@given(positive, st.integers(1, 10_000))
+def test_share_is_the_largest_safe_share(total: float, parts: int) -> None:
+    x = rounding.share(total, parts)
+    assert Fraction(x) * parts <= Fraction(total)
+    assert Fraction(math.nextafter(x, math.inf)) * parts > Fraction(total)
+
+
+@given(budgets, st.floats(min_value=0.0, max_value=1e4))
+def test_mul_down_is_the_floor_of_the_product(a: float, b: float) -> None:
+    got = float(rounding.mul_down(a, b))
+    exact = Fraction(a) * Fraction(b)
+    assert Fraction(got) <= exact
+    if exact > 0 and got > 2.0**-900:
+        assert Fraction(math.nextafter(got, math.inf)) > exact
+
+
+@given(budgets, st.floats(min_value=1e-6, max_value=1e6))
+def test_div_down_is_the_floor_of_the_quotient(a: float, b: float) -> None:
+    got = float(rounding.div_down(a, b))
+    exact = Fraction(a) / Fraction(b)
+    assert Fraction(got) <= exact
+    if got > 2.0**-900:
+        assert Fraction(math.nextafter(got, math.inf)) > exact
+
+
+@given(budgets, budgets)
+def test_sub_down_is_the_floor_of_the_clamped_difference(a: float, b: float) -> None:
+    got = float(rounding.sub_down(a, b))
+    exact = max(Fraction(a) - Fraction(b), Fraction(0))
+    assert Fraction(got) <= exact
+    assert Fraction(math.nextafter(got, math.inf)) > exact
+
+
+@given(st.lists(budgets, min_size=1, max_size=300))
+def test_sum_up_bounds_the_exact_sum(values: list[float]) -> None:
+    assert Fraction(float(rounding.sum_up(np.array(values)))) >= sum(map(Fraction, values), Fraction(0))
+
+
+@given(st.floats(min_value=1e-3, max_value=10.0), positive)
+def test_laplace_scale_never_undershoots(sensitivity: float, epsilon: float) -> None:
+    """sensitivity / scale <= ε exactly, so the realised loss is within the charge."""
+    scale = float(rounding.scale_up(sensitivity, np.array([epsilon]))[0])
+    assert Fraction(sensitivity) / Fraction(scale) <= Fraction(epsilon)

@@ -1,0 +1,113 @@
+"""The true stream is reachable only through charged ledger operations (benchmark M-R4)."""
+
+from __future__ import annotations
+
+import copy
+import operator
+import pickle
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from budgetcheck import GuardedStream, SecretAccess, WEventParams, WindowLedger
+from budgetcheck._secret import reveal
+
+
+def _secret() -> object:
+    return GuardedStream([[3.0, 4.0]]).secret(1)
+
+
+FORBIDDEN: list[tuple[str, Callable[[object], object]]] = [
+    ("float", float),
+    ("int", int),
+    ("bool", bool),
+    ("len", len),
+    ("iter", lambda s: list(s)),  # type: ignore[call-overload]
+    ("index", lambda s: s[0]),  # type: ignore[index]
+    ("eq", lambda s: s == 3),
+    ("lt", lambda s: s < 3),  # type: ignore[operator]
+    ("ge", lambda s: s >= 3),  # type: ignore[operator]
+    ("add", lambda s: s + 1),  # type: ignore[operator]
+    ("radd", lambda s: 1 + s),  # type: ignore[operator]
+    ("mul", lambda s: s * 2),  # type: ignore[operator]
+    ("neg", operator.neg),
+    ("abs", abs),
+    ("round", round),
+    ("np.asarray", np.asarray),
+    ("np.array", np.array),
+    ("np.max", np.max),
+    ("np.add", lambda s: np.add(s, 1)),
+    ("format", lambda s: f"{s:.2f}"),
+    ("pickle", pickle.dumps),
+    ("copy", copy.copy),
+    ("deepcopy", copy.deepcopy),
+    ("contains", lambda s: 3 in s),  # type: ignore[operator]
+]
+
+
+@pytest.mark.parametrize(("label", "use"), FORBIDDEN, ids=[label for label, _ in FORBIDDEN])
+def test_every_direct_read_of_a_secret_raises(label: str, use: Callable[[object], object]) -> None:
+    """float(), comparison, numpy conversion, truthiness, iteration, ... all raise SecretAccess."""
+    with pytest.raises(SecretAccess, match=r"Secret\(t=1, shape=\(2,\)\): the true values of a timestamp are a secret"):
+        use(_secret())
+
+
+def test_repr_shows_metadata_only() -> None:
+    secret = _secret()
+    assert repr(secret) == "Secret(t=1, shape=(2,))" == f"{secret}"
+    assert not hasattr(secret, "__dict__")
+
+
+def test_reveal_outside_a_charge_raises() -> None:
+    """Even the private accessor refuses outside a charged ledger operation."""
+    with pytest.raises(SecretAccess, match="outside a charged ledger operation"):
+        reveal(_secret())
+
+
+def test_stream_cannot_be_pickled() -> None:
+    with pytest.raises(SecretAccess, match="cannot be pickled"):
+        pickle.dumps(GuardedStream([[1.0]]))
+
+
+def test_a_bound_stream_refuses_a_second_ledger() -> None:
+    """Reading through a private second ledger would keep spends out of the record."""
+    stream = GuardedStream([[1.0], [2.0]])
+    main = WindowLedger(WEventParams(1.0, 2))
+    main.bind(stream)
+    shadow = WindowLedger(WEventParams(1.0, 2))
+    with pytest.raises(SecretAccess, match="another ledger"):
+        shadow.laplace(stream.secret(1), 0.5)
+    assert shadow.records == () and main.records == ()
+
+
+def test_measure_charges_and_hides_nothing_else() -> None:
+    """measure runs fn once on a read-only copy and adds Laplace noise of scale sensitivity/ε."""
+    stream = GuardedStream([[1.0, 2.0, 3.0]])
+    ledger = WindowLedger(WEventParams(1e9, 1), runs=4)
+    seen: list[np.ndarray] = []
+
+    def total(values: np.ndarray) -> float:
+        seen.append(values)
+        return float(values.sum())
+
+    result = ledger.measure(total, stream.secret(1), sensitivity=1.0, epsilon=1e9)
+    assert result.shape == (4,)
+    np.testing.assert_allclose(result, 6.0, atol=1e-6)
+    assert not seen[0].flags.writeable
+    assert ledger.records[0].purpose == "measurement" and ledger.records[0].sensitivity == 1.0
+
+
+def test_laplace_and_dissimilarity_are_seeded_and_reproducible() -> None:
+    def run(seed: int) -> tuple[np.ndarray, np.ndarray]:
+        stream = GuardedStream([[10.0, 20.0]])
+        ledger = WindowLedger(WEventParams(1.0, 1), runs=3, seed=seed)
+        dis = ledger.dissimilarity(stream.secret(1), np.zeros((3, 2)), 0.5)
+        out = ledger.laplace(stream.secret(1), [0.5, 0.0, 0.25])
+        return dis, out
+
+    a, b = run(11), run(11)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    assert np.isnan(a[1][1]).all() and np.isfinite(a[1][[0, 2]]).all()
+    assert not np.array_equal(run(12)[1][0], a[1][0])
