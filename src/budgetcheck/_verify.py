@@ -103,7 +103,10 @@ def load_mechanism(reference: str) -> StreamMechanism:
             raise InvalidArgument(f"mechanism={reference!r} is not built in; choose one of {sorted(BUILTIN)} or use module:attr")
         target = BUILTIN[reference]
     if isinstance(target, type) or (not isinstance(target, StreamMechanism) and callable(target)):
-        target = target()
+        try:
+            target = target()
+        except TypeError as exc:
+            raise InvalidArgument(f"mechanism={reference!r} is not a StreamMechanism and cannot be built without arguments: {exc}") from exc
     if not isinstance(target, StreamMechanism):
         raise InvalidArgument(f"mechanism={reference!r} is not a StreamMechanism (needs .name and .run(stream, ledger))")
     return target

@@ -20,6 +20,12 @@ from budgetcheck._verify import VerifyResult, verify_mechanism
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
 
 
+class InputError(click.ClickException):
+    """A bad input file or value: exit code 2, like a usage error."""
+
+    exit_code = EXIT_USAGE
+
+
 @click.group()
 @click.version_option(package_name="budgetcheck")
 def main() -> None:
@@ -92,7 +98,7 @@ def audit(log: Path, epsilon: float | None, w: int | None, as_json: bool) -> Non
             runs=header.runs,
         )
     except InvalidArgument as exc:
-        raise click.ClickException(f"{log}: {exc}") from exc
+        raise InputError(f"{log}: {exc}") from exc
     if as_json:
         click.echo(json.dumps({
             "version": 1,

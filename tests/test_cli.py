@@ -1,0 +1,133 @@
+"""The command line: exit codes, tables and JSON are stable for CI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from budgetcheck import execute
+from budgetcheck.cli import main
+from broken_mechanisms import BROKEN
+from mechanisms import BA
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+def test_verify_all_passes_the_builtins(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["verify", "--all", "--examples", "25"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].split() == ["mechanism", "examples", "runs", "worst", "window", "/", "ε", "verdict"]
+    assert [line.split()[0] for line in lines[2:6]] == ["Uniform", "Sample", "BD", "BA"]
+    assert all(line.split()[-1] == "pass" for line in lines[2:6])
+
+
+@pytest.mark.parametrize("broken", BROKEN, ids=lambda cls: cls.__name__)
+def test_verify_rejects_every_broken_mechanism(runner: CliRunner, broken: type) -> None:
+    """Each mechanism of the broken corpus is rejected with a shrunk, reproducible counterexample."""
+    result = runner.invoke(main, ["verify", f"broken_mechanisms:{broken.__name__}", "--examples", "60"])
+    assert result.exit_code == 1, result.output
+    assert "FAIL" in result.output
+    assert "reproduce: budgetcheck.execute(budgetcheck.load_mechanism('broken_mechanisms:" in result.output
+
+
+def test_ba_as_published_shrinks_to_the_known_smallest_case(runner: CliRunner) -> None:
+    """The published BA overspends already at w = 2 (Du et al. artifact, mechanisms notes)."""
+    result = runner.invoke(main, ["verify", "broken_mechanisms:BAAsPublished", "--json"])
+    assert result.exit_code == 1
+    report = json.loads(result.output)["results"][0]
+    assert report["verdict"] == "fail"
+    assert report["counterexample"]["w"] == 2
+    assert report["counterexample"]["reason"] == "overspend refused by the ledger"
+
+
+def test_verify_json_report_is_stable(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["verify", "BD", "--examples", "10", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["version"] == 1
+    (entry,) = report["results"]
+    assert set(entry) == {"mechanism", "reference", "stage", "examples", "runs", "worst_window_over_epsilon", "verdict"}
+    assert entry["verdict"] == "pass" and 0 < entry["worst_window_over_epsilon"] <= 1
+
+
+def test_verify_is_reproducible(runner: CliRunner) -> None:
+    first = runner.invoke(main, ["verify", "BA", "--examples", "15", "--seed", "3", "--json"]).output
+    assert first == runner.invoke(main, ["verify", "BA", "--examples", "15", "--seed", "3", "--json"]).output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["verify"], "name a MECHANISM"),
+        (["verify", "Nope"], "mechanism='Nope' is not built in"),
+        (["verify", "no_such_module:X"], "cannot be loaded"),
+        (["verify", "json:dumps"], "is not a StreamMechanism"),
+        (["verify", "json:JSONDecoder"], "is not a StreamMechanism"),
+        (["verify", "BD", "--examples", "0"], "0 is not in the range x>=1"),
+    ],
+)
+def test_usage_errors_exit_2(runner: CliRunner, args: list[str], message: str) -> None:
+    result = runner.invoke(main, args)
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def _export(tmp_path: Path) -> Path:
+    data = np.abs(np.sin(np.arange(40) / 4))[:, None] * 100
+    execution = execute(BA(), data, epsilon=0.5, w=4, runs=3, seed=1)
+    log = tmp_path / "ledger.jsonl"
+    execution.ledger.export(log)
+    return log
+
+
+def test_audit_accepts_an_honest_log(runner: CliRunner, tmp_path: Path) -> None:
+    log = _export(tmp_path)
+    result = runner.invoke(main, ["audit", str(log), "--epsilon", "0.5", "--w", "4"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-1] == "ok"
+    assert runner.invoke(main, ["audit", str(log)]).exit_code == 0  # parameters from the header
+
+
+def test_audit_rejects_a_stricter_claim_and_a_tampered_log(runner: CliRunner, tmp_path: Path) -> None:
+    log = _export(tmp_path)
+    result = runner.invoke(main, ["audit", str(log), "--epsilon", "0.5", "--w", "6"])
+    assert result.exit_code == 1 and "VIOLATION run 0: window" in result.output
+    lines = log.read_text().splitlines()
+    record = json.loads(lines[2])
+    record["amounts"] = [a * 3 for a in record["amounts"]]
+    lines[2] = json.dumps(record)
+    log.write_text("\n".join(lines) + "\n")
+    tampered = runner.invoke(main, ["audit", str(log), "--json"])
+    assert tampered.exit_code == 1
+    assert json.loads(tampered.output)["ok"] is False
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", "ledger log is empty"),
+        ('{"format": "other"}\n', "format='other' is not 'budgetcheck.ledger'"),
+        ('{"format": "budgetcheck.ledger", "version": 99}\n', "version=99 is not supported"),
+        ('{"format": "budgetcheck.ledger", "version": 1, "notion": "w-event", "epsilon": 1, "w": 2, "runs": 1}\nnot json\n', "line 2: not JSON"),
+    ],
+)
+def test_audit_refuses_malformed_logs(runner: CliRunner, tmp_path: Path, content: str, message: str) -> None:
+    log = tmp_path / "bad.jsonl"
+    log.write_text(content)
+    result = runner.invoke(main, ["audit", str(log)])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_mechanisms_lists_the_builtins(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["mechanisms"])
+    assert result.exit_code == 0
+    assert [line.split()[0] for line in result.output.splitlines()] == ["Uniform", "Sample", "BD", "BA"]
