@@ -11,7 +11,9 @@ from hypothesis import given, settings
 from budgetcheck import StreamMechanism, audit_windows, execute, rounding
 from budgetcheck.strategies import VerificationCase, cases
 from mechanisms import BA, BD, BUILTIN, Sample, Uniform
-from mechanisms._rules import ExactOps, FloatOps, ba_shares, bd_publication_budget
+from budgetcheck.ops import EXACT, FLOAT
+from budgetcheck.proving import AllocationRule, RuleEnv
+from mechanisms.rules import BARule, BDRule, ba_shares, bd_candidate
 
 ALL = [Uniform(), Sample(), BD(), BA(), BA(dissimilarity_when_nullified=False), BD(filtering=True), BA(filtering=True)]
 
@@ -54,13 +56,20 @@ def test_sample_releases_only_every_wth_timestamp(w: int) -> None:
         np.testing.assert_array_equal(releases[:, t], releases[:, anchor])
 
 
-def _bd_trace(decisions: list[bool], epsilon: Fraction, w: int) -> list[Fraction]:
-    budgets: list[Fraction] = []
-    for t, publish in enumerate(decisions, start=1):
-        recent = [budgets[k - 1] for k in range(max(1, t - w + 1), t)]
-        budget = bd_publication_budget(epsilon / 2, recent, ExactOps())
-        budgets.append(budget if publish else Fraction(0))
+def _trace(rule: AllocationRule, decisions: list[bool], epsilon: Fraction, w: int) -> list[Fraction]:
+    """The publication budgets the rule allocates, run in exact rational arithmetic."""
+    env = RuleEnv(epsilon=epsilon, w=w)
+    state = rule.initial(EXACT, env)
+    budgets = []
+    for decision in decisions:
+        charges = rule.charges(EXACT, env, state, decision)
+        budgets.append(Fraction(charges[-1]))
+        state = rule.advance(EXACT, env, state, decision, tuple(Fraction(c) for c in charges))
     return budgets
+
+
+def _bd_trace(decisions: list[bool], epsilon: Fraction, w: int) -> list[Fraction]:
+    return _trace(BDRule(), decisions, epsilon, w)
 
 
 def test_bd_reproduces_kellaris_figure_3() -> None:
@@ -73,16 +82,7 @@ def test_bd_reproduces_kellaris_figure_3() -> None:
 
 
 def _ba_trace(decisions: list[bool], epsilon: Fraction, w: int) -> list[Fraction]:
-    last_t, last_shares = np.array([0]), np.array([1])
-    unit = epsilon / (2 * w)
-    budgets = []
-    for t, wants in enumerate(decisions, start=1):
-        nullified, shares = ba_shares(t, last_t, last_shares, w)
-        publish = wants and not nullified[0]
-        budgets.append(unit * int(shares[0]) if publish else Fraction(0))
-        if publish:
-            last_t, last_shares = np.array([t]), shares
-    return budgets
+    return _trace(BARule(), decisions, epsilon, w)
 
 
 def test_ba_reproduces_kellaris_figure_5() -> None:
@@ -97,10 +97,12 @@ def test_ba_reproduces_kellaris_figure_5() -> None:
 
 
 def test_ba_never_absorbs_more_than_w_shares_and_first_step_has_one_share() -> None:
-    nullified, shares = ba_shares(1, np.array([0]), np.array([1]), 5)
+    nullified, shares = ba_shares(FLOAT, np.array([1]), np.array([1]), 5)
     assert not nullified[0] and shares[0] == 1
-    nullified, shares = ba_shares(100, np.array([3]), np.array([2]), 5)
-    assert shares[0] == 5
+    nullified, shares = ba_shares(EXACT, 97, 2, 5)
+    assert not nullified and shares == 5
+    nullified, shares = ba_shares(EXACT, 2, 3, 5)
+    assert nullified and shares == 0
 
 
 def _publication_decisions(execution_records: list, runs: int, length: int) -> np.ndarray:  # type: ignore[type-arg]
@@ -131,7 +133,7 @@ def test_bd_mechanism_spends_what_its_rule_allows(w: int) -> None:
             if not decided[run, t]:
                 continue
             recent = [Fraction(spent[run, k]) for k in range(max(0, t - w + 1), t)]
-            exact = bd_publication_budget(half, recent, ExactOps())
+            exact = bd_candidate(EXACT, half, recent)
             assert Fraction(spent[run, t]) <= exact
             assert float(exact) == pytest.approx(spent[run, t], rel=1e-12)
 
@@ -188,8 +190,8 @@ def test_float_rule_matches_exact_rule_on_random_windows() -> None:
     """BD's float rule never exceeds the exact rule and stays within 1e-12 of it."""
     rng = np.random.default_rng(8)
     recent = rng.uniform(0, 0.05, size=(200, 9))
-    got = bd_publication_budget(np.full(200, 0.5), recent, FloatOps())
+    got = bd_candidate(FLOAT, np.full(200, 0.5), recent)
     for row, value in zip(recent, got, strict=True):
-        exact = bd_publication_budget(Fraction(0.5), [Fraction(x) for x in row], ExactOps())
+        exact = bd_candidate(EXACT, Fraction(0.5), [Fraction(x) for x in row])
         assert Fraction(float(value)) <= exact
         assert float(value) == pytest.approx(float(exact), rel=1e-12)

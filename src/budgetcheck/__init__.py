@@ -6,6 +6,8 @@ any noise is drawn (w-event: Kellaris et al. 2014, Theorem 3).
 
 from __future__ import annotations
 
+from budgetcheck import ops as ops
+from budgetcheck import proving as proving
 from budgetcheck import rounding as rounding
 from budgetcheck._audit import AuditReport as AuditReport
 from budgetcheck._audit import WindowFinding as WindowFinding
@@ -54,6 +56,8 @@ __all__ = [
     "execute",
     "load_lines",
     "load_mechanism",
+    "ops",
+    "proving",
     "rounding",
     "verify_mechanism",
 ]

@@ -6,9 +6,11 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck import GuardedStream, WindowLedger, rounding
+from budgetcheck import GuardedStream, WindowLedger
+from budgetcheck.ops import FLOAT
+from budgetcheck.proving import RuleEnv
 from mechanisms._common import empty_releases, filtered
-from mechanisms._rules import ba_shares
+from mechanisms.rules import BARule
 
 
 @attrs.frozen
@@ -20,6 +22,7 @@ class BA:
       lines 5-6: nullified if t − l <= k_l − 1: output null;
       lines 8-9: otherwise shares = min(t − (l + k_l − 1), w), ε_{t,2} = shares · ε/(2w);
       lines 10-11: publish c_t + Lap(1/ε_{t,2})^d if dis > 1/ε_{t,2}, else null.
+    The budget arithmetic is :class:`mechanisms.rules.BARule`, the code ``budgetcheck prove`` proves.
     Shares are counted as integers and (l, k_l) is updated on every publication (the published
     code never updates them and overspends up to (w+1)/2 · ε). Before any release: a virtual
     publication at l = 0 with one share, and o_l is the all-zero vector.
@@ -31,30 +34,31 @@ class BA:
     dissimilarity_when_nullified: bool = True
     name: str = attrs.field(default="BA", init=False)
 
+    def allocation_rule(self) -> BARule:
+        return BARule(dissimilarity_when_nullified=self.dissimilarity_when_nullified)
+
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> NDArray[np.float64]:
-        params = ledger.params
-        runs, w = ledger.runs, params.w
-        unit = rounding.share(params.epsilon, 2 * w)
-        last_t = np.zeros(runs, dtype=np.int64)
-        last_shares = np.ones(runs, dtype=np.int64)
+        rule, env = self.allocation_rule(), RuleEnv(ledger.params.epsilon, ledger.params.w)
+        runs = ledger.runs
+        initial = rule.initial(FLOAT, env)
+        state = tuple(np.full(runs, value) for value in initial)  # ints stay int64, budgets float64
+        wants = np.full(runs, True)
         last = np.zeros((runs, stream.dimensions))
         releases = empty_releases(runs, stream.length, stream.dimensions)
         for secret in stream:
-            t = secret.t
-            nullified, shares = ba_shares(t, last_t, last_shares, w)
-            spend_dissimilarity = np.full(runs, True) if self.dissimilarity_when_nullified else ~nullified
-            if spend_dissimilarity.any():
-                dis = ledger.dissimilarity(secret, last, np.where(spend_dissimilarity, unit, 0.0))
+            dissimilarity_budget, candidate = rule.charges(FLOAT, env, state, wants)
+            dissimilarity_budget = np.broadcast_to(dissimilarity_budget, (runs,))
+            if (dissimilarity_budget > 0).any():
+                dis = ledger.dissimilarity(secret, last, dissimilarity_budget)
             else:
                 dis = np.full(runs, np.nan)
-            budget = rounding.mul_down(unit, shares)
             with np.errstate(divide="ignore"):
-                threshold = 1.0 / budget
-            publish = ~nullified & (budget > 0.0) & (dis > threshold)
-            if publish.any():
-                noisy = ledger.laplace(secret, np.where(publish, budget, 0.0), purpose="publication")
-                last = np.where(publish[:, None], filtered(np.nan_to_num(noisy), self.filtering), last)
-                last_t = np.where(publish, t, last_t)
-                last_shares = np.where(publish, shares, last_shares)
-            releases[:, t - 1] = last
+                threshold = 1.0 / candidate
+            decision = (candidate > 0.0) & (dis > threshold)
+            spent = np.where(decision, candidate, 0.0)
+            if decision.any():
+                noisy = ledger.laplace(secret, spent, purpose="publication")
+                last = np.where(decision[:, None], filtered(np.nan_to_num(noisy), self.filtering), last)
+            state = rule.advance(FLOAT, env, state, decision, (dissimilarity_budget, spent))
+            releases[:, secret.t - 1] = last
         return releases

@@ -7,7 +7,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, WindowLedger
+from budgetcheck.ops import FLOAT
+from budgetcheck.proving import RuleEnv
 from mechanisms._common import empty_releases, filtered
+from mechanisms.rules import SampleRule
 
 
 @attrs.frozen
@@ -20,12 +23,18 @@ class Sample:
     filtering: bool = False
     name: str = attrs.field(default="Sample", init=False)
 
+    def allocation_rule(self) -> SampleRule:
+        return SampleRule()
+
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> NDArray[np.float64]:
-        params = ledger.params
+        rule, env = self.allocation_rule(), RuleEnv(ledger.params.epsilon, ledger.params.w)
         releases = empty_releases(ledger.runs, stream.length, stream.dimensions)
         last = np.zeros((ledger.runs, stream.dimensions))
+        state = rule.initial(FLOAT, env)
         for secret in stream:
-            if (secret.t - 1) % params.w == 0:
-                last = filtered(ledger.laplace(secret, params.epsilon, purpose="publication"), self.filtering)
+            (budget,) = rule.charges(FLOAT, env, state, True)
+            if budget > 0:
+                last = filtered(ledger.laplace(secret, float(budget), purpose="publication"), self.filtering)
+            state = rule.advance(FLOAT, env, state, True, (budget,))
             releases[:, secret.t - 1] = last
         return releases

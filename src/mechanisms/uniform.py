@@ -6,8 +6,11 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck import GuardedStream, WindowLedger, rounding
+from budgetcheck import GuardedStream, WindowLedger
+from budgetcheck.ops import FLOAT
+from budgetcheck.proving import RuleEnv
 from mechanisms._common import empty_releases, filtered
+from mechanisms.rules import UniformRule
 
 
 @attrs.frozen
@@ -17,11 +20,14 @@ class Uniform:
     filtering: bool = False
     name: str = attrs.field(default="Uniform", init=False)
 
+    def allocation_rule(self) -> UniformRule:
+        return UniformRule()
+
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> NDArray[np.float64]:
-        params = ledger.params
-        budget = rounding.share(params.epsilon, params.w)
+        rule, env = self.allocation_rule(), RuleEnv(ledger.params.epsilon, ledger.params.w)
         releases = empty_releases(ledger.runs, stream.length, stream.dimensions)
         for secret in stream:
+            (budget,) = rule.charges(FLOAT, env, (), True)
             noisy = ledger.laplace(secret, budget, purpose="publication")
             releases[:, secret.t - 1] = filtered(noisy, self.filtering)
         return releases

@@ -1,0 +1,150 @@
+"""Arithmetic back-ends for allocation rules: one rule, run on floats, rationals or Z3 terms.
+
+A rule (e.g. BD's publication budget) is written against the small :class:`Ops` interface. The
+mechanism runs it with :data:`FLOAT` (numpy, vectorised over runs, every budget rounded *down*),
+tests run it with :data:`EXACT` (``fractions.Fraction``), and proofs run it with Z3 terms
+(:mod:`budgetcheck._z3`). Integer state (counters, share counts) uses plain operators, which
+numpy, Python and Z3 all support; only choice, minimum and the logical connectives go through
+``Ops``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any, Protocol
+
+import numpy as np
+
+from budgetcheck import rounding
+
+
+class Ops(Protocol):
+    """The operations an allocation rule may use (types are back-end specific, hence Any)."""
+
+    def where(self, condition: Any, if_true: Any, if_false: Any) -> Any: ...
+
+    def minimum(self, a: Any, b: Any) -> Any: ...
+
+    def both(self, a: Any, b: Any) -> Any: ...
+
+    def negate(self, a: Any) -> Any: ...
+
+    def all_of(self, terms: Sequence[Any]) -> Any:
+        """The conjunction of Boolean terms (True when empty)."""
+        ...
+
+    def implies(self, a: Any, b: Any) -> Any: ...
+
+    def define(self, name: str, term: Any) -> Any:
+        """Name an intermediate value (Z3: a fresh variable equal to the term; others: the term)."""
+        ...
+
+    def sum_up(self, values: Any) -> Any:
+        """Σ values (along the last axis for arrays); float back-ends round up."""
+        ...
+
+    def sub_down(self, value: Any, subtrahend: Any) -> Any:
+        """max(value − subtrahend, 0); float back-ends round down."""
+        ...
+
+    def half_down(self, value: Any) -> Any: ...
+
+    def mul_down(self, value: Any, count: Any, at_most: int | None = None) -> Any:
+        """value · count for an integer 0 <= count <= at_most; float back-ends round down.
+
+        ``at_most`` lets the Z3 back-end keep the product linear (a chain of at_most choices).
+        """
+        ...
+
+    def share(self, total: Any, parts: int) -> Any:
+        """A budget u with parts · u <= total (float: the largest such double; exact: total/parts)."""
+        ...
+
+
+class FloatOps:
+    """numpy back-end used inside mechanisms: vectorised, every budget rounded towards 0."""
+
+    def where(self, condition: Any, if_true: Any, if_false: Any) -> Any:
+        return np.where(condition, if_true, if_false)
+
+    def minimum(self, a: Any, b: Any) -> Any:
+        return np.minimum(a, b)
+
+    def both(self, a: Any, b: Any) -> Any:
+        return np.logical_and(a, b)
+
+    def negate(self, a: Any) -> Any:
+        return np.logical_not(a)
+
+    def all_of(self, terms: Sequence[Any]) -> Any:
+        return np.logical_and.reduce([np.asarray(t) for t in terms]) if terms else np.bool_(True)
+
+    def implies(self, a: Any, b: Any) -> Any:
+        return np.logical_or(np.logical_not(a), b)
+
+    def define(self, name: str, term: Any) -> Any:
+        return term
+
+    def sum_up(self, values: Any) -> Any:
+        if isinstance(values, (list, tuple)):
+            if not values:
+                return 0.0
+            values = np.stack(np.broadcast_arrays(*values), axis=-1)
+        return rounding.sum_up(values, axis=-1)
+
+    def sub_down(self, value: Any, subtrahend: Any) -> Any:
+        return rounding.sub_down(value, subtrahend)
+
+    def half_down(self, value: Any) -> Any:
+        return rounding.div_down(value, 2.0)
+
+    def mul_down(self, value: Any, count: Any, at_most: int | None = None) -> Any:
+        return rounding.mul_down(value, count)
+
+    def share(self, total: Any, parts: int) -> Any:
+        return rounding.share(float(total), parts)
+
+
+class ExactOps:
+    """Exact rationals, one run at a time (sequences are Python lists of Fractions)."""
+
+    def where(self, condition: Any, if_true: Any, if_false: Any) -> Any:
+        return if_true if condition else if_false
+
+    def minimum(self, a: Any, b: Any) -> Any:
+        return min(a, b)
+
+    def both(self, a: Any, b: Any) -> Any:
+        return bool(a) and bool(b)
+
+    def negate(self, a: Any) -> Any:
+        return not a
+
+    def all_of(self, terms: Sequence[Any]) -> Any:
+        return all(bool(t) for t in terms)
+
+    def implies(self, a: Any, b: Any) -> Any:
+        return (not a) or bool(b)
+
+    def define(self, name: str, term: Any) -> Any:
+        return term
+
+    def sum_up(self, values: Sequence[Fraction]) -> Fraction:
+        return sum(values, Fraction(0))
+
+    def sub_down(self, value: Any, subtrahend: Any) -> Any:
+        return max(Fraction(value) - Fraction(subtrahend), Fraction(0))
+
+    def half_down(self, value: Any) -> Any:
+        return Fraction(value) / 2
+
+    def mul_down(self, value: Any, count: Any, at_most: int | None = None) -> Any:
+        return Fraction(value) * int(count)
+
+    def share(self, total: Any, parts: int) -> Any:
+        return Fraction(total) / parts
+
+
+FLOAT = FloatOps()
+EXACT = ExactOps()

@@ -1,0 +1,229 @@
+"""Proofs that an allocation rule keeps every w-window within ε, for every decision sequence.
+
+A mechanism that wants its rule proved exposes an :class:`AllocationRule`: its budget allocation
+as a transition system over an abstract state, written once against :class:`budgetcheck.ops.Ops`
+(so the same functions run inside the mechanism on floats and here on Z3 terms), plus a
+strengthened inductive invariant. Data-dependent decisions (publish or skip) are free Booleans,
+so what is proved holds for every stream.
+
+For a fixed w and a symbolic ε > 0 the prover checks, with exact real arithmetic:
+
+1. *initiation*: the initial state (no spends yet) satisfies the invariant;
+2. *consecution and safety*: from any state satisfying the invariant, for either decision and any
+   actual spends 0 <= x_i <= the rule's budget (covering implementations that round down), the
+   window [t−w+1, t] sums to <= ε and the next state satisfies the invariant again.
+
+Together these give the w-event condition (Kellaris et al. 2014, Theorem 3) for an unbounded
+horizon (1-induction with a strengthened invariant). When step 2 fails, a bounded model check from
+the initial state looks for a real counterexample: found → ``refuted`` with the decision
+sequence, which :func:`replay_refutation` confirms through the rule's float implementation and a
+real ledger; not found → ``unknown`` (the invariant is too weak). Unknown is never a pass.
+
+Assumptions (stated in every proof): exact real arithmetic for the rule; float back-ends round
+every budget down (property-tested in ``tests/test_rounding.py``); ``share(ε, n)`` returns a
+u > 0 with n·u <= ε.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+import numpy as np
+
+from budgetcheck import _z3
+from budgetcheck._errors import BudgetExceeded, InvalidArgument
+from budgetcheck._ledger import WindowLedger
+from budgetcheck._params import WEventParams
+from budgetcheck._validation import check_positive_int
+from budgetcheck.ops import FLOAT, Ops
+
+State = tuple[Any, ...]
+
+
+Z3_CASES = _z3.Z3Ops()
+"""Z3 connectives for writing ``cases`` (e.g. ``Z3_CASES.all_of([a == 1, decision])``)."""
+
+
+def symbol_real(name: str) -> Any:
+    """A fresh real-valued Z3 variable (for ``AllocationRule.arbitrary``)."""
+    return _z3.real(name)
+
+
+def symbol_int(name: str) -> Any:
+    """A fresh integer-valued Z3 variable (for ``AllocationRule.arbitrary``)."""
+    return _z3.integer(name)
+
+
+@attrs.frozen
+class RuleEnv:
+    """What a rule may know: the total budget ε (a number or a term) and the window length w."""
+
+    epsilon: Any
+    w: int
+
+
+@runtime_checkable
+class AllocationRule(Protocol):
+    """A budget allocation rule as a transition system (see the module docstring).
+
+    ``purposes`` names the charges made at every timestamp, in order. ``state`` is a tuple of
+    numbers/terms; the rule's invariant may also constrain ``recent``, the totals actually spent
+    at the w−1 previous timestamps (oldest first).
+    """
+
+    @property
+    def purposes(self) -> tuple[str, ...]: ...
+
+    def initial(self, ops: Ops, env: RuleEnv) -> State: ...
+
+    def arbitrary(self, env: RuleEnv, tag: str) -> State:
+        """Fresh Z3 variables for every state component (for the induction step)."""
+        ...
+
+    def charges(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, ...]:
+        """The budget of each purpose at this timestamp given the decision (0 = no charge)."""
+        ...
+
+    def advance(self, ops: Ops, env: RuleEnv, state: State, decision: Any, spent: tuple[Any, ...]) -> State:
+        """The next state, given what was actually spent for each purpose."""
+        ...
+
+    def invariant(self, ops: Ops, env: RuleEnv, state: State, recent: Sequence[Any]) -> Any:
+        """The strengthened invariant (a Boolean term)."""
+        ...
+
+    # Optional: ``cases(env, state, decision)`` returning Boolean terms that split the induction step into
+    # easier queries (their disjunction must cover the invariant; the prover checks that).
+
+
+class Verdict(enum.Enum):
+    PROVED = "proved"
+    REFUTED = "refuted"
+    UNKNOWN = "unknown"
+
+
+@attrs.frozen
+class ProofResult:
+    """The verdict for one (rule, w)."""
+
+    w: int
+    verdict: Verdict
+    method: str
+    seconds: float
+    decisions: tuple[bool, ...] | None = None
+    detail: str = ""
+
+
+def prove_rule(rule: AllocationRule, w: int, *, timeout_ms: int = 60_000, bmc_steps: int | None = None) -> ProofResult:
+    """Prove (or refute) that ``rule`` keeps every window of w timestamps within a symbolic ε."""
+    w = check_positive_int(w, "w")
+    if not isinstance(rule, AllocationRule):
+        raise InvalidArgument(f"rule={rule!r} is not an AllocationRule")
+    start = time.perf_counter()
+    ops = _z3.Z3Ops()
+    epsilon = _z3.real("epsilon")
+    env = RuleEnv(epsilon=epsilon, w=w)
+    base = [epsilon > 0]
+
+    zeros = [0] * (w - 1)
+    initial = rule.initial(ops, env)
+    violated = _negate(rule.invariant(ops, env, initial, zeros))  # build terms before reading assumptions
+    answer, _ = _z3.check([*base, *ops.assumptions, violated], timeout_ms=timeout_ms)
+    if answer is not _z3.Answer.UNSAT:
+        return _bounded(rule, w, start, timeout_ms, bmc_steps, "the initial state violates the invariant" if answer is _z3.Answer.SAT else "initiation: solver unknown")
+
+    state = rule.arbitrary(env, "s")
+    recent = [_z3.real(f"recent_{j}") for j in range(w - 1)]
+    decision = _z3.boolean("decision")
+    bounds = rule.charges(ops, env, state, decision)
+    spent = [_z3.real(f"spent_{i}") for i in range(len(bounds))]
+    step = [s >= 0 for s in recent] + [x >= 0 for x in spent] + [x <= b for x, b in zip(spent, bounds, strict=True)]
+    hypothesis = rule.invariant(ops, env, state, recent)
+    total = ops.sum_up(spent)
+    safe = ops.sum_up(recent) + total <= epsilon
+    following = rule.advance(ops, env, state, decision, tuple(spent))
+    shifted = [*recent[1:], total] if w > 1 else []
+    preserved = rule.invariant(ops, env, following, shifted)
+    goals = [_negate(safe), _negate(preserved)]  # two easier queries than one disjunction
+    splitter = getattr(rule, "cases", None)
+    cases = list(splitter(env, state, decision)) if callable(splitter) else []
+    context = [*base, *ops.assumptions, hypothesis, *step]
+    if cases:
+        # The cases must cover every state of the invariant; then each is checked on its own.
+        answer, _ = _z3.check([*context, _negate(_z3.disj(cases))], timeout_ms=timeout_ms)
+        for case in cases:
+            for goal in goals:
+                if answer is _z3.Answer.UNSAT:
+                    answer, _ = _z3.check(_z3.specialise([*context, goal], case), timeout_ms=timeout_ms)
+        method = f"1-induction, {len(cases)} cases"
+    else:
+        answer = _z3.Answer.UNSAT
+        for goal in goals:
+            if answer is _z3.Answer.UNSAT:
+                answer, _ = _z3.check([*context, goal], timeout_ms=timeout_ms)
+        method = "1-induction"
+    if answer is _z3.Answer.UNSAT:
+        return ProofResult(w=w, verdict=Verdict.PROVED, method=method, seconds=time.perf_counter() - start)
+    reason = "invariant not inductive" if answer is _z3.Answer.SAT else "consecution: solver unknown"
+    return _bounded(rule, w, start, timeout_ms, bmc_steps, reason)
+
+
+def _bounded(rule: AllocationRule, w: int, start: float, timeout_ms: int, steps: int | None, reason: str) -> ProofResult:
+    """Bounded model check from the initial state: every window of a horizon of ``steps``."""
+    horizon = steps if steps is not None else 2 * w + 2
+    ops = _z3.Z3Ops()
+    epsilon = _z3.real("epsilon")
+    env = RuleEnv(epsilon=epsilon, w=w)
+    state = rule.initial(ops, env)
+    decisions = [_z3.boolean(f"d_{t}") for t in range(horizon)]
+    totals: list[Any] = []
+    violations = []
+    for t in range(horizon):
+        bounds = rule.charges(ops, env, state, decisions[t])
+        total = ops.sum_up(list(bounds))
+        totals.append(total)
+        violations.append(ops.sum_up(totals[max(0, t - w + 1) :]) > epsilon)
+        state = rule.advance(ops, env, state, decisions[t], tuple(bounds))
+    some_violation = _z3.disj(violations)
+    answer, model = _z3.check([epsilon == 1, *ops.assumptions, some_violation], timeout_ms=timeout_ms)
+    seconds = time.perf_counter() - start
+    if answer is _z3.Answer.SAT:
+        sequence = tuple(_z3.evaluate_bool(model, d) for d in decisions)
+        last = max(t for t, v in enumerate(violations) if _z3.evaluate_bool(model, v))
+        return ProofResult(
+            w=w,
+            verdict=Verdict.REFUTED,
+            method=f"bmc({horizon})",
+            seconds=seconds,
+            decisions=sequence[: last + 1],
+            detail=f"{reason}; window ending at t={last + 1} exceeds epsilon",
+        )
+    return ProofResult(w=w, verdict=Verdict.UNKNOWN, method=f"bmc({horizon})", seconds=seconds, detail=reason)
+
+
+def replay_refutation(rule: AllocationRule, decisions: Sequence[bool], *, epsilon: float, w: int) -> BudgetExceeded | None:
+    """Run the rule's float implementation on ``decisions`` through a real ledger.
+
+    Returns the ledger's refusal (the refutation is confirmed) or None (not confirmed).
+    """
+    env = RuleEnv(epsilon=epsilon, w=w)
+    ledger = WindowLedger(WEventParams(epsilon, w))
+    state = rule.initial(FLOAT, env)
+    for t, decision in enumerate(decisions, start=1):
+        bounds = rule.charges(FLOAT, env, state, np.bool_(decision))
+        amounts = tuple(float(np.asarray(b)) for b in bounds)
+        try:
+            for purpose, amount in zip(rule.purposes, amounts, strict=True):
+                ledger.spend(t, amount, purpose=purpose)
+        except BudgetExceeded as refusal:
+            return refusal
+        state = rule.advance(FLOAT, env, state, np.bool_(decision), amounts)
+    return None
+
+
+def _negate(term: Any) -> Any:
+    return _z3.Z3Ops().negate(term)

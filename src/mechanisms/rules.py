@@ -1,0 +1,193 @@
+"""The budget allocation rules of the built-in mechanisms, written once over ``budgetcheck.ops``.
+
+Each mechanism runs its rule with ``budgetcheck.ops.FLOAT`` (numpy, vectorised over runs, budgets
+rounded down); ``budgetcheck prove`` runs the *same* functions on Z3 terms with every
+data-dependent decision a free Boolean. States are tuples; histories are oldest first. Each rule
+also writes down the strengthened invariant that makes 1-induction go through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from budgetcheck.ops import Ops
+from budgetcheck.proving import Z3_CASES, RuleEnv, State, symbol_int, symbol_real
+
+
+def bd_candidate(ops: Ops, half_epsilon: Any, recent_publications: Sequence[Any]) -> Any:
+    """BD's ε_{t,2} = (ε/2 − Σ_{k=t−w+1}^{t−1} ε_{k,2}) / 2 (Kellaris et al. 2014, Fig. 2 lines 5-6)."""
+    return ops.half_down(ops.sub_down(half_epsilon, ops.sum_up(recent_publications)))
+
+
+def ba_shares(ops: Ops, age: Any, last_shares: Any, w: int) -> tuple[Any, Any]:
+    """BA's nullification and share count at t (Kellaris et al. 2014, Fig. 4 lines 5-9).
+
+    ``age`` = t − l for the last publication l, which took ``last_shares`` shares of ε/(2w).
+    Nullified iff t − l <= to_nullify = last_shares − 1; otherwise the publication budget is
+    min(to_absorb, w) shares with to_absorb = t − (l + to_nullify).
+    """
+    to_nullify = last_shares - 1
+    nullified = age <= to_nullify
+    to_absorb = age - to_nullify
+    shares = ops.where(nullified, 0, ops.minimum(to_absorb, w))
+    return nullified, shares
+
+
+@attrs.frozen
+class UniformRule:
+    """Uniform: ε_t = share(ε, w) at every t (Kellaris et al. 2014, §3). Invariant: recent_j <= u."""
+
+    purposes: tuple[str, ...] = ("publication",)
+
+    def initial(self, ops: Ops, env: RuleEnv) -> State:
+        return ()
+
+    def arbitrary(self, env: RuleEnv, tag: str) -> State:
+        return ()
+
+    def charges(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, ...]:
+        return (ops.share(env.epsilon, env.w),)
+
+    def advance(self, ops: Ops, env: RuleEnv, state: State, decision: Any, spent: tuple[Any, ...]) -> State:
+        return ()
+
+    def invariant(self, ops: Ops, env: RuleEnv, state: State, recent: Sequence[Any]) -> Any:
+        unit = ops.share(env.epsilon, env.w)
+        return ops.all_of([r <= unit for r in recent])
+
+
+@attrs.frozen
+class SampleRule:
+    """Sample: ε at every t with (t − 1) mod w = 0 (Kellaris et al. 2014, §3).
+
+    State: c = (t − 1) mod w for the next t. Invariant: 0 <= c < w, and of the last w − 1
+    timestamps only the one of age c (the last sampling point, if c >= 1) spent anything, at most ε.
+    """
+
+    purposes: tuple[str, ...] = ("publication",)
+
+    def initial(self, ops: Ops, env: RuleEnv) -> State:
+        return (0,)
+
+    def arbitrary(self, env: RuleEnv, tag: str) -> State:
+        return (symbol_int(f"{tag}_c"),)
+
+    def sampling(self, state: State) -> Any:
+        return state[0] == 0
+
+    def charges(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, ...]:
+        return (ops.where(self.sampling(state), env.epsilon, 0),)
+
+    def advance(self, ops: Ops, env: RuleEnv, state: State, decision: Any, spent: tuple[Any, ...]) -> State:
+        (c,) = state
+        return (ops.where(c == env.w - 1, 0, c + 1),)
+
+    def invariant(self, ops: Ops, env: RuleEnv, state: State, recent: Sequence[Any]) -> Any:
+        (c,) = state
+        w = env.w
+        terms = [c >= 0, c <= w - 1]
+        for age in range(1, w):
+            value = recent[w - 1 - age]
+            terms += [value <= env.epsilon, ops.implies(c != age, value == 0)]
+        return ops.all_of(terms)
+
+
+@attrs.frozen
+class BDRule:
+    """BD (Kellaris et al. 2014, Fig. 2): dissimilarity share(ε, 2w), publication bd_candidate.
+
+    State: the publication budgets of the last w − 1 timestamps. Invariant: each >= 0, their sum
+    <= half := share(ε, 2), and every recent total <= share(ε, 2w) + its publication budget.
+    """
+
+    purposes: tuple[str, ...] = ("dissimilarity", "publication")
+
+    def initial(self, ops: Ops, env: RuleEnv) -> State:
+        return tuple(0.0 for _ in range(env.w - 1))
+
+    def arbitrary(self, env: RuleEnv, tag: str) -> State:
+        return tuple(symbol_real(f"{tag}_p{j}") for j in range(env.w - 1))
+
+    def charges(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, ...]:
+        candidate = bd_candidate(ops, ops.share(env.epsilon, 2), state)
+        return (ops.share(env.epsilon, 2 * env.w), ops.where(decision, candidate, 0))
+
+    def advance(self, ops: Ops, env: RuleEnv, state: State, decision: Any, spent: tuple[Any, ...]) -> State:
+        return (*state[1:], spent[1]) if env.w > 1 else ()
+
+    def invariant(self, ops: Ops, env: RuleEnv, state: State, recent: Sequence[Any]) -> Any:
+        unit, half = ops.share(env.epsilon, 2 * env.w), ops.share(env.epsilon, 2)
+        terms = [p >= 0 for p in state] + [ops.sum_up(state) <= half]
+        terms += [r <= unit + p for r, p in zip(recent, state, strict=True)]
+        return ops.all_of(terms)
+
+
+@attrs.frozen
+class BARule:
+    """BA (Kellaris et al. 2014, Fig. 4) with integer shares of u = share(ε, 2w).
+
+    State (a, k, S): a = t − l for the last publication l (kept at most 2w: any a >= w + k − 1
+    behaves the same), k its share count, and a ghost S_m = the publication budget actually spent
+    at the last m timestamps, m = 1..w−1 (prefix sums keep the proof linear in w). Initially a
+    virtual publication at l = 0 with one share: (1, 1, 0, ...). Invariant (Kellaris Theorem 5,
+    made inductive): 1 <= k <= w, 1 <= a <= 2w, 0 <= S_1 <= S_2 <= ...; S_m = 0 if m < a and
+    S_m <= u·(m − a + k) otherwise; S_{w−1} <= u·w; the recent total at age m is at most
+    u + S_m − S_{m−1}.
+    """
+
+    dissimilarity_when_nullified: bool = True
+    purposes: tuple[str, ...] = ("dissimilarity", "publication")
+
+    def initial(self, ops: Ops, env: RuleEnv) -> State:
+        return (1, 1, *(0.0 for _ in range(env.w - 1)))
+
+    def arbitrary(self, env: RuleEnv, tag: str) -> State:
+        return (
+            symbol_int(f"{tag}_a"),
+            symbol_int(f"{tag}_k"),
+            *(symbol_real(f"{tag}_S{m}") for m in range(1, env.w)),
+        )
+
+    def cases(self, env: RuleEnv, state: State, decision: Any) -> list[Any]:
+        """Split the induction step on the age a = 1, ..., 2w and the decision (small linear queries)."""
+        ops = Z3_CASES
+        return [ops.all_of([state[0] == j, d]) for j in range(1, 2 * env.w + 1) for d in (decision, ops.negate(decision))]
+
+    def publishes(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, Any, Any]:
+        """(nullified, shares, publish) at this timestamp."""
+        nullified, shares = ba_shares(ops, state[0], state[1], env.w)
+        return nullified, shares, ops.both(decision, ops.negate(nullified))
+
+    def charges(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, ...]:
+        unit = ops.share(env.epsilon, 2 * env.w)
+        nullified, shares, publish = self.publishes(ops, env, state, decision)
+        dissimilarity = unit if self.dissimilarity_when_nullified else ops.where(nullified, 0, unit)
+        return (dissimilarity, ops.where(publish, ops.mul_down(unit, shares, at_most=env.w), 0))
+
+    def advance(self, ops: Ops, env: RuleEnv, state: State, decision: Any, spent: tuple[Any, ...]) -> State:
+        _, shares, publish = self.publishes(ops, env, state, decision)
+        age = ops.where(publish, 1, ops.minimum(state[0] + 1, 2 * env.w))
+        last_shares = ops.where(publish, shares, state[1])
+        prefix = state[2:]
+        sums = tuple(spent[1] + previous for previous in (0, *prefix[:-1])) if env.w > 1 else ()
+        return (age, last_shares, *sums)
+
+    def invariant(self, ops: Ops, env: RuleEnv, state: State, recent: Sequence[Any]) -> Any:
+        w = env.w
+        unit = ops.share(env.epsilon, 2 * w)
+        age, last_shares, sums = state[0], state[1], state[2:]
+        last_budget = ops.mul_down(unit, last_shares, at_most=w)
+        age_budget = ops.mul_down(unit, age, at_most=2 * w)
+        terms = [last_shares >= 1, last_shares <= w, age >= 1, age <= 2 * w]
+        previous: Any = 0
+        for m in range(1, w):
+            current = sums[m - 1]
+            bound = ops.mul_down(unit, m) + last_budget
+            terms += [current >= previous, recent[w - 1 - m] <= unit + current - previous]
+            terms.append(ops.where(m < age, current == 0, current + age_budget <= bound))
+            previous = current
+        terms.append(previous <= ops.mul_down(unit, w))
+        return ops.all_of(terms)
