@@ -41,9 +41,24 @@ class Counterexample:
         )
 
 
+PASS, FAIL, NOT_PROVED, INCONCLUSIVE = "pass", "fail", "not proved", "inconclusive"
+
+
+@attrs.frozen
+class StageResult:
+    """One stage of ``verify``: its name, verdict (pass / fail / not proved / inconclusive), detail."""
+
+    stage: str
+    verdict: str
+    detail: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"stage": self.stage, "verdict": self.verdict, "detail": self.detail}
+
+
 @attrs.frozen
 class VerifyResult:
-    """The verdict for one mechanism."""
+    """The verdict for one mechanism: stage (a) figures plus every stage's result."""
 
     mechanism: str
     reference: str
@@ -51,20 +66,35 @@ class VerifyResult:
     runs: int
     worst_ratio: float
     counterexample: Counterexample | None
+    stages: tuple[StageResult, ...] = ()
 
     @property
     def passed(self) -> bool:
-        return self.counterexample is None
+        return self.verdict == PASS
+
+    @property
+    def verdict(self) -> str:
+        """fail if any stage failed; else inconclusive if any was not proved/inconclusive; else pass."""
+        verdicts = {stage.verdict for stage in self.stages}
+        if self.counterexample is not None or FAIL in verdicts:
+            return FAIL
+        if verdicts & {NOT_PROVED, INCONCLUSIVE}:
+            return INCONCLUSIVE
+        return PASS
+
+    @property
+    def failed_stage(self) -> str | None:
+        return next((stage.stage for stage in self.stages if stage.verdict == FAIL), None)
 
     def to_json(self) -> dict[str, object]:
         report: dict[str, object] = {
             "mechanism": self.mechanism,
             "reference": self.reference,
-            "stage": "ledger-replay",
             "examples": self.examples,
             "runs": self.runs,
             "worst_window_over_epsilon": self.worst_ratio,
-            "verdict": "pass" if self.passed else "fail",
+            "verdict": self.verdict,
+            "stages": [stage.to_json() for stage in self.stages],
         }
         if self.counterexample is not None:
             ce = self.counterexample
@@ -112,8 +142,114 @@ def load_mechanism(reference: str) -> StreamMechanism:
     return target
 
 
-def verify_mechanism(reference: str, *, examples: int = 100, seed: int = 0, max_length: int = 60) -> VerifyResult:
-    """Run stage (a) on one mechanism: ``examples`` generated cases, shrinking any failure."""
+@attrs.frozen
+class Profile:
+    """How much time ``verify`` spends: generated cases, proof range, audit runs."""
+
+    examples: int
+    w_max: int
+    audit_runs: int
+
+
+PROFILES = {
+    "quick": Profile(examples=100, w_max=12, audit_runs=4000),
+    "thorough": Profile(examples=1000, w_max=64, audit_runs=40000),
+}
+
+
+def verify_mechanism(
+    reference: str,
+    *,
+    examples: int | None = None,
+    seed: int = 0,
+    max_length: int = 60,
+    profile: str = "quick",
+    stages: str = "abcd",
+) -> VerifyResult:
+    """Run the four stages on one mechanism (``stages`` selects a subset, e.g. "ab").
+
+    (a) ledger replay on generated cases with a brute-force recheck, shrinking any failure;
+    (b) secret access: any read of the true stream outside a charged ledger operation;
+    (c) proof of the mechanism's allocation rule for w in 1..profile.w_max ("not proved" if it
+        exposes none); (d) statistical lower bound on the loss for neighbouring streams.
+    """
+    if profile not in PROFILES:
+        raise InvalidArgument(f"profile={profile!r} must be one of {sorted(PROFILES)}")
+    chosen = PROFILES[profile]
+    examples = chosen.examples if examples is None else examples
+    replay = _replay(reference, examples=examples, seed=seed, max_length=max_length) if "a" in stages or "b" in stages else None
+    mechanism = load_mechanism(reference)
+    results: list[StageResult] = []
+    counterexample = replay.counterexample if replay is not None else None
+    if replay is not None:
+        secret = counterexample is not None and counterexample.reason == "secret access"
+        other = counterexample is not None and not secret
+        if "a" in stages:
+            results.append(StageResult("ledger replay", FAIL if other else PASS,
+                                       f"{counterexample.reason}: {counterexample.detail}" if other and counterexample else
+                                       f"{replay.examples} streams, {replay.runs} runs, worst window {replay.worst_ratio:.6f} of epsilon"))
+        if "b" in stages:
+            results.append(StageResult("secret access", FAIL if secret else PASS,
+                                       counterexample.detail if secret and counterexample else "no read outside a charged ledger operation"))
+    if "c" in stages:
+        results.append(_proof_stage(mechanism, chosen.w_max))
+    if "d" in stages:
+        results.append(_statistical_stage(mechanism, chosen.audit_runs, seed))
+    return VerifyResult(
+        mechanism=mechanism.name,
+        reference=reference,
+        examples=replay.examples if replay else 0,
+        runs=replay.runs if replay else 0,
+        worst_ratio=replay.worst_ratio if replay else 0.0,
+        counterexample=counterexample,
+        stages=tuple(results),
+    )
+
+
+def _proof_stage(mechanism: StreamMechanism, w_max: int) -> StageResult:
+    from budgetcheck.proving import Verdict, prove_range, replay_refutation, rule_of
+
+    rule = rule_of(mechanism)
+    if rule is None:
+        return StageResult("proof", NOT_PROVED, "the mechanism exposes no allocation_rule(); nothing was proved")
+    verdict = prove_range(rule, range(1, w_max + 1))
+    if verdict.verdict is Verdict.PROVED:
+        return StageResult("proof", PASS, f"proved for w in 1..{w_max} ({verdict.methods}, {verdict.seconds:.1f}s)")
+    failure = verdict.first_failure
+    assert failure is not None
+    if verdict.verdict is Verdict.REFUTED and failure.decisions is not None:
+        refusal = replay_refutation(rule, failure.decisions, epsilon=1.0, w=failure.w)
+        bits = "".join("1" if d else "0" for d in failure.decisions)
+        confirmed = f"confirmed by the ledger: {refusal}" if refusal else "NOT confirmed by replay through the ledger"
+        return StageResult("proof", FAIL, f"refuted at w={failure.w}: decisions {bits}; {failure.detail}; {confirmed}")
+    return StageResult("proof", INCONCLUSIVE, f"unknown at w={failure.w}: {failure.detail}")
+
+
+def _statistical_stage(mechanism: StreamMechanism, runs: int, seed: int) -> StageResult:
+    from budgetcheck._audit_stat import statistical_audit
+
+    findings = []
+    for w in (1, 3):
+        try:
+            findings.append(statistical_audit(mechanism, epsilon=1.0, w=w, runs=runs, seed=seed))
+        except Exception as exc:  # the mechanism's own failure is stage (a)'s to report
+            return StageResult("statistical audit", INCONCLUSIVE, f"could not run: {type(exc).__name__}: {exc}")
+    worst = max(findings, key=lambda f: f.lower_bound)
+    detail = (f"loss lower bound {worst.lower_bound:.3f} vs epsilon={worst.epsilon} "
+              f"(w={worst.w}, change at {worst.position} of a window, {worst.runs} runs per stream, 95% confidence)")
+    return StageResult("statistical audit", FAIL if worst.violates else PASS, detail)
+
+
+@attrs.frozen
+class _Replay:
+    examples: int
+    runs: int
+    worst_ratio: float
+    counterexample: Counterexample | None
+
+
+def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Replay:
+    """Stages (a) and (b): ``examples`` generated cases, shrinking any failure."""
     mechanism = load_mechanism(reference)
     tally = {"examples": 0, "runs": 0}
     worst = [Fraction(0)]
@@ -143,14 +279,7 @@ def verify_mechanism(reference: str, *, examples: int = 100, seed: int = 0, max_
     except _Violation:
         pass
     counterexample = failures[-1] if failures else None  # Hypothesis replays the minimal case last
-    return VerifyResult(
-        mechanism=mechanism.name,
-        reference=reference,
-        examples=tally["examples"],
-        runs=tally["runs"],
-        worst_ratio=float(worst[0]),
-        counterexample=counterexample,
-    )
+    return _Replay(examples=tally["examples"], runs=tally["runs"], worst_ratio=float(worst[0]), counterexample=counterexample)
 
 
 def _check_case(mechanism: StreamMechanism, case: VerificationCase, worst: list[Fraction]) -> None:

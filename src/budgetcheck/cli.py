@@ -1,7 +1,7 @@
 """The `budgetcheck` command line: a thin layer over the library.
 
 Exit codes (stable, for CI): 0 = every check passed; 1 = a violation was found; 2 = usage or
-input error.
+input error; 3 = inconclusive (a stage could not decide, e.g. a rule that is not proved).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import click
 from budgetcheck._audit import audit_windows
 from budgetcheck._errors import InvalidArgument
 from budgetcheck._records import load_lines
-from budgetcheck._verify import VerifyResult, verify_mechanism
+from budgetcheck._verify import PROFILES, VerifyResult, load_mechanism, verify_mechanism
 
-EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 
 
 class InputError(click.ClickException):
@@ -35,15 +35,31 @@ def main() -> None:
 @main.command()
 @click.argument("mechanism", nargs=-1)
 @click.option("--all", "verify_all", is_flag=True, help="Verify every built-in mechanism.")
-@click.option("--examples", default=100, show_default=True, type=click.IntRange(1), help="Generated cases per mechanism.")
-@click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="Hypothesis seed (reproducible runs).")
+@click.option("--profile", type=click.Choice(sorted(PROFILES)), default="quick", show_default=True,
+              help="quick: 100 cases, proofs for w <= 12, 4,000 audit runs; thorough: 1,000, 64, 40,000.")
+@click.option("--examples", default=None, type=click.IntRange(1), help="Generated cases per mechanism (overrides the profile).")
+@click.option("--stages", default="abcd", show_default=True, help="Stages to run: a replay, b secret access, c proof, d statistical audit.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="Seed (reproducible runs).")
 @click.option("--max-length", default=60, show_default=True, type=click.IntRange(1), help="Longest generated stream.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report instead of the table.")
-def verify(mechanism: tuple[str, ...], verify_all: bool, examples: int, seed: int, max_length: int, as_json: bool) -> None:
+@click.option("--junit-xml", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write a JUnit XML report.")
+def verify(
+    mechanism: tuple[str, ...],
+    verify_all: bool,
+    profile: str,
+    examples: int | None,
+    stages: str,
+    seed: int,
+    max_length: int,
+    as_json: bool,
+    junit_xml: Path | None,
+) -> None:
     """Check that MECHANISM (a built-in name such as BD, or module:attr) never overspends.
 
-    Runs it on generated streams and privacy parameters, re-checks every window of every run from
-    the ledger's records with an independent brute-force checker, and shrinks any failure.
+    Four stages, each reported: (a) ledger replay on generated streams with an independent
+    brute-force recheck of every window; (b) secret access; (c) Z3 proof of the allocation rule;
+    (d) statistical lower bound on the privacy loss. Exit codes: 0 all pass, 1 a violation,
+    2 usage error, 3 inconclusive (e.g. not proved).
     """
     references = list(mechanism)
     if verify_all:
@@ -52,33 +68,114 @@ def verify(mechanism: tuple[str, ...], verify_all: bool, examples: int, seed: in
         references += [name for name in BUILTIN if name not in references]
     if not references:
         raise click.UsageError("name a MECHANISM (e.g. BD or my_module:MyMechanism) or pass --all")
+    if not stages or set(stages) - set("abcd"):
+        raise click.BadParameter(f"stages={stages!r} must be letters from 'abcd'", param_hint="--stages")
     results = []
     for reference in references:
         try:
-            results.append(verify_mechanism(reference, examples=examples, seed=seed, max_length=max_length))
+            results.append(verify_mechanism(reference, examples=examples, seed=seed, max_length=max_length, profile=profile, stages=stages))
         except InvalidArgument as exc:
             raise click.BadParameter(str(exc), param_hint="MECHANISM") from exc
     if as_json:
-        click.echo(json.dumps({"version": 1, "results": [r.to_json() for r in results]}, indent=2))
+        click.echo(json.dumps({"version": 1, "profile": profile, "results": [r.to_json() for r in results]}, indent=2))
     else:
         _print_table(results)
-    sys.exit(EXIT_OK if all(r.passed for r in results) else EXIT_VIOLATION)
+    if junit_xml is not None:
+        junit_xml.write_text(_junit(results), encoding="utf-8")
+    verdicts = {r.verdict for r in results}
+    sys.exit(EXIT_VIOLATION if "fail" in verdicts else EXIT_INCONCLUSIVE if "inconclusive" in verdicts else EXIT_OK)
 
 
 def _print_table(results: list[VerifyResult]) -> None:
-    header = f"{'mechanism':<14} {'examples':>8} {'runs':>6} {'worst window / ε':>17}  verdict"
+    header = f"{'mechanism':<22} {'examples':>8} {'runs':>6} {'worst window / ε':>17}  {'replay':<7} {'secret':<7} {'proof':<12} {'audit':<12} verdict"
     click.echo(header)
     click.echo("-" * len(header))
     for r in results:
-        verdict = "pass" if r.passed else "FAIL"
-        click.echo(f"{r.mechanism:<14} {r.examples:>8} {r.runs:>6} {r.worst_ratio:>17.6f}  {verdict}")
+        by_stage = {stage.stage: stage.verdict for stage in r.stages}
+        cells = [by_stage.get(name, "-") for name in ("ledger replay", "secret access", "proof", "statistical audit")]
+        click.echo(f"{r.mechanism:<22} {r.examples:>8} {r.runs:>6} {r.worst_ratio:>17.6f}  {cells[0]:<7} {cells[1]:<7} {cells[2]:<12} {cells[3]:<12} {r.verdict.upper() if r.verdict != 'pass' else 'pass'}")
     for r in results:
+        for stage in r.stages:
+            if stage.verdict != "pass":
+                click.echo(f"\n{r.mechanism} [{stage.stage}] {stage.verdict}: {stage.detail}")
         if r.counterexample is not None:
             ce = r.counterexample
-            click.echo(f"\n{r.mechanism}: {ce.reason}: {ce.detail}")
             click.echo(f"  shrunk case: kind={ce.case.kind} T={ce.case.data.shape[0]} d={ce.case.data.shape[1]} "
                        f"epsilon={ce.case.epsilon!r} w={ce.case.w} runs={ce.case.runs} seed={ce.case.seed}")
             click.echo(f"  reproduce: {ce.call(r.reference)}")
+
+
+def _junit(results: list[VerifyResult]) -> str:
+    from xml.sax.saxutils import quoteattr
+
+    cases = []
+    failures = 0
+    for r in results:
+        for stage in r.stages:
+            name = quoteattr(f"{r.mechanism}: {stage.stage}")
+            if stage.verdict == "pass":
+                cases.append(f"  <testcase classname=\"budgetcheck.verify\" name={name}/>")
+            elif stage.verdict == "fail":
+                failures += 1
+                cases.append(f"  <testcase classname=\"budgetcheck.verify\" name={name}><failure message={quoteattr(stage.detail)}/></testcase>")
+            else:
+                cases.append(f"  <testcase classname=\"budgetcheck.verify\" name={name}><skipped message={quoteattr(stage.verdict + ': ' + stage.detail)}/></testcase>")
+    body = "\n".join(cases)
+    return f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name="budgetcheck verify" tests="{len(cases)}" failures="{failures}">\n{body}\n</testsuite>\n'
+
+
+@main.command()
+@click.argument("mechanism", nargs=-1)
+@click.option("--w-min", default=1, show_default=True, type=click.IntRange(1))
+@click.option("--w-max", default=128, show_default=True, type=click.IntRange(1))
+@click.option("--timeout", "timeout_s", default=60, show_default=True, type=click.IntRange(1), help="Seconds per solver query.")
+@click.option("--json", "as_json", is_flag=True)
+def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as_json: bool) -> None:
+    """Prove with Z3 that each MECHANISM's allocation rule keeps every w-window within a symbolic ε.
+
+    Default: every built-in mechanism. Exit codes: 0 all proved, 1 refuted, 3 unknown/not proved.
+    """
+    from budgetcheck.proving import Verdict, prove_range, replay_refutation, rule_of
+
+    references = list(mechanism)
+    if not references:
+        from mechanisms import BUILTIN
+
+        references = list(BUILTIN)
+    if w_min > w_max:
+        raise click.BadParameter(f"--w-min={w_min} is larger than --w-max={w_max}")
+    rows = []
+    for reference in references:
+        try:
+            target = load_mechanism(reference)
+        except InvalidArgument as exc:
+            raise click.BadParameter(str(exc), param_hint="MECHANISM") from exc
+        rule = rule_of(target)
+        if rule is None:
+            rows.append({"mechanism": target.name, "w": f"{w_min}..{w_max}", "method": "-", "seconds": 0.0, "verdict": "not proved", "detail": "no allocation_rule()"})
+            continue
+        verdict = prove_range(rule, range(w_min, w_max + 1), timeout_ms=timeout_s * 1000)
+        failure = verdict.first_failure
+        detail = ""
+        if failure is not None:
+            detail = f"w={failure.w}: {failure.detail}"
+            if failure.decisions is not None:
+                refusal = replay_refutation(rule, failure.decisions, epsilon=1.0, w=failure.w)
+                bits = "".join("1" if d else "0" for d in failure.decisions)
+                detail += f"; decisions {bits}; " + (f"replay refused by the ledger: {refusal}" if refusal else "replay NOT refused")
+        rows.append({"mechanism": target.name, "w": f"{w_min}..{w_max}", "method": verdict.methods, "seconds": round(verdict.seconds, 3),
+                     "verdict": verdict.verdict.value, "detail": detail})
+    if as_json:
+        click.echo(json.dumps({"version": 1, "results": rows}, indent=2))
+    else:
+        click.echo(f"{'mechanism':<22} {'w range':<10} {'method':<14} {'time':>9}  verdict")
+        for row in rows:
+            click.echo(f"{row['mechanism']:<22} {row['w']:<10} {row['method']:<14} {row['seconds']:>8.1f}s  {row['verdict']}")
+        for row in rows:
+            if row["detail"]:
+                click.echo(f"\n{row['mechanism']}: {row['detail']}")
+    verdicts = {row["verdict"] for row in rows}
+    sys.exit(EXIT_VIOLATION if Verdict.REFUTED.value in verdicts else EXIT_OK if verdicts == {"proved"} else EXIT_INCONCLUSIVE)
 
 
 @main.command()

@@ -227,3 +227,49 @@ def replay_refutation(rule: AllocationRule, decisions: Sequence[bool], *, epsilo
 
 def _negate(term: Any) -> Any:
     return _z3.Z3Ops().negate(term)
+
+
+@attrs.frozen
+class RangeVerdict:
+    """The verdict of a rule over a range of w: proved iff proved for every w."""
+
+    results: tuple[ProofResult, ...]
+
+    @property
+    def verdict(self) -> Verdict:
+        verdicts = {r.verdict for r in self.results}
+        if Verdict.REFUTED in verdicts:
+            return Verdict.REFUTED
+        return Verdict.PROVED if verdicts == {Verdict.PROVED} else Verdict.UNKNOWN
+
+    @property
+    def seconds(self) -> float:
+        return sum(r.seconds for r in self.results)
+
+    @property
+    def first_failure(self) -> ProofResult | None:
+        return next((r for r in self.results if r.verdict is not Verdict.PROVED), None)
+
+    @property
+    def methods(self) -> str:
+        return ", ".join(sorted({r.method.split(",")[0] for r in self.results}))
+
+
+def prove_range(rule: AllocationRule, ws: Sequence[int], *, timeout_ms: int = 60_000, stop_on_failure: bool = True) -> RangeVerdict:
+    """:func:`prove_rule` for every w in ``ws`` (stops at the first non-proof unless told not to)."""
+    results = []
+    for w in ws:
+        result = prove_rule(rule, w, timeout_ms=timeout_ms)
+        results.append(result)
+        if stop_on_failure and result.verdict is not Verdict.PROVED:
+            break
+    return RangeVerdict(results=tuple(results))
+
+
+def rule_of(mechanism: object) -> AllocationRule | None:
+    """The allocation rule a mechanism exposes (``allocation_rule()``), or None if it exposes none."""
+    factory = getattr(mechanism, "allocation_rule", None)
+    if not callable(factory):
+        return None
+    rule = factory()
+    return rule if isinstance(rule, AllocationRule) else None

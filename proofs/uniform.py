@@ -1,0 +1,18 @@
+"""Proof: Uniform keeps every w-window within ε (Kellaris et al. 2014, §3).
+
+Covers: mechanisms.rules.UniformRule (charges share(ε, w) at every t), executed by
+mechanisms.uniform.Uniform.run.
+Invariant: every recent total <= u = share(ε, w); then w·u <= ε.
+Assumptions: see proofs/README.md.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from _common import run
+
+from mechanisms.rules import UniformRule
+
+if __name__ == "__main__":
+    sys.exit(0 if run(UniformRule(), "Uniform") else 1)
