@@ -248,20 +248,22 @@ class RangeVerdict:
 
     @property
     def first_failure(self) -> ProofResult | None:
-        return next((r for r in self.results if r.verdict is not Verdict.PROVED), None)
+        """The refutation if there is one, else the first unknown."""
+        refuted = [r for r in self.results if r.verdict is Verdict.REFUTED]
+        return refuted[0] if refuted else next((r for r in self.results if r.verdict is not Verdict.PROVED), None)
 
     @property
     def methods(self) -> str:
         return ", ".join(sorted({r.method.split(",")[0] for r in self.results}))
 
 
-def prove_range(rule: AllocationRule, ws: Sequence[int], *, timeout_ms: int = 60_000, stop_on_failure: bool = True) -> RangeVerdict:
-    """:func:`prove_rule` for every w in ``ws`` (stops at the first non-proof unless told not to)."""
+def prove_range(rule: AllocationRule, ws: Sequence[int], *, timeout_ms: int = 60_000) -> RangeVerdict:
+    """:func:`prove_rule` for every w in ``ws``, stopping at the first refutation."""
     results = []
     for w in ws:
         result = prove_rule(rule, w, timeout_ms=timeout_ms)
         results.append(result)
-        if stop_on_failure and result.verdict is not Verdict.PROVED:
+        if result.verdict is Verdict.REFUTED:
             break
     return RangeVerdict(results=tuple(results))
 

@@ -1,0 +1,387 @@
+"""A corpus of deliberately broken mechanisms that `budgetcheck verify` must reject."""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+from numpy.typing import NDArray
+
+from budgetcheck import BudgetExceeded, GuardedStream, WindowLedger, rounding
+
+FloatArray = NDArray[np.float64]
+
+
+@attrs.frozen
+class BAAsPublished:
+    """BA as in the published artifact: the last publication (l, ε_l) is never updated.
+
+    Nothing is ever nullified and every publication absorbs up to w shares: (w+1)/2 · ε per window.
+    """
+
+    name: str = "BA-as-published"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        w = ledger.params.w
+        unit = rounding.share(ledger.params.epsilon, 2 * w)
+        last = np.zeros((ledger.runs, stream.dimensions))
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        for secret in stream:
+            t = secret.t
+            dis = ledger.dissimilarity(secret, last, unit)
+            shares = min(t, w)  # l = 0 and one share, forever
+            budget = rounding.mul_down(unit, shares)
+            publish = dis > 1.0 / budget
+            if publish.any():
+                noisy = ledger.laplace(secret, np.where(publish, budget, 0.0))
+                last = np.where(publish[:, None], np.nan_to_num(noisy), last)
+            out[:, t - 1] = last
+        return out
+
+
+@attrs.frozen
+class UniformFullEpsilon:
+    """Spends the whole ε at every timestamp."""
+
+    name: str = "Uniform-full-epsilon"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        for secret in stream:
+            out[:, secret.t - 1] = ledger.laplace(secret, ledger.params.epsilon)
+        return out
+
+
+@attrs.frozen
+class SwallowsRefusals:
+    """Asks for ε at every timestamp and silently repeats the last release when refused."""
+
+    name: str = "swallows-refusals"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        last = np.zeros((ledger.runs, stream.dimensions))
+        for secret in stream:
+            try:
+                last = ledger.laplace(secret, ledger.params.epsilon)
+            except BudgetExceeded:
+                pass
+            out[:, secret.t - 1] = last
+        return out
+
+
+@attrs.frozen
+class ReadsSecret:
+    """Thresholds on the true count directly (a non-private parameter, benchmark M-R4)."""
+
+    name: str = "reads-secret"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        budget = rounding.share(ledger.params.epsilon, ledger.params.w)
+        for secret in stream:
+            if np.max(secret) > 10:  # type: ignore[call-overload]
+                out[:, secret.t - 1] = ledger.laplace(secret, budget)
+        return out
+
+
+@attrs.frozen
+class SecondLedger:
+    """Reads the stream through a private ledger of its own, so its spends never reach the record."""
+
+    name: str = "second-ledger"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        shadow = WindowLedger(ledger.params, runs=ledger.runs, seed=1)
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        budget = rounding.share(ledger.params.epsilon, ledger.params.w)
+        for secret in stream:
+            out[:, secret.t - 1] = shadow.laplace(secret, budget)
+        return out
+
+
+@attrs.frozen
+class FloatUniform:
+    """Uniform with ε/w in round-to-nearest floats: w of them can exceed ε by an ulp (e.g. w = 10)."""
+
+    name: str = "float-uniform"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        budget = ledger.params.epsilon / ledger.params.w
+        for secret in stream:
+            out[:, secret.t - 1] = ledger.laplace(secret, budget)
+        return out
+
+
+
+
+
+# --- mistakes in allocation rules, run by the real mechanism code (caught by proof and replay) ---
+
+from typing import Any  # noqa: E402
+
+from budgetcheck.ops import Ops  # noqa: E402
+from budgetcheck.proving import RuleEnv, State  # noqa: E402
+from mechanisms import BA, BD, Sample, Uniform  # noqa: E402
+from mechanisms.rules import BARule, BDRule, bd_candidate  # noqa: E402
+
+
+@attrs.frozen
+class _BAWithoutNullification(BARule):
+    def publishes(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, Any, Any]:
+        shares = ops.minimum(state[0], env.w)  # absorbs every skipped share, never nullifies
+        return decision != decision, shares, decision  # nullified is always False
+
+
+@attrs.frozen
+class BAWithoutNullification(BA):
+    """BA that absorbs skipped shares but never nullifies the following timestamps."""
+
+    def allocation_rule(self) -> BARule:
+        return _BAWithoutNullification()
+
+
+@attrs.frozen
+class _BAAbsorbsOneMore(BARule):
+    def publishes(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, Any, Any]:
+        to_nullify = state[1] - 1
+        nullified = state[0] <= to_nullify
+        shares = ops.where(nullified, 0, ops.minimum(state[0] - to_nullify, env.w + 1))  # w + 1: off by one
+        return nullified, shares, ops.both(decision, ops.negate(nullified))
+
+    def charges(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, ...]:
+        unit = ops.share(env.epsilon, 2 * env.w)
+        _, shares, publish = self.publishes(ops, env, state, decision)
+        return (unit, ops.where(publish, ops.mul_down(unit, shares, at_most=env.w + 1), 0))
+
+
+@attrs.frozen
+class BAAbsorbsOneMore(BA):
+    """BA whose absorption cap is w + 1 shares instead of w."""
+
+    def allocation_rule(self) -> BARule:
+        return _BAAbsorbsOneMore()
+
+
+@attrs.frozen
+class _BANullifiesOneTooFew(BARule):
+    def publishes(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, Any, Any]:
+        to_nullify = state[1] - 2  # one nullified timestamp too few
+        nullified = state[0] <= to_nullify
+        shares = ops.where(nullified, 0, ops.minimum(state[0] - (state[1] - 1), env.w))
+        return nullified, shares, ops.both(decision, ops.negate(nullified))
+
+
+@attrs.frozen
+class BANullifiesOneTooFew(BA):
+    """BA that nullifies k − 2 instead of k − 1 timestamps after absorbing k − 1 shares."""
+
+    def allocation_rule(self) -> BARule:
+        return _BANullifiesOneTooFew()
+
+
+@attrs.frozen
+class _BDRecyclesEarly(BDRule):
+    def charges(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, ...]:
+        candidate = bd_candidate(ops, ops.share(env.epsilon, 2), state[1:])  # forgets the oldest publication
+        return (ops.share(env.epsilon, 2 * env.w), ops.where(decision, candidate, 0))
+
+
+@attrs.frozen
+class BDRecyclesEarly(BD):
+    """BD whose remaining budget sums only the last w − 2 publications (a window one too short)."""
+
+    def allocation_rule(self) -> BDRule:
+        return _BDRecyclesEarly()
+
+
+# --- mistakes in hand-written mechanisms (caught by ledger replay) ---
+
+
+@attrs.frozen
+class SampleEveryWMinusOne:
+    """Sample with period w − 1: two samples of ε in some windows."""
+
+    name: str = "sample-every-w-1"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        period = max(1, ledger.params.w - 1)
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        last = np.zeros((ledger.runs, stream.dimensions))
+        for secret in stream:
+            if (secret.t - 1) % period == 0:
+                last = ledger.laplace(secret, ledger.params.epsilon)
+            out[:, secret.t - 1] = last
+        return out
+
+
+@attrs.frozen
+class UniformOverWMinusOne:
+    """Uniform with ε/(w − 1) per timestamp."""
+
+    name: str = "uniform-eps-over-w-1"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        budget = rounding.share(ledger.params.epsilon, max(1, ledger.params.w - 1))
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        for secret in stream:
+            out[:, secret.t - 1] = ledger.laplace(secret, budget)
+        return out
+
+
+@attrs.frozen
+class FirstTimestampTwice:
+    """Uniform that also spends a 'warm-up' release of ε/w at t = 1."""
+
+    name: str = "first-timestamp-twice"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        budget = rounding.share(ledger.params.epsilon, ledger.params.w)
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        for secret in stream:
+            if secret.t == 1:
+                ledger.laplace(secret, budget, purpose="warm-up")
+            out[:, secret.t - 1] = ledger.laplace(secret, budget)
+        return out
+
+
+@attrs.frozen
+class RestartedEveryFive:
+    """Uniform-with-recycling whose own window history is reset every 5 timestamps (a restart)."""
+
+    name: str = "restarted-every-5"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        spent: list[float] = []
+        for secret in stream:
+            if (secret.t - 1) % 5 == 0:
+                spent = []  # fresh history after the restart
+            window = spent[-(ledger.params.w - 1) :] if ledger.params.w > 1 else []
+            budget = rounding.sub_down(ledger.params.epsilon, sum(window)) / 2
+            out[:, secret.t - 1] = ledger.laplace(secret, float(budget))
+            spent.append(float(budget))
+        return out
+
+
+@attrs.frozen
+class PerDimensionSample:
+    """Samples dimension j at timestamps t ≡ j (mod w) with ε each: per-dimension windows."""
+
+    name: str = "per-dimension-windows"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        w, d = ledger.params.w, stream.dimensions
+        out = np.zeros((ledger.runs, stream.length, d))
+        last = np.zeros((ledger.runs, d))
+        for secret in stream:
+            for j in range(d):
+                if (secret.t - 1) % w == j % w:
+                    last[:, j] = ledger.measure(lambda v, j=j: v[j], secret, sensitivity=1.0, epsilon=ledger.params.epsilon)
+            out[:, secret.t - 1] = last
+        return out
+
+
+@attrs.frozen
+class SpendsAllThatRemains:
+    """BD-like: spends everything the ledger says remains on the dissimilarity, leaving nothing."""
+
+    name: str = "spends-all-remaining"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        unit = rounding.share(ledger.params.epsilon, 2 * ledger.params.w)
+        last = np.zeros((ledger.runs, stream.dimensions))
+        for secret in stream:
+            ledger.dissimilarity(secret, last, unit)
+            last = ledger.laplace(secret, ledger.remaining(secret.t))
+            out[:, secret.t - 1] = last
+        return out
+
+
+@attrs.frozen
+class HomeMadeWindowOffByOne:
+    """Keeps its own window and sums only the last w − 2 spends before spending what is 'left'."""
+
+    name: str = "home-made-window-off-by-one"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        w, epsilon = ledger.params.w, ledger.params.epsilon
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        spent: list[float] = []
+        for secret in stream:
+            window = spent[-(w - 2) :] if w > 2 else []
+            budget = float(rounding.sub_down(epsilon, sum(window))) * 0.5
+            out[:, secret.t - 1] = ledger.laplace(secret, budget)
+            spent.append(budget)
+        return out
+
+
+@attrs.frozen
+class GreedyTwice:
+    """Spends what remains, then asks for a little more at the same timestamp."""
+
+    name: str = "greedy-twice"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        for secret in stream:
+            out[:, secret.t - 1] = ledger.laplace(secret, ledger.remaining(secret.t))
+            ledger.spend(secret.t, ledger.params.epsilon * 1e-3, purpose="extra")
+        return out
+
+
+# --- wrong sensitivity (caught by the statistical audit) ---
+
+
+@attrs.frozen
+class UniformHalfSensitivity:
+    """Uniform that declares sensitivity 1/2 for a count whose sensitivity is 1."""
+
+    name: str = "uniform-half-sensitivity"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        budget = rounding.share(ledger.params.epsilon, ledger.params.w)
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        for secret in stream:
+            out[:, secret.t - 1] = ledger.laplace(secret, budget, sensitivity=0.5)
+        return out
+
+
+@attrs.frozen
+class MeasureTinySensitivity:
+    """Releases the counts through measure() with a made-up sensitivity of 0.01."""
+
+    name: str = "measure-tiny-sensitivity"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        budget = rounding.share(ledger.params.epsilon, ledger.params.w)
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        for secret in stream:
+            out[:, secret.t - 1] = ledger.measure(lambda v: v, secret, sensitivity=0.01, epsilon=budget)
+        return out
+
+
+# (mutant, the stage that must catch it)
+CORPUS: list[tuple[type, str]] = [
+    (BAAsPublished, "ledger replay"),
+    (UniformFullEpsilon, "ledger replay"),
+    (SwallowsRefusals, "ledger replay"),
+    (ReadsSecret, "secret access"),
+    (SecondLedger, "secret access"),
+    (FloatUniform, "ledger replay"),
+    (BAWithoutNullification, "proof"),
+    (BAAbsorbsOneMore, "proof"),
+    (BDRecyclesEarly, "proof"),
+    (BANullifiesOneTooFew, "proof"),
+    (SampleEveryWMinusOne, "ledger replay"),
+    (UniformOverWMinusOne, "ledger replay"),
+    (FirstTimestampTwice, "ledger replay"),
+    (RestartedEveryFive, "ledger replay"),
+    (PerDimensionSample, "ledger replay"),
+    (SpendsAllThatRemains, "ledger replay"),
+    (HomeMadeWindowOffByOne, "ledger replay"),
+    (GreedyTwice, "ledger replay"),
+    (UniformHalfSensitivity, "statistical audit"),
+    (MeasureTinySensitivity, "statistical audit"),
+]

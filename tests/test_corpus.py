@@ -1,0 +1,27 @@
+"""The broken-mechanism corpus: verify rejects every mutant at the stage named, and no built-in."""
+
+from __future__ import annotations
+
+import pytest
+
+from budgetcheck import verify_mechanism
+from broken.mutants import CORPUS
+from mechanisms import BUILTIN
+
+
+def test_corpus_is_large_enough() -> None:
+    assert len(CORPUS) >= 20
+
+
+@pytest.mark.parametrize(("mutant", "stage"), CORPUS, ids=[m.__name__ for m, _ in CORPUS])
+def test_every_mutant_is_rejected_at_its_stage(mutant: type, stage: str) -> None:
+    result = verify_mechanism(f"broken.mutants:{mutant.__name__}", examples=60)
+    assert result.verdict == "fail", [s.to_json() for s in result.stages]
+    failed = {s.stage for s in result.stages if s.verdict == "fail"}
+    assert stage in failed, [s.to_json() for s in result.stages]
+
+
+@pytest.mark.parametrize("name", list(BUILTIN))
+def test_no_false_alarm_on_builtins(name: str) -> None:
+    result = verify_mechanism(name, examples=60)
+    assert result.verdict == "pass", [s.to_json() for s in result.stages]
