@@ -157,3 +157,17 @@ def test_mechanisms_lists_the_builtins(runner: CliRunner) -> None:
     result = runner.invoke(main, ["mechanisms"])
     assert result.exit_code == 0
     assert [line.split()[0] for line in result.output.splitlines()] == ["Uniform", "Sample", "BD", "BA"]
+
+
+def test_verify_report_png_and_html(runner: CliRunner, tmp_path: Path) -> None:
+    """The picture of the worst run is written (PNG signature) and an HTML page embeds it."""
+    png = tmp_path / "report.png"
+    failing = runner.invoke(main, ["verify", "broken.mutants:BAAsPublished", "--stages", "ab", "--report", str(png)])
+    assert failing.exit_code == 1
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    page = tmp_path / "report.html"
+    passing = runner.invoke(main, ["verify", "BA", "--stages", "ab", "--examples", "20", "--report", str(page)])
+    assert passing.exit_code == 0, passing.output
+    assert "data:image/png;base64," in page.read_text()
+    both = runner.invoke(main, ["verify", "BA", "BD", "--stages", "a", "--report", str(png)])
+    assert both.exit_code == 2 and "one mechanism" in both.output

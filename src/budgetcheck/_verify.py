@@ -67,6 +67,7 @@ class VerifyResult:
     worst_ratio: float
     counterexample: Counterexample | None
     stages: tuple[StageResult, ...] = ()
+    worst_case: VerificationCase | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def passed(self) -> bool:
@@ -203,6 +204,7 @@ def verify_mechanism(
         worst_ratio=replay.worst_ratio if replay else 0.0,
         counterexample=counterexample,
         stages=tuple(results),
+        worst_case=replay.worst_case if replay else None,
     )
 
 
@@ -246,6 +248,7 @@ class _Replay:
     runs: int
     worst_ratio: float
     counterexample: Counterexample | None
+    worst_case: VerificationCase | None = None
 
 
 def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Replay:
@@ -253,13 +256,17 @@ def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Re
     mechanism = load_mechanism(reference)
     tally = {"examples": 0, "runs": 0}
     worst = [Fraction(0)]
+    worst_case: list[VerificationCase] = []
     failures: list[Counterexample] = []
 
     def check(case: VerificationCase) -> None:
         tally["examples"] += 1
         tally["runs"] += case.runs
+        before = worst[0]
         try:
             _check_case(mechanism, case, worst)
+            if worst[0] > before or not worst_case:
+                worst_case[:] = [case]
         except _Violation as violation:
             failures.append(Counterexample(reason=violation.reason, detail=violation.detail, case=case))
             raise
@@ -279,7 +286,13 @@ def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Re
     except _Violation:
         pass
     counterexample = failures[-1] if failures else None  # Hypothesis replays the minimal case last
-    return _Replay(examples=tally["examples"], runs=tally["runs"], worst_ratio=float(worst[0]), counterexample=counterexample)
+    return _Replay(
+        examples=tally["examples"],
+        runs=tally["runs"],
+        worst_ratio=float(worst[0]),
+        counterexample=counterexample,
+        worst_case=worst_case[0] if worst_case else None,
+    )
 
 
 def _check_case(mechanism: StreamMechanism, case: VerificationCase, worst: list[Fraction]) -> None:

@@ -41,29 +41,6 @@ def disj(terms: Sequence[Any]) -> Any:
     return z3.Or(*terms) if terms else z3.BoolVal(False)
 
 
-def specialise(terms: Sequence[Any], case: Any) -> list[Any]:
-    """Terms under a case: equalities ``x == value`` (alone or in a conjunction) are substituted."""
-    parts = list(case.children()) if z3.is_and(case) else [case]
-    pairs = []
-    rest = []
-    for part in parts:
-        if z3.is_eq(part) and z3.is_const(part.arg(0)) and _is_value(part.arg(1)):
-            pairs.append((part.arg(0), part.arg(1)))
-        elif z3.is_const(part) and z3.is_bool(part) and not z3.is_true(part) and not z3.is_false(part):
-            pairs.append((part, z3.BoolVal(True)))
-        elif z3.is_not(part) and z3.is_const(part.arg(0)):
-            pairs.append((part.arg(0), z3.BoolVal(False)))
-        else:
-            rest.append(part)
-    if not pairs:
-        return [*terms, case]
-    return [z3.simplify(z3.substitute(t, *pairs)) for t in terms] + rest
-
-
-def _is_value(term: Any) -> bool:
-    return bool(z3.is_int_value(term) or z3.is_rational_value(term) or z3.is_true(term) or z3.is_false(term))
-
-
 def implies(a: Any, b: Any) -> Any:
     return z3.Implies(a, b)
 
@@ -141,8 +118,12 @@ class Z3Ops:
 
     def mul_down(self, value: Any, count: Any, at_most: int | None = None) -> Any:
         if at_most is not None and z3.is_expr(count) and not z3.is_int_value(count):
-            # value · count as Σ_{c=1..at_most} [count >= c] · value: linear in value.
-            return z3.Sum([z3.If(count >= c, value, z3.RealVal(0)) for c in range(1, at_most + 1)]) if at_most else z3.RealVal(0)
+            # value · count for an integer 0 <= count <= at_most, kept linear: count is written in
+            # binary with fresh bits b_i (count == Σ b_i 2^i) and the product is Σ b_i · 2^i · value.
+            index = len(self.assumptions)
+            bits = [z3.Bool(f"bit{index}_{i}") for i in range(max(1, at_most.bit_length()))]
+            self.assumptions.append(count == z3.Sum([z3.If(b, 2**i, 0) for i, b in enumerate(bits)]))
+            return z3.Sum([z3.If(b, value * (2**i), z3.RealVal(0)) for i, b in enumerate(bits)])
         return value * z3.ToReal(count) if z3.is_int(count) else value * count
 
     def share(self, total: Any, parts: int) -> Any:

@@ -43,6 +43,8 @@ def main() -> None:
 @click.option("--max-length", default=60, show_default=True, type=click.IntRange(1), help="Longest generated stream.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report instead of the table.")
 @click.option("--junit-xml", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write a JUnit XML report.")
+@click.option("--report", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Plot the window sums of the worst run found against ε (PNG, or HTML for .html); one mechanism only.")
 def verify(
     mechanism: tuple[str, ...],
     verify_all: bool,
@@ -53,6 +55,7 @@ def verify(
     max_length: int,
     as_json: bool,
     junit_xml: Path | None,
+    report: Path | None,
 ) -> None:
     """Check that MECHANISM (a built-in name such as BD, or module:attr) never overspends.
 
@@ -82,6 +85,15 @@ def verify(
         _print_table(results)
     if junit_xml is not None:
         junit_xml.write_text(_junit(results), encoding="utf-8")
+    if report is not None:
+        if len(results) != 1:
+            raise click.BadParameter("--report plots one mechanism; name exactly one", param_hint="--report")
+        case = results[0].counterexample.case if results[0].counterexample else results[0].worst_case
+        if case is None:
+            raise click.BadParameter("--report needs stage a (ledger replay) in --stages", param_hint="--report")
+        from budgetcheck._report import write_report
+
+        write_report(results[0], case, report)
     verdicts = {r.verdict for r in results}
     sys.exit(EXIT_VIOLATION if "fail" in verdicts else EXIT_INCONCLUSIVE if "inconclusive" in verdicts else EXIT_OK)
 

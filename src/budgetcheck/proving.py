@@ -44,10 +44,6 @@ from budgetcheck.ops import FLOAT, Ops
 State = tuple[Any, ...]
 
 
-Z3_CASES = _z3.Z3Ops()
-"""Z3 connectives for writing ``cases`` (e.g. ``Z3_CASES.all_of([a == 1, decision])``)."""
-
-
 def symbol_real(name: str) -> Any:
     """A fresh real-valued Z3 variable (for ``AllocationRule.arbitrary``)."""
     return _z3.real(name)
@@ -95,9 +91,6 @@ class AllocationRule(Protocol):
     def invariant(self, ops: Ops, env: RuleEnv, state: State, recent: Sequence[Any]) -> Any:
         """The strengthened invariant (a Boolean term)."""
         ...
-
-    # Optional: ``cases(env, state, decision)`` returning Boolean terms that split the induction step into
-    # easier queries (their disjunction must cover the invariant; the prover checks that).
 
 
 class Verdict(enum.Enum):
@@ -149,23 +142,12 @@ def prove_rule(rule: AllocationRule, w: int, *, timeout_ms: int = 60_000, bmc_st
     shifted = [*recent[1:], total] if w > 1 else []
     preserved = rule.invariant(ops, env, following, shifted)
     goals = [_negate(safe), _negate(preserved)]  # two easier queries than one disjunction
-    splitter = getattr(rule, "cases", None)
-    cases = list(splitter(env, state, decision)) if callable(splitter) else []
     context = [*base, *ops.assumptions, hypothesis, *step]
-    if cases:
-        # The cases must cover every state of the invariant; then each is checked on its own.
-        answer, _ = _z3.check([*context, _negate(_z3.disj(cases))], timeout_ms=timeout_ms)
-        for case in cases:
-            for goal in goals:
-                if answer is _z3.Answer.UNSAT:
-                    answer, _ = _z3.check(_z3.specialise([*context, goal], case), timeout_ms=timeout_ms)
-        method = f"1-induction, {len(cases)} cases"
-    else:
-        answer = _z3.Answer.UNSAT
-        for goal in goals:
-            if answer is _z3.Answer.UNSAT:
-                answer, _ = _z3.check([*context, goal], timeout_ms=timeout_ms)
-        method = "1-induction"
+    answer = _z3.Answer.UNSAT
+    for goal in goals:
+        if answer is _z3.Answer.UNSAT:
+            answer, _ = _z3.check([*context, goal], timeout_ms=timeout_ms)
+    method = "1-induction"
     if answer is _z3.Answer.UNSAT:
         return ProofResult(w=w, verdict=Verdict.PROVED, method=method, seconds=time.perf_counter() - start)
     reason = "invariant not inductive" if answer is _z3.Answer.SAT else "consecution: solver unknown"

@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from budgetcheck.ops import Ops
-from budgetcheck.proving import Z3_CASES, RuleEnv, State, symbol_int, symbol_real
+from budgetcheck.proving import RuleEnv, State, symbol_int, symbol_real
 
 
 def bd_candidate(ops: Ops, half_epsilon: Any, recent_publications: Sequence[Any]) -> Any:
@@ -135,7 +135,7 @@ class BARule:
     virtual publication at l = 0 with one share: (1, 1, 0, ...). Invariant (Kellaris Theorem 5,
     made inductive): 1 <= k <= w, 1 <= a <= 2w, 0 <= S_1 <= S_2 <= ...; S_m = 0 if m < a and
     S_m <= u·(m − a + k) otherwise; S_{w−1} <= u·w; the recent total at age m is at most
-    u + S_m − S_{m−1}.
+    u + S_m − S_{m−1}. Products u·k stay linear in Z3 through ``mul_down(..., at_most=...)``.
     """
 
     dissimilarity_when_nullified: bool = True
@@ -150,11 +150,6 @@ class BARule:
             symbol_int(f"{tag}_k"),
             *(symbol_real(f"{tag}_S{m}") for m in range(1, env.w)),
         )
-
-    def cases(self, env: RuleEnv, state: State, decision: Any) -> list[Any]:
-        """Split the induction step on the age a = 1, ..., 2w and the decision (small linear queries)."""
-        ops = Z3_CASES
-        return [ops.all_of([state[0] == j, d]) for j in range(1, 2 * env.w + 1) for d in (decision, ops.negate(decision))]
 
     def publishes(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, Any, Any]:
         """(nullified, shares, publish) at this timestamp."""
