@@ -1,12 +1,12 @@
 """Write your own w-event mechanism against the ledger, expose its rule, then verify and prove it.
 
-EveryKth samples every k-th timestamp (the Uniform-Sample hybrid of Schäler et al. 2022): a window
-of w timestamps holds at most ceil(w/k) sampling points, so each gets ε / ceil(w/k).
+FrontLoaded publishes at every timestamp but front-loads each block of w: ε/2 at the block's first
+timestamp and ε/(2(w − 1)) at the others. Any window of w consecutive timestamps meets exactly one
+block start, so it spends ε/2 + (w − 1)·ε/(2(w − 1)) = ε.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,14 +21,19 @@ from budgetcheck.proving import RuleEnv, State, symbol_int
 
 
 @attrs.frozen
-class EveryKthRule:
-    """The allocation rule, written once over ``Ops``: state c = (t − 1) mod k for the next t.
+class FrontLoadedRule:
+    """The allocation rule, written once over ``Ops``: state c = (t − 1) mod w for the next t.
 
-    Invariant: 0 <= c < k; a recent timestamp of age a spent at most u if a ≡ c (mod k), else 0.
+    Invariant: 0 <= c < w; the recent timestamp of age c (the block start) spent at most ε/2,
+    every other recent timestamp at most ε/(2(w − 1)).
     """
 
-    k: int
     purposes: tuple[str, ...] = ("publication",)
+
+    def budgets(self, ops: Ops, env: RuleEnv) -> tuple[Any, Any]:
+        if env.w == 1:
+            return ops.share(env.epsilon, 1), 0
+        return ops.share(env.epsilon, 2), ops.share(env.epsilon, 2 * (env.w - 1))
 
     def initial(self, ops: Ops, env: RuleEnv) -> State:
         return (0,)
@@ -37,53 +42,48 @@ class EveryKthRule:
         return (symbol_int(f"{tag}_c"),)
 
     def charges(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, ...]:
-        unit = ops.share(env.epsilon, math.ceil(env.w / self.k))
-        return (ops.where(state[0] == 0, unit, 0),)
+        start, rest = self.budgets(ops, env)
+        return (ops.where(state[0] == 0, start, rest),)
 
     def advance(self, ops: Ops, env: RuleEnv, state: State, decision: Any, spent: tuple[Any, ...]) -> State:
-        return (ops.where(state[0] == self.k - 1, 0, state[0] + 1),)
+        return (ops.where(state[0] == env.w - 1, 0, state[0] + 1),)
 
     def invariant(self, ops: Ops, env: RuleEnv, state: State, recent: Sequence[Any]) -> Any:
         (c,) = state
-        unit = ops.share(env.epsilon, math.ceil(env.w / self.k))
-        terms = [c >= 0, c <= self.k - 1]
+        start, rest = self.budgets(ops, env)
+        terms = [c >= 0, c <= env.w - 1]
         for age in range(1, env.w):
-            value = recent[env.w - 1 - age]
-            terms.append(ops.where((age - c) % self.k == 0, value <= unit, value == 0))
+            terms.append(recent[env.w - 1 - age] <= ops.where(c == age, start, rest))
         return ops.all_of(terms)
 
 
 @attrs.frozen
-class EveryKth:
-    k: int = 4
-    name: str = "EveryKth"
+class FrontLoaded:
+    name: str = "FrontLoaded"
 
-    def allocation_rule(self) -> EveryKthRule:
-        return EveryKthRule(self.k)
+    def allocation_rule(self) -> FrontLoadedRule:
+        return FrontLoadedRule()
 
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> NDArray[np.float64]:
         rule, env = self.allocation_rule(), RuleEnv(ledger.params.epsilon, ledger.params.w)
         state = rule.initial(FLOAT, env)
         releases = np.zeros((ledger.runs, stream.length, stream.dimensions))
-        last = np.zeros((ledger.runs, stream.dimensions))
         for secret in stream:  # each secret is opaque: only the ledger can read it, and it charges first
             (budget,) = rule.charges(FLOAT, env, state, True)
-            if budget > 0:
-                last = ledger.laplace(secret, float(budget), purpose="publication")
+            releases[:, secret.t - 1] = ledger.laplace(secret, float(budget), purpose="publication")
             state = rule.advance(FLOAT, env, state, True, (budget,))
-            releases[:, secret.t - 1] = last
         return releases
 
 
 def main() -> None:
     counts = 100 + 50 * np.sin(np.arange(200) / 10)[:, None] * np.ones((1, 3))
-    execution = budgetcheck.execute(EveryKth(), counts, epsilon=1.0, w=20, runs=10, seed=42)
+    execution = budgetcheck.execute(FrontLoaded(), counts, epsilon=1.0, w=20, runs=10, seed=42)
     mae = float(np.abs(execution.releases - counts).mean())
     report = budgetcheck.audit_windows(execution.ledger.records, epsilon=1.0, w=20, runs=10)
-    print(f"EveryKth: MAE {mae:.2f}, worst window {float(report.worst_ratio):.4f} of epsilon, audit ok={report.ok}")
+    print(f"FrontLoaded: MAE {mae:.2f}, worst window {float(report.worst_ratio):.4f} of epsilon, audit ok={report.ok}")
     assert report.ok
 
-    result = budgetcheck.verify_mechanism("own_mechanism:EveryKth", examples=50)
+    result = budgetcheck.verify_mechanism("own_mechanism:FrontLoaded", examples=50)
     for stage in result.stages:
         print(f"verify [{stage.stage}] {stage.verdict}: {stage.detail}")
     assert result.passed

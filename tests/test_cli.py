@@ -24,8 +24,8 @@ def test_verify_all_passes_the_builtins(runner: CliRunner) -> None:
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0].split() == ["mechanism", "examples", "runs", "worst", "window", "/", "ε", "replay", "secret", "proof", "audit", "verdict"]
-    assert [line.split()[0] for line in lines[2:6]] == ["Uniform", "Sample", "BD", "BA"]
-    assert all(line.split()[-1] == "pass" for line in lines[2:6])
+    assert [line.split()[0] for line in lines[2:7]] == ["Uniform", "Sample", "BD", "BA", "Hybrid"]
+    assert all(line.split()[-1] == "pass" for line in lines[2:7])
 
 
 def test_verify_rejects_a_broken_mechanism_with_a_reproducible_call(runner: CliRunner) -> None:
@@ -53,7 +53,7 @@ def test_mechanism_without_rule_is_not_proved_and_exits_3(runner: CliRunner) -> 
 def test_prove_table_and_refutation(runner: CliRunner) -> None:
     result = runner.invoke(main, ["prove", "--w-max", "6"])
     assert result.exit_code == 0, result.output
-    assert [line.split()[0] for line in result.output.splitlines()[1:]] == ["Uniform", "Sample", "BD", "BA"]
+    assert [line.split()[0] for line in result.output.splitlines()[1:]] == ["Uniform", "Sample", "BD", "BA", "Hybrid"]
     assert all(line.split()[-1] == "proved" for line in result.output.splitlines()[1:])
     refuted = runner.invoke(main, ["prove", "broken.mutants:BAWithoutNullification", "--w-max", "4"])
     assert refuted.exit_code == 1, refuted.output
@@ -156,7 +156,7 @@ def test_audit_refuses_malformed_logs(runner: CliRunner, tmp_path: Path, content
 def test_mechanisms_lists_the_builtins(runner: CliRunner) -> None:
     result = runner.invoke(main, ["mechanisms"])
     assert result.exit_code == 0
-    assert [line.split()[0] for line in result.output.splitlines()] == ["Uniform", "Sample", "BD", "BA"]
+    assert [line.split()[0] for line in result.output.splitlines()] == ["Uniform", "Sample", "BD", "BA", "Hybrid"]
 
 
 def test_verify_report_png_and_html(runner: CliRunner, tmp_path: Path) -> None:

@@ -256,3 +256,34 @@ class LedgerMachine(RuleBasedStateMachine):
 
 TestLedgerMachine = LedgerMachine.TestCase
 TestLedgerMachine.settings = settings(max_examples=50, stateful_step_count=30, deadline=None)
+
+
+def test_histogram_release_is_charged_the_maximum_over_bins() -> None:
+    """One person, one bin per timestamp: bins released at 0.1, 0.3, 0 cost 0.3 (accounting §2)."""
+    stream = GuardedStream([[10.0, 20.0, 30.0]] * 4)
+    ledger = WindowLedger(WEventParams(1.0, 3), runs=2, seed=3)
+    ledger.bind(stream)
+    out = ledger.laplace_bins(stream.secret(1), [[0.1, 0.3, 0.0], [0.5, 0.0, 0.0]])
+    assert out.shape == (2, 3)
+    assert np.isnan(out[0, 2]) and np.isnan(out[1, 1:]).all() and np.isfinite(out[0, :2]).all()
+    np.testing.assert_array_equal(ledger.records[0].amounts, [0.3, 0.5])
+    assert ledger.records[0].noise_scale is not None and ledger.records[0].noise_scale.shape == (2, 3)
+    # Sampling different bins at different timestamps still adds up per person: 0.3 + 0.3 + 0.5 > 1.
+    ledger.laplace_bins(stream.secret(2), [0.0, 0.0, 0.3])
+    with pytest.raises(BudgetExceeded, match=r"window \[1, 3\]"):
+        ledger.laplace_bins(stream.secret(3), [[0.0, 0.5, 0.0], [0.0, 0.0, 0.2]])
+    header, records = load_lines(list(ledger.jsonl()))
+    assert records[0].noise_scale is not None and records[0].noise_scale[0, 2] == np.inf
+    assert audit_windows(records, epsilon=1.0, w=3, runs=2).ok
+
+
+def test_histogram_release_rejects_bad_budgets() -> None:
+    from budgetcheck import InvalidArgument
+
+    stream = GuardedStream([[1.0, 2.0]])
+    ledger = WindowLedger(WEventParams(1.0, 3), runs=2)
+    with pytest.raises(InvalidArgument, match=r"epsilon has shape \(3,\); expected \(2, 2\) or \(2,\)"):
+        ledger.laplace_bins(stream.secret(1), [0.1, 0.1, 0.1])
+    with pytest.raises(InvalidArgument, match=r"epsilon\[1, 0\]=nan must be a finite number >= 0"):
+        ledger.laplace_bins(stream.secret(1), [[0.1, 0.1], [np.nan, 0.1]])
+    assert ledger.records == ()

@@ -10,12 +10,12 @@ from hypothesis import given, settings
 
 from budgetcheck import StreamMechanism, audit_windows, execute, rounding
 from budgetcheck.strategies import VerificationCase, cases
-from mechanisms import BA, BD, BUILTIN, Sample, Uniform
+from mechanisms import BA, BD, BUILTIN, Hybrid, Sample, Uniform
 from budgetcheck.ops import EXACT, FLOAT
 from budgetcheck.proving import AllocationRule, RuleEnv
 from mechanisms.rules import BARule, BDRule, ba_shares, bd_candidate
 
-ALL = [Uniform(), Sample(), BD(), BA(), BA(dissimilarity_when_nullified=False), BD(filtering=True), BA(filtering=True)]
+ALL = [Uniform(), Sample(), BD(), BA(), BA(dissimilarity_when_nullified=False), BD(filtering=True), BA(filtering=True), Hybrid(), Hybrid(every=5)]
 
 
 @pytest.mark.parametrize("mechanism", ALL, ids=lambda m: f"{m.name}-{m!r}")
@@ -195,3 +195,20 @@ def test_float_rule_matches_exact_rule_on_random_windows() -> None:
         exact = bd_candidate(EXACT, Fraction(0.5), [Fraction(x) for x in row])
         assert Fraction(float(value)) <= exact
         assert float(value) == pytest.approx(float(exact), rel=1e-12)
+
+
+@pytest.mark.parametrize(("every", "w", "expected_budget", "expected_times"), [(1, 4, 0.25, list(range(1, 13))), (4, 4, 1.0, [1, 5, 9]), (2, 5, 1 / 3, [1, 3, 5, 7, 9, 11])])
+def test_hybrid_samples_every_xth_with_epsilon_over_ceil_w_over_x(every: int, w: int, expected_budget: float, expected_times: list[int]) -> None:
+    """x = 1 is Uniform, x = w is Sample; x = 2, w = 5 gets ε/3 (x·ε/w = 2ε/5 would overspend)."""
+    execution = execute(Hybrid(every=every), np.ones((12, 2)), epsilon=1.0, w=w, runs=2, seed=0)
+    assert [r.t for r in execution.ledger.records] == expected_times
+    assert float(execution.ledger.records[0].amounts[0]) == pytest.approx(expected_budget, rel=1e-15)
+    assert float(execution.ledger.records[0].amounts[0]) <= expected_budget
+    assert audit_windows(execution.ledger.records, epsilon=1.0, w=w, runs=2).ok
+
+
+def test_hybrid_rejects_bad_period() -> None:
+    from budgetcheck import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match=r"every=0 must be an integer >= 1"):
+        Hybrid(every=0)

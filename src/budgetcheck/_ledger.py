@@ -24,7 +24,7 @@ from budgetcheck._params import WEventParams
 from budgetcheck._records import LedgerHeader, SpendRecord, dump_lines
 from budgetcheck._secret import Secret, charged, claim, reveal
 from budgetcheck._stream import GuardedStream
-from budgetcheck._validation import check_amounts, check_label, check_positive_int, check_sensitivity
+from budgetcheck._validation import check_amounts, check_bin_amounts, check_label, check_positive_int, check_sensitivity
 
 FloatArray = NDArray[np.float64]
 ObjectArray = NDArray[np.object_]
@@ -134,6 +134,39 @@ class WindowLedger:
         with charged():
             values = reveal(secret)
             return self._noisy(values, amounts, scale)
+
+    def laplace_bins(
+        self,
+        secret: Secret,
+        epsilon: ArrayLike,
+        *,
+        sensitivity: float = 1.0,
+        purpose: str = "publication",
+    ) -> FloatArray:
+        """Release each bin of a histogram with its own budget; charge the maximum over bins.
+
+        ``epsilon`` has shape (runs, d) (or (d,), the same for every run), d = secret.shape[-1].
+        In the one-bin-per-person model a person sits in one bin per timestamp, so releasing bin j
+        at ε_{t,j} costs the person max_j ε_{t,j} at t (accounting rules §2). Bins with ε = 0 are
+        NaN (not released). Returns shape (runs, d).
+        """
+        t = self._secret_t(secret)
+        bins = int(secret.shape[-1]) if secret.shape else 1
+        budgets = check_bin_amounts(epsilon, self._runs, bins)
+        sensitivity = check_sensitivity(sensitivity)
+        purpose = check_label(purpose)
+        amounts = budgets.max(axis=1)
+        scale = rounding.scale_up(sensitivity, budgets)
+        record = SpendRecord(
+            t=t, purpose=purpose, amounts=amounts, sensitivity=sensitivity, noise_scale=scale, sampler=SAMPLER
+        )
+        self._charge(t, amounts, record)
+        with charged():
+            values = np.broadcast_to(reveal(secret), (self._runs, bins))
+            noise = self._rng.laplace(0.0, 1.0, size=(self._runs, bins))
+            out = np.asarray(values + noise * np.where(budgets > 0.0, scale, 0.0), dtype=np.float64)
+        out[budgets == 0.0] = np.nan
+        return out
 
     def dissimilarity(
         self,

@@ -31,8 +31,9 @@ def _readonly_or_none(value: object) -> FloatArray | None:
 class SpendRecord:
     """One charge: at timestamp ``t`` each run r spent ``amounts[r]`` for ``purpose``.
 
-    ``sensitivity`` and ``noise_scale`` (per run, inf where the run spent nothing) are set when the
-    charge paid for a Laplace release; ``sampler`` names the noise source.
+    ``sensitivity`` and ``noise_scale`` (per run, or per run and bin for ``laplace_bins``; inf where
+    nothing was released) are set when the charge paid for a Laplace release; ``sampler`` names the
+    noise source.
     """
 
     t: int
@@ -49,9 +50,7 @@ class SpendRecord:
             "purpose": self.purpose,
             "amounts": [float(a) for a in self.amounts],
             "sensitivity": self.sensitivity,
-            "noise_scale": None
-            if self.noise_scale is None
-            else [float(s) if np.isfinite(s) else None for s in self.noise_scale],
+            "noise_scale": None if self.noise_scale is None else _finite_or_none(self.noise_scale),
             "sampler": self.sampler,
         }
 
@@ -106,7 +105,7 @@ def load_lines(lines: Iterable[str]) -> tuple[LedgerHeader, list[SpendRecord]]:
                 purpose=str(raw["purpose"]),
                 amounts=[float(a) for a in raw["amounts"]],
                 sensitivity=None if raw.get("sensitivity") is None else float(raw["sensitivity"]),
-                noise_scale=None if scales is None else [np.inf if s is None else float(s) for s in scales],
+                noise_scale=None if scales is None else _none_to_inf(scales),
                 sampler=raw.get("sampler"),
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -115,6 +114,19 @@ def load_lines(lines: Iterable[str]) -> tuple[LedgerHeader, list[SpendRecord]]:
             raise InvalidArgument(f"line {number}: {record.amounts.size} amounts, header says runs={header.runs}")
         records.append(record)
     return header, records
+
+
+def _finite_or_none(values: FloatArray) -> Any:
+    """Nested lists of floats with None where the value is infinite (JSON has no inf)."""
+    if values.ndim == 0:
+        return float(values) if np.isfinite(values) else None
+    return [_finite_or_none(v) for v in values]
+
+
+def _none_to_inf(values: Any) -> Any:
+    if isinstance(values, list):
+        return [_none_to_inf(v) for v in values]
+    return np.inf if values is None else float(values)
 
 
 def _parse(line: str, number: int) -> dict[str, Any]:

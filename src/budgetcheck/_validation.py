@@ -64,6 +64,24 @@ def check_amounts(value: object, runs: int, name: str = "epsilon") -> FloatArray
     return arr
 
 
+def check_bin_amounts(value: object, runs: int, bins: int, name: str = "epsilon") -> FloatArray:
+    """Per-run, per-bin budgets: shape (runs, bins) or (bins,), each finite and >= 0 (read-only)."""
+    try:
+        arr = np.array(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"{name}={value!r} must be an array of finite numbers >= 0") from exc
+    if arr.shape == (bins,):
+        arr = np.broadcast_to(arr, (runs, bins)).copy()
+    if arr.shape != (runs, bins):
+        raise InvalidArgument(f"{name} has shape {arr.shape}; expected ({runs}, {bins}) or ({bins},)")
+    bad = ~np.isfinite(arr) | (arr < 0.0)
+    if bad.any():
+        run, index = (int(i) for i in np.argwhere(bad)[0])
+        raise InvalidArgument(f"{name}[{run}, {index}]={float(arr[run, index])!r} must be a finite number >= 0")
+    arr.setflags(write=False)
+    return arr
+
+
 def check_sensitivity(value: object, name: str = "sensitivity") -> float:
     """A query sensitivity: finite and > 0."""
     return check_epsilon(value, name)

@@ -12,6 +12,8 @@ import numpy as np
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
+from budgetcheck._params import WEventParams
+
 FloatArray = NDArray[np.float64]
 
 EPSILONS = (0.1, 0.3, 0.5, 0.7, 0.9, 1.0, 1 / 3, 0.1 + 0.2, 2.0**-10, 7.0)
@@ -61,12 +63,18 @@ def streams(draw: st.DrawFn, *, max_length: int = 60, max_dimensions: int = 64) 
     return kind, np.asarray(data, dtype=np.float64)
 
 
+def privacy_parameters(*, max_w: int = 40) -> st.SearchStrategy[WEventParams]:
+    """Valid (ε, w): ε from the ulp-unfriendly values and a float range, w from 1 to max_w."""
+    epsilon = st.one_of(st.sampled_from(EPSILONS), st.floats(1e-3, 10.0))
+    w = st.one_of(st.integers(1, 4), st.integers(1, max_w))
+    return st.builds(WEventParams, epsilon=epsilon, w=w)
+
+
 @st.composite
 def cases(draw: st.DrawFn, *, max_length: int = 60, max_w: int = 40, max_runs: int = 4) -> VerificationCase:
     """A whole verification input: stream, ε (ulp-unfriendly values included), w, runs, seed."""
     kind, data = draw(streams(max_length=max_length))
-    epsilon = draw(st.one_of(st.sampled_from(EPSILONS), st.floats(1e-3, 10.0)))
-    w = draw(st.one_of(st.integers(1, 4), st.integers(1, max_w)))
+    params = draw(privacy_parameters(max_w=max_w))
     runs = draw(st.integers(1, max_runs))
     seed = draw(st.integers(0, 2**32 - 1))
-    return VerificationCase(kind=kind, data=data, epsilon=epsilon, w=w, runs=runs, seed=seed)
+    return VerificationCase(kind=kind, data=data, epsilon=params.epsilon, w=params.w, runs=runs, seed=seed)

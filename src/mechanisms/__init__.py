@@ -7,6 +7,7 @@ from collections.abc import Callable
 from budgetcheck import StreamMechanism
 from mechanisms.ba import BA as BA
 from mechanisms.bd import BD as BD
+from mechanisms.hybrid import Hybrid as Hybrid
 from mechanisms.sample import Sample as Sample
 from mechanisms.uniform import Uniform as Uniform
 
@@ -15,6 +16,7 @@ BUILTIN: dict[str, Callable[[], StreamMechanism]] = {
     "Sample": Sample,
     "BD": BD,
     "BA": BA,
+    "Hybrid": Hybrid,
 }
 
-__all__ = ["BA", "BD", "BUILTIN", "Sample", "Uniform"]
+__all__ = ["BA", "BD", "BUILTIN", "Hybrid", "Sample", "Uniform"]

@@ -186,3 +186,41 @@ class BARule:
             previous = current
         terms.append(previous <= ops.mul_down(unit, w))
         return ops.all_of(terms)
+
+
+@attrs.frozen
+class PeriodicRule:
+    """The Uniform–Sample hybrid: share(ε, ceil(w/x)) at every x-th timestamp (Schäler et al. 2022).
+
+    A window of w timestamps holds at most ceil(w/x) sampling points. (The benchmark states x·ε/w,
+    which equals this when x divides w and overspends otherwise, e.g. w = 5, x = 2: 6ε/5.)
+    State: c = (t − 1) mod x for the next t. Invariant: 0 <= c < x; a recent timestamp of age a
+    spent at most the share if a ≡ c (mod x), else nothing.
+    """
+
+    every: int
+    purposes: tuple[str, ...] = ("publication",)
+
+    def share(self, ops: Ops, env: RuleEnv) -> Any:
+        return ops.share(env.epsilon, -(-env.w // self.every))
+
+    def initial(self, ops: Ops, env: RuleEnv) -> State:
+        return (0,)
+
+    def arbitrary(self, env: RuleEnv, tag: str) -> State:
+        return (symbol_int(f"{tag}_c"),)
+
+    def charges(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, ...]:
+        return (ops.where(state[0] == 0, self.share(ops, env), 0),)
+
+    def advance(self, ops: Ops, env: RuleEnv, state: State, decision: Any, spent: tuple[Any, ...]) -> State:
+        return (ops.where(state[0] == self.every - 1, 0, state[0] + 1),)
+
+    def invariant(self, ops: Ops, env: RuleEnv, state: State, recent: Sequence[Any]) -> Any:
+        (c,) = state
+        unit = self.share(ops, env)
+        terms = [c >= 0, c <= self.every - 1]
+        for age in range(1, env.w):
+            value = recent[env.w - 1 - age]
+            terms.append(ops.where((age - c) % self.every == 0, value <= unit, value == 0))
+        return ops.all_of(terms)
