@@ -7,9 +7,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, WindowLedger
-from budgetcheck.ops import FLOAT
-from budgetcheck.proving import RuleEnv
-from mechanisms._common import empty_releases, filtered
+from mechanisms._common import run_dissimilarity_framework
 from mechanisms.rules import BARule
 
 
@@ -38,27 +36,4 @@ class BA:
         return BARule(dissimilarity_when_nullified=self.dissimilarity_when_nullified)
 
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> NDArray[np.float64]:
-        rule, env = self.allocation_rule(), RuleEnv(ledger.params.epsilon, ledger.params.w)
-        runs = ledger.runs
-        initial = rule.initial(FLOAT, env)
-        state = tuple(np.full(runs, value) for value in initial)  # ints stay int64, budgets float64
-        wants = np.full(runs, True)
-        last = np.zeros((runs, stream.dimensions))
-        releases = empty_releases(runs, stream.length, stream.dimensions)
-        for secret in stream:
-            dissimilarity_budget, candidate = rule.charges(FLOAT, env, state, wants)
-            dissimilarity_budget = np.broadcast_to(dissimilarity_budget, (runs,))
-            if (dissimilarity_budget > 0).any():
-                dis = ledger.dissimilarity(secret, last, dissimilarity_budget)
-            else:
-                dis = np.full(runs, np.nan)
-            with np.errstate(divide="ignore"):
-                threshold = 1.0 / candidate
-            decision = (candidate > 0.0) & (dis > threshold)
-            spent = np.where(decision, candidate, 0.0)
-            if decision.any():
-                noisy = ledger.laplace(secret, spent, purpose="publication")
-                last = np.where(decision[:, None], filtered(np.nan_to_num(noisy), self.filtering), last)
-            state = rule.advance(FLOAT, env, state, decision, (dissimilarity_budget, spent))
-            releases[:, secret.t - 1] = last
-        return releases
+        return run_dissimilarity_framework(self.allocation_rule(), stream, ledger, self.filtering)

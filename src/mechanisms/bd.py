@@ -7,9 +7,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, WindowLedger
-from budgetcheck.ops import FLOAT
-from budgetcheck.proving import RuleEnv
-from mechanisms._common import empty_releases, filtered
+from mechanisms._common import run_dissimilarity_framework
 from mechanisms.rules import BDRule
 
 
@@ -34,21 +32,4 @@ class BD:
         return BDRule()
 
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> NDArray[np.float64]:
-        rule, env = self.allocation_rule(), RuleEnv(ledger.params.epsilon, ledger.params.w)
-        runs = ledger.runs
-        state = rule.initial(FLOAT, env)
-        last = np.zeros((runs, stream.dimensions))
-        releases = empty_releases(runs, stream.length, stream.dimensions)
-        for secret in stream:
-            dissimilarity_budget, candidate = rule.charges(FLOAT, env, state, np.full(runs, True))
-            dis = ledger.dissimilarity(secret, last, dissimilarity_budget)
-            with np.errstate(divide="ignore"):
-                threshold = 1.0 / candidate
-            publish = (candidate > 0.0) & (dis > threshold)
-            spent = np.where(publish, candidate, 0.0)
-            if publish.any():
-                noisy = ledger.laplace(secret, spent, purpose="publication")
-                last = np.where(publish[:, None], filtered(np.nan_to_num(noisy), self.filtering), last)
-            state = rule.advance(FLOAT, env, state, publish, (dissimilarity_budget, spent))
-            releases[:, secret.t - 1] = last
-        return releases
+        return run_dissimilarity_framework(self.allocation_rule(), stream, ledger, self.filtering)

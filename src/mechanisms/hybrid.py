@@ -7,9 +7,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, InvalidArgument, WindowLedger
-from budgetcheck.ops import FLOAT
-from budgetcheck.proving import RuleEnv
-from mechanisms._common import empty_releases, filtered
+from mechanisms._common import run_fixed_schedule
 from mechanisms.rules import PeriodicRule
 
 
@@ -34,14 +32,4 @@ class Hybrid:
         return PeriodicRule(self.every)
 
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> NDArray[np.float64]:
-        rule, env = self.allocation_rule(), RuleEnv(ledger.params.epsilon, ledger.params.w)
-        state = rule.initial(FLOAT, env)
-        releases = empty_releases(ledger.runs, stream.length, stream.dimensions)
-        last = np.zeros((ledger.runs, stream.dimensions))
-        for secret in stream:
-            (budget,) = rule.charges(FLOAT, env, state, True)
-            if budget > 0:
-                last = filtered(ledger.laplace(secret, float(budget), purpose="publication"), self.filtering)
-            state = rule.advance(FLOAT, env, state, True, (budget,))
-            releases[:, secret.t - 1] = last
-        return releases
+        return run_fixed_schedule(self.allocation_rule(), stream, ledger, self.filtering)

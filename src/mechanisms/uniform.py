@@ -7,9 +7,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, WindowLedger
-from budgetcheck.ops import FLOAT
-from budgetcheck.proving import RuleEnv
-from mechanisms._common import empty_releases, filtered
+from mechanisms._common import run_fixed_schedule
 from mechanisms.rules import UniformRule
 
 
@@ -24,10 +22,4 @@ class Uniform:
         return UniformRule()
 
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> NDArray[np.float64]:
-        rule, env = self.allocation_rule(), RuleEnv(ledger.params.epsilon, ledger.params.w)
-        releases = empty_releases(ledger.runs, stream.length, stream.dimensions)
-        for secret in stream:
-            (budget,) = rule.charges(FLOAT, env, (), True)
-            noisy = ledger.laplace(secret, budget, purpose="publication")
-            releases[:, secret.t - 1] = filtered(noisy, self.filtering)
-        return releases
+        return run_fixed_schedule(self.allocation_rule(), stream, ledger, self.filtering)
