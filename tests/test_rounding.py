@@ -74,3 +74,9 @@ def test_laplace_scale_never_undershoots(sensitivity: float, epsilon: float) -> 
     """sensitivity / scale <= ε exactly, so the realised loss is within the charge."""
     scale = float(rounding.scale_up(sensitivity, np.array([epsilon]))[0])
     assert Fraction(sensitivity) / Fraction(scale) <= Fraction(epsilon)
+
+
+@given(st.lists(st.integers(min_value=0, max_value=2**1140), min_size=1, max_size=20))
+def test_units_to_float_down_array_matches_the_scalar_floor(units: list[int]) -> None:
+    arr = np.array(units, dtype=object)
+    assert rounding.units_to_float_down_array(arr).tolist() == [rounding.units_to_float_down(u) for u in units]

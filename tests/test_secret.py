@@ -10,7 +10,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from budgetcheck import GuardedStream, SecretAccess, WEventParams, WindowLedger
+from budgetcheck import GuardedStream, InvalidArgument, SecretAccess, WEventParams, WindowLedger
 from budgetcheck._secret import reveal
 
 
@@ -111,3 +111,23 @@ def test_laplace_and_dissimilarity_are_seeded_and_reproducible() -> None:
     np.testing.assert_array_equal(a[1], b[1])
     assert np.isnan(a[1][1]).all() and np.isfinite(a[1][[0, 2]]).all()
     assert not np.array_equal(run(12)[1][0], a[1][0])
+
+
+def test_measure_with_no_budget_never_runs_fn() -> None:
+    """ε = 0 for every run would read the data for free: refused before fn sees anything."""
+    stream = GuardedStream([[1.0, 2.0]])
+    ledger = WindowLedger(WEventParams(1.0, 1), runs=2)
+    seen: list[object] = []
+    with pytest.raises(InvalidArgument, match="would read the data without paying"):
+        ledger.measure(seen.append, stream.secret(1), sensitivity=1.0, epsilon=0.0)
+    assert seen == [] and ledger.records == ()
+
+
+def test_inside_a_charge_only_the_charged_secret_is_open() -> None:
+    """fn of measure(secret t=1) cannot reveal the (future) data of t=2."""
+    stream = GuardedStream([[1.0], [2.0]])
+    ledger = WindowLedger(WEventParams(1.0, 2))
+    ledger.bind(stream)
+    future = stream.secret(2)
+    with pytest.raises(SecretAccess, match=r"outside a charged ledger operation on Secret\(t=2, shape=\(1,\)\)"):
+        ledger.measure(lambda v: reveal(future), stream.secret(1), sensitivity=1.0, epsilon=0.5)

@@ -22,7 +22,7 @@ from budgetcheck import rounding
 from budgetcheck._errors import BudgetExceeded, InvalidArgument, TimestampOrder
 from budgetcheck._params import WEventParams
 from budgetcheck._records import LedgerHeader, SpendRecord, dump_lines
-from budgetcheck._secret import Secret, charged, claim, reveal
+from budgetcheck._secret import Secret, charged, claim
 from budgetcheck._stream import GuardedStream
 from budgetcheck._validation import check_amounts, check_bin_amounts, check_label, check_positive_int, check_sensitivity
 
@@ -122,17 +122,9 @@ class WindowLedger:
 
         Returns shape (runs, *secret.shape); rows of runs with ε = 0 are NaN (nothing released).
         """
-        t = self._secret_t(secret)
         amounts = check_amounts(epsilon, self._runs)
-        sensitivity = check_sensitivity(sensitivity)
-        purpose = check_label(purpose)
-        scale = rounding.scale_up(sensitivity, amounts)
-        record = SpendRecord(
-            t=t, purpose=purpose, amounts=amounts, sensitivity=sensitivity, noise_scale=scale, sampler=SAMPLER
-        )
-        self._charge(t, amounts, record)
-        with charged():
-            values = reveal(secret)
+        scale = self._reserve(secret, amounts, amounts, check_sensitivity(sensitivity), purpose)
+        with charged(secret) as values:
             return self._noisy(values, amounts, scale)
 
     def laplace_bins(
@@ -150,23 +142,12 @@ class WindowLedger:
         at ε_{t,j} costs the person max_j ε_{t,j} at t (accounting rules §2). Bins with ε = 0 are
         NaN (not released). Returns shape (runs, d).
         """
-        t = self._secret_t(secret)
+        self._check_secret(secret)
         bins = int(secret.shape[-1]) if secret.shape else 1
         budgets = check_bin_amounts(epsilon, self._runs, bins)
-        sensitivity = check_sensitivity(sensitivity)
-        purpose = check_label(purpose)
-        amounts = budgets.max(axis=1)
-        scale = rounding.scale_up(sensitivity, budgets)
-        record = SpendRecord(
-            t=t, purpose=purpose, amounts=amounts, sensitivity=sensitivity, noise_scale=scale, sampler=SAMPLER
-        )
-        self._charge(t, amounts, record)
-        with charged():
-            values = np.broadcast_to(reveal(secret), (self._runs, bins))
-            noise = self._rng.laplace(0.0, 1.0, size=(self._runs, bins))
-            out = np.asarray(values + noise * np.where(budgets > 0.0, scale, 0.0), dtype=np.float64)
-        out[budgets == 0.0] = np.nan
-        return out
+        scale = self._reserve(secret, budgets.max(axis=1), budgets, check_sensitivity(sensitivity), purpose)
+        with charged(secret) as values:
+            return self._noisy(values, budgets, scale)
 
     def dissimilarity(
         self,
@@ -181,22 +162,14 @@ class WindowLedger:
         Kellaris et al. 2014, Figure 2 lines 3-4: sensitivity 1/d, Laplace scale (1/d)/ε. Returns
         shape (runs,); NaN for runs with ε = 0.
         """
-        t = self._secret_t(secret)
+        self._check_secret(secret)
         amounts = check_amounts(epsilon, self._runs)
-        purpose = check_label(purpose)
-        size = int(np.prod(secret.shape))
         last = np.asarray(last_release, dtype=np.float64)
         expected = (self._runs, *secret.shape)
         if last.shape != expected or not np.isfinite(last).all():
             raise InvalidArgument(f"last_release must be finite with shape {expected}, got shape {last.shape}")
-        sensitivity = 1.0 / size
-        scale = rounding.scale_up(sensitivity, amounts)
-        record = SpendRecord(
-            t=t, purpose=purpose, amounts=amounts, sensitivity=sensitivity, noise_scale=scale, sampler=SAMPLER
-        )
-        self._charge(t, amounts, record)
-        with charged():
-            values = reveal(secret)
+        scale = self._reserve(secret, amounts, amounts, 1.0 / int(np.prod(secret.shape)), purpose)
+        with charged(secret) as values:
             distance = np.abs(last - values).reshape(self._runs, -1).mean(axis=1)
             return self._noisy(distance, amounts, scale, per_run=True)
 
@@ -211,22 +184,18 @@ class WindowLedger:
     ) -> FloatArray:
         """Noisy fn(values): the caller vouches that fn has L1 sensitivity ``sensitivity``.
 
-        fn sees a read-only copy of the payload and runs once; its finite result gets Laplace noise
-        of scale sensitivity/ε per run. Returns shape (runs, *fn_output.shape).
+        fn sees a read-only copy of the payload and runs once, and only if some run pays (ε > 0);
+        its finite result gets Laplace noise of scale sensitivity/ε per run. Returns shape
+        (runs, *fn_output.shape).
         """
-        t = self._secret_t(secret)
-        amounts = check_amounts(epsilon, self._runs)
-        sensitivity = check_sensitivity(sensitivity)
-        purpose = check_label(purpose)
         if not callable(fn):
             raise InvalidArgument(f"fn={fn!r} must be callable")
-        scale = rounding.scale_up(sensitivity, amounts)
-        record = SpendRecord(
-            t=t, purpose=purpose, amounts=amounts, sensitivity=sensitivity, noise_scale=scale, sampler=SAMPLER
-        )
-        self._charge(t, amounts, record)
-        with charged():
-            copy = np.array(reveal(secret))
+        amounts = check_amounts(epsilon, self._runs)
+        if not amounts.any():
+            raise InvalidArgument("measure with epsilon=0 for every run would read the data without paying for it")
+        scale = self._reserve(secret, amounts, amounts, check_sensitivity(sensitivity), purpose)
+        with charged(secret) as values:
+            copy = np.array(values)
             copy.setflags(write=False)
             result = np.asarray(fn(copy), dtype=np.float64)
         if not np.isfinite(result).all():
@@ -261,12 +230,29 @@ class WindowLedger:
             raise TimestampOrder(f"t={t} is before the ledger's latest timestamp {self._t}: timestamps never go backwards")
         return t
 
-    def _secret_t(self, secret: object) -> int:
+    def _check_secret(self, secret: object) -> int:
+        """The timestamp of a secret this ledger may read (type, order and stream binding checked)."""
         if not isinstance(secret, Secret):
             raise InvalidArgument(f"secret must be a Secret from a GuardedStream, got {type(secret).__name__}")
         t = self._check_t(secret.t)
         claim(secret, self)
         return t
+
+    def _reserve(
+        self, secret: Secret, amounts: FloatArray, budgets: FloatArray, sensitivity: float, purpose: str
+    ) -> FloatArray:
+        """Charge ``amounts`` at the secret's timestamp for a Laplace release at ``budgets``.
+
+        Returns the noise scales sensitivity/budget, rounded up. Raises before anything is read.
+        """
+        t = self._check_secret(secret)
+        purpose = check_label(purpose)
+        scale = rounding.scale_up(sensitivity, budgets)
+        record = SpendRecord(
+            t=t, purpose=purpose, amounts=amounts, sensitivity=sensitivity, noise_scale=scale, sampler=SAMPLER
+        )
+        self._charge(t, amounts, record)
+        return scale
 
     def _prospective(self, t: int) -> tuple[ObjectArray, int]:
         """The exact window sum at t and how many entries would leave the window (no mutation)."""
@@ -319,13 +305,17 @@ class WindowLedger:
         )
 
     def _noisy(
-        self, values: NDArray[np.float64], amounts: FloatArray, scale: FloatArray, *, per_run: bool = False
+        self, values: NDArray[np.float64], budgets: FloatArray, scale: FloatArray, *, per_run: bool = False
     ) -> FloatArray:
-        shape = (self._runs,) if per_run else (self._runs, *values.shape)
+        """values + Laplace noise for every run (values already per run if ``per_run``); NaN where unpaid.
+
+        ``budgets``/``scale`` have shape (runs,) or (runs, bins). Noise is drawn for every entry, so
+        a run's noise does not depend on what the other runs paid.
+        """
+        shape = values.shape if per_run else (self._runs, *values.shape)
         noise = self._rng.laplace(0.0, 1.0, size=shape)
-        spent = amounts > 0.0
-        finite_scale = np.where(spent, scale, 0.0).reshape((self._runs,) + (1,) * (len(shape) - 1))
-        out = np.asarray(values + noise * finite_scale, dtype=np.float64)
-        if not spent.all():
-            out[~spent] = np.nan
+        extra = (1,) * (len(shape) - budgets.ndim)
+        paid = (budgets > 0.0).reshape(budgets.shape + extra)
+        out = np.asarray(values + noise * np.where(paid, scale.reshape(scale.shape + extra), 0.0), dtype=np.float64)
+        out[np.broadcast_to(~paid, shape)] = np.nan
         return out

@@ -21,7 +21,8 @@ from budgetcheck._errors import SecretAccess
 
 # Keyed by id(): a Secret refuses ==, so it cannot be a dict key itself. Entries die with it.
 _VAULT: dict[int, NDArray[np.float64]] = {}
-_CHARGED_DEPTH = [0]
+# ids of the secrets whose charge has passed and whose values are being read right now.
+_OPEN: list[int] = []
 
 
 def _refuse(secret: Secret, what: str) -> NoReturn:
@@ -161,13 +162,17 @@ class Secret:
 
 
 @contextlib.contextmanager
-def charged() -> Iterator[None]:
-    """Marks the dynamic extent of a charged ledger operation (the only place values are read)."""
-    _CHARGED_DEPTH[0] += 1
+def charged(secret: Secret) -> Iterator[NDArray[np.float64]]:
+    """Open ``secret`` for the extent of a charged ledger operation and yield its payload.
+
+    Only this secret is open: code running inside (e.g. the ``fn`` of ``ledger.measure``) cannot
+    reveal the data of any other timestamp.
+    """
+    _OPEN.append(id(secret))
     try:
-        yield
+        yield _VAULT[id(secret)]
     finally:
-        _CHARGED_DEPTH[0] -= 1
+        _OPEN.pop()
 
 
 def claim(secret: Secret, ledger: object) -> None:
@@ -182,9 +187,9 @@ def claim(secret: Secret, ledger: object) -> None:
 
 
 def reveal(secret: object) -> NDArray[np.float64]:
-    """The payload of a secret; only callable inside :func:`charged` (i.e. after the spend passed)."""
+    """The payload of a secret; only while :func:`charged` has that very secret open."""
     if not isinstance(secret, Secret):
         raise SecretAccess(f"expected a Secret from a GuardedStream, got {type(secret).__name__}")
-    if _CHARGED_DEPTH[0] == 0:
+    if id(secret) not in _OPEN:
         _refuse(secret, "reading the values outside a charged ledger operation")
     return _VAULT[id(secret)]

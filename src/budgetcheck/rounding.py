@@ -9,6 +9,7 @@ of its allocation rule and is never refused for rounding.
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 
@@ -52,8 +53,10 @@ def units_to_float_down(units: int) -> float:
 
 
 def units_to_float_down_array(units: ObjectArray) -> FloatArray:
-    """Elementwise :func:`units_to_float_down`."""
-    return np.array([units_to_float_down(int(u)) for u in units.tolist()], dtype=np.float64)
+    """Elementwise :func:`units_to_float_down` (assumes values >= 0 within the double range)."""
+    nearest = np.asarray(units / _ONE, dtype=np.float64)  # each element: correctly rounded int division
+    too_big = np.asarray(to_units_array(nearest) > units, dtype=bool)
+    return np.asarray(np.where(too_big, np.nextafter(nearest, -np.inf), nearest), dtype=np.float64)
 
 
 def units_to_float_near(units: int) -> float:
@@ -61,6 +64,7 @@ def units_to_float_near(units: int) -> float:
     return units / _ONE
 
 
+@functools.lru_cache(maxsize=4096)
 def share(total: float, parts: int) -> float:
     """The largest double x with parts * x <= total exactly (e.g. Uniform's ε/w)."""
     total_exact = Fraction(total)
