@@ -1,6 +1,6 @@
 """Proof: Sample keeps every w-window within ε (Kellaris et al. 2014, §3).
 
-Covers: mechanisms.rules.SampleRule (ε at t with (t − 1) mod w = 0), executed by
+Covers: mechanisms.rules.PeriodicRule() (period w: ε at t with (t − 1) mod w = 0), executed by
 mechanisms.sample.Sample.run.
 Invariant: with c = (t − 1) mod w for the next t, of the last w − 1 timestamps only the one of
 age c spent anything, and at most ε.
@@ -13,7 +13,7 @@ import sys
 
 from _common import run
 
-from mechanisms.rules import SampleRule
+from mechanisms.rules import PeriodicRule
 
 if __name__ == "__main__":
-    sys.exit(0 if run(SampleRule(), "Sample") else 1)
+    sys.exit(0 if run(PeriodicRule(), "Sample") else 1)

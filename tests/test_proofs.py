@@ -10,7 +10,7 @@ import pytest
 
 from budgetcheck.proving import Verdict, prove_range, prove_rule, replay_refutation
 from broken.mutants import BAWithoutNullification, BDRecyclesEarly
-from mechanisms.rules import BARule, BDRule, SampleRule, UniformRule
+from mechanisms.rules import BARule, BDRule, PeriodicRule
 
 PROOFS = sorted((Path(__file__).resolve().parents[1] / "proofs").glob("[!_]*.py"))
 
@@ -22,7 +22,7 @@ def test_proof_file_proves_small_windows(path: Path) -> None:
     assert "proved for w in 1..6" in completed.stdout
 
 
-@pytest.mark.parametrize("rule", [UniformRule(), SampleRule(), BDRule(), BARule(), BARule(dissimilarity_when_nullified=False)])
+@pytest.mark.parametrize("rule", [PeriodicRule(every=1), PeriodicRule(), PeriodicRule(every=3), BDRule(), BARule(), BARule(dissimilarity_when_nullified=False)])
 def test_builtin_rules_are_proved(rule: object) -> None:
     verdict = prove_range(rule, range(1, 10))  # type: ignore[arg-type]
     assert verdict.verdict is Verdict.PROVED, verdict.first_failure
@@ -50,7 +50,7 @@ def test_correct_rules_replay_without_refusal() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rule", [UniformRule(), SampleRule(), BDRule()])
+@pytest.mark.parametrize("rule", [PeriodicRule(every=1), PeriodicRule(), BDRule()])
 def test_full_range_proofs(rule: object) -> None:
     assert prove_range(rule, range(1, 129)).verdict is Verdict.PROVED  # type: ignore[arg-type]
 

@@ -37,12 +37,13 @@ def write_report(result: VerifyResult, case: VerificationCase, path: Path) -> No
     stream = GuardedStream(case.data)
     ledger.bind(stream)
     refusal: BudgetExceeded | None = None
+    stopped = ""
     try:
         mechanism.run(stream, ledger)
     except BudgetExceeded as exc:
         refusal = exc
-    except SecretAccess:
-        pass
+    except SecretAccess as exc:  # the stage (b) failure; plot what was spent before it
+        stopped = f"; stopped at a secret access: {str(exc).split(':')[0]}"
     runs = [_window_sums(ledger, r, case.w) for r in range(case.runs)]
     run = refusal.run if refusal is not None else int(np.argmax([max(s, default=0.0) for s in runs]))
     sums = runs[run]
@@ -55,7 +56,7 @@ def write_report(result: VerifyResult, case: VerificationCase, path: Path) -> No
                       textcoords="offset points", xytext=(-8, 6), ha="right", color="red")
     axes.set_xlabel("timestamp t")
     axes.set_ylabel("window sum of ε_t")
-    axes.set_title(f"budgetcheck verify {result.reference}: {result.verdict} (w = {case.w}, {case.kind} stream, d = {case.data.shape[1]})")
+    axes.set_title(f"budgetcheck verify {result.reference}: {result.verdict} (w = {case.w}, {case.kind} stream, d = {case.data.shape[1]}){stopped}")
     axes.set_ylim(bottom=0)
     axes.legend(loc="lower right")
     figure.tight_layout()

@@ -209,7 +209,7 @@ def verify_mechanism(
 
 
 def _proof_stage(mechanism: StreamMechanism, w_max: int) -> StageResult:
-    from budgetcheck.proving import Verdict, prove_range, replay_refutation, rule_of
+    from budgetcheck.proving import Verdict, explain_failure, prove_range, rule_of
 
     rule = rule_of(mechanism)
     if rule is None:
@@ -217,14 +217,8 @@ def _proof_stage(mechanism: StreamMechanism, w_max: int) -> StageResult:
     verdict = prove_range(rule, range(1, w_max + 1))
     if verdict.verdict is Verdict.PROVED:
         return StageResult("proof", PASS, f"proved for w in 1..{w_max} ({verdict.methods}, {verdict.seconds:.1f}s)")
-    failure = verdict.first_failure
-    assert failure is not None
-    if verdict.verdict is Verdict.REFUTED and failure.decisions is not None:
-        refusal = replay_refutation(rule, failure.decisions, epsilon=1.0, w=failure.w)
-        bits = "".join("1" if d else "0" for d in failure.decisions)
-        confirmed = f"confirmed by the ledger: {refusal}" if refusal else "NOT confirmed by replay through the ledger"
-        return StageResult("proof", FAIL, f"refuted at w={failure.w}: decisions {bits}; {failure.detail}; {confirmed}")
-    return StageResult("proof", INCONCLUSIVE, f"unknown at w={failure.w}: {failure.detail}")
+    outcome = FAIL if verdict.verdict is Verdict.REFUTED else INCONCLUSIVE
+    return StageResult("proof", outcome, explain_failure(rule, verdict))
 
 
 def _statistical_stage(mechanism: StreamMechanism, runs: int, seed: int) -> StageResult:

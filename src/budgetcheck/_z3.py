@@ -37,6 +37,10 @@ def conj(terms: Sequence[Any]) -> Any:
     return z3.And(*terms) if terms else z3.BoolVal(True)
 
 
+def negation(term: Any) -> Any:
+    return z3.Not(term)
+
+
 def disj(terms: Sequence[Any]) -> Any:
     return z3.Or(*terms) if terms else z3.BoolVal(False)
 
@@ -92,7 +96,7 @@ class Z3Ops:
         return z3.And(a, b)
 
     def negate(self, a: Any) -> Any:
-        return z3.Not(a)
+        return negation(a)
 
     def all_of(self, terms: Sequence[Any]) -> Any:
         return conj(list(terms))

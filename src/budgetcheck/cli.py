@@ -147,7 +147,7 @@ def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as
 
     Default: every built-in mechanism. Exit codes: 0 all proved, 1 refuted, 3 unknown/not proved.
     """
-    from budgetcheck.proving import Verdict, prove_range, replay_refutation, rule_of
+    from budgetcheck.proving import Verdict, explain_failure, prove_range, rule_of
 
     references = list(mechanism)
     if not references:
@@ -167,14 +167,7 @@ def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as
             rows.append({"mechanism": target.name, "w": f"{w_min}..{w_max}", "method": "-", "seconds": 0.0, "verdict": "not proved", "detail": "no allocation_rule()"})
             continue
         verdict = prove_range(rule, range(w_min, w_max + 1), timeout_ms=timeout_s * 1000)
-        failure = verdict.first_failure
-        detail = ""
-        if failure is not None:
-            detail = f"w={failure.w}: {failure.detail}"
-            if failure.decisions is not None:
-                refusal = replay_refutation(rule, failure.decisions, epsilon=1.0, w=failure.w)
-                bits = "".join("1" if d else "0" for d in failure.decisions)
-                detail += f"; decisions {bits}; " + (f"replay refused by the ledger: {refusal}" if refusal else "replay NOT refused")
+        detail = explain_failure(rule, verdict)
         rows.append({"mechanism": target.name, "w": f"{w_min}..{w_max}", "method": verdict.methods, "seconds": round(verdict.seconds, 3),
                      "verdict": verdict.verdict.value, "detail": detail})
     if as_json:

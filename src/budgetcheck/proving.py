@@ -208,7 +208,7 @@ def replay_refutation(rule: AllocationRule, decisions: Sequence[bool], *, epsilo
 
 
 def _negate(term: Any) -> Any:
-    return _z3.Z3Ops().negate(term)
+    return _z3.negation(term)
 
 
 @attrs.frozen
@@ -248,6 +248,20 @@ def prove_range(rule: AllocationRule, ws: Sequence[int], *, timeout_ms: int = 60
         if result.verdict is Verdict.REFUTED:
             break
     return RangeVerdict(results=tuple(results))
+
+
+def explain_failure(rule: AllocationRule, verdict: RangeVerdict) -> str:
+    """The first refutation (with its decisions, replayed through the ledger) or unknown, in words."""
+    failure = verdict.first_failure
+    if failure is None:
+        return ""
+    text = f"{failure.verdict.value} at w={failure.w}: {failure.detail}"
+    if failure.decisions is not None:
+        refusal = replay_refutation(rule, failure.decisions, epsilon=1.0, w=failure.w)
+        bits = "".join("1" if d else "0" for d in failure.decisions)
+        replay = f"replay refused by the ledger: {refusal}" if refusal else "replay NOT refused by the ledger"
+        text += f"; decisions {bits}; {replay}"
+    return text
 
 
 def rule_of(mechanism: object) -> AllocationRule | None:

@@ -37,65 +37,6 @@ def ba_shares(ops: Ops, age: Any, last_shares: Any, w: int) -> tuple[Any, Any]:
 
 
 @attrs.frozen
-class UniformRule:
-    """Uniform: ε_t = share(ε, w) at every t (Kellaris et al. 2014, §3). Invariant: recent_j <= u."""
-
-    purposes: tuple[str, ...] = ("publication",)
-
-    def initial(self, ops: Ops, env: RuleEnv) -> State:
-        return ()
-
-    def arbitrary(self, env: RuleEnv, tag: str) -> State:
-        return ()
-
-    def charges(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, ...]:
-        return (ops.share(env.epsilon, env.w),)
-
-    def advance(self, ops: Ops, env: RuleEnv, state: State, decision: Any, spent: tuple[Any, ...]) -> State:
-        return ()
-
-    def invariant(self, ops: Ops, env: RuleEnv, state: State, recent: Sequence[Any]) -> Any:
-        unit = ops.share(env.epsilon, env.w)
-        return ops.all_of([r <= unit for r in recent])
-
-
-@attrs.frozen
-class SampleRule:
-    """Sample: ε at every t with (t − 1) mod w = 0 (Kellaris et al. 2014, §3).
-
-    State: c = (t − 1) mod w for the next t. Invariant: 0 <= c < w, and of the last w − 1
-    timestamps only the one of age c (the last sampling point, if c >= 1) spent anything, at most ε.
-    """
-
-    purposes: tuple[str, ...] = ("publication",)
-
-    def initial(self, ops: Ops, env: RuleEnv) -> State:
-        return (0,)
-
-    def arbitrary(self, env: RuleEnv, tag: str) -> State:
-        return (symbol_int(f"{tag}_c"),)
-
-    def sampling(self, state: State) -> Any:
-        return state[0] == 0
-
-    def charges(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, ...]:
-        return (ops.where(self.sampling(state), env.epsilon, 0),)
-
-    def advance(self, ops: Ops, env: RuleEnv, state: State, decision: Any, spent: tuple[Any, ...]) -> State:
-        (c,) = state
-        return (ops.where(c == env.w - 1, 0, c + 1),)
-
-    def invariant(self, ops: Ops, env: RuleEnv, state: State, recent: Sequence[Any]) -> Any:
-        (c,) = state
-        w = env.w
-        terms = [c >= 0, c <= w - 1]
-        for age in range(1, w):
-            value = recent[w - 1 - age]
-            terms += [value <= env.epsilon, ops.implies(c != age, value == 0)]
-        return ops.all_of(terms)
-
-
-@attrs.frozen
 class BDRule:
     """BD (Kellaris et al. 2014, Fig. 2): dissimilarity share(ε, 2w), publication bd_candidate.
 
@@ -190,19 +131,23 @@ class BARule:
 
 @attrs.frozen
 class PeriodicRule:
-    """The Uniform–Sample hybrid: share(ε, ceil(w/x)) at every x-th timestamp (Schäler et al. 2022).
+    """share(ε, ceil(w/x)) at every x-th timestamp: Uniform (x = 1), Sample (x = w, the default)
+    and the Uniform–Sample hybrid in between (Kellaris et al. 2014, §3; Schäler et al. 2022).
 
-    A window of w timestamps holds at most ceil(w/x) sampling points. (The benchmark states x·ε/w,
-    which equals this when x divides w and overspends otherwise, e.g. w = 5, x = 2: 6ε/5.)
-    State: c = (t − 1) mod x for the next t. Invariant: 0 <= c < x; a recent timestamp of age a
-    spent at most the share if a ≡ c (mod x), else nothing.
+    A window of w timestamps holds at most ceil(w/x) sampling points. (The benchmark states the
+    hybrid as x·ε/w, which equals this when x divides w and overspends otherwise, e.g. w = 5,
+    x = 2: 6ε/5.) State: c = (t − 1) mod x for the next t. Invariant: 0 <= c < x; a recent
+    timestamp of age a spent at most the share if a ≡ c (mod x), else nothing.
     """
 
-    every: int
+    every: int | None = None
     purposes: tuple[str, ...] = ("publication",)
 
+    def period(self, env: RuleEnv) -> int:
+        return env.w if self.every is None else self.every
+
     def share(self, ops: Ops, env: RuleEnv) -> Any:
-        return ops.share(env.epsilon, -(-env.w // self.every))
+        return ops.share(env.epsilon, -(-env.w // self.period(env)))
 
     def initial(self, ops: Ops, env: RuleEnv) -> State:
         return (0,)
@@ -214,13 +159,13 @@ class PeriodicRule:
         return (ops.where(state[0] == 0, self.share(ops, env), 0),)
 
     def advance(self, ops: Ops, env: RuleEnv, state: State, decision: Any, spent: tuple[Any, ...]) -> State:
-        return (ops.where(state[0] == self.every - 1, 0, state[0] + 1),)
+        return (ops.where(state[0] == self.period(env) - 1, 0, state[0] + 1),)
 
     def invariant(self, ops: Ops, env: RuleEnv, state: State, recent: Sequence[Any]) -> Any:
         (c,) = state
-        unit = self.share(ops, env)
-        terms = [c >= 0, c <= self.every - 1]
+        period, unit = self.period(env), self.share(ops, env)
+        terms = [c >= 0, c <= period - 1]
         for age in range(1, env.w):
             value = recent[env.w - 1 - age]
-            terms.append(ops.where((age - c) % self.every == 0, value <= unit, value == 0))
+            terms.append(ops.where((age - c) % period == 0, value <= unit, value == 0))
         return ops.all_of(terms)

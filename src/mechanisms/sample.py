@@ -8,7 +8,7 @@ from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, WindowLedger
 from mechanisms._common import run_fixed_schedule
-from mechanisms.rules import SampleRule
+from mechanisms.rules import PeriodicRule
 
 
 @attrs.frozen
@@ -21,8 +21,8 @@ class Sample:
     filtering: bool = False
     name: str = attrs.field(default="Sample", init=False)
 
-    def allocation_rule(self) -> SampleRule:
-        return SampleRule()
+    def allocation_rule(self) -> PeriodicRule:
+        return PeriodicRule()
 
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> NDArray[np.float64]:
         return run_fixed_schedule(self.allocation_rule(), stream, ledger, self.filtering)

@@ -8,7 +8,7 @@ from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, WindowLedger
 from mechanisms._common import run_fixed_schedule
-from mechanisms.rules import UniformRule
+from mechanisms.rules import PeriodicRule
 
 
 @attrs.frozen
@@ -18,8 +18,8 @@ class Uniform:
     filtering: bool = False
     name: str = attrs.field(default="Uniform", init=False)
 
-    def allocation_rule(self) -> UniformRule:
-        return UniformRule()
+    def allocation_rule(self) -> PeriodicRule:
+        return PeriodicRule(every=1)
 
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> NDArray[np.float64]:
         return run_fixed_schedule(self.allocation_rule(), stream, ledger, self.filtering)
