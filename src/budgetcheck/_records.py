@@ -48,24 +48,44 @@ class SpendRecord:
         return {
             "t": self.t,
             "purpose": self.purpose,
-            "amounts": [float(a) for a in self.amounts],
+            "amounts": self.amounts.tolist(),
             "sensitivity": self.sensitivity,
             "noise_scale": None if self.noise_scale is None else _finite_or_none(self.noise_scale),
             "sampler": self.sampler,
         }
 
 
+def _class_tuple(value: Any) -> tuple[tuple[int, float, int], ...]:
+    return tuple((int(w), float(eps), int(n)) for w, eps, n in value)
+
+
+def _policy_tuple(value: Any) -> tuple[tuple[int, int, tuple[float, ...]], ...]:
+    return tuple((int(a), int(b), tuple(float(x) for x in theta)) for a, b, theta in value)
+
+
 @attrs.frozen
 class LedgerHeader:
-    """The first line of an exported ledger: what notion and parameters it was kept under."""
+    """The first line of an exported ledger: what notion and parameters it was kept under.
+
+    ``classes`` (personalized ledgers): (w_c, ε_c, n_c) per requirement class, in the column order
+    of the records' amounts. ``policies`` (Swellfish ledgers): (J start, J end, θ) per policy.
+    """
 
     notion: str
     epsilon: float
     w: int
     runs: int
+    classes: tuple[tuple[int, float, int], ...] = attrs.field(default=(), converter=_class_tuple)
+    policies: tuple[tuple[int, int, tuple[float, ...]], ...] = attrs.field(default=(), converter=_policy_tuple)
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, "version": VERSION, **attrs.asdict(self)}
+        head: dict[str, Any] = {"format": FORMAT, "version": VERSION, "notion": self.notion,
+                                "epsilon": self.epsilon, "w": self.w, "runs": self.runs}
+        if self.classes:
+            head["classes"] = [list(c) for c in self.classes]
+        if self.policies:
+            head["policies"] = [[a, b, list(theta)] for a, b, theta in self.policies]
+        return head
 
 
 def dump_lines(header: LedgerHeader, records: Iterable[SpendRecord]) -> Iterator[str]:
@@ -89,7 +109,8 @@ def load_lines(lines: Iterable[str]) -> tuple[LedgerHeader, list[SpendRecord]]:
         raise InvalidArgument(f"line 1: version={head.get('version')!r} is not supported (expected {VERSION})")
     try:
         header = LedgerHeader(
-            notion=str(head["notion"]), epsilon=float(head["epsilon"]), w=int(head["w"]), runs=int(head["runs"])
+            notion=str(head["notion"]), epsilon=float(head["epsilon"]), w=int(head["w"]), runs=int(head["runs"]),
+            classes=head.get("classes", ()), policies=head.get("policies", ()),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidArgument(f"line 1: malformed header {first.strip()!r}: {exc}") from exc
@@ -103,15 +124,16 @@ def load_lines(lines: Iterable[str]) -> tuple[LedgerHeader, list[SpendRecord]]:
             record = SpendRecord(
                 t=int(raw["t"]),
                 purpose=str(raw["purpose"]),
-                amounts=[float(a) for a in raw["amounts"]],
+                amounts=raw["amounts"],
                 sensitivity=None if raw.get("sensitivity") is None else float(raw["sensitivity"]),
                 noise_scale=None if scales is None else _none_to_inf(scales),
                 sampler=raw.get("sampler"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidArgument(f"line {number}: malformed record {line.strip()!r}: {exc}") from exc
-        if record.amounts.shape != (header.runs,):
-            raise InvalidArgument(f"line {number}: {record.amounts.size} amounts, header says runs={header.runs}")
+        expected = (header.runs, len(header.classes)) if header.classes else (header.runs,)
+        if record.amounts.shape != expected:
+            raise InvalidArgument(f"line {number}: amounts of shape {record.amounts.shape}, the header implies {expected}")
         records.append(record)
     return header, records
 

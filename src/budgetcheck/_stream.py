@@ -1,44 +1,38 @@
-"""The guarded stream: hands a mechanism one opaque :class:`Secret` per timestamp."""
+"""Guarded streams: hand a mechanism one opaque :class:`Secret` per timestamp.
+
+:class:`GuardedStream` holds d-dimensional query results (w-event and Swellfish);
+:class:`PersonalizedStream` holds per-user data, kept as counts per requirement class and bin
+(the sufficient statistic of the Sampling Mechanism, Du et al. 2025 §4.1).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import final
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck._errors import InvalidArgument, SecretAccess
+from budgetcheck._requirements import RequirementSet
 from budgetcheck._secret import Secret
-from budgetcheck._validation import check_stream
+from budgetcheck._validation import check_positive_int, check_stream
 
 
-@final
-class GuardedStream:
-    """A finite stream of d-dimensional true query results Q(D_1), ..., Q(D_T).
+class _SecretSequence:
+    """T secrets bound together: one ledger may read them (see ``ledger.bind``)."""
 
-    ``data`` has shape (T, d) (or (T,) for d = 1), finite values only; ragged rows, NaN and
-    infinities are refused. Iterating yields ``Secret`` objects for t = 1..T in order; the
-    length T and dimension d are public system parameters.
-    """
+    __slots__ = ("_claim", "_length", "_secrets")
 
-    __slots__ = ("_claim", "_dimensions", "_length", "_secrets")
-
-    def __init__(self, data: ArrayLike) -> None:
-        values: NDArray[np.float64] = check_stream(data)
-        self._length, self._dimensions = (int(n) for n in values.shape)
+    def __init__(self, payloads: NDArray[np.float64]) -> None:
+        self._length = int(payloads.shape[0])
         self._claim: list[object] = []
-        self._secrets = tuple(Secret(t + 1, values[t], self._claim) for t in range(self._length))
+        self._secrets = tuple(Secret(t + 1, payloads[t], self._claim) for t in range(self._length))
 
     @property
     def length(self) -> int:
         """T, the number of timestamps."""
         return self._length
-
-    @property
-    def dimensions(self) -> int:
-        """d, the number of counts released per timestamp."""
-        return self._dimensions
 
     def __len__(self) -> int:
         return self._length
@@ -53,14 +47,116 @@ class GuardedStream:
         return self._secrets[t - 1]
 
     def _bind(self, ledger: object) -> None:
-        """Bind every secret of this stream to ``ledger`` (see ``WindowLedger.bind``)."""
+        """Bind every secret of this stream to ``ledger``."""
         if not self._claim:
             self._claim.append(ledger)
         elif self._claim[0] is not ledger:
             raise SecretAccess(f"{self!r} is already accounted by another ledger")
 
+    def __reduce_ex__(self, protocol: object) -> tuple[object, ...]:
+        raise SecretAccess(f"a {type(self).__name__} cannot be pickled: it holds the true stream")
+
+
+@final
+class GuardedStream(_SecretSequence):
+    """A finite stream of d-dimensional true query results Q(D_1), ..., Q(D_T).
+
+    ``data`` has shape (T, d) (or (T,) for d = 1), finite values only; ragged rows, NaN and
+    infinities are refused. Iterating yields ``Secret`` objects for t = 1..T in order; the
+    length T and dimension d are public system parameters.
+    """
+
+    __slots__ = ("_dimensions",)
+
+    def __init__(self, data: ArrayLike) -> None:
+        values: NDArray[np.float64] = check_stream(data)
+        self._dimensions = int(values.shape[1])
+        super().__init__(values)
+
+    @property
+    def dimensions(self) -> int:
+        """d, the number of counts released per timestamp."""
+        return self._dimensions
+
     def __repr__(self) -> str:
         return f"GuardedStream(length={self._length}, dimensions={self._dimensions})"
 
-    def __reduce_ex__(self, protocol: object) -> tuple[object, ...]:
-        raise SecretAccess("a GuardedStream cannot be pickled: it holds the true stream")
+
+@final
+class PersonalizedStream(_SecretSequence):
+    """Per-user data: at every timestamp each user sits in one bin of d (or in none).
+
+    ``bins`` has shape (T, n), column i for the i-th user of ``requirements``; entries are
+    integers in [0, d) or -1 (the user reports nothing at t). The secret of timestamp t holds the
+    counts per requirement class and bin, shape (classes, d), which is all the Sampling Mechanism
+    needs: sampling each user of class c with probability p_c and counting per bin has the same
+    distribution as drawing Binomial(count[c, b], p_c) per cell.
+    """
+
+    __slots__ = ("_dimensions", "_requirements")
+
+    def __init__(self, requirements: RequirementSet, bins: ArrayLike, *, dimensions: int) -> None:
+        if not isinstance(requirements, RequirementSet):
+            raise InvalidArgument(f"requirements must be a RequirementSet, got {type(requirements).__name__}")
+        d = check_positive_int(dimensions, "dimensions")
+        data = _check_bins(bins, requirements.n_users, d)
+        T, C = data.shape[0], requirements.n_classes
+        present = data >= 0
+        rows = np.broadcast_to(np.arange(T)[:, None], data.shape)[present]
+        cells = (rows * C + requirements.user_classes[np.nonzero(present)[1]]) * d + data[present]
+        counts = np.bincount(cells, minlength=T * C * d).astype(np.float64).reshape(T, C, d)
+        self._requirements = requirements
+        self._dimensions = d
+        super().__init__(counts)
+
+    @classmethod
+    def from_events(
+        cls, requirements: RequirementSet, events: Iterable[tuple[int, object, int]], *, length: int, dimensions: int
+    ) -> PersonalizedStream:
+        """From (t, user id, bin) triples, t in 1..length; unknown users and repeats are refused."""
+        T = check_positive_int(length, "length")
+        bins = np.full((T, requirements.n_users), -1, dtype=np.int64)
+        for t, user, b in events:
+            if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 1 <= t <= T:
+                raise InvalidArgument(f"event ({t!r}, {user!r}, {b!r}): t must be an integer in [1, {T}]")
+            column = requirements.index_of(user)
+            if bins[t - 1, column] != -1:
+                raise InvalidArgument(f"event ({t!r}, {user!r}, {b!r}): user {user!r} already has a bin at t={t}")
+            bins[t - 1, column] = b if isinstance(b, (int, np.integer)) and not isinstance(b, bool) else -2
+            if not 0 <= bins[t - 1, column] < dimensions:
+                raise InvalidArgument(f"event ({t!r}, {user!r}, {b!r}): bin must be an integer in [0, {dimensions})")
+        return cls(requirements, bins, dimensions=dimensions)
+
+    @property
+    def requirements(self) -> RequirementSet:
+        return self._requirements
+
+    @property
+    def dimensions(self) -> int:
+        """d, the number of bins released per timestamp."""
+        return self._dimensions
+
+    def __repr__(self) -> str:
+        r = self._requirements
+        return f"PersonalizedStream(length={self._length}, dimensions={self._dimensions}, users={r.n_users}, classes={r.n_classes})"
+
+
+def _check_bins(bins: ArrayLike, users: int, d: int) -> NDArray[np.int64]:
+    try:
+        raw = np.asarray(bins)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"bins must be an integer array of shape (T, {users}): {exc}") from exc
+    if raw.dtype == object or raw.ndim != 2 or raw.shape[1] != users or raw.shape[0] < 1:
+        raise InvalidArgument(f"bins must have shape (T, {users}) (one column per user, T >= 1), got shape {raw.shape}")
+    if not np.issubdtype(raw.dtype, np.integer):
+        as_float = raw.astype(np.float64)
+        bad = ~np.isfinite(as_float) | (as_float != np.round(as_float))
+        if bad.any():
+            t, i = (int(x) for x in np.argwhere(bad)[0])
+            raise InvalidArgument(f"bins[t={t + 1}, user {i}]={raw[t, i]!r} must be an integer bin or -1")
+    data = raw.astype(np.int64)
+    bad = (data < -1) | (data >= d)
+    if bad.any():
+        t, i = (int(x) for x in np.argwhere(bad)[0])
+        raise InvalidArgument(f"bins[t={t + 1}, user {i}]={int(data[t, i])} must be in [0, {d}) or -1 (absent)")
+    return data

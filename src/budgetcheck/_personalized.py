@@ -1,0 +1,177 @@
+"""The personalized w-event ledger (Du et al. 2025, (w, ε)-EPDP and Theorem 4.6).
+
+For every user i and every window of w_i consecutive timestamps, Σ ε_{i,t} <= ε_i. Users with the
+same requirement always receive the same budget here, so the ledger keeps one exact window sum per
+requirement class and run (:class:`ExactWindows`), and a spend is an array of shape (runs, classes).
+The raw per-user data is read only by the two Sampling-Mechanism operations, which charge every
+user their own ε_{i,t} (the requested amount: an upper bound on the actual loss min(ε_{i,t}, θ)).
+"""
+
+from __future__ import annotations
+
+from typing import final
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from budgetcheck import rounding
+from budgetcheck._core import LedgerCore
+from budgetcheck._errors import InvalidArgument
+from budgetcheck._ledger import window_exceeded
+from budgetcheck._records import LedgerHeader, SpendRecord
+from budgetcheck._requirements import RequirementSet
+from budgetcheck._sampling import inclusion_probabilities, optimal_budget
+from budgetcheck._secret import Secret, charged
+from budgetcheck._validation import check_label
+from budgetcheck._windows import ExactWindows, ObjectArray
+
+FloatArray = NDArray[np.float64]
+SM_SAMPLER = "sampling-mechanism+numpy-laplace"
+
+
+@final
+class PersonalizedLedger(LedgerCore):
+    """Accounts ε_{i,t} per requirement class for ``runs`` runs; refuses any user window over ε_i.
+
+    Amounts are arrays of shape (runs, classes), (classes,) (same for every run) or a scalar (same
+    for every user); column c is the budget of every user of ``requirements.classes[c]``.
+    """
+
+    __slots__ = ("_counts", "_eps_units", "_requirements", "_windows")
+
+    def __init__(self, requirements: RequirementSet, *, runs: int = 1, seed: int = 0) -> None:
+        if not isinstance(requirements, RequirementSet):
+            raise InvalidArgument(f"requirements must be a RequirementSet, got {type(requirements).__name__}")
+        super().__init__(runs=runs, seed=seed)
+        self._requirements = requirements
+        self._counts = np.array(requirements.counts, dtype=np.float64)
+        self._eps_units = [rounding.to_units(r.epsilon) for r in requirements.classes]
+        self._windows = [ExactWindows(r.w, self._runs) for r in requirements.classes]
+
+    @property
+    def requirements(self) -> RequirementSet:
+        return self._requirements
+
+    def remaining(self, t: int) -> FloatArray:
+        """Shape (runs, classes): what every user of each class can still spend at t (rounded down)."""
+        t = self._check_t(t)
+        columns = [rounding.units_to_float_down_array(eps - win.prospective(t)[0])
+                   for eps, win in zip(self._eps_units, self._windows, strict=True)]
+        return np.stack(columns, axis=1)
+
+    def window_sum(self, t: int) -> tuple[tuple[int, ...], ...]:
+        """Per class, the exact sums of [t−w_c+1, t] per run, in units of 2**-1127 (for auditors)."""
+        t = self._check_t(t)
+        return tuple(tuple(int(v) for v in win.prospective(t)[0].tolist()) for win in self._windows)
+
+    def spend(self, t: int, epsilon: ArrayLike, *, purpose: str) -> None:
+        """Charge ε_{i,t} (per class) at t without reading any data."""
+        t = self._check_t(t)
+        amounts = self._check_amounts(epsilon)
+        self._charge(t, amounts, SpendRecord(t=t, purpose=check_label(purpose), amounts=amounts))
+
+    def sample_release(self, secret: Secret, epsilon: ArrayLike, *, purpose: str = "publication") -> FloatArray:
+        """The Sampling Mechanism (Jorgensen et al. 2015) with OBS: one release, per-user budgets.
+
+        Per run: θ = OBS(ε_{·,t}); each user with ε_i < θ is kept with probability
+        (e^{ε_i} − 1)/(e^{θ} − 1), the others always; the kept users are counted per bin and
+        Laplace noise of scale 1/θ is added (sensitivity 1: one user, one bin). Every user is
+        charged ε_i. Counts are not re-weighted (Du et al. 2025, Algorithm 4 line 10). Returns
+        (runs, d); NaN rows for runs where every budget is 0.
+        """
+        theta, scale, record = self._reserve_sampled(secret, epsilon, 1.0, purpose)
+        with charged(secret) as counts:
+            sampled = self._sample(counts, record.amounts, theta)
+        return self._noisy(sampled, theta, scale, per_run=True)
+
+    def sample_dissimilarity(self, secret: Secret, last_release: ArrayLike, epsilon: ArrayLike, *, purpose: str = "dissimilarity") -> FloatArray:
+        """Du et al. 2025, Algorithm 3: (1/d) Σ_j |c̃_t[j] − r_l[j]| + Lap(1/(d θ)), θ = OBS(ε_{·,t}).
+
+        c̃_t are the Sampling Mechanism's counts at the per-user budgets. Returns shape (runs,).
+        """
+        self._check_secret(secret)
+        d = int(secret.shape[-1])
+        last = np.asarray(last_release, dtype=np.float64)
+        if last.shape != (self._runs, d) or not np.isfinite(last).all():
+            raise InvalidArgument(f"last_release must be finite with shape {(self._runs, d)}, got shape {last.shape}")
+        theta, scale, record = self._reserve_sampled(secret, epsilon, 1.0 / d, purpose)
+        with charged(secret) as counts:
+            sampled = self._sample(counts, record.amounts, theta)
+        distance = np.abs(sampled - last).mean(axis=1)
+        return self._noisy(distance, theta, scale, per_run=True)
+
+    def reporting_error(self, epsilon: ArrayLike, *, sensitivity: float = 1.0) -> tuple[FloatArray, FloatArray]:
+        """OBS on public budgets only (no data): (θ, err(θ)) per run (Du et al. 2025, Algorithm 1)."""
+        return optimal_budget(self._check_amounts(epsilon), self._counts, sensitivity=sensitivity)
+
+    def header(self) -> LedgerHeader:
+        strict = self._requirements.strictest()
+        classes = tuple((r.w, r.epsilon, n) for r, n in zip(self._requirements.classes, self._requirements.counts, strict=True))
+        return LedgerHeader(notion="personalized", epsilon=strict.epsilon, w=strict.w, runs=self._runs, classes=classes)
+
+    def __repr__(self) -> str:
+        return f"PersonalizedLedger({self._requirements!r}, runs={self._runs}, t={self._t}, records={len(self._records)})"
+
+    # -- internals -----------------------------------------------------------------------------
+    def _check_amounts(self, value: ArrayLike, name: str = "epsilon") -> FloatArray:
+        C = self._requirements.n_classes
+        try:
+            arr = np.array(value, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(f"{name}={value!r} must be numbers >= 0 of shape ({self._runs}, {C})") from exc
+        if isinstance(value, bool):
+            raise InvalidArgument(f"{name}={value!r} must be numbers >= 0 of shape ({self._runs}, {C})")
+        arr = np.broadcast_to(arr, (self._runs, C)).copy() if arr.shape in ((), (C,)) else arr
+        if arr.shape != (self._runs, C):
+            raise InvalidArgument(f"{name} has shape {arr.shape}; expected ({self._runs}, {C}) (runs, classes), ({C},) or a scalar")
+        bad = ~np.isfinite(arr) | (arr < 0.0)
+        if bad.any():
+            run, c = (int(i) for i in np.argwhere(bad)[0])
+            raise InvalidArgument(f"{name}[{run}, {c}]={float(arr[run, c])!r} must be a finite number >= 0")
+        arr.setflags(write=False)
+        return arr
+
+    def _reserve_sampled(self, secret: Secret, epsilon: ArrayLike, sensitivity: float, purpose: str) -> tuple[FloatArray, FloatArray, SpendRecord]:
+        t = self._check_secret(secret)
+        if secret.shape[:1] != (self._requirements.n_classes,):
+            raise InvalidArgument(f"{secret!r} is not from a PersonalizedStream of this requirement set")
+        amounts = self._check_amounts(epsilon)
+        if not amounts.any():
+            raise InvalidArgument("a sampled release with epsilon=0 for every user and run would read the data without paying")
+        theta, _ = optimal_budget(amounts, self._counts, sensitivity=sensitivity)
+        scale = rounding.scale_up(sensitivity, theta)
+        record = SpendRecord(t=t, purpose=check_label(purpose), amounts=amounts, sensitivity=sensitivity,
+                             noise_scale=scale, sampler=SM_SAMPLER)
+        self._charge(t, amounts, record)
+        return theta, scale, record
+
+    def _sample(self, counts: FloatArray, amounts: FloatArray, theta: FloatArray) -> FloatArray:
+        """Σ_c Binomial(count[c, b], p_c) per run and bin: the per-bin counts of the sampled users."""
+        p = inclusion_probabilities(amounts, theta)  # (runs, classes)
+        whole = counts.astype(np.int64)
+        draws = self._rng.binomial(whole[None, :, :], p[:, :, None])
+        return np.asarray(draws.sum(axis=1), dtype=np.float64)
+
+    def _charge(self, t: int, amounts: FloatArray, record: SpendRecord) -> None:
+        """Check every class's window [t−w_c+1, t] for every run exactly; commit all or nothing."""
+        staged = []
+        for c, (eps, win) in enumerate(zip(self._eps_units, self._windows, strict=True)):
+            added = rounding.to_units_array(amounts[:, c])
+            window, leaving = win.prospective(t)
+            proposed: ObjectArray = window + added
+            over = np.flatnonzero((proposed > eps).astype(bool))
+            if over.size:
+                self._refusals += 1
+                run = int(over[0])
+                req = self._requirements.classes[c]
+                raise window_exceeded(
+                    what=(f"spend of {float(amounts[run, c])!r} at t={t} for users with (w={req.w}, "
+                          f"epsilon={req.epsilon!r}) (purpose {record.purpose!r}, run {run})"),
+                    t=t, w=req.w, epsilon=req.epsilon, eps_units=eps, window=int(window[run]),
+                    proposed=int(proposed[run]), run=run, remaining_call=f"ledger.remaining({t})[{run}, {c}]",
+                )
+            staged.append((win, added, proposed, leaving))
+        for win, added, proposed, leaving in staged:
+            win.commit(t, added, proposed, leaving)
+        self._commit(t, record)
+
