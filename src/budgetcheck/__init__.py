@@ -1,7 +1,8 @@
 """budgetcheck: provably right privacy accounting for differentially private streams.
 
 Every mechanism spends privacy only through a ledger that checks the composition theorem before
-any noise is drawn (w-event: Kellaris et al. 2014, Theorem 3).
+any noise is drawn (w-event: Kellaris et al. 2014, Theorem 3; personalized w-event: Du et al. 2025;
+Swellfish: Tex, Schäler, Böhm, Theorem 4.2).
 """
 
 from __future__ import annotations
@@ -20,6 +21,21 @@ from budgetcheck._errors import SecretAccess as SecretAccess
 from budgetcheck._errors import TimestampOrder as TimestampOrder
 from budgetcheck._ledger import WindowLedger as WindowLedger
 from budgetcheck._mechanism import Execution as Execution
+from budgetcheck._mechanism import PersonalizedMechanism as PersonalizedMechanism
+from budgetcheck._mechanism import SwellfishMechanism as SwellfishMechanism
+from budgetcheck._mechanism import execute_personalized as execute_personalized
+from budgetcheck._mechanism import execute_swellfish as execute_swellfish
+from budgetcheck._personalized import PersonalizedLedger as PersonalizedLedger
+from budgetcheck._policies import PolicyCollection as PolicyCollection
+from budgetcheck._policies import StreamPolicy as StreamPolicy
+from budgetcheck._policies import calc_delta_j as calc_delta_j
+from budgetcheck._policies import goal_affected_maximum as goal_affected_maximum
+from budgetcheck._requirements import Requirement as Requirement
+from budgetcheck._requirements import RequirementSet as RequirementSet
+from budgetcheck._sampling import inclusion_probabilities as inclusion_probabilities
+from budgetcheck._sampling import optimal_budget as optimal_budget
+from budgetcheck._sampling import sampling_error as sampling_error
+from budgetcheck._swellfish import SwellfishLedger as SwellfishLedger
 from budgetcheck._mechanism import StreamMechanism as StreamMechanism
 from budgetcheck._mechanism import execute as execute
 from budgetcheck._params import WEventParams as WEventParams
@@ -28,6 +44,7 @@ from budgetcheck._records import SpendRecord as SpendRecord
 from budgetcheck._records import load_lines as load_lines
 from budgetcheck._secret import Secret as Secret
 from budgetcheck._stream import GuardedStream as GuardedStream
+from budgetcheck._stream import PersonalizedStream as PersonalizedStream
 from budgetcheck._verify import Counterexample as Counterexample
 from budgetcheck._verify import VerifyResult as VerifyResult
 from budgetcheck._verify import load_mechanism as load_mechanism
@@ -43,21 +60,37 @@ __all__ = [
     "InvalidArgument",
     "LedgerHeader",
     "MechanismContractError",
+    "PersonalizedLedger",
+    "PersonalizedMechanism",
+    "PersonalizedStream",
+    "PolicyCollection",
+    "Requirement",
+    "RequirementSet",
     "Secret",
     "SecretAccess",
     "SpendRecord",
     "StreamMechanism",
+    "StreamPolicy",
+    "SwellfishLedger",
+    "SwellfishMechanism",
     "TimestampOrder",
     "VerifyResult",
     "WEventParams",
     "WindowFinding",
     "WindowLedger",
     "audit_windows",
+    "calc_delta_j",
     "execute",
+    "execute_personalized",
+    "execute_swellfish",
+    "goal_affected_maximum",
+    "inclusion_probabilities",
     "load_lines",
     "load_mechanism",
     "ops",
+    "optimal_budget",
     "proving",
     "rounding",
+    "sampling_error",
     "verify_mechanism",
 ]

@@ -5,11 +5,24 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck import GuardedStream, WindowLedger
+from budgetcheck import GuardedStream, SwellfishLedger, WindowLedger
 from budgetcheck.ops import FLOAT
 from budgetcheck.proving import AllocationRule, RuleEnv
 
 FloatArray = NDArray[np.float64]
+Ledger = WindowLedger | SwellfishLedger
+
+
+def rule_env(ledger: Ledger) -> RuleEnv:
+    """(ε, w) of the rule: the ledger's; for Swellfish the w-event baseline w = max |J| (Theorem 4.3)."""
+    if isinstance(ledger, SwellfishLedger):
+        return RuleEnv(ledger.epsilon, ledger.policies.max_interval)
+    return RuleEnv(ledger.params.epsilon, ledger.params.w)
+
+
+def sensitivity_at(ledger: Ledger, t: int) -> float:
+    """The sensitivity the noise of a release at t has: 1 (w-event), Δ_Q^t(Φ) (Swellfish, Theorem 4.1)."""
+    return ledger.temporal_sensitivity(t) if isinstance(ledger, SwellfishLedger) else 1.0
 
 
 def truncate(values: FloatArray) -> FloatArray:
@@ -27,32 +40,38 @@ def empty_releases(runs: int, length: int, dimensions: int) -> FloatArray:
     return np.zeros((runs, length, dimensions), dtype=np.float64)
 
 
-def run_fixed_schedule(rule: AllocationRule, stream: GuardedStream, ledger: WindowLedger, filtering: bool) -> FloatArray:
+def run_fixed_schedule(rule: AllocationRule, stream: GuardedStream, ledger: Ledger, filtering: bool) -> FloatArray:
     """A data-independent rule with one 'publication' charge: release when it allots a budget, else repeat.
 
-    Used by Uniform, Sample and Hybrid; the schedule is the rule's, so the proof covers it.
+    Used by Uniform, Sample and Hybrid (and TSUniform/TSSample on a Swellfish ledger, which release
+    the true value for free where Δ_Q^t = 0); the schedule is the rule's, so the proof covers it.
     """
-    env = RuleEnv(ledger.params.epsilon, ledger.params.w)
+    env = rule_env(ledger)
     state = rule.initial(FLOAT, env)
     releases = empty_releases(ledger.runs, stream.length, stream.dimensions)
     last = np.zeros((ledger.runs, stream.dimensions))
     for secret in stream:
         (budget,) = rule.charges(FLOAT, env, state, True)
-        if budget > 0:
+        if sensitivity_at(ledger, secret.t) == 0.0:
+            assert isinstance(ledger, SwellfishLedger)
+            last, budget = ledger.release_exact(secret), 0.0
+        elif budget > 0:
             last = filtered(ledger.laplace(secret, float(budget), purpose="publication"), filtering)
         state = rule.advance(FLOAT, env, state, True, (budget,))
         releases[:, secret.t - 1] = last
     return releases
 
 
-def run_dissimilarity_framework(rule: AllocationRule, stream: GuardedStream, ledger: WindowLedger, filtering: bool) -> FloatArray:
+def run_dissimilarity_framework(rule: AllocationRule, stream: GuardedStream, ledger: Ledger, filtering: bool) -> FloatArray:
     """Kellaris et al. 2014, Figure 1: M_{t,1} (noisy dissimilarity) then M_{t,2} (publish or null).
 
     The rule gives (dissimilarity budget, publication budget ε_{t,2}) per run; the run publishes
-    iff ε_{t,2} > 0 and the noisy dissimilarity exceeds the noise error 1/ε_{t,2} (BD line 7, BA
-    line 10). Before any release the last release is the all-zero vector. Vectorised over runs.
+    iff ε_{t,2} > 0 and the noisy dissimilarity exceeds the noise error Δ/ε_{t,2} (BD line 7, BA
+    line 10; Δ = 1, or Δ_Q^t for the TS variants on a Swellfish ledger, which release the true
+    value for free where Δ_Q^t = 0 and then spend nothing, a skip the rule's proof covers). Before
+    any release the last release is the all-zero vector. Vectorised over runs.
     """
-    env = RuleEnv(ledger.params.epsilon, ledger.params.w)
+    env = rule_env(ledger)
     runs = ledger.runs
     state = tuple(np.full(runs, value) for value in rule.initial(FLOAT, env))  # ints stay int64
     wants = np.full(runs, True)
@@ -60,13 +79,21 @@ def run_dissimilarity_framework(rule: AllocationRule, stream: GuardedStream, led
     releases = empty_releases(runs, stream.length, stream.dimensions)
     for secret in stream:
         dissimilarity_budget, candidate = rule.charges(FLOAT, env, state, wants)
+        delta = sensitivity_at(ledger, secret.t)
+        if delta == 0.0:
+            assert isinstance(ledger, SwellfishLedger)
+            last = ledger.release_exact(secret)
+            nothing = np.zeros(runs)
+            state = rule.advance(FLOAT, env, state, np.full(runs, False), (nothing, nothing))
+            releases[:, secret.t - 1] = last
+            continue
         dissimilarity_budget = np.broadcast_to(dissimilarity_budget, (runs,))
         if (dissimilarity_budget > 0).any():
             dis = ledger.dissimilarity(secret, last, dissimilarity_budget)
         else:
             dis = np.full(runs, np.nan)
         with np.errstate(divide="ignore"):
-            threshold = 1.0 / candidate
+            threshold = delta / candidate
         publish = (candidate > 0.0) & (dis > threshold)
         spent = np.where(publish, candidate, 0.0)
         if publish.any():

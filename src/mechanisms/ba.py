@@ -6,8 +6,8 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck import GuardedStream, WindowLedger
-from mechanisms._common import run_dissimilarity_framework
+from budgetcheck import GuardedStream
+from mechanisms._common import Ledger, run_dissimilarity_framework
 from mechanisms.rules import BARule
 
 
@@ -35,5 +35,5 @@ class BA:
     def allocation_rule(self) -> BARule:
         return BARule(dissimilarity_when_nullified=self.dissimilarity_when_nullified)
 
-    def run(self, stream: GuardedStream, ledger: WindowLedger) -> NDArray[np.float64]:
+    def run(self, stream: GuardedStream, ledger: Ledger) -> NDArray[np.float64]:
         return run_dissimilarity_framework(self.allocation_rule(), stream, ledger, self.filtering)

@@ -7,7 +7,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, InvalidArgument, WindowLedger
-from mechanisms._common import run_fixed_schedule
+from mechanisms._common import Ledger, run_fixed_schedule
 from mechanisms.rules import PeriodicRule
 
 
@@ -31,5 +31,5 @@ class Hybrid:
     def allocation_rule(self) -> PeriodicRule:
         return PeriodicRule(self.every)
 
-    def run(self, stream: GuardedStream, ledger: WindowLedger) -> NDArray[np.float64]:
+    def run(self, stream: GuardedStream, ledger: Ledger) -> NDArray[np.float64]:
         return run_fixed_schedule(self.allocation_rule(), stream, ledger, self.filtering)

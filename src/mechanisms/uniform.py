@@ -6,8 +6,8 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck import GuardedStream, WindowLedger
-from mechanisms._common import run_fixed_schedule
+from budgetcheck import GuardedStream
+from mechanisms._common import Ledger, run_fixed_schedule
 from mechanisms.rules import PeriodicRule
 
 
@@ -21,5 +21,5 @@ class Uniform:
     def allocation_rule(self) -> PeriodicRule:
         return PeriodicRule(every=1)
 
-    def run(self, stream: GuardedStream, ledger: WindowLedger) -> NDArray[np.float64]:
+    def run(self, stream: GuardedStream, ledger: Ledger) -> NDArray[np.float64]:
         return run_fixed_schedule(self.allocation_rule(), stream, ledger, self.filtering)
