@@ -12,16 +12,37 @@ from __future__ import annotations
 import importlib
 import traceback
 from fractions import Fraction
+from typing import Any
 
 import attrs
 import numpy as np
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
+from hypothesis.strategies import SearchStrategy
 
 from budgetcheck._audit import audit_windows
+from budgetcheck._audit_notions import audit_personalized, audit_swellfish
 from budgetcheck._errors import BudgetExceeded, InvalidArgument, SecretAccess
-from budgetcheck._mechanism import StreamMechanism, execute
-from budgetcheck.strategies import VerificationCase, cases
+from budgetcheck._mechanism import (
+    PersonalizedMechanism,
+    StreamMechanism,
+    SwellfishMechanism,
+    execute,
+    execute_personalized,
+    execute_swellfish,
+    notion_of,
+)
+from budgetcheck.strategies import (
+    PersonalizedCase,
+    SwellfishCase,
+    VerificationCase,
+    cases,
+    personalized_cases,
+    swellfish_cases,
+)
+
+AnyCase = VerificationCase | PersonalizedCase | SwellfishCase
+AnyMechanism = StreamMechanism | PersonalizedMechanism | SwellfishMechanism
 
 
 @attrs.frozen
@@ -30,18 +51,24 @@ class Counterexample:
 
     reason: str
     detail: str
-    case: VerificationCase
+    case: AnyCase
 
     def call(self, reference: str) -> str:
         """Python that reproduces the failure."""
-        data = np.round(self.case.data, 6).tolist()
-        return (
-            f"budgetcheck.execute(budgetcheck.load_mechanism({reference!r}), {data!r}, "
-            f"epsilon={self.case.epsilon!r}, w={self.case.w}, runs={self.case.runs}, seed={self.case.seed})"
-        )
+        case, mech = self.case, f"budgetcheck.load_mechanism({reference!r})"
+        if isinstance(case, PersonalizedCase):
+            classes = [((r.w, r.epsilon), n) for r, n in zip(case.requirements.classes, case.requirements.counts, strict=True)]
+            return (f"budgetcheck.execute_personalized({mech}, budgetcheck.RequirementSet.from_counts({classes!r}), "
+                    f"{case.bins.tolist()!r}, dimensions={case.dimensions}, runs={case.runs}, seed={case.seed})")
+        data = np.round(case.data, 6).tolist()
+        if isinstance(case, SwellfishCase):
+            policies = ", ".join(f"budgetcheck.StreamPolicy({p.start}, {p.end}, {list(p.thresholds)!r})" for p in case.policies.policies)
+            return (f"budgetcheck.execute_swellfish({mech}, budgetcheck.PolicyCollection([{policies}]), {data!r}, "
+                    f"epsilon={case.epsilon!r}, runs={case.runs}, seed={case.seed})")
+        return f"budgetcheck.execute({mech}, {data!r}, epsilon={case.epsilon!r}, w={case.w}, runs={case.runs}, seed={case.seed})"
 
 
-PASS, FAIL, NOT_PROVED, INCONCLUSIVE = "pass", "fail", "not proved", "inconclusive"
+PASS, FAIL, NOT_PROVED, INCONCLUSIVE, NOT_APPLICABLE = "pass", "fail", "not proved", "inconclusive", "not applicable"
 
 
 @attrs.frozen
@@ -49,7 +76,7 @@ class StageResult:
     """One stage of ``verify``: its name, verdict (pass / fail / not proved / inconclusive), detail."""
 
     stage: str
-    verdict: str
+    verdict: str  # "not applicable" stages do not change the overall verdict (their detail says why)
     detail: str = ""
 
     def to_json(self) -> dict[str, str]:
@@ -67,7 +94,8 @@ class VerifyResult:
     worst_ratio: float
     counterexample: Counterexample | None
     stages: tuple[StageResult, ...] = ()
-    worst_case: VerificationCase | None = attrs.field(default=None, eq=False, repr=False)
+    worst_case: AnyCase | None = attrs.field(default=None, eq=False, repr=False)
+    notion: str = "w-event"
 
     @property
     def passed(self) -> bool:
@@ -97,18 +125,14 @@ class VerifyResult:
             "verdict": self.verdict,
             "stages": [stage.to_json() for stage in self.stages],
         }
+        report["notion"] = self.notion
         if self.counterexample is not None:
             ce = self.counterexample
-            report["counterexample"] = {
-                "reason": ce.reason,
-                "detail": ce.detail,
-                "epsilon": ce.case.epsilon,
-                "w": ce.case.w,
-                "runs": ce.case.runs,
-                "seed": ce.case.seed,
-                "stream": ce.case.data.tolist(),
-                "call": ce.call(self.reference),
-            }
+            found: dict[str, object] = {"reason": ce.reason, "detail": ce.detail, "runs": ce.case.runs,
+                                        "seed": ce.case.seed, "call": ce.call(self.reference)}
+            if isinstance(ce.case, VerificationCase):
+                found.update(epsilon=ce.case.epsilon, w=ce.case.w, stream=ce.case.data.tolist())
+            report["counterexample"] = found
         return report
 
 
@@ -119,7 +143,7 @@ class _Violation(Exception):
         self.detail = detail
 
 
-def load_mechanism(reference: str) -> StreamMechanism:
+def load_mechanism(reference: str) -> Any:
     """A built-in name ('BD') or 'module:attr' (a mechanism, or a callable returning one)."""
     if ":" in reference:
         module_name, _, attr = reference.partition(":")
@@ -138,8 +162,10 @@ def load_mechanism(reference: str) -> StreamMechanism:
             target = target()
         except TypeError as exc:
             raise InvalidArgument(f"mechanism={reference!r} is not a StreamMechanism and cannot be built without arguments: {exc}") from exc
-    if not isinstance(target, StreamMechanism):
+    if not isinstance(target, (StreamMechanism, PersonalizedMechanism, SwellfishMechanism)):
         raise InvalidArgument(f"mechanism={reference!r} is not a StreamMechanism (needs .name and .run(stream, ledger))")
+    if notion_of(target) not in ("w-event", "personalized", "swellfish"):
+        raise InvalidArgument(f"mechanism={reference!r} declares notion={notion_of(target)!r}; expected w-event, personalized or swellfish")
     return target
 
 
@@ -192,10 +218,15 @@ def verify_mechanism(
         if "b" in stages:
             results.append(StageResult("secret access", FAIL if secret else PASS,
                                        counterexample.detail if secret and counterexample else "no read outside a charged ledger operation"))
+    notion = notion_of(mechanism)
     if "c" in stages:
         results.append(_proof_stage(mechanism, chosen.w_max))
     if "d" in stages:
-        results.append(_statistical_stage(mechanism, chosen.audit_runs, seed))
+        if isinstance(mechanism, StreamMechanism) and notion == "w-event":
+            results.append(_statistical_stage(mechanism, chosen.audit_runs, seed))
+        else:
+            results.append(StageResult("statistical audit", NOT_APPLICABLE,
+                                       f"not run: the statistical audit covers w-event mechanisms only (this is {notion})"))
     return VerifyResult(
         mechanism=mechanism.name,
         reference=reference,
@@ -205,18 +236,26 @@ def verify_mechanism(
         counterexample=counterexample,
         stages=tuple(results),
         worst_case=replay.worst_case if replay else None,
+        notion=notion,
     )
 
 
-def _proof_stage(mechanism: StreamMechanism, w_max: int) -> StageResult:
+def _proof_stage(mechanism: AnyMechanism, w_max: int) -> StageResult:
     from budgetcheck.proving import Verdict, explain_failure, prove_range, rule_of
 
     rule = rule_of(mechanism)
+    bounded = getattr(mechanism, "bounded_proof", None)
+    if rule is None and callable(bounded):
+        holds, count, failure = bounded()
+        if holds:
+            return StageResult("proof", PASS, f"exhaustive exact check of every decision sequence on {count} policy collections (bounded family)")
+        return StageResult("proof", FAIL, f"bounded check refuted: {failure}")
     if rule is None:
         return StageResult("proof", NOT_PROVED, "the mechanism exposes no allocation_rule(); nothing was proved")
     verdict = prove_range(rule, range(1, w_max + 1))
+    scope = {"personalized": "every requirement class with w_c", "swellfish": "w = max |J| (Theorem 4.3)"}.get(notion_of(mechanism), "w")
     if verdict.verdict is Verdict.PROVED:
-        return StageResult("proof", PASS, f"proved for w in 1..{w_max} ({verdict.methods}, {verdict.seconds:.1f}s)")
+        return StageResult("proof", PASS, f"proved for {scope} in 1..{w_max} ({verdict.methods}, {verdict.seconds:.1f}s)")
     outcome = FAIL if verdict.verdict is Verdict.REFUTED else INCONCLUSIVE
     return StageResult("proof", outcome, explain_failure(rule, verdict))
 
@@ -242,7 +281,7 @@ class _Replay:
     runs: int
     worst_ratio: float
     counterexample: Counterexample | None
-    worst_case: VerificationCase | None = None
+    worst_case: AnyCase | None = None
 
 
 def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Replay:
@@ -250,10 +289,13 @@ def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Re
     mechanism = load_mechanism(reference)
     tally = {"examples": 0, "runs": 0}
     worst = [Fraction(0)]
-    worst_case: list[VerificationCase] = []
+    worst_case: list[AnyCase] = []
     failures: list[Counterexample] = []
+    notion = notion_of(mechanism)
+    strategy: SearchStrategy[Any] = {"w-event": cases(max_length=max_length), "personalized": personalized_cases(),
+                     "swellfish": swellfish_cases()}[notion]
 
-    def check(case: VerificationCase) -> None:
+    def check(case: Any) -> None:
         tally["examples"] += 1
         tally["runs"] += case.runs
         before = worst[0]
@@ -265,7 +307,7 @@ def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Re
             failures.append(Counterexample(reason=violation.reason, detail=violation.detail, case=case))
             raise
 
-    runner = settings(
+    runner: Any = settings(
         max_examples=examples,
         database=None,
         deadline=None,
@@ -273,7 +315,7 @@ def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Re
         suppress_health_check=list(HealthCheck),
         phases=[Phase.explicit, Phase.generate, Phase.shrink],
         report_multiple_bugs=False,
-    )(given(cases(max_length=max_length))(check))
+    )(given(strategy)(check))
     runner = hypothesis_seed(seed)(runner)
     try:
         runner()
@@ -289,25 +331,39 @@ def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Re
     )
 
 
-def _check_case(mechanism: StreamMechanism, case: VerificationCase, worst: list[Fraction]) -> None:
+def _run_case(mechanism: Any, case: AnyCase) -> tuple[Any, Fraction, tuple[str, ...]]:
+    """Execute one case through the right ledger; return (ledger, worst ratio, violations) from the auditor."""
+    if isinstance(case, PersonalizedCase):
+        pex = execute_personalized(mechanism, case.requirements, case.bins, dimensions=case.dimensions, runs=case.runs, seed=case.seed)
+        classes = [(r.w, r.epsilon) for r in case.requirements.classes]
+        audit = audit_personalized(pex.ledger.records, classes, runs=case.runs)
+        return pex.ledger, audit.worst_ratio, audit.violations
+    if isinstance(case, SwellfishCase):
+        sex = execute_swellfish(mechanism, case.policies, case.data, epsilon=case.epsilon, runs=case.runs, seed=case.seed)
+        audit = audit_swellfish(sex.ledger.records, case.policies, epsilon=case.epsilon, runs=case.runs)
+        return sex.ledger, audit.worst_ratio, audit.violations
+    ex = execute(mechanism, case.data, epsilon=case.epsilon, w=case.w, runs=case.runs, seed=case.seed)
+    report = audit_windows(ex.ledger.records, epsilon=case.epsilon, w=case.w, runs=case.runs)
+    return ex.ledger, report.worst_ratio, tuple(v.describe(case.epsilon) for v in report.violations)
+
+
+def _check_case(mechanism: Any, case: AnyCase, worst: list[Fraction]) -> None:
     try:
-        execution = execute(mechanism, case.data, epsilon=case.epsilon, w=case.w, runs=case.runs, seed=case.seed)
+        ledger, ratio, violations = _run_case(mechanism, case)
     except BudgetExceeded as exc:
         raise _Violation("overspend refused by the ledger", str(exc)) from exc
     except SecretAccess as exc:
         raise _Violation("secret access", _located(exc)) from exc
     except Exception as exc:  # a crash is a finding, with its location
         raise _Violation("crash", f"{type(exc).__name__}: {exc} ({_located(exc)})") from exc
-    ledger = execution.ledger
     if ledger.refusals:
         raise _Violation(
             "overspend attempted",
             f"the mechanism asked for more than a window allows {ledger.refusals} time(s) and swallowed the refusal",
         )
-    report = audit_windows(ledger.records, epsilon=case.epsilon, w=case.w, runs=case.runs)
-    worst[0] = max(worst[0], report.worst_ratio)
-    if not report.ok:
-        raise _Violation("window over epsilon", report.violations[0].describe(case.epsilon))
+    worst[0] = max(worst[0], ratio)
+    if violations:
+        raise _Violation("window over epsilon", violations[0])
 
 
 def _located(exc: BaseException) -> str:

@@ -16,6 +16,7 @@ from budgetcheck._audit import audit_windows
 from budgetcheck._errors import InvalidArgument
 from budgetcheck._records import load_lines
 from budgetcheck._verify import PROFILES, VerifyResult, load_mechanism, verify_mechanism
+from budgetcheck.strategies import VerificationCase
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 
@@ -91,6 +92,8 @@ def verify(
         case = results[0].counterexample.case if results[0].counterexample else results[0].worst_case
         if case is None:
             raise click.BadParameter("--report needs stage a (ledger replay) in --stages", param_hint="--report")
+        if not isinstance(case, VerificationCase):
+            raise click.BadParameter("--report plots w-event windows; personalized and Swellfish plots are not built yet", param_hint="--report")
         from budgetcheck._report import write_report
 
         write_report(results[0], case, report)
@@ -112,8 +115,9 @@ def _print_table(results: list[VerifyResult]) -> None:
                 click.echo(f"\n{r.mechanism} [{stage.stage}] {stage.verdict}: {stage.detail}")
         if r.counterexample is not None:
             ce = r.counterexample
-            click.echo(f"  shrunk case: kind={ce.case.kind} T={ce.case.data.shape[0]} d={ce.case.data.shape[1]} "
-                       f"epsilon={ce.case.epsilon!r} w={ce.case.w} runs={ce.case.runs} seed={ce.case.seed}")
+            if isinstance(ce.case, VerificationCase):
+                click.echo(f"  shrunk case: kind={ce.case.kind} T={ce.case.data.shape[0]} d={ce.case.data.shape[1]} "
+                           f"epsilon={ce.case.epsilon!r} w={ce.case.w} runs={ce.case.runs} seed={ce.case.seed}")
             click.echo(f"  reproduce: {ce.call(r.reference)}")
 
 

@@ -1,4 +1,4 @@
-"""Hypothesis strategies for w-event verification: streams, privacy parameters, whole cases.
+"""Hypothesis strategies: streams, privacy parameters, requirement sets, policy collections, whole cases.
 
 Streams come in the shapes that break allocation rules: seasonal (Schäler et al. 2022,
 Algorithm 2 style), sparse, constant, isolated spikes, and adversarial jumps that flip every
@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 
 from budgetcheck._params import WEventParams
+from budgetcheck._policies import PolicyCollection, StreamPolicy
+from budgetcheck._requirements import RequirementSet
 
 FloatArray = NDArray[np.float64]
 
@@ -78,3 +80,75 @@ def cases(draw: st.DrawFn, *, max_length: int = 60, max_w: int = 40, max_runs: i
     runs = draw(st.integers(1, max_runs))
     seed = draw(st.integers(0, 2**32 - 1))
     return VerificationCase(kind=kind, data=data, epsilon=params.epsilon, w=params.w, runs=runs, seed=seed)
+
+
+@st.composite
+def requirement_sets(draw: st.DrawFn, *, max_classes: int = 4, max_users: int = 40, max_w: int = 12) -> RequirementSet:
+    """Personalized requirements: 1..max_classes distinct (w, ε) classes with 1..max_users users each."""
+    pairs = draw(st.lists(st.tuples(st.integers(1, max_w), st.sampled_from(EPSILONS)), min_size=1, max_size=max_classes, unique=True))
+    counts = draw(st.lists(st.integers(1, max_users), min_size=len(pairs), max_size=len(pairs)))
+    return RequirementSet.from_counts(list(zip(pairs, counts, strict=True)))
+
+
+@st.composite
+def policy_collections(draw: st.DrawFn, *, horizon: int = 24, max_policies: int = 5) -> PolicyCollection:
+    """Swellfish collections: overlapping intervals, patterns as long as their interval, gaps with no policy."""
+    policies = []
+    for _ in range(draw(st.integers(1, max_policies))):
+        start = draw(st.integers(1, horizon))
+        end = draw(st.integers(start, min(horizon, start + draw(st.sampled_from([0, 2, 5, 11, 23])))))
+        length = draw(st.integers(1, end - start + 1))
+        thresholds = draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.2, 7.5]), min_size=length, max_size=length))
+        policies.append(StreamPolicy(start, end, thresholds))
+    return PolicyCollection(policies)
+
+
+@attrs.frozen
+class PersonalizedCase:
+    """A personalized verification input: requirements, per-user bins (T, n), d, runs, seed."""
+
+    requirements: RequirementSet = attrs.field(eq=False)
+    bins: NDArray[np.int64] = attrs.field(eq=False, repr=False)
+    dimensions: int
+    runs: int
+    seed: int
+
+
+@attrs.frozen
+class SwellfishCase:
+    """A Swellfish verification input: policies, stream (T, d), ε, runs, seed."""
+
+    policies: PolicyCollection = attrs.field(eq=False)
+    data: FloatArray = attrs.field(eq=False, repr=False)
+    epsilon: float
+    runs: int
+    seed: int
+
+
+@st.composite
+def personalized_cases(draw: st.DrawFn, *, max_length: int = 30, max_runs: int = 3) -> PersonalizedCase:
+    """Requirement sets with streams that stay put, drift, or jump (every user moves at once)."""
+    requirements = draw(requirement_sets())
+    length = draw(st.integers(1, max_length))
+    d = draw(st.integers(1, 4))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    kind = draw(st.sampled_from(["constant", "random", "jumps"]))
+    n = requirements.n_users
+    if kind == "constant":
+        bins = np.tile(rng.integers(-1, d, size=n), (length, 1))
+    elif kind == "random":
+        bins = rng.integers(-1, d, size=(length, n))
+    else:
+        bins = np.repeat(rng.integers(0, d, size=(length, 1)), n, axis=1)
+    return PersonalizedCase(requirements=requirements, bins=bins, dimensions=d, runs=draw(st.integers(1, max_runs)),
+                            seed=draw(st.integers(0, 2**32 - 1)))
+
+
+@st.composite
+def swellfish_cases(draw: st.DrawFn, *, max_runs: int = 3) -> SwellfishCase:
+    """A policy collection, a stream running a little past its horizon, ε, runs and seed."""
+    policies = draw(policy_collections())
+    _, data = draw(streams(max_length=policies.horizon + 4, max_dimensions=4))
+    epsilon = draw(st.one_of(st.sampled_from(EPSILONS), st.floats(1e-3, 10.0)))
+    return SwellfishCase(policies=policies, data=data, epsilon=epsilon, runs=draw(st.integers(1, max_runs)),
+                         seed=draw(st.integers(0, 2**32 - 1)))

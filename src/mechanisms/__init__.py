@@ -1,22 +1,50 @@
-"""Built-in w-event mechanisms, written against budgetcheck's public API only."""
+"""Built-in mechanisms (w-event, personalized w-event, Swellfish), written against budgetcheck's public API only."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from budgetcheck import StreamMechanism
 from mechanisms.ba import BA as BA
 from mechanisms.bd import BD as BD
 from mechanisms.hybrid import Hybrid as Hybrid
+from mechanisms.personalized import PBA as PBA
+from mechanisms.personalized import PBD as PBD
+from mechanisms.personalized import StrictestBA as StrictestBA
+from mechanisms.personalized import StrictestBD as StrictestBD
 from mechanisms.sample import Sample as Sample
+from mechanisms.swellfish import TINARSample as TINARSample
+from mechanisms.swellfish import TINARUniform as TINARUniform
+from mechanisms.swellfish import TSBA as TSBA
+from mechanisms.swellfish import TSBD as TSBD
+from mechanisms.swellfish import TSSample as TSSample
+from mechanisms.swellfish import TSUniform as TSUniform
+from mechanisms.swellfish import Unicorn as Unicorn
+from mechanisms.swellfish import UnicornIS as UnicornIS
+from mechanisms.swellfish import UnicornPS as UnicornPS
 from mechanisms.uniform import Uniform as Uniform
 
-BUILTIN: dict[str, Callable[[], StreamMechanism]] = {
+BUILTIN: dict[str, Callable[[], object]] = {
     "Uniform": Uniform,
     "Sample": Sample,
     "BD": BD,
     "BA": BA,
     "Hybrid": Hybrid,
+    "PBD": PBD,
+    "PBA": PBA,
+    "StrictestBD": StrictestBD,
+    "StrictestBA": StrictestBA,
+    "TSUniform": TSUniform,
+    "TSSample": TSSample,
+    "TSBD": TSBD,
+    "TSBA": TSBA,
+    "TINARUniform": TINARUniform,
+    "TINARSample": TINARSample,
+    "UnicornIS": UnicornIS,
+    "UnicornPS": UnicornPS,
+    "Unicorn": Unicorn,
 }
 
-__all__ = ["BA", "BD", "BUILTIN", "Hybrid", "Sample", "Uniform"]
+__all__ = [
+    "BA", "BD", "BUILTIN", "Hybrid", "PBA", "PBD", "Sample", "StrictestBA", "StrictestBD", "TINARSample",
+    "TINARUniform", "TSBA", "TSBD", "TSSample", "TSUniform", "Unicorn", "UnicornIS", "UnicornPS", "Uniform",
+]

@@ -27,13 +27,16 @@ the tests check that the cap only ever trims rounding, i.e. the paper's rule is 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any
 
 import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck import GuardedStream, SwellfishLedger
+from budgetcheck import GuardedStream, PolicyCollection, StreamPolicy, SwellfishLedger
 from mechanisms._common import empty_releases, filtered
 from mechanisms.ba import BA
 from mechanisms.bd import BD
@@ -76,14 +79,18 @@ def TSBA() -> TemporalSensitivity:
 
 
 class _OpBudgets:
-    """Per policy and run, the δ(J) largest output-perturbation budgets spent so far (zero-padded)."""
+    """Per policy and run, the δ(J) largest output-perturbation budgets spent so far (zero-padded).
 
-    def __init__(self, ledger: SwellfishLedger) -> None:
+    ``exact`` keeps Fractions (object arrays) instead of floats: the bounded proof runs this code.
+    """
+
+    def __init__(self, ledger: SwellfishLedger | _Shape, exact: bool = False) -> None:
         policies = ledger.policies
         self.deltas = [policies.delta(i) for i in range(len(policies))]
-        self.tops = [np.zeros((ledger.runs, d)) for d in self.deltas]
+        zero: object = Fraction(0) if exact else 0.0
+        self.tops = [np.full((ledger.runs, d), zero, dtype=object if exact else np.float64) for d in self.deltas]
 
-    def allocation(self, ledger: SwellfishLedger, t: int, total: float, uniform_only: bool) -> FloatArray:
+    def allocation(self, ledger: SwellfishLedger | _Shape, t: int, total: Any, uniform_only: bool) -> Any:
         """Algorithm 3: min over relevant φ of max(ε^op/δ(J), ε_{rm,φ}/open timestamps) per run."""
         best = np.full(ledger.runs, np.inf)
         for index in ledger.policies.relevant(t):
@@ -96,13 +103,68 @@ class _OpBudgets:
             best = np.minimum(best, c1)
         return best
 
-    def record(self, relevant: Sequence[int], spent: FloatArray) -> None:
+    def record(self, relevant: Sequence[int], spent: Any) -> None:
         rows = np.arange(spent.size)
         for index in relevant:
             top = self.tops[index]
             slot = top.argmin(axis=1)
             replace = spent > top[rows, slot]
             top[rows[replace], slot[replace]] = spent[replace]
+
+
+@attrs.frozen
+class _Shape:
+    """What the allocation needs from a ledger: the policies and the number of runs."""
+
+    policies: PolicyCollection
+    runs: int
+
+
+def bounded_proof(mechanism: UnicornPS | UnicornIS | Unicorn, horizon: int = 5, max_policies: int = 2) -> tuple[bool, int, str]:
+    """Exhaustive exact check of Theorem 4.2 for the mechanism's allocation (Algorithm 3/4, UnicornIS).
+
+    Every collection of 1..max_policies policies with intervals inside [1, horizon] and patterns of
+    length 1-2, every publish/skip decision sequence (Unicorn; UnicornPS/IS have none), ε = 1 in
+    exact Fractions, without the ledger's rounding cap. All budgets are homogeneous of degree 1 in
+    ε, so ε = 1 covers every ε > 0. Returns (holds, collections checked, first failure or "").
+    """
+    shapes = [StreamPolicy(a, b, [1.0] * T) for a in range(1, horizon + 1) for b in range(a, horizon + 1) for T in (1, 2) if T <= b - a + 1]
+    collections = [list(c) for k in range(1, max_policies + 1) for c in itertools.combinations(shapes, k)]
+    decisions = np.array(list(itertools.product([False, True], repeat=horizon))) if isinstance(mechanism, Unicorn) else np.ones((1, horizon), bool)
+    one, half = Fraction(1), Fraction(1, 2)
+    for policies_list in collections:
+        policies = PolicyCollection(policies_list)
+        shape = _Shape(policies, len(decisions))
+        tops = _OpBudgets(shape, exact=True)
+        sampled: set[int] = set()
+        totals = []
+        for t in range(1, horizon + 1):
+            relevant = policies.relevant(t)
+            zero = np.full(shape.runs, Fraction(0), dtype=object)
+            if not relevant:
+                totals.append(zero)
+                continue
+            if isinstance(mechanism, UnicornIS):
+                budget = zero + (0 if sampled.intersection(relevant) else one)
+                sampled.update(relevant)
+                totals.append(budget)
+                continue
+            if isinstance(mechanism, UnicornPS):
+                budget = tops.allocation(shape, t, one, mechanism.uniform_only)
+                tops.record(relevant, budget)
+                totals.append(budget)
+                continue
+            sampling = half / max(tops.deltas[i] for i in relevant)
+            spent = np.where(decisions[:, t - 1], tops.allocation(shape, t, half, False), zero)
+            tops.record(relevant, spent)
+            totals.append(spent + sampling)
+        for index, policy in enumerate(policies.policies):
+            inside = np.stack(totals[policy.start - 1 : policy.end], axis=1)
+            top = -np.sort(-inside, axis=1)[:, : policies.delta(index)]
+            worst = top.sum(axis=1).max()
+            if worst > one:
+                return False, len(collections), f"{policies_list!r}: policy {index} TOP_delta sum {worst} > epsilon"
+    return True, len(collections), ""
 
 
 def _capped(ledger: SwellfishLedger, t: int, wanted: FloatArray) -> FloatArray:
@@ -125,6 +187,10 @@ class UnicornPS:
     @property
     def name(self) -> str:
         return self.label
+
+    def bounded_proof(self) -> tuple[bool, int, str]:
+        """Theorem 4.2 checked exhaustively and exactly on a bounded family (see :func:`bounded_proof`)."""
+        return bounded_proof(self)
 
     def run(self, stream: GuardedStream, ledger: SwellfishLedger) -> FloatArray:
         tops = _OpBudgets(ledger)
@@ -158,6 +224,10 @@ class UnicornIS:
     def name(self) -> str:
         return self.label
 
+    def bounded_proof(self) -> tuple[bool, int, str]:
+        """Theorem 4.2 checked exhaustively and exactly on a bounded family (see :func:`bounded_proof`)."""
+        return bounded_proof(self)
+
     def run(self, stream: GuardedStream, ledger: SwellfishLedger) -> FloatArray:
         sampled: set[int] = set()
         last = np.zeros((ledger.runs, stream.dimensions))
@@ -189,6 +259,10 @@ class Unicorn:
     filtering: bool = False
     notion: str = attrs.field(default="swellfish", init=False)
     name: str = attrs.field(default="Unicorn", init=False)
+
+    def bounded_proof(self) -> tuple[bool, int, str]:
+        """Theorem 4.2 checked exhaustively and exactly on a bounded family (see :func:`bounded_proof`)."""
+        return bounded_proof(self)
 
     def run(self, stream: GuardedStream, ledger: SwellfishLedger) -> FloatArray:
         tops = _OpBudgets(ledger)
