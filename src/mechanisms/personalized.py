@@ -38,6 +38,23 @@ from mechanisms.rules import BARule, BDRule
 FloatArray = NDArray[np.float64]
 
 
+def step_budgets(rule: AllocationRule, envs: list[RuleEnv], states: list[Any], runs: int) -> tuple[FloatArray, FloatArray]:
+    """(dissimilarity, publication candidate) budgets, shape (runs, classes), before the decision.
+
+    For BA rules a timestamp inside any class's nullified span is nullified for all (t̃_N = max t_{i,N}).
+    """
+    wants = np.full(runs, True)
+    charges = [rule.charges(FLOAT, env, state, wants) for env, state in zip(envs, states, strict=True)]
+    dissimilarity = np.stack([np.broadcast_to(c[0], (runs,)) for c in charges], axis=1)
+    candidate = np.stack([np.broadcast_to(c[1], (runs,)) for c in charges], axis=1)
+    if isinstance(rule, BARule):
+        nullified = np.zeros(runs, dtype=bool)
+        for env, state in zip(envs, states, strict=True):
+            nullified |= np.broadcast_to(rule.publishes(FLOAT, env, state, wants)[0], (runs,))
+        candidate = np.where(nullified[:, None], 0.0, candidate)
+    return dissimilarity, candidate
+
+
 def run_personalized(rule: AllocationRule, stream: PersonalizedStream, ledger: PersonalizedLedger, *, strictest: bool, filtering: bool) -> FloatArray:
     """PWSM (Algorithm 2) with ``rule`` per requirement class; see the module docstring."""
     requirements = ledger.requirements
@@ -45,18 +62,10 @@ def run_personalized(rule: AllocationRule, stream: PersonalizedStream, ledger: P
     envs = [RuleEnv(r.epsilon, r.w) for r in chosen]
     runs = ledger.runs
     states: list[Any] = [tuple(np.full(runs, v) for v in rule.initial(FLOAT, env)) for env in envs]
-    wants = np.full(runs, True)
     last = np.zeros((runs, stream.dimensions))
     releases = empty_releases(runs, stream.length, stream.dimensions)
     for secret in stream:
-        charges = [rule.charges(FLOAT, env, state, wants) for env, state in zip(envs, states, strict=True)]
-        dissimilarity = np.stack([np.broadcast_to(c[0], (runs,)) for c in charges], axis=1)
-        candidate = np.stack([np.broadcast_to(c[1], (runs,)) for c in charges], axis=1)
-        if isinstance(rule, BARule):
-            nullified = np.zeros(runs, dtype=bool)
-            for env, state in zip(envs, states, strict=True):
-                nullified |= np.broadcast_to(rule.publishes(FLOAT, env, state, wants)[0], (runs,))
-            candidate = np.where(nullified[:, None], 0.0, candidate)
+        dissimilarity, candidate = step_budgets(rule, envs, states, runs)
         dis = ledger.sample_dissimilarity(secret, last, dissimilarity)
         _, error = ledger.reporting_error(candidate)
         publish = (candidate.max(axis=1) > 0.0) & (dis > np.sqrt(error))

@@ -1,0 +1,216 @@
+"""Personalized w-event: requirements, ledger against a brute-force oracle, OBS, the Sampling
+Mechanism, PBD/PBA worked examples (Du et al. 2025, Figures 5 and 6), bad inputs."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from budgetcheck import (
+    BudgetExceeded,
+    InvalidArgument,
+    PersonalizedLedger,
+    PersonalizedStream,
+    RequirementSet,
+    WEventParams,
+    WindowLedger,
+    optimal_budget,
+    sampling_error,
+)
+from budgetcheck._audit_notions import audit_personalized
+from budgetcheck.ops import FLOAT
+from budgetcheck.proving import RuleEnv
+from budgetcheck.strategies import requirement_sets
+from mechanisms.personalized import step_budgets
+from mechanisms.rules import BARule, BDRule
+
+AMOUNTS = st.sampled_from([0.0, 0.1, 0.2, 0.25, 1 / 3, 0.5, 0.3, 1.0, 2.0**-10])
+
+
+@settings(max_examples=150, deadline=None)
+@given(requirements=requirement_sets(max_classes=3, max_users=3, max_w=4), steps=st.lists(st.tuples(st.integers(0, 2), st.lists(AMOUNTS, min_size=3, max_size=3)), min_size=1, max_size=12))
+def test_ledger_accepts_exactly_what_the_oracle_accepts(requirements: RequirementSet, steps: list[tuple[int, list[float]]]) -> None:
+    C = requirements.n_classes
+    ledger = PersonalizedLedger(requirements)
+    spent: dict[int, list[Fraction]] = {}
+    t = 1
+    for gap, amounts in steps:
+        t += gap
+        row = amounts[:C]
+        proposal = {c: spent.get(t, [Fraction(0)] * C)[c] + Fraction(row[c]) for c in range(C)}
+        ok = all(
+            sum((spent.get(k, [Fraction(0)] * C)[c] for k in range(t - req.w + 1, t)), Fraction(0)) + proposal[c] <= Fraction(req.epsilon)
+            for c, req in enumerate(requirements.classes)
+        )
+        before = (ledger.records, ledger.remaining(t).tolist())
+        if ok:
+            ledger.spend(t, row, purpose="p")
+            spent[t] = [proposal[c] for c in range(C)]
+        else:
+            with pytest.raises(BudgetExceeded):
+                ledger.spend(t, row, purpose="p")
+            assert (ledger.records, ledger.remaining(t).tolist()) == before
+    assert audit_personalized(ledger.records, [(r.w, r.epsilon) for r in requirements.classes], runs=1).ok
+
+
+def test_ulp_boundary_and_remaining_is_spendable() -> None:
+    requirements = RequirementSet([(3, 0.1 + 0.2), (2, 1.0)])
+    ledger = PersonalizedLedger(requirements, runs=2)
+    for t in (1, 2, 3):
+        ledger.spend(t, ledger.remaining(t), purpose="all that remains")
+    eps = requirements.classes[1].epsilon  # (w=3, 0.30000000000000004) sorts after (2, 1.0)
+    assert requirements.classes[0].w == 2
+    with pytest.raises(BudgetExceeded):
+        ledger.spend(3, [0.0, np.nextafter(0.0, 1.0)], purpose="one ulp over")
+    assert eps == 0.1 + 0.2
+
+
+@settings(max_examples=60, deadline=None)
+@given(w=st.integers(1, 5), amounts=st.lists(st.tuples(st.integers(0, 2), AMOUNTS), min_size=1, max_size=15))
+def test_one_class_agrees_with_the_window_ledger(w: int, amounts: list[tuple[int, float]]) -> None:
+    personal = PersonalizedLedger(RequirementSet.from_counts([((w, 1.0), 7)]))
+    plain = WindowLedger(WEventParams(epsilon=1.0, w=w))
+    t = 1
+    for gap, x in amounts:
+        t += gap
+        outcomes = []
+        for ledger in (personal, plain):
+            try:
+                ledger.spend(t, x if ledger is plain else [x], purpose="p")
+                outcomes.append(True)
+            except BudgetExceeded:
+                outcomes.append(False)
+        assert outcomes[0] == outcomes[1]
+        assert personal.remaining(t)[:, 0].tolist() == plain.remaining(t).tolist()
+
+
+def test_obs_running_example() -> None:
+    budgets = [0.1, 0.4, 0.4, 0.1, 0.4, 0.4, 0.8, 0.8, 0.8, 0.4]
+    theta, err = optimal_budget(budgets, [1] * 10)
+    assert theta[0] == 0.4
+    assert err[0] == pytest.approx(15.31, abs=0.01)
+    assert sampling_error([0.1, 0.4, 0.8], [2, 5, 3], np.array([0.1]))[0] == pytest.approx(200.0)
+    # The paper prints err_3 = 89.74, which its own formula does not give: 2p1(1−p1) + 5p2(1−p2)
+    # + (2(1−p1) + 5(1−p2))² + 2/0.8² = 1.358 + 23.25 + 3.125 = 27.73. The argmin (0.4) is the same.
+    assert sampling_error([0.1, 0.4, 0.8], [2, 5, 3], np.array([0.8]))[0] == pytest.approx(27.733, abs=0.001)
+
+
+@settings(max_examples=100, deadline=None)
+@given(budgets=st.lists(st.sampled_from([0.05, 0.1, 0.4, 0.8, 1.0, 2.0]), min_size=1, max_size=5), counts=st.lists(st.integers(1, 50), min_size=5, max_size=5))
+def test_obs_picks_the_argmin_of_the_stated_error(budgets: list[float], counts: list[int]) -> None:
+    n = counts[: len(budgets)]
+    theta, err = optimal_budget(budgets, n)
+    errors = {b: float(sampling_error(budgets, n, np.array([b]))[0]) for b in budgets}
+    assert err[0] == pytest.approx(min(errors.values()))
+    assert theta[0] == min(b for b, e in errors.items() if e == min(errors.values()))
+
+
+def test_sampling_mechanism_inclusion_frequencies() -> None:
+    requirements = RequirementSet.from_counts([((1, 0.01), 50), ((1, 1.0), 5000)])
+    bins = (requirements.user_classes == 1).astype(np.int64)[None, :]  # low-budget users in bin 0
+    stream = PersonalizedStream(requirements, bins, dimensions=2)
+    runs = 4000
+    ledger = PersonalizedLedger(requirements, runs=runs, seed=5)
+    ledger.bind(stream)
+    budgets = np.array([0.01, 1.0])
+    theta, _ = ledger.reporting_error(budgets)
+    assert theta[0] == 1.0  # few low-budget users: OBS prefers θ = 1.0 and samples them
+    p = np.expm1(0.01) / np.expm1(1.0)
+    released = ledger.sample_release(stream.secret(1), budgets)
+    # bin 0 = Binomial(50, p) + Lap(1): mean 50p, variance 50p(1−p) + 2.
+    sd = np.sqrt((50 * p * (1 - p) + 2.0) / runs)
+    assert abs(released[:, 0].mean() - 50 * p) < 4 * sd
+    assert abs(released[:, 1].mean() - 5000) < 4 * np.sqrt(2.0 / runs)  # always kept
+
+
+def _drive(rule: object, requirements: list[tuple[int, float]], decisions: list[bool]) -> list[tuple[list[float], list[float]]]:
+    """Budgets per step for a scripted decision sequence, through the code PBD/PBA run."""
+    envs = [RuleEnv(eps, w) for w, eps in requirements]
+    states = [tuple(np.full(1, v) for v in rule.initial(FLOAT, env)) for env in envs]  # type: ignore[attr-defined]
+    out = []
+    for decision in decisions:
+        diss, cand = step_budgets(rule, envs, states, 1)  # type: ignore[arg-type]
+        publish = np.array([decision and cand.max() > 0])
+        spent = np.where(publish[:, None], cand, 0.0)
+        out.append((diss[0].tolist(), spent[0].tolist()))
+        states = [rule.advance(FLOAT, env, st_, publish, (diss[:, c], spent[:, c])) for c, (env, st_) in enumerate(zip(envs, states, strict=True))]  # type: ignore[attr-defined]
+    return out
+
+
+def test_pbd_example_figure_5() -> None:
+    steps = _drive(BDRule(), [(4, 1.0), (2, 1.0), (3, 1.0)], [True, False, True])
+    assert steps[0][0] == pytest.approx([1 / 8, 1 / 4, 1 / 6])
+    assert steps[0][1] == pytest.approx([1 / 4, 1 / 4, 1 / 4])
+    assert steps[1][1] == [0.0, 0.0, 0.0]
+    assert steps[2][1][0] == pytest.approx(1 / 8)  # (ε1/2 − ε1/4)/2
+
+
+def test_pba_example_figure_6() -> None:
+    steps = _drive(BARule(), [(4, 1.0), (2, 1.0), (3, 1.0)], [True, False, True, True, True])
+    assert steps[0][1] == pytest.approx([1 / 8, 1 / 4, 1 / 6])
+    assert steps[1][1] == [0.0, 0.0, 0.0]
+    assert steps[2][1] == pytest.approx([1 / 4, 1 / 2, 1 / 3])
+    assert steps[3][1] == [0.0, 0.0, 0.0]  # nullified: t − l = 1 <= max t_{i,N} = 1
+    assert steps[4][1] == pytest.approx([1 / 8, 1 / 4, 1 / 6])
+
+
+def test_pba_nullifies_by_the_maximum_over_classes() -> None:
+    # A spends 2 shares (t_N = 1) and B (w = 1) can never absorb: B alone would publish at t = 3.
+    steps = _drive(BARule(), [(3, 1.0), (1, 1.0)], [True, False, True, True])
+    assert steps[3][1] == [0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: RequirementSet([]), "empty"),
+        (lambda: RequirementSet([(2, 0.0)]), "epsilon=0.0"),
+        (lambda: RequirementSet([(0, 1.0)]), "w=0"),
+        (lambda: RequirementSet([(2, float("nan"))]), "nan"),
+        (lambda: RequirementSet.from_counts([]), "empty"),
+        (lambda: RequirementSet({"ann": (2, 1.0)}).index_of("bob"), "'bob' is unknown"),
+        (lambda: PersonalizedStream.from_events(RequirementSet({"ann": (2, 1.0)}), [(1, "bob", 0)], length=2, dimensions=2), "'bob' is unknown"),
+        (lambda: PersonalizedStream(RequirementSet([(2, 1.0)]), [[3]], dimensions=2), "must be in [0, 2)"),
+        (lambda: PersonalizedStream(RequirementSet([(2, 1.0)]), [[0.5]], dimensions=2), "must be an integer"),
+        (lambda: PersonalizedStream(RequirementSet([(2, 1.0), (2, 1.0)]), [[0]], dimensions=2), "shape"),
+    ],
+)
+def test_bad_inputs_are_named(build: object, message: str) -> None:
+    with pytest.raises(InvalidArgument, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        build()  # type: ignore[operator]
+
+
+def test_bad_spend_changes_nothing() -> None:
+    requirements = RequirementSet([(2, 1.0), (3, 0.5)])
+    ledger = PersonalizedLedger(requirements, runs=2)
+    ledger.spend(1, [0.5, 0.25], purpose="p")
+    before = (ledger.records, ledger.remaining(2).tolist())
+    for bad in ([0.1], [[0.1, -0.1], [0, 0]], [0.1, float("inf")]):
+        with pytest.raises(InvalidArgument):
+            ledger.spend(2, bad, purpose="p")
+    with pytest.raises(BudgetExceeded, match=r"w=3, epsilon=0.5"):
+        ledger.spend(2, [[0.1, 0.1], [0.1, 0.26]], purpose="p")
+    assert (ledger.records, ledger.remaining(2).tolist()) == before
+
+
+def test_export_round_trips_through_the_auditor() -> None:
+    from budgetcheck import load_lines
+
+    requirements = RequirementSet.from_counts([((2, 1.0), 3), ((3, 0.5), 2)])
+    ledger = PersonalizedLedger(requirements, runs=2)
+    ledger.spend(1, [[0.5, 0.25], [0.1, 0.2]], purpose="p")
+    header, records = load_lines(ledger.jsonl())
+    assert header.notion == "personalized" and header.classes == ((2, 1.0, 3), (3, 0.5, 2))
+    assert records[0].amounts.tolist() == [[0.5, 0.25], [0.1, 0.2]]
+
+
+def test_a_million_users_in_five_classes_is_cheap() -> None:
+    requirements = RequirementSet.from_counts([((w, eps), 200_000) for w, eps in [(10, 1.0), (20, 0.5), (40, 2.0), (80, 1.0), (120, 0.1)]])
+    ledger = PersonalizedLedger(requirements, runs=4)
+    for t in range(1, 30):
+        ledger.spend(t, ledger.remaining(t) / 2, purpose="p")
+    assert requirements.n_users == 1_000_000 and requirements.n_classes == 5
