@@ -53,8 +53,12 @@ def test_mechanism_without_rule_is_not_proved_and_exits_3(runner: CliRunner) -> 
 def test_prove_table_and_refutation(runner: CliRunner) -> None:
     result = runner.invoke(main, ["prove", "--w-max", "6"])
     assert result.exit_code == 0, result.output
-    assert [line.split()[0] for line in result.output.splitlines()[1:]] == ["Uniform", "Sample", "BD", "BA", "Hybrid"]
-    assert all(line.split()[-1] == "proved" for line in result.output.splitlines()[1:])
+    from mechanisms import BUILTIN
+
+    table = result.output.splitlines()[1 : 1 + len(BUILTIN)]
+    assert [line.split()[0] for line in table] == list(BUILTIN)
+    assert all(line.split()[-1] == "proved" for line in table)
+    assert "as BD" in result.output and "exhaustive(325)" in result.output
     refuted = runner.invoke(main, ["prove", "broken.mutants:BAWithoutNullification", "--w-max", "4"])
     assert refuted.exit_code == 1, refuted.output
     assert "refuted" in refuted.output and "replay refused by the ledger" in refuted.output
@@ -76,7 +80,7 @@ def test_verify_json_report_is_stable(runner: CliRunner) -> None:
     report = json.loads(result.output)
     assert report["version"] == 1 and report["profile"] == "quick"
     (entry,) = report["results"]
-    assert set(entry) == {"mechanism", "reference", "examples", "runs", "worst_window_over_epsilon", "verdict", "stages"}
+    assert set(entry) == {"mechanism", "reference", "examples", "runs", "worst_window_over_epsilon", "verdict", "stages", "notion"}
     assert entry["verdict"] == "pass" and 0 < entry["worst_window_over_epsilon"] <= 1
     assert [stage["stage"] for stage in entry["stages"]] == ["ledger replay", "secret access", "proof", "statistical audit"]
 
@@ -156,7 +160,9 @@ def test_audit_refuses_malformed_logs(runner: CliRunner, tmp_path: Path, content
 def test_mechanisms_lists_the_builtins(runner: CliRunner) -> None:
     result = runner.invoke(main, ["mechanisms"])
     assert result.exit_code == 0
-    assert [line.split()[0] for line in result.output.splitlines()] == ["Uniform", "Sample", "BD", "BA", "Hybrid"]
+    from mechanisms import BUILTIN
+
+    assert [line.split()[0] for line in result.output.splitlines()] == list(BUILTIN)
 
 
 def test_verify_report_png_and_html(runner: CliRunner, tmp_path: Path) -> None:
@@ -171,3 +177,13 @@ def test_verify_report_png_and_html(runner: CliRunner, tmp_path: Path) -> None:
     assert "data:image/png;base64," in page.read_text()
     both = runner.invoke(main, ["verify", "BA", "BD", "--stages", "a", "--report", str(png)])
     assert both.exit_code == 2 and "one mechanism" in both.output
+
+
+@pytest.mark.parametrize("name", ["PBD", "PBA", "StrictestBA", "TSBA", "Unicorn", "UnicornIS", "TINARUniform"])
+def test_verify_passes_personalized_and_swellfish_builtins(runner: CliRunner, name: str) -> None:
+    result = runner.invoke(main, ["verify", name, "--examples", "15", "--json"])
+    assert result.exit_code == 0, result.output
+    (entry,) = json.loads(result.output)["results"]
+    verdicts = {stage["stage"]: stage["verdict"] for stage in entry["stages"]}
+    assert verdicts == {"ledger replay": "pass", "secret access": "pass", "proof": "pass", "statistical audit": "not applicable"}
+    assert entry["notion"] in ("personalized", "swellfish")

@@ -6,7 +6,15 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck import BudgetExceeded, GuardedStream, WindowLedger, rounding
+from budgetcheck import (
+    BudgetExceeded,
+    GuardedStream,
+    PersonalizedLedger,
+    PersonalizedStream,
+    SwellfishLedger,
+    WindowLedger,
+    rounding,
+)
 
 FloatArray = NDArray[np.float64]
 
@@ -363,7 +371,60 @@ class MeasureTinySensitivity:
 
 
 # (mutant, the stage that must catch it)
+@attrs.frozen
+class UnicornPSOverDeltaMinusOne:
+    """Swellfish: ε/(δ(J) − 1) at every relevant t, i.e. a TOP sum of only δ(J) − 1 budgets is kept within ε."""
+
+    name: str = "UnicornPS-delta-minus-one"
+    notion: str = "swellfish"
+
+    def run(self, stream: GuardedStream, ledger: SwellfishLedger) -> FloatArray:
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        for secret in stream:
+            relevant = ledger.policies.relevant(secret.t)
+            if ledger.temporal_sensitivity(secret.t) == 0.0:
+                out[:, secret.t - 1] = ledger.release_exact(secret)
+                continue
+            budget = min(ledger.epsilon / max(1, ledger.policies.delta(i) - 1) for i in relevant)
+            out[:, secret.t - 1] = ledger.laplace(secret, budget)
+        return out
+
+
+@attrs.frozen
+class SwellfishTrueValuesEverywhere:
+    """Swellfish: treats every timestamp as free, releasing true values where policies are relevant."""
+
+    name: str = "Swellfish-true-values"
+    notion: str = "swellfish"
+
+    def run(self, stream: GuardedStream, ledger: SwellfishLedger) -> FloatArray:
+        return np.stack([np.stack([ledger.release_exact(secret)[0] for secret in stream])] * ledger.runs)
+
+
+@attrs.frozen
+class PBDMostGenerous:
+    """Personalized: PBD with every class at the most generous requirement (min w_i, max ε_i)."""
+
+    name: str = "PBD-most-generous"
+    notion: str = "personalized"
+
+    def run(self, stream: PersonalizedStream, ledger: PersonalizedLedger) -> FloatArray:
+        C = ledger.requirements.n_classes
+        w = min(r.w for r in ledger.requirements.classes)
+        eps = max(r.epsilon for r in ledger.requirements.classes)
+        last = np.zeros((ledger.runs, stream.dimensions))
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        for secret in stream:
+            ledger.sample_dissimilarity(secret, last, np.full(C, eps / (2 * w)))
+            last = np.nan_to_num(ledger.sample_release(secret, np.full(C, eps / 2)))
+            out[:, secret.t - 1] = last
+        return out
+
+
 CORPUS: list[tuple[type, str]] = [
+    (UnicornPSOverDeltaMinusOne, "ledger replay"),
+    (SwellfishTrueValuesEverywhere, "ledger replay"),
+    (PBDMostGenerous, "ledger replay"),
     (BAAsPublished, "ledger replay"),
     (UniformFullEpsilon, "ledger replay"),
     (SwallowsRefusals, "ledger replay"),
