@@ -151,14 +151,10 @@ def calc_delta_j(policies: Sequence[StreamPolicy], index: int) -> int:
     """
     owner = policies[index]
     during = [p for p in policies if owner.overlap(p) > 0]
-    best = 0
-    for i, phi in enumerate(during):
-        bound = phi.pattern_length
-        for j, other in enumerate(during):
-            if j != i:
-                bound += min(owner.overlap(other), other.pattern_length)
-        best = max(best, min(bound, owner.length))
-    return best
+    contributions = [min(owner.overlap(p), p.pattern_length) for p in during]
+    total = sum(contributions)
+    # δ_φ = |π_φ| + Σ_{φ' ≠ φ} min(|J ∩ J'|, |π_φ'|) = |π_φ| + total − φ's own term: O(|Φ_J|) per interval.
+    return max(min(p.pattern_length + total - own, owner.length) for p, own in zip(during, contributions, strict=True))
 
 
 def goal_affected_maximum(policies: Sequence[StreamPolicy], index: int) -> int:

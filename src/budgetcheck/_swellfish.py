@@ -120,20 +120,19 @@ class SwellfishLedger(LaplaceReleases):
         before = self._current if self._current_t == t else zeros(self._runs)
         total = before + added
         staged = []
+        rows = np.arange(self._runs)
+        paying = np.asarray(added != 0, dtype=bool)
         for index in self._policies.relevant(t):
             tops, times, sums = self._tops[index].copy(), self._top_times[index].copy(), self._sums[index].copy()
-            for run in np.flatnonzero(np.asarray(added != 0, dtype=bool)):
-                row = tops[run]
-                hit = np.flatnonzero(times[run] == t)
-                if hit.size:
-                    sums[run] += added[run]
-                    row[hit[0]] = total[run]
-                    continue
-                slot = int(np.argmin(row))
-                if total[run] > row[slot]:
-                    sums[run] += total[run] - row[slot]
-                    row[slot] = total[run]
-                    times[run, slot] = t
+            hit = times == t
+            present = hit.any(axis=1)
+            slot = np.where(present, hit.argmax(axis=1), np.argmin(tops, axis=1))
+            old = tops[rows, slot]
+            # t already in TOP: it grows by `added`; otherwise t's new total replaces the smallest if larger.
+            enters = paying & (present | np.asarray(total > old, dtype=bool))
+            sums = np.where(enters, sums + total - old, sums)
+            tops[rows[enters], slot[enters]] = total[enters]
+            times[rows[enters], slot[enters]] = t
             over = np.flatnonzero(np.asarray(sums > self._eps_units, dtype=bool))
             if over.size:
                 self._refusals += 1

@@ -1,0 +1,75 @@
+"""Cost per spend of the personalized and Swellfish ledgers.
+
+Personalized: 10^6 users in 5 requirement classes (one exact window check per class, not per user),
+spend-only and a Sampling-Mechanism release over the per-class counts. Swellfish: 1,000 policies
+that all overlap at the measured timestamps (every spend updates 1,000 exact TOP_δ(J) sets).
+Scalar (R = 1) and batched (R = 100) runs. Run:
+
+    python benchmarks/notion_ledgers_cost.py            # 400 spends per configuration
+    python benchmarks/notion_ledgers_cost.py --quick    # 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from budgetcheck import (
+    PersonalizedLedger,
+    PersonalizedStream,
+    PolicyCollection,
+    RequirementSet,
+    StreamPolicy,
+    SwellfishLedger,
+)
+
+CLASSES = [((10, 1.0), 200_000), ((20, 0.5), 200_000), ((40, 2.0), 200_000), ((80, 1.0), 200_000), ((120, 0.1), 200_000)]
+
+
+def personalized(runs: int, spends: int) -> tuple[float, float]:
+    requirements = RequirementSet.from_counts(CLASSES)
+    ledger = PersonalizedLedger(requirements, runs=runs, seed=0)
+    budgets = np.array([r.epsilon / (4 * r.w) for r in requirements.classes])
+    start = time.perf_counter()
+    for t in range(1, spends + 1):
+        ledger.spend(t, budgets, purpose="publication")
+    spend = (time.perf_counter() - start) / spends
+    bins = np.zeros((spends, requirements.n_users), dtype=np.int8)
+    bins[:, ::3] = 1
+    stream = PersonalizedStream(requirements, bins, dimensions=2)
+    ledger = PersonalizedLedger(requirements, runs=runs, seed=0)
+    ledger.bind(stream)
+    start = time.perf_counter()
+    for secret in stream:
+        ledger.sample_release(secret, budgets)
+    return spend, (time.perf_counter() - start) / spends
+
+
+def swellfish(runs: int, spends: int, policies: int = 1000) -> float:
+    rng = np.random.default_rng(0)
+    starts = rng.integers(1, 50, size=policies)
+    collection = PolicyCollection([StreamPolicy(int(s), int(s) + 200 + int(rng.integers(0, 100)), [1.0] * int(rng.integers(1, 4))) for s in starts])
+    ledger = SwellfishLedger(collection, epsilon=1.0, runs=runs, seed=0)
+    amount = 1e-4
+    start = time.perf_counter()
+    for t in range(50, 50 + spends):
+        ledger.spend(t, amount, purpose="publication")
+    return (time.perf_counter() - start) / spends
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    spends = 40 if args.quick else 400
+    print(f"{'runs R':>7} {'personalized spend':>19} {'personalized SM release':>24} {'Swellfish spend (1,000 policies)':>33}")
+    for runs in (1, 100):
+        spend, release = personalized(runs, spends)
+        sw = swellfish(runs, max(4, spends // 10))
+        print(f"{runs:>7} {spend * 1e6:>16.1f} µs {release * 1e6:>21.1f} µs {sw * 1e3:>30.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
