@@ -187,3 +187,22 @@ def test_verify_passes_personalized_and_swellfish_builtins(runner: CliRunner, na
     verdicts = {stage["stage"]: stage["verdict"] for stage in entry["stages"]}
     assert verdicts == {"ledger replay": "pass", "secret access": "pass", "proof": "pass", "statistical audit": "not applicable"}
     assert entry["notion"] in ("personalized", "swellfish")
+
+
+def test_audit_reads_personalized_and_swellfish_logs(runner: CliRunner, tmp_path: Path) -> None:
+    from budgetcheck import PersonalizedLedger, PolicyCollection, RequirementSet, StreamPolicy, SwellfishLedger
+
+    personal = PersonalizedLedger(RequirementSet([(2, 1.0), (3, 0.5)]), runs=2)
+    personal.spend(1, [0.5, 0.25], purpose="p")
+    swell = SwellfishLedger(PolicyCollection([StreamPolicy(1, 4, [1.0, 1.0])]), epsilon=1.0)
+    swell.spend(2, 0.5, purpose="p")
+    for ledger, name in ((personal, "p.jsonl"), (swell, "s.jsonl")):
+        ledger.export(tmp_path / name)
+        result = runner.invoke(main, ["audit", str(tmp_path / name), "--json"])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output)["worst_over_budget"] == 0.5
+    lines = (tmp_path / "p.jsonl").read_text().splitlines()
+    lines.append(json.dumps({"t": 2, "purpose": "forged", "amounts": [[0.6, 0.0], [0.0, 0.0]]}))
+    (tmp_path / "p.jsonl").write_text("\n".join(lines) + "\n")
+    forged = runner.invoke(main, ["audit", str(tmp_path / "p.jsonl")])
+    assert forged.exit_code == 1 and "VIOLATION class (w=2" in forged.output

@@ -15,7 +15,7 @@ import click
 
 from budgetcheck._audit import audit_windows
 from budgetcheck._errors import InvalidArgument
-from budgetcheck._records import load_lines
+from budgetcheck._records import LedgerHeader, SpendRecord, load_lines
 from budgetcheck._verify import PROFILES, VerifyResult, load_mechanism, verify_mechanism
 from budgetcheck.strategies import VerificationCase
 
@@ -212,6 +212,8 @@ def audit(log: Path, epsilon: float | None, w: int | None, as_json: bool) -> Non
     try:
         with log.open(encoding="utf-8") as handle:
             header, records = load_lines(handle)
+        if header.notion in ("personalized", "swellfish"):
+            _audit_notion(log, header, records, as_json)
         report = audit_windows(
             records,
             epsilon=header.epsilon if epsilon is None else epsilon,
@@ -241,6 +243,29 @@ def audit(log: Path, epsilon: float | None, w: int | None, as_json: bool) -> Non
             click.echo(f"VIOLATION {violation.describe(report.epsilon)}")
         click.echo("ok" if report.ok else "FAIL")
     sys.exit(EXIT_OK if report.ok else EXIT_VIOLATION)
+
+
+def _audit_notion(log: Path, header: LedgerHeader, records: list[SpendRecord], as_json: bool) -> None:
+    """Personalized (every class's windows) or Swellfish (every policy's goal-affected sets) audit; exits."""
+    from budgetcheck._audit_notions import audit_personalized, audit_swellfish
+    from budgetcheck._policies import PolicyCollection, StreamPolicy
+
+    if header.notion == "personalized":
+        result = audit_personalized(records, [(w, eps) for w, eps, _ in header.classes], runs=header.runs)
+    else:
+        policies = PolicyCollection([StreamPolicy(a, b, theta) for a, b, theta in header.policies])
+        result = audit_swellfish(records, policies, epsilon=header.epsilon, runs=header.runs)
+    if as_json:
+        click.echo(json.dumps({"version": 1, "notion": header.notion, "ok": result.ok, "runs": header.runs, "records": len(records),
+                               "constraints_checked": result.checked, "worst_over_budget": float(result.worst_ratio),
+                               "violations": list(result.violations)}, indent=2))
+    else:
+        click.echo(f"{log}: {header.notion} ledger, {len(records)} records, {header.runs} runs, {result.checked} constraints checked")
+        click.echo(f"worst: {float(result.worst_ratio):.6f} of the budget")
+        for violation in result.violations:
+            click.echo(f"VIOLATION {violation}")
+        click.echo("ok" if result.ok else "FAIL")
+    sys.exit(EXIT_OK if result.ok else EXIT_VIOLATION)
 
 
 @main.command(name="mechanisms")
