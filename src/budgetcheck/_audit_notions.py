@@ -9,14 +9,13 @@ sets), otherwise the δ(J) largest budgets in J (Theorem 4.2 with CalcDeltaJ).
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from fractions import Fraction
 
 import attrs
 
 from budgetcheck._audit import audit_windows
-from budgetcheck._policies import PolicyCollection
+from budgetcheck._policies import PolicyCollection, goal_affected_sets, placements
 from budgetcheck._records import SpendRecord
 
 _PLACEMENTS_LIMIT = 4096
@@ -66,19 +65,7 @@ def audit_swellfish(records: Sequence[SpendRecord], policies: PolicyCollection, 
 
 def _worst_loss(policies: PolicyCollection, index: int, totals: dict[int, Fraction]) -> Fraction:
     owner = policies.policies[index]
-    during = [p for p in policies.policies if owner.overlap(p) > 0]
-    options = [[None, *range(p.start, p.end - p.pattern_length + 2)] for p in during]
-    count = 1
-    for option in options:
-        count *= len(option)
-    if count > _PLACEMENTS_LIMIT:
+    if placements(policies.policies, index) > _PLACEMENTS_LIMIT:
         inside = sorted((totals.get(t, Fraction(0)) for t in range(owner.start, owner.end + 1)), reverse=True)
         return sum(inside[: policies.delta(index)], Fraction(0))
-    best = Fraction(0)
-    for placement in itertools.product(*options):
-        touched: set[int] = set()
-        for p, j in zip(during, placement, strict=True):
-            if j is not None:
-                touched.update(t for t in range(j, j + p.pattern_length) if owner.relevant(t))
-        best = max(best, sum((totals.get(t, Fraction(0)) for t in touched), Fraction(0)))
-    return best
+    return max(sum((totals.get(t, Fraction(0)) for t in touched), Fraction(0)) for touched in goal_affected_sets(policies.policies, index))

@@ -8,9 +8,10 @@ before any value is read, and raises (changing nothing) when the spend would bre
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -19,13 +20,14 @@ from budgetcheck import rounding
 from budgetcheck._errors import InvalidArgument, TimestampOrder
 from budgetcheck._records import LedgerHeader, SpendRecord, dump_lines
 from budgetcheck._secret import Secret, charged, claim
+from budgetcheck._stream import SecretSequence
 from budgetcheck._validation import check_amounts, check_bin_amounts, check_label, check_positive_int, check_sensitivity
 
 FloatArray = NDArray[np.float64]
 SAMPLER = "numpy-laplace"
 
 
-class LedgerCore:
+class LedgerCore(abc.ABC):
     """Runs, seeded noise generator, monotone clock, immutable records and their JSON-lines export."""
 
     __slots__ = ("_records", "_refusals", "_rng", "_runs", "_t")
@@ -56,19 +58,19 @@ class LedgerCore:
         """How many spends this ledger refused (each left the ledger unchanged otherwise)."""
         return self._refusals
 
-    def bind(self, stream: Any) -> None:
+    def bind(self, stream: object) -> None:
         """Make this ledger the only one that may read ``stream`` (``execute`` does this first).
 
         A mechanism that opened a second ledger to read the stream would keep its spends out of
         this ledger's record; after binding, that raises :class:`SecretAccess`.
         """
-        binder = getattr(stream, "_bind", None)
-        if binder is None:
+        if not isinstance(stream, SecretSequence):
             raise InvalidArgument(f"stream must be a GuardedStream or PersonalizedStream, got {type(stream).__name__}")
-        binder(self)
+        stream._bind(self)
 
+    @abc.abstractmethod
     def header(self) -> LedgerHeader:
-        raise NotImplementedError
+        """What notion and parameters this ledger keeps (the first line of its export)."""
 
     def jsonl(self) -> Iterator[str]:
         """The header and every record as JSON lines (for ``budgetcheck audit``)."""
@@ -205,8 +207,9 @@ class LaplaceReleases(LedgerCore):
         return self._noisy(result, amounts, scale)
 
     # -- hooks and internals ------------------------------------------------------------------
+    @abc.abstractmethod
     def _charge(self, t: int, amounts: FloatArray, record: SpendRecord) -> None:
-        raise NotImplementedError
+        """Check the notion's composition theorem for ``amounts`` at t, then commit; or raise, changing nothing."""
 
     def _sensitivity_at(self, t: int, declared: float) -> float:
         return declared

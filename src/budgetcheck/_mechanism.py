@@ -8,7 +8,7 @@ sample (isSamplingPoint), allocates budget (budgetAllocation), perturbs through 
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import attrs
 import numpy as np
@@ -74,42 +74,28 @@ def notion_of(mechanism: object) -> str:
     return str(getattr(mechanism, "notion", "w-event"))
 
 
+L = TypeVar("L", bound=LedgerCore)
+
+
 @attrs.frozen(eq=False)
-class Execution:
+class Execution(Generic[L]):
     """The releases of one execution (shape (runs, T, d)) and the ledger that paid for them."""
 
     releases: FloatArray
-    ledger: WindowLedger
+    ledger: L
 
 
-@attrs.frozen(eq=False)
-class PersonalizedExecution:
-    """The releases of a personalized execution and its ledger."""
-
-    releases: FloatArray
-    ledger: PersonalizedLedger
-
-
-@attrs.frozen(eq=False)
-class SwellfishExecution:
-    """The releases of a Swellfish execution and its ledger."""
-
-    releases: FloatArray
-    ledger: SwellfishLedger
-
-
-def _checked(name: str, releases: object, expected: tuple[int, int, int]) -> FloatArray:
-    out = np.asarray(releases, dtype=np.float64)
-    if out.shape != expected:
-        raise MechanismContractError(f"{name}.run returned shape {out.shape}, expected (runs, T, d) = {expected}")
-    if not np.isfinite(out).all():
-        raise MechanismContractError(f"{name}.run returned non-finite releases")
-    out.setflags(write=False)
-    return out
-
-
-def _bound(ledger: LedgerCore, stream: object) -> None:
+def _run(mechanism: Any, stream: GuardedStream | PersonalizedStream, ledger: L) -> Execution[L]:
+    """Bind the stream to the ledger, run the mechanism, check the (runs, T, d) finite contract."""
     ledger.bind(stream)
+    out = np.asarray(mechanism.run(stream, ledger), dtype=np.float64)
+    expected = (ledger.runs, stream.length, stream.dimensions)
+    if out.shape != expected:
+        raise MechanismContractError(f"{mechanism.name}.run returned shape {out.shape}, expected (runs, T, d) = {expected}")
+    if not np.isfinite(out).all():
+        raise MechanismContractError(f"{mechanism.name}.run returned non-finite releases")
+    out.setflags(write=False)
+    return Execution(releases=out, ledger=ledger)
 
 
 def execute(
@@ -120,14 +106,9 @@ def execute(
     w: int,
     runs: int = 1,
     seed: int = 0,
-) -> Execution:
+) -> Execution[WindowLedger]:
     """Run ``mechanism`` on ``data`` (shape (T, d)) under (ε, w) for ``runs`` seeded runs."""
-    params = WEventParams(epsilon=epsilon, w=w)
-    stream = GuardedStream(data)
-    ledger = WindowLedger(params, runs=runs, seed=seed)
-    _bound(ledger, stream)
-    releases = _checked(mechanism.name, mechanism.run(stream, ledger), (runs, stream.length, stream.dimensions))
-    return Execution(releases=releases, ledger=ledger)
+    return _run(mechanism, GuardedStream(data), WindowLedger(WEventParams(epsilon=epsilon, w=w), runs=runs, seed=seed))
 
 
 def execute_personalized(
@@ -138,13 +119,10 @@ def execute_personalized(
     dimensions: int,
     runs: int = 1,
     seed: int = 0,
-) -> PersonalizedExecution:
+) -> Execution[PersonalizedLedger]:
     """Run a personalized mechanism on per-user ``bins`` (shape (T, n)) under ``requirements``."""
     stream = PersonalizedStream(requirements, bins, dimensions=dimensions)
-    ledger = PersonalizedLedger(requirements, runs=runs, seed=seed)
-    _bound(ledger, stream)
-    releases = _checked(mechanism.name, mechanism.run(stream, ledger), (runs, stream.length, stream.dimensions))
-    return PersonalizedExecution(releases=releases, ledger=ledger)
+    return _run(mechanism, stream, PersonalizedLedger(requirements, runs=runs, seed=seed))
 
 
 def execute_swellfish(
@@ -155,10 +133,6 @@ def execute_swellfish(
     epsilon: float,
     runs: int = 1,
     seed: int = 0,
-) -> SwellfishExecution:
+) -> Execution[SwellfishLedger]:
     """Run a Swellfish mechanism on ``data`` (shape (T, d)) under (ε, Φ)."""
-    stream = GuardedStream(data)
-    ledger = SwellfishLedger(policies, epsilon=epsilon, runs=runs, seed=seed)
-    _bound(ledger, stream)
-    releases = _checked(mechanism.name, mechanism.run(stream, ledger), (runs, stream.length, stream.dimensions))
-    return SwellfishExecution(releases=releases, ledger=ledger)
+    return _run(mechanism, GuardedStream(data), SwellfishLedger(policies, epsilon=epsilon, runs=runs, seed=seed))

@@ -22,7 +22,7 @@ from budgetcheck._records import LedgerHeader, SpendRecord
 from budgetcheck._requirements import RequirementSet
 from budgetcheck._sampling import inclusion_probabilities, optimal_budget
 from budgetcheck._secret import Secret, charged
-from budgetcheck._validation import check_label
+from budgetcheck._validation import check_bin_amounts, check_label
 from budgetcheck._windows import ExactWindows, ObjectArray
 
 FloatArray = NDArray[np.float64]
@@ -113,23 +113,9 @@ class PersonalizedLedger(LedgerCore):
         return f"PersonalizedLedger({self._requirements!r}, runs={self._runs}, t={self._t}, records={len(self._records)})"
 
     # -- internals -----------------------------------------------------------------------------
-    def _check_amounts(self, value: ArrayLike, name: str = "epsilon") -> FloatArray:
-        C = self._requirements.n_classes
-        try:
-            arr = np.array(value, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise InvalidArgument(f"{name}={value!r} must be numbers >= 0 of shape ({self._runs}, {C})") from exc
-        if isinstance(value, bool):
-            raise InvalidArgument(f"{name}={value!r} must be numbers >= 0 of shape ({self._runs}, {C})")
-        arr = np.broadcast_to(arr, (self._runs, C)).copy() if arr.shape in ((), (C,)) else arr
-        if arr.shape != (self._runs, C):
-            raise InvalidArgument(f"{name} has shape {arr.shape}; expected ({self._runs}, {C}) (runs, classes), ({C},) or a scalar")
-        bad = ~np.isfinite(arr) | (arr < 0.0)
-        if bad.any():
-            run, c = (int(i) for i in np.argwhere(bad)[0])
-            raise InvalidArgument(f"{name}[{run}, {c}]={float(arr[run, c])!r} must be a finite number >= 0")
-        arr.setflags(write=False)
-        return arr
+    def _check_amounts(self, value: ArrayLike) -> FloatArray:
+        """Shape (runs, classes), (classes,) or a scalar; finite and >= 0."""
+        return check_bin_amounts(value, self._runs, self._requirements.n_classes, scalar=True)
 
     def _reserve_sampled(self, secret: Secret, epsilon: ArrayLike, sensitivity: float, purpose: str) -> tuple[FloatArray, FloatArray, SpendRecord]:
         t = self._check_secret(secret)

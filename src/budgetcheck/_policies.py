@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 from fractions import Fraction
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import final
 
 import attrs
@@ -21,8 +21,10 @@ from budgetcheck._validation import check_positive_int
 
 
 def _thresholds(value: object) -> tuple[float, ...]:
+    if not isinstance(value, Iterable) or isinstance(value, str):
+        raise InvalidArgument(f"thresholds={value!r} must be a sequence of numbers >= 0")
     try:
-        items = tuple(float(x) for x in value)  # type: ignore[attr-defined]
+        items = tuple(float(x) for x in value)
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(f"thresholds={value!r} must be a sequence of numbers >= 0") from exc
     if not items:
@@ -95,7 +97,11 @@ class PolicyCollection:
                 raise InvalidArgument(f"policies[{index}]={policy!r} is not a StreamPolicy")
         self._policies = items
         horizon = max(p.end for p in items)
-        self._relevant = tuple(tuple(i for i, p in enumerate(items) if p.relevant(t)) for t in range(horizon + 1))
+        relevant: list[list[int]] = [[] for _ in range(horizon + 1)]
+        for i, p in enumerate(items):
+            for t in range(p.start, p.end + 1):
+                relevant[t].append(i)
+        self._relevant = tuple(tuple(r) for r in relevant)
         self._deltas = tuple(calc_delta_j(items, i) for i in range(len(items)))
         self._sensitivity = tuple(_exact_sum_up([items[i].threshold_at(t) for i in rel]) for t, rel in enumerate(self._relevant))
 
@@ -157,20 +163,30 @@ def calc_delta_j(policies: Sequence[StreamPolicy], index: int) -> int:
     return max(min(p.pattern_length + total - own, owner.length) for p, own in zip(during, contributions, strict=True))
 
 
-def goal_affected_maximum(policies: Sequence[StreamPolicy], index: int) -> int:
-    """The exact max number of timestamps in J where two neighbouring streams can differ (exhaustive).
+def placements(policies: Sequence[StreamPolicy], index: int) -> int:
+    """How many ways the policies overlapping J of ``policies[index]`` can place their patterns."""
+    owner = policies[index]
+    return math.prod(p.end - p.pattern_length + 3 - p.start for p in policies if owner.overlap(p) > 0)
+
+
+def goal_affected_sets(policies: Sequence[StreamPolicy], index: int) -> Iterator[frozenset[int]]:
+    """Every set of timestamps in J where two neighbouring streams can differ (exhaustive).
 
     Every policy overlapping J either takes no part or places its pattern at some start
-    j ∈ [start, end − T + 1]; every event of a placed pattern may differ. Exponential: small cases only.
+    j ∈ [start, end − T + 1]; every event of a placed pattern may differ. There are
+    :func:`placements` of them: small cases only.
     """
     owner = policies[index]
     during = [p for p in policies if owner.overlap(p) > 0]
     options = [[None, *range(p.start, p.end - p.pattern_length + 2)] for p in during]
-    best = 0
     for placement in itertools.product(*options):
         touched: set[int] = set()
         for p, j in zip(during, placement, strict=True):
             if j is not None:
                 touched.update(t for t in range(j, j + p.pattern_length) if owner.relevant(t))
-        best = max(best, len(touched))
-    return best
+        yield frozenset(touched)
+
+
+def goal_affected_maximum(policies: Sequence[StreamPolicy], index: int) -> int:
+    """The exact max number of goal-affected timestamps in J (the quantity δ(J) bounds)."""
+    return max(len(s) for s in goal_affected_sets(policies, index))

@@ -19,7 +19,7 @@ from budgetcheck._secret import Secret
 from budgetcheck._validation import check_positive_int, check_stream
 
 
-class _SecretSequence:
+class SecretSequence:
     """T secrets bound together: one ledger may read them (see ``ledger.bind``)."""
 
     __slots__ = ("_claim", "_length", "_secrets")
@@ -58,7 +58,7 @@ class _SecretSequence:
 
 
 @final
-class GuardedStream(_SecretSequence):
+class GuardedStream(SecretSequence):
     """A finite stream of d-dimensional true query results Q(D_1), ..., Q(D_T).
 
     ``data`` has shape (T, d) (or (T,) for d = 1), finite values only; ragged rows, NaN and
@@ -83,7 +83,7 @@ class GuardedStream(_SecretSequence):
 
 
 @final
-class PersonalizedStream(_SecretSequence):
+class PersonalizedStream(SecretSequence):
     """Per-user data: at every timestamp each user sits in one bin of d (or in none).
 
     ``bins`` has shape (T, n), column i for the i-th user of ``requirements``; entries are
@@ -122,9 +122,9 @@ class PersonalizedStream(_SecretSequence):
             column = requirements.index_of(user)
             if bins[t - 1, column] != -1:
                 raise InvalidArgument(f"event ({t!r}, {user!r}, {b!r}): user {user!r} already has a bin at t={t}")
-            bins[t - 1, column] = b if isinstance(b, (int, np.integer)) and not isinstance(b, bool) else -2
-            if not 0 <= bins[t - 1, column] < dimensions:
+            if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or not 0 <= b < dimensions:
                 raise InvalidArgument(f"event ({t!r}, {user!r}, {b!r}): bin must be an integer in [0, {dimensions})")
+            bins[t - 1, column] = b
         return cls(requirements, bins, dimensions=dimensions)
 
     @property

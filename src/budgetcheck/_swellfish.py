@@ -65,15 +65,17 @@ class SwellfishLedger(LaplaceReleases):
     def remaining(self, t: int) -> FloatArray:
         """What each run can still spend at t, rounded down; inf where no policy is relevant."""
         t = self._check_t(t)
+        relevant = self._policies.relevant(t)
+        if not relevant:
+            return np.full(self._runs, np.inf)
         current = self._current if self._current_t == t else zeros(self._runs)
-        best = np.full(self._runs, np.inf)
-        for index in self._policies.relevant(t):
+        rooms = []
+        for index in relevant:
             tops, times, total = self._tops[index], self._top_times[index], self._sums[index]
             present = (times == t).any(axis=1)
-            smallest = np.array([min(row) for row in tops.tolist()], dtype=object)
-            room = np.where(present, self._eps_units - total, self._eps_units - total + smallest - current)
-            best = np.minimum(best, rounding.units_to_float_down_array(np.maximum(room, 0).astype(object)))
-        return best
+            rooms.append(np.where(present, self._eps_units - total, self._eps_units - total + tops.min(axis=1) - current))
+        room = np.min(np.stack(rooms), axis=0)
+        return rounding.units_to_float_down_array(np.maximum(room, 0).astype(object))
 
     def top_set(self, index: int, run: int = 0) -> tuple[tuple[int, float], ...]:
         """TOP_δ(J) of policy ``index`` so far: (timestamp, budget) pairs, largest first (zero padding left out)."""

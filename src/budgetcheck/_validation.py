@@ -64,13 +64,16 @@ def check_amounts(value: object, runs: int, name: str = "epsilon") -> FloatArray
     return arr
 
 
-def check_bin_amounts(value: object, runs: int, bins: int, name: str = "epsilon") -> FloatArray:
-    """Per-run, per-bin budgets: shape (runs, bins) or (bins,), each finite and >= 0 (read-only)."""
+def check_bin_amounts(value: object, runs: int, bins: int, name: str = "epsilon", *, scalar: bool = False) -> FloatArray:
+    """Per-run, per-bin (or per-class) budgets: shape (runs, bins) or (bins,) (or a scalar if
+    ``scalar``), each finite and >= 0 (read-only)."""
+    if isinstance(value, bool):
+        raise InvalidArgument(f"{name}={value!r} must be an array of finite numbers >= 0")
     try:
         arr = np.array(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(f"{name}={value!r} must be an array of finite numbers >= 0") from exc
-    if arr.shape == (bins,):
+    if arr.shape == (bins,) or (scalar and arr.ndim == 0):
         arr = np.broadcast_to(arr, (runs, bins)).copy()
     if arr.shape != (runs, bins):
         raise InvalidArgument(f"{name} has shape {arr.shape}; expected ({runs}, {bins}) or ({bins},)")

@@ -120,7 +120,7 @@ class _Shape:
     runs: int
 
 
-def bounded_proof(mechanism: UnicornPS | UnicornIS | Unicorn, horizon: int = 5, max_policies: int = 2) -> tuple[bool, int, str]:
+def bounded_proof(mechanism: _BoundedProof, horizon: int = 5, max_policies: int = 2) -> tuple[bool, int, str]:
     """Exhaustive exact check of Theorem 4.2 for the mechanism's allocation (Algorithm 3/4, UnicornIS).
 
     Every collection of 1..max_policies policies with intervals inside [1, horizon] and patterns of
@@ -167,12 +167,25 @@ def bounded_proof(mechanism: UnicornPS | UnicornIS | Unicorn, horizon: int = 5, 
     return True, len(collections), ""
 
 
+class _BoundedProof:
+    """The proof hook ``verify``/``prove`` call for the Unicorn family (no Z3 rule: see :func:`bounded_proof`)."""
+
+    def bounded_proof(self) -> tuple[bool, int, str]:
+        """Theorem 4.2 checked exhaustively and exactly on a bounded family."""
+        return bounded_proof(self)
+
+
+def _noise_sensitivity(ledger: SwellfishLedger, delta: float, global_sensitivity: bool) -> float:
+    """The multiplier of Δ_Q^t the ledger applies: 1, or max_t Δ_Q^t / Δ_Q^t for the TINAR baselines."""
+    return ledger.policies.global_sensitivity() / delta if global_sensitivity else 1.0
+
+
 def _capped(ledger: SwellfishLedger, t: int, wanted: FloatArray) -> FloatArray:
     return np.asarray(np.minimum(wanted, ledger.remaining(t)), dtype=np.float64)
 
 
 @attrs.frozen
-class UnicornPS:
+class UnicornPS(_BoundedProof):
     """UnicornPermanentSample: a release at every relevant t with Algorithm 3's budget (ε^op = ε).
 
     ``uniform_only`` keeps sub-strategy 1 (ε/δ(J)); ``global_sensitivity`` uses max_t Δ_Q^t
@@ -188,10 +201,6 @@ class UnicornPS:
     def name(self) -> str:
         return self.label
 
-    def bounded_proof(self) -> tuple[bool, int, str]:
-        """Theorem 4.2 checked exhaustively and exactly on a bounded family (see :func:`bounded_proof`)."""
-        return bounded_proof(self)
-
     def run(self, stream: GuardedStream, ledger: SwellfishLedger) -> FloatArray:
         tops = _OpBudgets(ledger)
         releases = empty_releases(ledger.runs, stream.length, stream.dimensions)
@@ -202,14 +211,14 @@ class UnicornPS:
                 releases[:, t - 1] = ledger.release_exact(secret)
                 continue
             budget = _capped(ledger, t, tops.allocation(ledger, t, ledger.epsilon, self.uniform_only))
-            sensitivity = ledger.policies.global_sensitivity() / delta if self.global_sensitivity else 1.0
+            sensitivity = _noise_sensitivity(ledger, delta, self.global_sensitivity)
             releases[:, t - 1] = np.nan_to_num(ledger.laplace(secret, budget, sensitivity=sensitivity))
             tops.record(ledger.policies.relevant(t), budget)
         return releases
 
 
 @attrs.frozen
-class UnicornIS:
+class UnicornIS(_BoundedProof):
     """UnicornIntervalSample: sample with the full ε at t iff no policy relevant at t has had a sample.
 
     Each policy therefore sees at most one sample (of ε) in its interval. ``global_sensitivity``
@@ -224,10 +233,6 @@ class UnicornIS:
     def name(self) -> str:
         return self.label
 
-    def bounded_proof(self) -> tuple[bool, int, str]:
-        """Theorem 4.2 checked exhaustively and exactly on a bounded family (see :func:`bounded_proof`)."""
-        return bounded_proof(self)
-
     def run(self, stream: GuardedStream, ledger: SwellfishLedger) -> FloatArray:
         sampled: set[int] = set()
         last = np.zeros((ledger.runs, stream.dimensions))
@@ -240,7 +245,7 @@ class UnicornIS:
                 last = ledger.release_exact(secret)
             elif not sampled.intersection(relevant):
                 budget = _capped(ledger, t, np.full(ledger.runs, ledger.epsilon))
-                sensitivity = ledger.policies.global_sensitivity() / delta if self.global_sensitivity else 1.0
+                sensitivity = _noise_sensitivity(ledger, delta, self.global_sensitivity)
                 last = np.nan_to_num(ledger.laplace(secret, budget, sensitivity=sensitivity))
                 sampled.update(relevant)
             releases[:, t - 1] = last
@@ -248,7 +253,7 @@ class UnicornIS:
 
 
 @attrs.frozen
-class Unicorn:
+class Unicorn(_BoundedProof):
     """Unicorn (Algorithm 4 + Algorithm 3 with ε^op = ε/2): data-adaptive sampling.
 
     At a relevant t: ε_t^s = (ε/2)/max_{φ∈Φ_t} δ(J), dis = mean |Q(D_t) − r_l| + Lap(Δ_t/(d ε_t^s));
@@ -259,10 +264,6 @@ class Unicorn:
     filtering: bool = False
     notion: str = attrs.field(default="swellfish", init=False)
     name: str = attrs.field(default="Unicorn", init=False)
-
-    def bounded_proof(self) -> tuple[bool, int, str]:
-        """Theorem 4.2 checked exhaustively and exactly on a bounded family (see :func:`bounded_proof`)."""
-        return bounded_proof(self)
 
     def run(self, stream: GuardedStream, ledger: SwellfishLedger) -> FloatArray:
         tops = _OpBudgets(ledger)
