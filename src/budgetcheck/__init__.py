@@ -45,6 +45,9 @@ from budgetcheck._records import load_lines as load_lines
 from budgetcheck._secret import Secret as Secret
 from budgetcheck._stream import GuardedStream as GuardedStream
 from budgetcheck._stream import PersonalizedStream as PersonalizedStream
+from budgetcheck._threshold import ThresholdAnswer as ThresholdAnswer
+from budgetcheck._threshold import ThresholdTest as ThresholdTest
+from budgetcheck._threshold import deviation as deviation
 from budgetcheck._verify import Counterexample as Counterexample
 from budgetcheck._verify import VerifyResult as VerifyResult
 from budgetcheck._verify import load_mechanism as load_mechanism
@@ -73,6 +76,8 @@ __all__ = [
     "StreamPolicy",
     "SwellfishLedger",
     "SwellfishMechanism",
+    "ThresholdAnswer",
+    "ThresholdTest",
     "TimestampOrder",
     "VerifyResult",
     "WEventParams",
@@ -80,6 +85,7 @@ __all__ = [
     "WindowLedger",
     "audit_windows",
     "calc_delta_j",
+    "deviation",
     "execute",
     "execute_personalized",
     "execute_swellfish",

@@ -185,12 +185,15 @@ class LaplaceReleases(LedgerCore):
         sensitivity: float,
         epsilon: ArrayLike,
         purpose: str = "measurement",
+        per_run: bool = False,
     ) -> FloatArray:
         """Noisy fn(values): the caller vouches that fn has L1 sensitivity ``sensitivity``.
 
         fn sees a read-only copy of the payload and runs once, and only if some run pays (ε > 0);
         its finite result gets Laplace noise of scale sensitivity/ε per run. Returns shape
-        (runs, *fn_output.shape).
+        (runs, *fn_output.shape). With ``per_run`` fn returns one row per run (shape (runs, ...),
+        e.g. sums over run-specific groups of bins, each row of sensitivity ``sensitivity``) and
+        each row gets its run's noise.
         """
         if not callable(fn):
             raise InvalidArgument(f"fn={fn!r} must be callable")
@@ -204,7 +207,9 @@ class LaplaceReleases(LedgerCore):
             result = np.asarray(fn(copy), dtype=np.float64)
         if not np.isfinite(result).all():
             raise InvalidArgument(f"measure: fn returned non-finite values {result!r}")
-        return self._noisy(result, amounts, scale)
+        if per_run and (result.ndim == 0 or result.shape[0] != self._runs):
+            raise InvalidArgument(f"measure(per_run=True): fn must return shape (runs={self._runs}, ...), got {result.shape}")
+        return self._noisy(result, amounts, scale, per_run=per_run)
 
     # -- hooks and internals ------------------------------------------------------------------
     @abc.abstractmethod

@@ -10,16 +10,21 @@ not even the state of the noise generator.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Sequence
 from typing import final
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck import rounding
-from budgetcheck._core import LaplaceReleases
+from budgetcheck._core import SAMPLER, LaplaceReleases
 from budgetcheck._errors import BudgetExceeded, InvalidArgument
 from budgetcheck._params import WEventParams
 from budgetcheck._records import LedgerHeader, SpendRecord
+from budgetcheck._secret import Secret, charged, claim
+from budgetcheck._threshold import ThresholdTest
+from budgetcheck._validation import check_amounts, check_label, check_sensitivity
 from budgetcheck._windows import ExactWindows, ObjectArray
 
 FloatArray = NDArray[np.float64]
@@ -56,6 +61,90 @@ class WindowLedger(LaplaceReleases):
         """The exact sum of window [t-w+1, t] per run, in units of 2**-1127 (for auditors)."""
         window, _ = self._windows.prospective(self._check_t(t))
         return tuple(int(v) for v in window.tolist())
+
+    def measure_footprint(
+        self,
+        fn: Callable[[FloatArray], ArrayLike],
+        secrets: Sequence[Secret],
+        *,
+        sensitivity: float,
+        epsilon: ArrayLike,
+        purpose: str = "footprint measurement",
+    ) -> FloatArray:
+        """Noisy fn over the true values of several timestamps, charged ε at *each* timestamp read.
+
+        Accounting rules §3: Theorem 3 covers sub-mechanisms that read only D_t. A measurement
+        whose footprint is the timestamps of ``secrets`` (sensitivity Δ to a change at any one
+        of them, vouched for by the caller) is charged ε at every one of them; by group privacy a
+        window then pays for every change it can contain. fn receives the stacked payloads
+        (k, *shape) in the order given. Every secret must lie in the current window [t−w+1, t]
+        of the newest one. Returns shape (runs, *fn_output.shape).
+        """
+        if not callable(fn):
+            raise InvalidArgument(f"fn={fn!r} must be callable")
+        secrets = list(secrets)
+        if not secrets:
+            raise InvalidArgument("secrets must name at least one timestamp (the footprint), got none")
+        amounts = check_amounts(epsilon, self._runs)
+        if not amounts.any():
+            raise InvalidArgument("measure_footprint with epsilon=0 for every run would read the data without paying for it")
+        if not all(isinstance(secret, Secret) for secret in secrets):
+            raise InvalidArgument(f"secrets must be Secrets from a guarded stream, got {[type(x).__name__ for x in secrets]}")
+        stamps = [secret.t for secret in secrets]
+        t = self._check_t(max(stamps))
+        for secret in secrets:
+            claim(secret, self)
+        w = self._params.w
+        if len(set(stamps)) != len(stamps) or min(stamps) < t - w + 1:
+            raise InvalidArgument(
+                f"secrets must be distinct timestamps within one window [t-w+1, t] = [{max(1, t - w + 1)}, {t}], got {sorted(stamps)}"
+            )
+        if min(stamps) < self._t - w + 1:
+            raise InvalidArgument(f"secrets reach back to t={min(stamps)}, before the ledger's current window (latest t={self._t}, w={w})")
+        purpose = check_label(purpose)
+        sensitivity = check_sensitivity(sensitivity)
+        units = rounding.to_units_array(amounts)
+        added = {s: units for s in stamps}
+        for end, before, after in self._windows.footprint(t, added):
+            over = np.flatnonzero((after > self._eps_units).astype(bool))
+            if over.size:
+                self._refusals += 1
+                run = int(over[0])
+                raise window_exceeded(
+                    what=f"footprint measurement of {float(amounts[run])!r} at each of t={sorted(stamps)} (purpose {purpose!r}{_run_text(run, self._runs)})",
+                    t=end, w=w, epsilon=self._params.epsilon, eps_units=self._eps_units, window=int(before[run]),
+                    proposed=int(after[run]), run=run, remaining_call="what that window had left",
+                )
+        scale = rounding.scale_up(sensitivity, amounts)
+        self._windows.commit_footprint(t, added)
+        self._t = t
+        for s in sorted(stamps):
+            self._records.append(SpendRecord(t=s, purpose=f"{purpose} (read at t={t})", amounts=amounts, sensitivity=sensitivity,
+                                             noise_scale=scale, sampler=SAMPLER))
+        with contextlib.ExitStack() as stack:
+            values = [stack.enter_context(charged(secret)) for secret in secrets]
+            stacked = np.array(values, dtype=np.float64)
+            stacked.setflags(write=False)
+            result = np.asarray(fn(stacked), dtype=np.float64)
+        if not np.isfinite(result).all():
+            raise InvalidArgument(f"measure_footprint: fn returned non-finite values {result!r}")
+        return self._noisy(result, amounts, scale)
+
+    def above_threshold(
+        self,
+        *,
+        epsilon: float,
+        sensitivity: float,
+        cells: tuple[int, ...] = (),
+        max_footprint: int | None = None,
+        purpose: str = "above-threshold",
+    ) -> ThresholdTest:
+        """An AboveThreshold test per run and cell, restarted after each positive answer.
+
+        See :class:`ThresholdTest`: every query at t charges ``epsilon`` at t (the one timestamp
+        each open instance adds to its footprint).
+        """
+        return ThresholdTest(self, epsilon=epsilon, sensitivity=sensitivity, cells=cells, max_footprint=max_footprint, purpose=purpose)
 
     def header(self) -> LedgerHeader:
         return LedgerHeader(notion="w-event", epsilon=self._params.epsilon, w=self._params.w, runs=self._runs)

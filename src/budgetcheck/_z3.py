@@ -130,6 +130,9 @@ class Z3Ops:
             return z3.Sum([z3.If(b, value * (2**i), z3.RealVal(0)) for i, b in enumerate(bits)])
         return value * z3.ToReal(count) if z3.is_int(count) else value * count
 
+    def fraction_down(self, value: Any, numerator: int, denominator: int) -> Any:
+        return value * z3.RealVal(numerator) / z3.RealVal(denominator)
+
     def share(self, total: Any, parts: int) -> Any:
         key = (str(total), parts)
         if key not in self._shares:

@@ -61,6 +61,10 @@ class Ops(Protocol):
         """A budget u with parts · u <= total (float: the largest such double; exact: total/parts)."""
         ...
 
+    def fraction_down(self, value: Any, numerator: int, denominator: int) -> Any:
+        """value · numerator / denominator for constants 0 <= numerator <= denominator; float rounds down."""
+        ...
+
 
 class FloatOps:
     """numpy back-end used inside mechanisms: vectorised, every budget rounded towards 0."""
@@ -105,6 +109,9 @@ class FloatOps:
     def share(self, total: Any, parts: int) -> Any:
         return rounding.share(float(total), parts)
 
+    def fraction_down(self, value: Any, numerator: int, denominator: int) -> Any:
+        return rounding.div_down(rounding.mul_down(value, float(numerator)), float(denominator))
+
 
 class ExactOps:
     """Exact rationals, one run at a time (sequences are Python lists of Fractions)."""
@@ -144,6 +151,9 @@ class ExactOps:
 
     def share(self, total: Any, parts: int) -> Any:
         return Fraction(total) / parts
+
+    def fraction_down(self, value: Any, numerator: int, denominator: int) -> Any:
+        return Fraction(value) * numerator / denominator
 
 
 FLOAT = FloatOps()

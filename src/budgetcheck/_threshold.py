@@ -1,0 +1,146 @@
+"""AboveThreshold with footprint accounting: the sparse-vector test of PeGaSus's grouper and AdaPub.
+
+Dwork & Roth 2014, Algorithm 1 (AboveThreshold), as used by PeGaSus (Chen et al. 2017, §4.2):
+an *instance* draws a noisy threshold offset ρ ~ Lap(2Δ/ε) when it opens, then answers queries
+q_k + ν_k >= θ_k + ρ with ν_k ~ Lap(4Δ/ε) until the first positive answer, which closes it. One
+instance is ε-DP when every query changes by at most Δ.
+
+Footprint accounting (accounting rules §3): an instance's queries may read the true values of
+every timestamp since it opened (PeGaSus: the deviation of the open group). A change at k of
+those timestamps moves a query by up to kΔ, so the instance costs kε by group privacy; charging
+ε at each timestamp of its footprint, once, pays exactly that. Footprints only grow by the current
+timestamp, so a query at t charges ε at t and nothing else. Instances are kept per run and per
+cell (e.g. per histogram bin); in the one-bin-per-person model the charge at t is the maximum
+over cells, which is ε.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, final
+
+import attrs
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from budgetcheck import rounding
+from budgetcheck._errors import InvalidArgument
+from budgetcheck._records import SpendRecord
+from budgetcheck._secret import Secret, charged
+from budgetcheck._validation import check_epsilon, check_label, check_positive_int, check_sensitivity
+
+if TYPE_CHECKING:
+    from budgetcheck._ledger import WindowLedger
+
+FloatArray = NDArray[np.float64]
+BoolArray = NDArray[np.bool_]
+IntArray = NDArray[np.int64]
+SAMPLER = "numpy-laplace"
+
+
+@attrs.frozen(eq=False)
+class ThresholdAnswer:
+    """One query's outcome per (run, *cells): ``above`` (tested and positive: the instance closed
+    at t) and ``opened`` (an instance opened at t and was not tested: t starts a new footprint)."""
+
+    above: BoolArray
+    opened: BoolArray
+
+
+def deviation(values: FloatArray) -> FloatArray:
+    """PeGaSus's group deviation Σ_i |c_i − mean| along axis 1, NaN entries ignored (sensitivity < 2)."""
+    count = np.maximum((~np.isnan(values)).sum(axis=1, keepdims=True), 1)
+    mean = np.nansum(values, axis=1, keepdims=True) / count
+    return np.asarray(np.nansum(np.abs(values - mean), axis=1), dtype=np.float64)
+
+
+@final
+class ThresholdTest:
+    """AboveThreshold instances per run and cell on one :class:`WindowLedger` (see the module docstring).
+
+    Made by ``ledger.above_threshold``. ``max_footprint`` caps an instance's footprint: an instance
+    that would read more timestamps is closed (a public decision) and a new one opens at t.
+    """
+
+    __slots__ = ("_cells", "_epsilon", "_history", "_last_t", "_ledger", "_max", "_offsets", "_purpose", "_sensitivity", "_starts")
+
+    def __init__(
+        self, ledger: WindowLedger, *, epsilon: float, sensitivity: float, cells: tuple[int, ...], max_footprint: int | None, purpose: str
+    ) -> None:
+        self._ledger = ledger
+        self._epsilon = check_epsilon(epsilon)
+        self._sensitivity = check_sensitivity(sensitivity)
+        if not isinstance(cells, tuple) or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in cells):
+            raise InvalidArgument(f"cells={cells!r} must be a tuple of positive ints (the shape of one timestamp's cells)")
+        self._cells = cells
+        self._max = None if max_footprint is None else check_positive_int(max_footprint, "max_footprint")
+        self._purpose = check_label(purpose)
+        shape = (ledger.runs, *cells)
+        self._starts: IntArray = np.zeros(shape, dtype=np.int64)  # 0: no open instance
+        self._offsets: FloatArray = np.zeros(shape)
+        self._history: list[tuple[int, FloatArray]] = []
+        self._last_t = 0
+
+    @property
+    def epsilon(self) -> float:
+        return self._epsilon
+
+    @property
+    def starts(self) -> IntArray:
+        """The first timestamp of each cell's open instance (0 where none is open); a copy."""
+        return self._starts.copy()
+
+    def query(self, secret: Secret, statistic: Callable[[FloatArray], ArrayLike], thresholds: ArrayLike) -> ThresholdAnswer:
+        """Charge ε at the secret's t; open an instance where none is open; test the others.
+
+        ``statistic`` gets the true values of every cell's footprint as shape (runs, L, *cells)
+        (oldest first, NaN before each cell's instance opened) and must return (runs, *cells),
+        each cell computed from its own column only, with sensitivity Δ per changed timestamp.
+        ``thresholds`` (public, broadcast to (runs, *cells)) are the θ_k of the tested cells.
+        """
+        ledger = self._ledger
+        if not isinstance(secret, Secret):
+            raise InvalidArgument(f"secret must be a Secret from a guarded stream, got {type(secret).__name__}")
+        if tuple(secret.shape) != self._cells:
+            raise InvalidArgument(f"secret of shape {secret.shape} does not match cells={self._cells}")
+        if secret.t <= self._last_t:
+            raise InvalidArgument(f"query at t={secret.t} after a query at t={self._last_t}: one query per timestamp, in order")
+        shape = (ledger.runs, *self._cells)
+        theta = np.broadcast_to(np.asarray(thresholds, dtype=np.float64), shape)
+        if not np.isfinite(theta).all():
+            raise InvalidArgument(f"thresholds must be finite, got {np.asarray(thresholds)!r}")
+        t = secret.t
+        amounts = np.full(ledger.runs, self._epsilon)
+        query_scale = rounding.scale_up(self._sensitivity * 4.0, amounts)
+        record = SpendRecord(t=t, purpose=self._purpose, amounts=amounts, sensitivity=self._sensitivity,
+                             noise_scale=query_scale, sampler=SAMPLER)
+        ledger._check_secret(secret)
+        ledger._charge(t, amounts, record)  # raises, changing nothing, before anything is read
+        self._last_t = t
+        rng = ledger._rng
+        capped = (self._starts > 0) & (t - self._starts + 1 > self._max) if self._max is not None else np.zeros(shape, dtype=bool)
+        opened = (self._starts == 0) | capped
+        tested = ~opened
+        with charged(secret) as values:
+            self._history.append((t, np.array(values, dtype=np.float64)))
+        oldest = int(self._starts[tested].min()) if tested.any() else t
+        self._history = [(s, v) for s, v in self._history if s >= oldest]
+        above = np.zeros(shape, dtype=bool)
+        if tested.any():
+            stamps = np.array([s for s, _ in self._history])
+            stacked = np.stack([v for _, v in self._history])  # (L, *cells)
+            inside = stamps.reshape((1, -1) + (1,) * len(self._cells)) >= self._starts[:, None]
+            masked = np.where(inside & tested[:, None], stacked[None], np.nan)
+            masked.setflags(write=False)
+            result = np.broadcast_to(np.asarray(statistic(masked), dtype=np.float64), shape)
+            if not np.isfinite(result[tested]).all():
+                raise InvalidArgument("statistic returned non-finite values for tested cells")
+            noise = rng.laplace(0.0, 1.0, size=shape) * query_scale.reshape((-1,) + (1,) * len(self._cells))
+            above = tested & (result + noise >= theta + self._offsets)
+        fresh = opened.sum()
+        if fresh:
+            offset_scale = rounding.scale_up(self._sensitivity * 2.0, np.array([self._epsilon]))[0]
+            self._offsets[opened] = rng.laplace(0.0, offset_scale, size=int(fresh))
+        self._starts[opened] = t
+        self._starts[above] = 0
+        return ThresholdAnswer(above=above, opened=opened)
