@@ -160,6 +160,37 @@ class LaplaceReleases(LedgerCore):
         with charged(secret) as values:
             return self._noisy(values, budgets, scale)
 
+    def laplace_groups(
+        self, secret: Secret, labels: ArrayLike, epsilon: ArrayLike, *, sensitivity: float = 1.0, purpose: str = "publication"
+    ) -> FloatArray:
+        """Noisy sums of groups of bins, each group with its own budget; charge the maximum over groups.
+
+        ``labels`` (shape (runs, d), or (d,) for every run) puts bin j of run r in group
+        labels[r, j] in [0, G), or in none (−1). ``epsilon`` has shape (runs, G) (or (G,)). A
+        person sits in one bin, hence in one group, per timestamp: the groups are disjoint and
+        the charge is max_g ε_{t,g} (accounting rules §2; RescueDP's and AdaPub's groups).
+        Returns (runs, G): Σ_{j in g} values[j] + Lap(Δ/ε_g); NaN where ε_g = 0.
+        """
+        self._check_secret(secret)
+        bins = int(secret.shape[-1]) if secret.shape else 1
+        if len(secret.shape) > 1:
+            raise InvalidArgument(f"laplace_groups needs a one-dimensional histogram, got a secret of shape {secret.shape}")
+        raw = np.asarray(labels)
+        if raw.dtype.kind not in "iu" or raw.shape not in ((bins,), (self._runs, bins)):
+            raise InvalidArgument(f"labels must be integers of shape ({bins},) or ({self._runs}, {bins}), got {raw.dtype} {raw.shape}")
+        groups = np.broadcast_to(raw.astype(np.int64), (self._runs, bins))
+        count = int(np.asarray(epsilon).shape[-1]) if np.ndim(epsilon) else 0
+        budgets = check_bin_amounts(epsilon, self._runs, count)
+        if groups.size and (groups.min() < -1 or groups.max() >= count):
+            raise InvalidArgument(f"labels must lie in [-1, {count}) for epsilon with {count} groups, got [{groups.min()}, {groups.max()}]")
+        scale = self._reserve(secret, budgets.max(axis=1), budgets, check_sensitivity(sensitivity), purpose)
+        with charged(secret) as values:
+            sums = np.zeros((self._runs, count))
+            member = groups >= 0
+            runs = np.broadcast_to(np.arange(self._runs)[:, None], groups.shape)
+            np.add.at(sums, (runs[member], groups[member]), np.broadcast_to(values.reshape(-1), groups.shape)[member])
+            return self._noisy(sums, budgets, scale, per_run=True)
+
     def dissimilarity(self, secret: Secret, last_release: ArrayLike, epsilon: ArrayLike, *, purpose: str = "dissimilarity") -> FloatArray:
         """Noisy mean absolute difference between the secret and each run's last release.
 
@@ -185,15 +216,12 @@ class LaplaceReleases(LedgerCore):
         sensitivity: float,
         epsilon: ArrayLike,
         purpose: str = "measurement",
-        per_run: bool = False,
     ) -> FloatArray:
         """Noisy fn(values): the caller vouches that fn has L1 sensitivity ``sensitivity``.
 
         fn sees a read-only copy of the payload and runs once, and only if some run pays (ε > 0);
         its finite result gets Laplace noise of scale sensitivity/ε per run. Returns shape
-        (runs, *fn_output.shape). With ``per_run`` fn returns one row per run (shape (runs, ...),
-        e.g. sums over run-specific groups of bins, each row of sensitivity ``sensitivity``) and
-        each row gets its run's noise.
+        (runs, *fn_output.shape).
         """
         if not callable(fn):
             raise InvalidArgument(f"fn={fn!r} must be callable")
@@ -207,9 +235,7 @@ class LaplaceReleases(LedgerCore):
             result = np.asarray(fn(copy), dtype=np.float64)
         if not np.isfinite(result).all():
             raise InvalidArgument(f"measure: fn returned non-finite values {result!r}")
-        if per_run and (result.ndim == 0 or result.shape[0] != self._runs):
-            raise InvalidArgument(f"measure(per_run=True): fn must return shape (runs={self._runs}, ...), got {result.shape}")
-        return self._noisy(result, amounts, scale, per_run=per_run)
+        return self._noisy(result, amounts, scale)
 
     # -- hooks and internals ------------------------------------------------------------------
     @abc.abstractmethod

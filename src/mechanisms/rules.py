@@ -8,6 +8,7 @@ also writes down the strengthened invariant that makes 1-induction go through.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -168,4 +169,202 @@ class PeriodicRule:
         for age in range(1, env.w):
             value = recent[env.w - 1 - age]
             terms.append(ops.where((age - c) % period == 0, value <= unit, value == 0))
+        return ops.all_of(terms)
+
+
+def _int_sum(values: Sequence[Any]) -> Any:
+    """Σ of integer counters (plain + works on ints, numpy arrays and Z3 integer terms)."""
+    total: Any = 0
+    for value in values:
+        total = total + value
+    return total
+
+
+def _fraction_parts(value: float, name: str) -> tuple[int, int]:
+    """A float in (0, 1] as an exact (numerator, denominator) with a small denominator."""
+    from fractions import Fraction
+
+    if not 0.0 < value <= 1.0:
+        raise ValueError(f"{name}={value!r} must be in (0, 1]")
+    exact = Fraction(str(value)).limit_denominator(10_000)
+    return exact.numerator, exact.denominator
+
+
+@attrs.frozen
+class SplitUniformRule:
+    """ε/w at every timestamp, split in integer weights between purposes (PeGaSus, AdaPub).
+
+    With u = share(ε, w·Σweights) purpose i gets weights[i]·u at every timestamp (default 4:1, the
+    0.8/0.2 perturbation/grouping split of PeGaSus and AdaPub). Invariant: every recent total is
+    in [0, w_total·u].
+    """
+
+    weights: tuple[int, ...] = (4, 1)
+    purposes: tuple[str, ...] = ("perturbation", "grouping")
+
+    def unit(self, ops: Ops, env: RuleEnv) -> Any:
+        return ops.share(env.epsilon, env.w * sum(self.weights))
+
+    def initial(self, ops: Ops, env: RuleEnv) -> State:
+        return ()
+
+    def arbitrary(self, env: RuleEnv, tag: str) -> State:
+        return ()
+
+    def charges(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, ...]:
+        unit = self.unit(ops, env)
+        return tuple(ops.mul_down(unit, weight) for weight in self.weights)
+
+    def advance(self, ops: Ops, env: RuleEnv, state: State, decision: Any, spent: tuple[Any, ...]) -> State:
+        return ()
+
+    def invariant(self, ops: Ops, env: RuleEnv, state: State, recent: Sequence[Any]) -> Any:
+        top = ops.mul_down(self.unit(ops, env), sum(self.weights))
+        return ops.all_of([r >= 0 for r in recent] + [r <= top for r in recent])
+
+
+@attrs.frozen
+class BlockRule:
+    """FAST_w (Kellaris et al. 2014, §3, after Fan & Xiong 2014): disjoint blocks of w timestamps,
+    each a FAST run with α = ε/2 and at most M samples of α/M = share(ε, 2M).
+
+    A window touches at most two blocks, so it holds at most 2M samples. The decision is "the
+    PID controller asks for a sample"; the rule grants it while the block has used fewer than M.
+    State (j, m): position in the block and samples used in it. Invariant: 0 <= j < w,
+    0 <= m <= M, every recent total in [0, u], the recent totals of this block (ages <= j) sum to
+    at most m·u and the older ones to at most M·u.
+    """
+
+    ratio: float = 0.15
+    purposes: tuple[str, ...] = ("publication",)
+
+    def samples(self, env: RuleEnv) -> int:
+        """M = max(1, ⌊ratio·w⌋): FAST's sample limit for a block of N = w timestamps."""
+        return max(1, int(self.ratio * env.w))
+
+    def unit(self, ops: Ops, env: RuleEnv) -> Any:
+        return ops.share(env.epsilon, 2 * self.samples(env))
+
+    def initial(self, ops: Ops, env: RuleEnv) -> State:
+        return (0, 0)
+
+    def arbitrary(self, env: RuleEnv, tag: str) -> State:
+        return (symbol_int(f"{tag}_j"), symbol_int(f"{tag}_m"))
+
+    def grants(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> Any:
+        return ops.both(decision, state[1] < self.samples(env))
+
+    def charges(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, ...]:
+        return (ops.where(self.grants(ops, env, state, decision), self.unit(ops, env), 0),)
+
+    def advance(self, ops: Ops, env: RuleEnv, state: State, decision: Any, spent: tuple[Any, ...]) -> State:
+        j, m = state
+        used = m + ops.where(self.grants(ops, env, state, decision), 1, 0)
+        last = j == env.w - 1
+        return (ops.where(last, 0, j + 1), ops.where(last, 0, used))
+
+    def invariant(self, ops: Ops, env: RuleEnv, state: State, recent: Sequence[Any]) -> Any:
+        j, m = state
+        unit = self.unit(ops, env)
+        ages = range(1, env.w)
+        current = ops.sum_up([ops.where(age <= j, recent[env.w - 1 - age], 0) for age in ages])
+        older = ops.sum_up([ops.where(age > j, recent[env.w - 1 - age], 0) for age in ages])
+        samples = self.samples(env)
+        terms = [j >= 0, j <= env.w - 1, m >= 0, m <= samples]
+        terms += [r >= 0 for r in recent] + [r <= unit for r in recent]
+        terms += [current <= ops.mul_down(unit, m, at_most=samples), older <= ops.mul_down(unit, samples)]
+        return ops.all_of(terms)
+
+
+@attrs.frozen
+class RemainingFractionRule:
+    """RescueDP's adaptive budget (Wang et al. 2016, §IV-C): ε_t = min(p·ε_rm, ε_max), where
+    ε_rm = ε − Σ_{k=t−w+1}^{t−1} ε_k, p <= p_max and ε_max = ε/cap_parts.
+
+    The rule grants the largest such budget, p = p_max; the mechanism spends p_l·ε_rm <= it for
+    each location and the ledger charges the maximum over locations (accounting rules §2), which
+    the prover's "actual spend <= budget" covers. State: the w − 1 recent totals. Invariant: each
+    >= 0 and their sum <= ε.
+    """
+
+    max_fraction: float = 0.6
+    cap_parts: int = 5
+    purposes: tuple[str, ...] = ("publication",)
+
+    def remaining(self, ops: Ops, env: RuleEnv, state: State) -> Any:
+        return ops.sub_down(env.epsilon, ops.sum_up(list(state)))
+
+    def initial(self, ops: Ops, env: RuleEnv) -> State:
+        return tuple(0.0 for _ in range(env.w - 1))
+
+    def arbitrary(self, env: RuleEnv, tag: str) -> State:
+        return tuple(symbol_real(f"{tag}_r{j}") for j in range(env.w - 1))
+
+    def charges(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, ...]:
+        numerator, denominator = _fraction_parts(self.max_fraction, "max_fraction")
+        granted = ops.minimum(ops.fraction_down(self.remaining(ops, env, state), numerator, denominator),
+                              ops.share(env.epsilon, self.cap_parts))
+        return (ops.where(decision, granted, 0),)
+
+    def advance(self, ops: Ops, env: RuleEnv, state: State, decision: Any, spent: tuple[Any, ...]) -> State:
+        return (*state[1:], spent[0]) if env.w > 1 else ()
+
+    def invariant(self, ops: Ops, env: RuleEnv, state: State, recent: Sequence[Any]) -> Any:
+        terms = [s >= 0 for s in state] + [ops.sum_up(list(state)) <= env.epsilon]
+        terms += [r == s for r, s in zip(recent, state, strict=True)]
+        return ops.all_of(terms)
+
+
+@attrs.frozen
+class DistanceTestRule:
+    """DSAT_w made sound (Li et al. 2015; accounting rules §4-5): a private row count, a distance
+    test charged into every window, and at most C samples per window.
+
+    With u = share(ε, 10w²): the row count takes w²·u <= ε/10 once, at t = 1; of the remaining
+    ε' = 9w²·u the tests take ε₁ = (1 − C/w)ε' (9(w − C)·u each, w per window) and a sample ε'/w
+    = 9w·u (the paper's Theorem 5.4 k saturates at 1 − C/w), at most C per window. State (a,
+    f_1..f_{w−1}): a = min(t − 1, w) and the sample flags of the last w − 1 timestamps. Invariant:
+    flags in {0, 1} and 0 where the timestamp is before t = 1; recent totals bounded by their
+    test, flagged sample and (at age a) the count.
+    """
+
+    rate: float = 0.01
+    purposes: tuple[str, ...] = ("row count", "distance test", "publication")
+
+    def samples(self, env: RuleEnv) -> int:
+        """C = ⌈ρ·w⌉, at most w."""
+        return min(env.w, max(1, math.ceil(self.rate * env.w)))
+
+    def units(self, ops: Ops, env: RuleEnv) -> tuple[Any, Any, Any]:
+        """(row count, test, sample) budgets."""
+        w, unit = env.w, ops.share(env.epsilon, 10 * env.w * env.w)
+        return ops.mul_down(unit, w * w), ops.mul_down(unit, 9 * (w - self.samples(env))), ops.mul_down(unit, 9 * w)
+
+    def initial(self, ops: Ops, env: RuleEnv) -> State:
+        return (0, *(0 for _ in range(env.w - 1)))
+
+    def arbitrary(self, env: RuleEnv, tag: str) -> State:
+        return (symbol_int(f"{tag}_a"), *(symbol_int(f"{tag}_f{j}") for j in range(env.w - 1)))
+
+    def grants(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> Any:
+        return ops.both(decision, _int_sum(state[1:]) < self.samples(env))
+
+    def charges(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, ...]:
+        count, test, sample = self.units(ops, env)
+        return (ops.where(state[0] == 0, count, 0), test, ops.where(self.grants(ops, env, state, decision), sample, 0))
+
+    def advance(self, ops: Ops, env: RuleEnv, state: State, decision: Any, spent: tuple[Any, ...]) -> State:
+        flag = ops.where(self.grants(ops, env, state, decision), 1, 0)
+        age = ops.minimum(state[0] + 1, env.w)
+        return (age, *state[2:], flag) if env.w > 1 else (age,)
+
+    def invariant(self, ops: Ops, env: RuleEnv, state: State, recent: Sequence[Any]) -> Any:
+        count, test, sample = self.units(ops, env)
+        a, flags = state[0], state[1:]
+        terms = [a >= 0, a <= env.w, _int_sum(flags) <= self.samples(env)]
+        for m in range(1, env.w):
+            flag, value = flags[env.w - 1 - m], recent[env.w - 1 - m]
+            terms += [flag >= 0, flag <= 1, value >= 0]
+            terms.append(ops.where(m > a, ops.all_of([flag == 0, value == 0]),
+                                   value <= test + ops.where(flag == 1, sample, 0) + ops.where(m == a, count, 0)))
         return ops.all_of(terms)

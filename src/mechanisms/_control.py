@@ -1,0 +1,136 @@
+"""Kalman filters and PID controllers of FAST and RescueDP, on arrays of cells (runs × dimensions).
+
+Post-processing only: they see released values, never the true stream.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+from numpy.typing import NDArray
+
+FloatArray = NDArray[np.float64]
+BoolArray = NDArray[np.bool_]
+
+
+@attrs.define
+class Kalman:
+    """A random-walk Kalman filter per cell (Fan & Xiong 2014, §3.2; Wang et al. 2016, §IV-E).
+
+    State x_k = x_{k−1} + N(0, Q), observation z_k = x_k + N(0, R). ``predict`` adds Q to the
+    variance P (the prediction is the last posterior); ``correct`` at the cells that observed z:
+    K = P/(P + R), x ← x + K(z − x), P ← (1 − K)P. Q may be a per-cell array. A cell's first
+    observation becomes its estimate (the papers leave x̂₀ open; starting from 0 would drag every
+    early release towards 0 because R >> P₀).
+    """
+
+    estimate: FloatArray
+    variance: FloatArray
+    process_noise: FloatArray | float
+    measurement_noise: float
+    seen: BoolArray
+
+    @classmethod
+    def start(cls, shape: tuple[int, ...], *, initial_variance: float, process_noise: FloatArray | float,
+              measurement_noise: float) -> Kalman:
+        return cls(np.zeros(shape), np.full(shape, float(initial_variance)), process_noise, float(measurement_noise),
+                   np.zeros(shape, dtype=bool))
+
+    def predict(self) -> FloatArray:
+        """Advance one step: P ← P + Q; return the prior (the last posterior)."""
+        self.variance = self.variance + self.process_noise
+        return self.estimate.copy()
+
+    def correct(self, observed: FloatArray, where: BoolArray) -> FloatArray:
+        """Fold the observations in where ``where`` holds; return the posterior everywhere."""
+        gain = np.where(self.seen, self.variance / (self.variance + self.measurement_noise), 1.0)
+        self.estimate = np.where(where, self.estimate + gain * (observed - self.estimate), self.estimate)
+        self.variance = np.where(where & self.seen, (1.0 - gain) * self.variance, self.variance)
+        self.seen = self.seen | where
+        return self.estimate.copy()
+
+
+@attrs.define
+class FastPID:
+    """FAST's PID sampling controller per cell (Fan & Xiong 2014, §3.3, Eq. 9-10).
+
+    At the n-th sample (timestamp k_n) the feedback error is e_n = |x̂ − x̂⁻| / max(x̂, 1) (posterior
+    vs prior); Δ = C_p e_n + C_i Σ_{last T_i} e + C_d (e_n − e_{n−1})/(k_n − k_{n−1}); the interval
+    becomes I ← max(1, I + ⌊θ(1 − exp((Δ − ξ)/ξ))⌋). ``next`` is k_n + I.
+    """
+
+    errors: FloatArray  # (..., T_i) the last T_i errors, newest last (NaN: none yet)
+    last_time: FloatArray
+    interval: FloatArray
+    next: FloatArray
+    kp: float = 0.9
+    ki: float = 0.1
+    kd: float = 0.0
+    theta: float = 5.0
+    xi: float = 0.1
+
+    @classmethod
+    def start(cls, shape: tuple[int, ...], *, integral_window: int = 5, **gains: float) -> FastPID:
+        return cls(np.full((*shape, integral_window), np.nan), np.zeros(shape), np.ones(shape), np.ones(shape), **gains)
+
+    def due(self, t: int) -> BoolArray:
+        return np.asarray(self.next <= t)
+
+    def update(self, t: int, prior: FloatArray, posterior: FloatArray, where: BoolArray) -> None:
+        """A sample at t in the cells ``where``: update the error history and the next sampling time."""
+        error = np.abs(posterior - prior) / np.maximum(posterior, 1.0)
+        previous = self.errors[..., -1]
+        errors = np.concatenate([self.errors[..., 1:], error[..., None]], axis=-1)
+        integral = np.nansum(errors, axis=-1)
+        elapsed = np.maximum(t - self.last_time, 1.0)
+        derivative = np.where(np.isnan(previous), 0.0, (error - np.nan_to_num(previous)) / elapsed)
+        control = self.kp * error + self.ki * integral + self.kd * derivative
+        step = np.floor(self.theta * (1.0 - np.exp((control - self.xi) / self.xi)))
+        interval = np.maximum(1.0, self.interval + step)
+        self.errors = np.where(where[..., None], errors, self.errors)
+        self.interval = np.where(where, interval, self.interval)
+        self.last_time = np.where(where, float(t), self.last_time)
+        self.next = np.where(where, t + self.interval, self.next)
+
+
+@attrs.define
+class RescuePID:
+    """RescueDP's adaptive sampling controller per cell (Wang et al. 2016, §IV-B, Eq. 4-5).
+
+    At the n-th sample of a location (timestamp k_n, release r): E_n = |r_{k_n} − r_{k_{n−1}}|;
+    δ = K_p E_n + K_i mean(last π E) + K_d E_n/(k_n − k_{n−1}); with λ = Δ/ε_remaining(t + 1) the
+    interval becomes I ← max(1, I + θ(1 − (δ/λ)²)); the next sample is at k_n + ⌊I⌋.
+    """
+
+    errors: FloatArray  # (..., π), newest last, NaN: none yet
+    last_release: FloatArray
+    last_time: FloatArray
+    interval: FloatArray
+    next: FloatArray
+    kp: float = 0.9
+    ki: float = 0.1
+    kd: float = 0.0
+    theta: float = 10.0
+
+    @classmethod
+    def start(cls, shape: tuple[int, ...], *, integral_window: int = 3, **gains: float) -> RescuePID:
+        nan = np.full(shape, np.nan)
+        return cls(np.full((*shape, integral_window), np.nan), nan, np.zeros(shape), np.ones(shape), np.ones(shape), **gains)
+
+    def due(self, t: int) -> BoolArray:
+        return np.asarray(self.next <= t)
+
+    def update(self, t: int, release: FloatArray, where: BoolArray, noise_scale: FloatArray) -> None:
+        """A sample at t where ``where``; ``noise_scale`` is λ = Δ/ε_remaining(t + 1) (inf: nothing left)."""
+        error = np.where(np.isnan(self.last_release), 0.0, np.abs(release - np.nan_to_num(self.last_release)))
+        errors = np.concatenate([self.errors[..., 1:], error[..., None]], axis=-1)
+        elapsed = np.maximum(t - self.last_time, 1.0)
+        control = self.kp * error + self.ki * np.nanmean(errors, axis=-1) + self.kd * error / elapsed
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(np.isfinite(noise_scale), control / noise_scale, 0.0)
+        interval = np.maximum(1.0, self.interval + self.theta * (1.0 - ratio**2))
+        self.errors = np.where(where[..., None], errors, self.errors)
+        self.last_release = np.where(where, release, self.last_release)
+        self.interval = np.where(where, interval, self.interval)
+        self.last_time = np.where(where, float(t), self.last_time)
+        self.next = np.where(where, t + np.floor(self.interval), self.next)
