@@ -99,8 +99,6 @@ class WindowLedger(LaplaceReleases):
             raise InvalidArgument(
                 f"secrets must be distinct timestamps within one window [t-w+1, t] = [{max(1, t - w + 1)}, {t}], got {sorted(stamps)}"
             )
-        if min(stamps) < self._t - w + 1:
-            raise InvalidArgument(f"secrets reach back to t={min(stamps)}, before the ledger's current window (latest t={self._t}, w={w})")
         purpose = check_label(purpose)
         sensitivity = check_sensitivity(sensitivity)
         units = rounding.to_units_array(amounts)

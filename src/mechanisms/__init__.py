@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from mechanisms.adapub import AdaPub as AdaPub
 from mechanisms.ba import BA as BA
 from mechanisms.bd import BD as BD
+from mechanisms.dsat import DSATw as DSATw
+from mechanisms.fast import FASTw as FASTw
+from mechanisms.fast import FASTwAsPublished as FASTwAsPublished
 from mechanisms.hybrid import Hybrid as Hybrid
+from mechanisms.pegasus import PeGaSus as PeGaSus
+from mechanisms.rescuedp import RescueDP as RescueDP
+from mechanisms.rescuedp import RescueDPAsPublished as RescueDPAsPublished
 from mechanisms.personalized import PBA as PBA
 from mechanisms.personalized import PBD as PBD
 from mechanisms.personalized import StrictestBA as StrictestBA
@@ -29,6 +36,11 @@ BUILTIN: dict[str, Callable[[], object]] = {
     "BD": BD,
     "BA": BA,
     "Hybrid": Hybrid,
+    "FASTw": FASTw,
+    "DSATw": DSATw,
+    "RescueDP": RescueDP,
+    "AdaPub": AdaPub,
+    "PeGaSus": PeGaSus,
     "PBD": PBD,
     "PBA": PBA,
     "StrictestBD": StrictestBD,
@@ -45,6 +57,6 @@ BUILTIN: dict[str, Callable[[], object]] = {
 }
 
 __all__ = [
-    "BA", "BD", "BUILTIN", "Hybrid", "PBA", "PBD", "Sample", "StrictestBA", "StrictestBD", "TINARSample",
+    "BA", "BD", "BUILTIN", "AdaPub", "DSATw", "FASTw", "FASTwAsPublished", "Hybrid", "PeGaSus", "RescueDP", "RescueDPAsPublished", "PBA", "PBD", "Sample", "StrictestBA", "StrictestBD", "TINARSample",
     "TINARUniform", "TSBA", "TSBD", "TSSample", "TSUniform", "Unicorn", "UnicornIS", "UnicornPS", "Uniform",
 ]

@@ -85,7 +85,7 @@ class FastPID:
         elapsed = np.maximum(t - self.last_time, 1.0)
         derivative = np.where(np.isnan(previous), 0.0, (error - np.nan_to_num(previous)) / elapsed)
         control = self.kp * error + self.ki * integral + self.kd * derivative
-        step = np.floor(self.theta * (1.0 - np.exp((control - self.xi) / self.xi)))
+        step = np.floor(self.theta * (1.0 - np.exp(np.minimum((control - self.xi) / self.xi, 700.0))))
         interval = np.maximum(1.0, self.interval + step)
         self.errors = np.where(where[..., None], errors, self.errors)
         self.interval = np.where(where, interval, self.interval)

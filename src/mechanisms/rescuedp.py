@@ -151,11 +151,11 @@ def _run(mech: RescueDP, stream: GuardedStream, ledger: WindowLedger, *, shared_
         due = pid.due(t)
         prior = kalman.predict()
         if shared_window:
-            remaining = rule.remaining(FLOAT, env, state)[:, None]
+            remaining = np.broadcast_to(rule.remaining(FLOAT, env, state), (runs,))[:, None]
             (bound,) = rule.charges(FLOAT, env, state, due.any(axis=1))
             bound = np.broadcast_to(bound, (runs,))[:, None]
         else:
-            remaining = FLOAT.sub_down(epsilon, FLOAT.sum_up(np.moveaxis(local, 1, -1)))
+            remaining = FLOAT.sub_down(epsilon, FLOAT.sum_up(np.moveaxis(local, 1, -1))) if w > 1 else np.full(shape, float(epsilon))
             bound = np.minimum(FLOAT.fraction_down(remaining, numerator, denominator), cap)
         fraction = np.minimum(mech.phi * np.log(pid.interval + 1.0), mech.max_fraction)
         budgets = np.where(due, np.minimum(np.minimum(FLOAT.mul_down(remaining, fraction), cap), bound), 0.0)
@@ -170,10 +170,10 @@ def _run(mech: RescueDP, stream: GuardedStream, ledger: WindowLedger, *, shared_
         spent = budgets.max(axis=1)
         if shared_window:
             state = rule.advance(FLOAT, env, state, due.any(axis=1), (spent,))
-            left = rule.remaining(FLOAT, env, state)[:, None]
+            left = np.broadcast_to(rule.remaining(FLOAT, env, state), (runs,))[:, None]
         else:
             local = np.concatenate([local[:, 1:], budgets[:, None]], axis=1) if w > 1 else local
-            left = FLOAT.sub_down(epsilon, FLOAT.sum_up(np.moveaxis(local, 1, -1)))
+            left = FLOAT.sub_down(epsilon, FLOAT.sum_up(np.moveaxis(local, 1, -1))) if w > 1 else np.full(shape, float(epsilon))
         with np.errstate(divide="ignore"):
             pid.update(t, posterior, sampled, np.where(left > 0, 1.0 / left, np.inf))
         recent = np.where(sampled[..., None], np.concatenate([recent[..., 1:], posterior[..., None]], axis=-1), recent)

@@ -1,0 +1,359 @@
+"""The data-adaptive mechanisms (FAST_w, DSAT_w, RescueDP, AdaPub, PeGaSus) and the ledger support
+they need: footprint measurements, AboveThreshold, grouped releases."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from budgetcheck import (
+    BudgetExceeded,
+    GuardedStream,
+    InvalidArgument,
+    StreamMechanism,
+    TimestampOrder,
+    WEventParams,
+    WindowLedger,
+    audit_windows,
+    deviation,
+    execute,
+    verify_mechanism,
+)
+from budgetcheck.proving import Verdict, prove_range
+from budgetcheck.strategies import VerificationCase, cases
+from mechanisms import AdaPub, DSATw, FASTw, FASTwAsPublished, PeGaSus, RescueDP, RescueDPAsPublished, Uniform
+from mechanisms._control import FastPID, Kalman, RescuePID
+from mechanisms._smoothing import smooth
+from mechanisms.adapub import pivot_buckets
+from mechanisms.rescuedp import group_locations
+from mechanisms.rules import BlockRule, DistanceTestRule, RemainingFractionRule, SplitUniformRule
+
+ADAPTIVE = [FASTw(), FASTw(sampling_ratio=0.075), DSATw(), DSATw(sample_rate=0.15), RescueDP(), RescueDP(grouping=False),
+            AdaPub(), AdaPub(grouping=False), PeGaSus(), PeGaSus(smoother="james-stein")]
+
+
+def _ledger(epsilon: float = 1.0, w: int = 4, runs: int = 1, data: object = None) -> tuple[WindowLedger, list[object]]:
+    ledger = WindowLedger(WEventParams(epsilon, w), runs=runs, seed=3)
+    stream = GuardedStream(np.arange(24.0).reshape(8, 3) if data is None else data)
+    ledger.bind(stream)
+    return ledger, list(stream)
+
+
+def _windows(records: object, w: int, runs: int) -> list[Fraction]:
+    """The largest window sum per run, brute force over every window."""
+    totals: dict[int, list[Fraction]] = {}
+    for record in records:  # type: ignore[attr-defined]
+        row = totals.setdefault(record.t, [Fraction(0)] * runs)
+        for r in range(runs):
+            row[r] += Fraction(float(record.amounts[r]))
+    horizon = max(totals, default=0)
+    return [max((sum((totals.get(s, [Fraction(0)] * runs)[r] for s in range(e - w + 1, e + 1)), Fraction(0))
+                 for e in range(1, horizon + 1)), default=Fraction(0)) for r in range(runs)]
+
+
+# -- footprint measurements ---------------------------------------------------------------------
+def test_footprint_charges_every_timestamp_it_reads_and_rechecks_old_windows() -> None:
+    ledger, secrets = _ledger(w=4)
+    out = ledger.measure_footprint(lambda v: v.sum(axis=0), secrets[0:3], sensitivity=3.0, epsilon=0.25)
+    assert out.shape == (1, 3)
+    assert [r.t for r in ledger.records] == [1, 2, 3] and all(float(r.amounts[0]) == 0.25 for r in ledger.records)
+    before = (len(ledger.records), ledger.remaining(3).tolist(), ledger.t)
+    # windows [1, 3] and [1, 4] would hold 0.25 * (3 + 2) > 1: refused, nothing changes
+    with pytest.raises(BudgetExceeded, match=r"window \[1, 3\]"):
+        ledger.measure_footprint(lambda v: v.sum(axis=0), secrets[1:4], sensitivity=3.0, epsilon=0.25)
+    assert (len(ledger.records), ledger.remaining(3).tolist(), ledger.t) == before
+    assert ledger.refusals == 1
+    ledger.measure_footprint(lambda v: v.sum(axis=0), secrets[3:4], sensitivity=3.0, epsilon=0.25)
+    assert _windows(ledger.records, 4, 1) == [Fraction(1)]
+
+
+@pytest.mark.parametrize(("pick", "message"), [
+    (lambda s: [], "at least one"),
+    (lambda s: [s[0], s[0]], "distinct"),
+    (lambda s: [s[0], s[5]], "within one window"),
+])
+def test_footprint_bad_inputs_name_the_problem(pick: object, message: str) -> None:
+    ledger, secrets = _ledger(w=4)
+    with pytest.raises(InvalidArgument, match=message):
+        ledger.measure_footprint(np.sum, pick(secrets), sensitivity=1.0, epsilon=0.1)  # type: ignore[operator]
+    with pytest.raises(InvalidArgument, match="epsilon=0"):
+        ledger.measure_footprint(np.sum, secrets[:1], sensitivity=1.0, epsilon=0.0)
+    assert ledger.records == ()
+
+
+def test_footprint_cannot_end_before_the_ledger_clock() -> None:
+    ledger, secrets = _ledger(w=3)
+    ledger.spend(6, 0.1, purpose="x")
+    with pytest.raises(TimestampOrder):
+        ledger.measure_footprint(np.sum, [secrets[3], secrets[4]], sensitivity=1.0, epsilon=0.1)
+    assert len(ledger.records) == 1
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    w=st.integers(1, 5),
+    steps=st.lists(st.tuples(st.booleans(), st.integers(0, 2), st.sets(st.integers(0, 4), min_size=1, max_size=3),
+                             st.sampled_from([0.1, 0.2, 0.25, 0.3, 1 / 3])), max_size=14),
+)
+def test_footprint_and_plain_spends_agree_with_a_brute_force_oracle(w: int, steps: list[tuple[bool, int, set[int], float]]) -> None:
+    """Accepted iff every window of the resulting per-timestamp totals is <= ε (exact), else unchanged."""
+    ledger, secrets = _ledger(epsilon=1.0, w=w, data=np.zeros((40, 1)))
+    t, totals = 1, {}
+    for footprint, advance, back, amount in steps:
+        t += advance
+        stamps = sorted({t - b for b in back | {0} if t - b >= max(1, t - w + 1)}) if footprint else [t]
+        if not stamps:
+            continue
+        proposed = dict(totals)
+        for s in stamps:
+            proposed[s] = proposed.get(s, Fraction(0)) + Fraction(amount)
+        horizon = max(proposed)
+        ok = all(sum((proposed.get(s, Fraction(0)) for s in range(e - w + 1, e + 1)), Fraction(0)) <= 1 for e in range(1, horizon + 1))
+        count = len(ledger.records)
+        try:
+            if footprint:
+                ledger.measure_footprint(np.sum, [secrets[s - 1] for s in stamps], sensitivity=1.0, epsilon=amount)
+            else:
+                ledger.spend(t, amount, purpose="plain")
+        except BudgetExceeded:
+            assert not ok
+            assert len(ledger.records) == count
+            continue
+        assert ok
+        totals = proposed
+    assert _windows(ledger.records, w, 1)[0] <= 1
+
+
+# -- grouped releases -----------------------------------------------------------------------------
+def test_laplace_groups_sums_groups_and_charges_the_largest_group_budget() -> None:
+    ledger, secrets = _ledger(epsilon=1e9, w=2, runs=2, data=np.array([[1.0, 2.0, 4.0, 8.0]] * 3))
+    labels = np.array([[0, 0, 1, -1], [1, 1, 1, 1]])
+    out = ledger.laplace_groups(secrets[0], labels, np.array([[4e8, 1e8], [0.0, 2e8]]))
+    np.testing.assert_allclose(out[0], [3.0, 4.0], atol=1e-6)
+    assert np.isnan(out[1, 0]) and abs(out[1, 1] - 15.0) < 1e-6
+    assert ledger.records[-1].amounts.tolist() == [4e8, 2e8]
+    with pytest.raises(InvalidArgument, match="labels must lie in"):
+        ledger.laplace_groups(secrets[1], np.array([0, 2, 0, 0]), np.array([1.0, 1.0]))
+    with pytest.raises(InvalidArgument, match="labels must be integers"):
+        ledger.laplace_groups(secrets[1], np.array([0.0, 1.0, 0.0, 0.0]), np.array([1.0, 1.0]))
+    assert len(ledger.records) == 1
+
+
+# -- AboveThreshold -------------------------------------------------------------------------------
+def test_above_threshold_opens_tests_closes_and_charges_each_query_once() -> None:
+    data = np.array([[0.0, 0.0], [0.0, 10.0], [0.0, 10.0], [0.0, 0.0], [0.0, 0.0]])
+    ledger, secrets = _ledger(epsilon=1e12, w=5, data=data)
+    test = ledger.above_threshold(epsilon=1e9, sensitivity=2.0, cells=(2,))
+    first = test.query(secrets[0], deviation, 4.0)
+    assert first.opened.tolist() == [[True, True]] and not first.above.any()
+    second = test.query(secrets[1], deviation, 4.0)  # dev of {0, 10} = 10 >= 4 in cell 1 only
+    assert second.above.tolist() == [[False, True]] and test.starts.tolist() == [[1, 0]]
+    third = test.query(secrets[2], deviation, 4.0)  # cell 1 reopens at t = 3
+    assert third.opened.tolist() == [[False, True]] and test.starts.tolist() == [[1, 3]]
+    seen: list[np.ndarray] = []
+    test.query(secrets[3], lambda v: seen.append(v.copy()) or deviation(v), 4.0)
+    assert np.isnan(seen[0][0, :2, 1]).all() and seen[0][0, :, 0].tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert [r.t for r in ledger.records] == [1, 2, 3, 4] and all(float(r.amounts[0]) == 1e9 for r in ledger.records)
+
+
+def test_above_threshold_caps_footprints_and_is_refused_atomically() -> None:
+    ledger, secrets = _ledger(epsilon=1.0, w=3, data=np.zeros((8, 1)))
+    test = ledger.above_threshold(epsilon=0.5, sensitivity=2.0, cells=(1,), max_footprint=2)
+    assert test.query(secrets[0], deviation, 1e9).opened.all()
+    assert not test.query(secrets[1], deviation, 1e9).opened.any()
+    starts = test.starts.tolist()
+    with pytest.raises(BudgetExceeded):
+        test.query(secrets[2], deviation, 1e9)  # window [1, 3] would hold 1.5
+    assert test.starts.tolist() == starts and len(ledger.records) == 2
+    wide = WindowLedger(WEventParams(1.0, 1), seed=0)
+    stream = GuardedStream(np.zeros((5, 1)))
+    wide.bind(stream)
+    capped = wide.above_threshold(epsilon=1.0, sensitivity=1.0, cells=(1,), max_footprint=2)
+    opened = [bool(capped.query(s, deviation, 1e9).opened[0, 0]) for s in stream]
+    assert opened == [True, False, True, False, True]
+
+
+def test_above_threshold_bad_inputs() -> None:
+    ledger, secrets = _ledger()
+    with pytest.raises(InvalidArgument, match="epsilon"):
+        ledger.above_threshold(epsilon=0.0, sensitivity=1.0, cells=(3,))
+    with pytest.raises(InvalidArgument, match="cells"):
+        ledger.above_threshold(epsilon=0.1, sensitivity=1.0, cells=(0,))
+    test = ledger.above_threshold(epsilon=0.1, sensitivity=1.0, cells=(2,))
+    with pytest.raises(InvalidArgument, match="does not match cells"):
+        test.query(secrets[0], deviation, 1.0)
+    assert ledger.records == ()
+
+
+# -- rules ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("rule", [BlockRule(), BlockRule(0.5), DistanceTestRule(), DistanceTestRule(0.3),
+                                  RemainingFractionRule(), RemainingFractionRule(1.0, 1), SplitUniformRule()])
+def test_adaptive_rules_are_proved(rule: object) -> None:
+    assert prove_range(rule, range(1, 9)).verdict is Verdict.PROVED  # type: ignore[arg-type]
+
+
+class _OneSampleTooMany(DistanceTestRule):
+    """Budgets for C samples per window, cap at C + 1 (the harness's window sum one short)."""
+
+    def grants(self, ops: Any, env: Any, state: Any, decision: Any) -> Any:
+        return ops.both(decision, sum(state[1:], 0) < self.samples(env) + 1)
+
+
+def test_a_rule_that_allows_one_more_sample_per_window_is_refuted() -> None:
+    verdict = prove_range(_OneSampleTooMany(0.3), range(1, 6))
+    assert verdict.verdict is Verdict.REFUTED
+
+
+# -- components against hand-computed sequences ------------------------------------------------
+def test_kalman_filter_by_hand() -> None:
+    kalman = Kalman.start((1,), initial_variance=1.0, process_noise=1.0, measurement_noise=2.0)
+    assert kalman.predict().tolist() == [0.0]
+    assert kalman.correct(np.array([10.0]), np.array([True])).tolist() == [10.0]  # first observation
+    kalman.predict()  # P = 2 + 1 = 3
+    assert kalman.correct(np.array([4.0]), np.array([True])).tolist() == pytest.approx([6.4])  # K = 3/5
+    assert kalman.variance.tolist() == pytest.approx([1.2])
+    kalman.predict()
+    assert kalman.correct(np.array([100.0]), np.array([False])).tolist() == pytest.approx([6.4])
+
+
+def test_fast_pid_by_hand() -> None:
+    pid = FastPID.start((1,), integral_window=2, kp=1.0, ki=0.5, kd=0.0, theta=5.0, xi=0.1)
+    pid.update(1, np.array([0.0]), np.array([10.0]), np.array([True]))  # e = 1: Δ = 1.5, interval 1
+    pid.update(2, np.array([10.0]), np.array([10.1]), np.array([True]))  # e = 0.0099, Δ = 0.515: interval 1
+    assert pid.interval.tolist() == [1.0] and pid.next.tolist() == [3.0]
+    pid.update(3, np.array([10.1]), np.array([10.1]), np.array([True]))  # e = 0: Δ = 0.00495
+    # ⌊5(1 − exp((0.00495 − 0.1)/0.1))⌋ = ⌊5 · 0.6134⌋ = 3
+    assert pid.interval.tolist() == [4.0] and pid.next.tolist() == [7.0] and pid.due(7).all() and not pid.due(6).any()
+
+
+def test_rescue_pid_by_hand() -> None:
+    pid = RescuePID.start((1,), integral_window=2, kp=1.0, ki=0.5, kd=0.0, theta=10.0)
+    pid.update(1, np.array([5.0]), np.array([True]), np.array([2.0]))  # E = 0: I = 1 + 10
+    assert pid.interval.tolist() == [11.0] and pid.next.tolist() == [12.0]
+    pid.update(12, np.array([9.0]), np.array([True]), np.array([2.0]))  # E = 4, δ = 4 + 0.5·2 = 5, (δ/λ)² = 6.25
+    assert pid.interval.tolist() == [1.0] and pid.next.tolist() == [13.0]
+    pid.update(13, np.array([10.0]), np.array([True]), np.array([np.inf]))  # nothing left: λ = inf
+    assert pid.interval.tolist() == [11.0] and pid.next.tolist() == [24.0]
+
+
+def test_smoothers_by_hand() -> None:
+    rows = np.array([[np.nan, 1.0, 5.0, 3.0], [2.0, 4.0, 6.0, 20.0]])
+    assert smooth(rows, "median", 10.0).tolist() == [3.0, 5.0]
+    assert smooth(rows, "average", 10.0).tolist() == [3.0, 8.0]
+    # James–Stein: k = 4, mean 8, Σ(x − mean)² = 200, factor 1 − 10/200 = 0.95 → 8 + 0.95 · 12
+    assert smooth(rows, "james-stein", 10.0).tolist() == pytest.approx([3.0, 19.4])
+
+
+def test_pegasus_groups_and_medians_on_a_noiseless_ledger() -> None:
+    data = np.array([[5.0], [5.0], [5.0], [500.0], [500.0], [500.0]])
+    execution = execute(PeGaSus(threshold_factor=5e-6), data, epsilon=1e12, w=2, seed=0)
+    # θ = 5e-6/ε_g = 25: groups {1, 2, 3}, then the jump closes {4} alone, {5, 6} grow again
+    np.testing.assert_allclose(execution.releases[0, :, 0], [5.0, 5.0, 5.0, 500.0, 500.0, 500.0], atol=1e-3)
+
+
+def test_rescuedp_grouping_by_hand() -> None:
+    predictions = np.array([1.0, 5.0, 100.0, 3.0, 40.0, 2.0, 7.0])
+    histories = np.array([[1, 2, 3], [2, 4, 6], [0, 0, 0], [3, 2, 1], [1, 1, 1], [np.nan, 1, 1], [1, 2, 3]], dtype=float)
+    due = np.array([True, True, True, True, True, True, False])
+    labels = group_locations(predictions, histories, due, size_limit=30.0, value_gap=25.0, correlation=0.5)
+    # alone: 2 (100 > τ₁), 4 (40 > τ₁), 5 (no full history); then pivot 0 skips 3 (correlation −1)
+    # and takes 1; 3 forms its own group; 6 is not due
+    assert labels.tolist() == [3, 3, 0, 4, 1, 2, -1]
+
+
+def test_adapub_pivot_buckets_by_hand() -> None:
+    assert pivot_buckets(np.array([[0.0, 5.0, 10.0, 15.0]]), np.array([[12.0, 4.0]])).tolist() == [[0, 1, 1, 2]]
+
+
+# -- mechanisms ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("mechanism", ADAPTIVE, ids=lambda m: repr(m))
+@settings(max_examples=15, deadline=None)
+@given(case=cases(max_length=40, max_w=20, max_runs=3))
+def test_every_window_of_every_adaptive_run_is_within_epsilon(mechanism: StreamMechanism, case: VerificationCase) -> None:
+    execution = execute(mechanism, case.data, epsilon=case.epsilon, w=case.w, runs=case.runs, seed=case.seed)
+    assert execution.ledger.refusals == 0
+    report = audit_windows(execution.ledger.records, epsilon=case.epsilon, w=case.w, runs=case.runs)
+    assert report.ok, report.violations
+
+
+@pytest.mark.parametrize("dimensions", [1, 7, 64])
+@pytest.mark.parametrize("mechanism", ADAPTIVE[::2], ids=lambda m: m.name)
+def test_adaptive_mechanisms_scalar_and_batched(mechanism: StreamMechanism, dimensions: int) -> None:
+    rng = np.random.default_rng(dimensions)
+    data = np.maximum(0.0, np.cumsum(rng.normal(0, 4, (90, dimensions)), axis=0) + rng.uniform(0, 300, dimensions))
+    for runs in (1, 5):
+        execution = execute(mechanism, data, epsilon=0.5, w=30, runs=runs, seed=2)
+        assert execution.releases.shape == (runs, 90, dimensions)
+        report = audit_windows(execution.ledger.records, epsilon=0.5, w=30, runs=runs)
+        assert report.ok and report.worst_ratio > Fraction(1, 4)
+
+
+def _per_column_and_max_rule_windows(ledger: WindowLedger, refused: BudgetExceeded, w: int, columns: int) -> tuple[float, float]:
+    """The largest per-column window (budgets read from the noise scales, Δ = 1) and the max-rule window."""
+    per_t: dict[int, np.ndarray] = {}
+    for record in ledger.records:
+        assert record.noise_scale is not None
+        budgets = np.where(np.isfinite(record.noise_scale[0]), 1.0 / record.noise_scale[0], 0.0)
+        per_t[record.t] = per_t.get(record.t, np.zeros(columns)) + budgets
+    horizon = max(per_t)
+    column = max(sum(per_t.get(s, np.zeros(columns))[c] for s in range(e - w + 1, e + 1)) for e in range(1, horizon + 1) for c in range(columns))
+    return float(column), refused.window_sum  # type: ignore[attr-defined]
+
+
+def test_published_fast_w_overspends_on_a_crafted_two_dimensional_stream() -> None:
+    """Columns at 100 and 300 sample at different timestamps; per-column windows stay within ε,
+    the max rule (one person, one column per timestamp) sums over the union of sampling times."""
+    config = FASTw(sampling_ratio=0.3, integral_window=1, measurement_noise=1.0)
+    data, w = np.tile([100.0, 300.0], (96, 1)), 24
+    ledger = WindowLedger(WEventParams(1.0, w), runs=20, seed=0)
+    stream = GuardedStream(data)
+    ledger.bind(stream)
+    with pytest.raises(BudgetExceeded) as refused:
+        FASTwAsPublished(config).run(stream, ledger)
+    assert refused.value.window_sum > 1.0  # type: ignore[attr-defined]
+    sound = execute(config, data, epsilon=1.0, w=w, runs=20, seed=0)
+    assert audit_windows(sound.ledger.records, epsilon=1.0, w=w, runs=20).ok
+
+
+def test_published_rescuedp_overspends_on_a_crafted_two_dimensional_stream() -> None:
+    data, w = np.zeros((22, 2)), 11
+    ledger = WindowLedger(WEventParams(0.9, w), runs=1, seed=0)
+    stream = GuardedStream(data)
+    ledger.bind(stream)
+    with pytest.raises(BudgetExceeded) as refused:
+        RescueDPAsPublished().run(stream, ledger)
+    column, max_rule = _per_column_and_max_rule_windows(ledger, refused.value, w, 2)
+    assert column <= 0.9 + 1e-12 < max_rule
+    sound = execute(RescueDP(), data, epsilon=0.9, w=w, runs=1, seed=0)
+    assert audit_windows(sound.ledger.records, epsilon=0.9, w=w, runs=1).ok
+
+
+@pytest.mark.parametrize("reference", ["mechanisms:FASTwAsPublished", "mechanisms:RescueDPAsPublished"])
+def test_verify_rejects_the_published_forms(reference: str) -> None:
+    result = verify_mechanism(reference, examples=60, stages="ac")
+    assert not result.passed
+    assert result.verdict in ("fail", "inconclusive")
+    if "RescueDP" in reference:
+        assert result.failed_stage == "ledger replay"
+
+
+@pytest.mark.parametrize("off", [PeGaSus(grouping=False), AdaPub(grouping=False, clustering=False)], ids=["PeGaSus", "AdaPub"])
+def test_without_grouping_pegasus_and_adapub_are_uniform_at_four_fifths(off: StreamMechanism) -> None:
+    rng = np.random.default_rng(1)
+    data = np.cumsum(rng.normal(0, 5, (80, 4)), axis=0) + 200
+    uniform = execute(Uniform(), data, epsilon=0.8, w=20, runs=3, seed=5).releases
+    np.testing.assert_allclose(execute(off, data, epsilon=1.0, w=20, runs=3, seed=5).releases, uniform, rtol=1e-12, atol=1e-9)
+    on = type(off)()
+    assert not np.allclose(execute(on, data, epsilon=1.0, w=20, runs=3, seed=5).releases, uniform)
+
+
+@pytest.mark.parametrize("name", ["FASTw", "DSATw", "RescueDP", "AdaPub", "PeGaSus"])
+def test_verify_passes_every_adaptive_builtin(name: str) -> None:
+    result = verify_mechanism(name, examples=25, stages="abc")
+    assert result.passed, result.stages
+    assert [stage.verdict for stage in result.stages] == ["pass", "pass", "pass"]
