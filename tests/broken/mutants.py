@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import numpy as np
 from numpy.typing import NDArray
@@ -15,6 +17,10 @@ from budgetcheck import (
     WindowLedger,
     rounding,
 )
+
+from budgetcheck.proving import RuleEnv
+from mechanisms.dsat import DSATw
+from mechanisms.rules import DistanceTestRule
 
 FloatArray = NDArray[np.float64]
 
@@ -421,7 +427,57 @@ class PBDMostGenerous:
         return out
 
 
+class _TestChargedOncePerRun(DistanceTestRule):
+    """DSAT as published: each distance test is budgeted as if ε₁ were spent once, not per window."""
+
+    def units(self, ops: Any, env: RuleEnv) -> tuple[Any, Any, Any]:
+        count, test, sample = super().units(ops, env)
+        return count, ops.mul_down(test, env.w), sample
+
+
+@attrs.frozen
+class DSATUnchargedTest(DSATw):
+    """DSAT_w whose every distance test takes the whole ε₁ (accounting rules §5)."""
+
+    name: str = attrs.field(default="DSAT-uncharged-test", init=False)
+
+    def allocation_rule(self) -> DistanceTestRule:
+        return _TestChargedOncePerRun(self.sample_rate)
+
+
+class RescueDPIgnoresRemaining:
+    """RescueDP that always samples every location at ε_max = ε/5, whatever the window has left."""
+
+    name: str = "RescueDP-ignores-remaining"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        for secret in stream:
+            out[:, secret.t - 1] = np.nan_to_num(ledger.laplace(secret, ledger.params.epsilon / 5))
+        return out
+
+
+class AdaPubRereadsClusters:
+    """AdaPub as published: the cluster test re-reads every true count of the open cluster each step
+    (here honestly charged through a footprint measurement, so the window overflows)."""
+
+    name: str = "AdaPub-rereads-clusters"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        w, eps = ledger.params.w, ledger.params.epsilon
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        cluster: list[object] = []
+        for secret in stream:
+            cluster = [*cluster[-(w - 1):], secret] if w > 1 else [secret]
+            ledger.measure_footprint(lambda v: v.std(axis=0), cluster, sensitivity=2.0, epsilon=eps / (5 * w))
+            out[:, secret.t - 1] = np.nan_to_num(ledger.laplace(secret, rounding.share(eps, 5 * w) * 4))
+        return out
+
+
 CORPUS: list[tuple[type, str]] = [
+    (DSATUnchargedTest, "ledger replay"),
+    (RescueDPIgnoresRemaining, "ledger replay"),
+    (AdaPubRereadsClusters, "ledger replay"),
     (UnicornPSOverDeltaMinusOne, "ledger replay"),
     (SwellfishTrueValuesEverywhere, "ledger replay"),
     (PBDMostGenerous, "ledger replay"),
