@@ -223,21 +223,23 @@ class LaplaceReleases(LedgerCore):
         its finite result gets Laplace noise of scale sensitivity/ε per run. Returns shape
         (runs, *fn_output.shape).
         """
+        amounts = self._measurement_amounts(fn, epsilon, "measure")
+        scale = self._reserve(secret, amounts, amounts, check_sensitivity(sensitivity), purpose)
+        with charged(secret) as values:
+            result = _apply(fn, values, "measure")
+        return self._noisy(result, amounts, scale)
+
+    # -- hooks and internals ------------------------------------------------------------------
+    def _measurement_amounts(self, fn: object, epsilon: ArrayLike, what: str) -> FloatArray:
+        """The per-run budgets of a measurement, refused before any charge if fn is not callable
+        or no run pays (fn would read the data for free)."""
         if not callable(fn):
             raise InvalidArgument(f"fn={fn!r} must be callable")
         amounts = check_amounts(epsilon, self._runs)
         if not amounts.any():
-            raise InvalidArgument("measure with epsilon=0 for every run would read the data without paying for it")
-        scale = self._reserve(secret, amounts, amounts, check_sensitivity(sensitivity), purpose)
-        with charged(secret) as values:
-            copy = np.array(values)
-            copy.setflags(write=False)
-            result = np.asarray(fn(copy), dtype=np.float64)
-        if not np.isfinite(result).all():
-            raise InvalidArgument(f"measure: fn returned non-finite values {result!r}")
-        return self._noisy(result, amounts, scale)
+            raise InvalidArgument(f"{what} with epsilon=0 for every run would read the data without paying for it")
+        return amounts
 
-    # -- hooks and internals ------------------------------------------------------------------
     @abc.abstractmethod
     def _charge(self, t: int, amounts: FloatArray, record: SpendRecord) -> None:
         """Check the notion's composition theorem for ``amounts`` at t, then commit; or raise, changing nothing."""
@@ -257,3 +259,13 @@ class LaplaceReleases(LedgerCore):
         record = SpendRecord(t=t, purpose=purpose, amounts=amounts, sensitivity=sensitivity, noise_scale=scale, sampler=SAMPLER)
         self._charge(t, amounts, record)
         return scale
+
+
+def _apply(fn: Callable[[FloatArray], ArrayLike], payload: object, what: str) -> FloatArray:
+    """fn on a read-only copy of the payload; its result must be finite."""
+    copy = np.array(payload, dtype=np.float64)
+    copy.setflags(write=False)
+    result = np.asarray(fn(copy), dtype=np.float64)
+    if not np.isfinite(result).all():
+        raise InvalidArgument(f"{what}: fn returned non-finite values {result!r}")
+    return result

@@ -18,13 +18,13 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck import rounding
-from budgetcheck._core import SAMPLER, LaplaceReleases
+from budgetcheck._core import SAMPLER, LaplaceReleases, _apply
 from budgetcheck._errors import BudgetExceeded, InvalidArgument
 from budgetcheck._params import WEventParams
 from budgetcheck._records import LedgerHeader, SpendRecord
 from budgetcheck._secret import Secret, charged, claim
 from budgetcheck._threshold import ThresholdTest
-from budgetcheck._validation import check_amounts, check_label, check_sensitivity
+from budgetcheck._validation import check_label, check_sensitivity
 from budgetcheck._windows import ExactWindows, ObjectArray
 
 FloatArray = NDArray[np.float64]
@@ -80,14 +80,10 @@ class WindowLedger(LaplaceReleases):
         (k, *shape) in the order given. Every secret must lie in the current window [t−w+1, t]
         of the newest one. Returns shape (runs, *fn_output.shape).
         """
-        if not callable(fn):
-            raise InvalidArgument(f"fn={fn!r} must be callable")
         secrets = list(secrets)
         if not secrets:
             raise InvalidArgument("secrets must name at least one timestamp (the footprint), got none")
-        amounts = check_amounts(epsilon, self._runs)
-        if not amounts.any():
-            raise InvalidArgument("measure_footprint with epsilon=0 for every run would read the data without paying for it")
+        amounts = self._measurement_amounts(fn, epsilon, "measure_footprint")
         if not all(isinstance(secret, Secret) for secret in secrets):
             raise InvalidArgument(f"secrets must be Secrets from a guarded stream, got {[type(x).__name__ for x in secrets]}")
         stamps = [secret.t for secret in secrets]
@@ -115,17 +111,11 @@ class WindowLedger(LaplaceReleases):
                 )
         scale = rounding.scale_up(sensitivity, amounts)
         self._windows.commit_footprint(t, added)
-        self._t = t
         for s in sorted(stamps):
-            self._records.append(SpendRecord(t=s, purpose=f"{purpose} (read at t={t})", amounts=amounts, sensitivity=sensitivity,
-                                             noise_scale=scale, sampler=SAMPLER))
+            self._commit(t, SpendRecord(t=s, purpose=f"{purpose} (read at t={t})", amounts=amounts, sensitivity=sensitivity,
+                                        noise_scale=scale, sampler=SAMPLER))
         with contextlib.ExitStack() as stack:
-            values = [stack.enter_context(charged(secret)) for secret in secrets]
-            stacked = np.array(values, dtype=np.float64)
-            stacked.setflags(write=False)
-            result = np.asarray(fn(stacked), dtype=np.float64)
-        if not np.isfinite(result).all():
-            raise InvalidArgument(f"measure_footprint: fn returned non-finite values {result!r}")
+            result = _apply(fn, [stack.enter_context(charged(secret)) for secret in secrets], "measure_footprint")
         return self._noisy(result, amounts, scale)
 
     def above_threshold(

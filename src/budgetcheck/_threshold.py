@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck import rounding
+from budgetcheck._core import SAMPLER
 from budgetcheck._errors import InvalidArgument
 from budgetcheck._records import SpendRecord
 from budgetcheck._secret import Secret, charged
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
 IntArray = NDArray[np.int64]
-SAMPLER = "numpy-laplace"
 
 
 @attrs.frozen(eq=False)

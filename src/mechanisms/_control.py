@@ -13,6 +13,11 @@ FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
 
 
+def pushed(history: FloatArray, value: FloatArray) -> FloatArray:
+    """The rolling window ``history`` (last axis, newest last) with ``value`` appended, oldest dropped."""
+    return np.concatenate([history[..., 1:], value[..., None]], axis=-1)
+
+
 @attrs.define
 class Kalman:
     """A random-walk Kalman filter per cell (Fan & Xiong 2014, §3.2; Wang et al. 2016, §IV-E).
@@ -80,7 +85,7 @@ class FastPID:
         """A sample at t in the cells ``where``: update the error history and the next sampling time."""
         error = np.abs(posterior - prior) / np.maximum(posterior, 1.0)
         previous = self.errors[..., -1]
-        errors = np.concatenate([self.errors[..., 1:], error[..., None]], axis=-1)
+        errors = pushed(self.errors, error)
         integral = np.nansum(errors, axis=-1)
         elapsed = np.maximum(t - self.last_time, 1.0)
         derivative = np.where(np.isnan(previous), 0.0, (error - np.nan_to_num(previous)) / elapsed)
@@ -123,7 +128,7 @@ class RescuePID:
     def update(self, t: int, release: FloatArray, where: BoolArray, noise_scale: FloatArray) -> None:
         """A sample at t where ``where``; ``noise_scale`` is λ = Δ/ε_remaining(t + 1) (inf: nothing left)."""
         error = np.where(np.isnan(self.last_release), 0.0, np.abs(release - np.nan_to_num(self.last_release)))
-        errors = np.concatenate([self.errors[..., 1:], error[..., None]], axis=-1)
+        errors = pushed(self.errors, error)
         elapsed = np.maximum(t - self.last_time, 1.0)
         control = self.kp * error + self.ki * np.nanmean(errors, axis=-1) + self.kd * error / elapsed
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import attrs
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
-from budgetcheck import InvalidArgument
+from budgetcheck import InvalidArgument, Secret, ThresholdAnswer, ThresholdTest, deviation
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -55,6 +55,16 @@ class GroupHistory:
 
     stamps: list[int] = attrs.field(factory=list)
     values: list[FloatArray] = attrs.field(factory=list)
+
+    def step(
+        self, test: ThresholdTest, secret: Secret, perturbed: FloatArray, thresholds: ArrayLike, smoother: str, noise_variance: float
+    ) -> tuple[ThresholdAnswer, FloatArray]:
+        """One grouper step: query the AboveThreshold on the group deviation, then smooth over the
+        group holding t (a positive answer leaves t alone; a new instance starts a group at t)."""
+        answer = test.query(secret, deviation, thresholds)
+        starts = np.where(answer.above, secret.t, test.starts)
+        self.add(secret.t, perturbed, int(starts.min()))
+        return answer, self.smoothed(starts, smoother, noise_variance)
 
     def add(self, t: int, perturbed: FloatArray, oldest_needed: int) -> None:
         self.stamps.append(t)

@@ -27,7 +27,7 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck import GuardedStream, Secret, WindowLedger, deviation
+from budgetcheck import GuardedStream, Secret, WindowLedger
 from budgetcheck.ops import FLOAT
 from mechanisms._common import empty_releases, rule_env
 from mechanisms._smoothing import GroupHistory
@@ -40,8 +40,7 @@ IntArray = NDArray[np.int64]
 def pivot_buckets(last_release: FloatArray, pivots: FloatArray) -> IntArray:
     """Bucket of every dimension: 0 below every pivot (the −∞ sentinel), else 1 + the index of the
     largest pivot <= the dimension's last release. Shapes (runs, d) and (runs, g) → (runs, d)."""
-    ordered = np.sort(pivots, axis=1)
-    return np.stack([np.searchsorted(ordered[r], last_release[r], side="right") for r in range(last_release.shape[0])]).astype(np.int64)
+    return np.asarray((pivots[:, None, :] <= last_release[:, :, None]).sum(axis=-1), dtype=np.int64)
 
 
 @attrs.frozen
@@ -81,12 +80,9 @@ class AdaPub:
                 total, count = feedback[1] + error, feedback[2] + 1.0
                 control = self.kp * error + self.ki * total / count + self.kd * (error - feedback[0])
                 threshold = np.maximum(1.0, control**2 / float(env.epsilon))
-                answer = test.query(secret, deviation, threshold)
-                starts = np.where(answer.above, t, test.starts)
+                answer, x = history.step(test, secret, x, threshold, "median", 0.0)
                 fresh = answer.opened | answer.above
                 feedback = np.stack([error, np.where(fresh, error, total), np.where(fresh, 1.0, count)])
-                history.add(t, x, int(starts.min()))
-                x = history.smoothed(starts, "median", 0.0)
             releases[:, t - 1] = x
             last = x
         return releases
@@ -100,5 +96,5 @@ class AdaPub:
         pivots = low + (high - low) * rng.random((ledger.runs, self.pivots))
         labels = pivot_buckets(last, pivots)
         sums = ledger.laplace_groups(secret, labels, np.full(self.pivots + 1, budget), purpose="perturbation")
-        sizes = np.stack([np.bincount(row, minlength=self.pivots + 1) for row in labels]).astype(np.float64)
+        sizes = (labels[:, :, None] == np.arange(self.pivots + 1)).sum(axis=1)
         return np.asarray(np.take_along_axis(sums / np.maximum(sizes, 1.0), labels, axis=1), dtype=np.float64)

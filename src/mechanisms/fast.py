@@ -65,15 +65,13 @@ class FASTw:
         shape = (ledger.runs, stream.dimensions)
         releases = empty_releases(ledger.runs, stream.length, stream.dimensions)
         kalman, pid = self._fresh(shape), self._pid(shape)
-        block_start = 1
         for secret in stream:
             t = secret.t
-            if (state[0] == 0).all():
+            position = state[0]  # the same for every run
+            if (position == 0).all():
                 kalman, pid = self._fresh(shape), self._pid(shape)
-                block_start = t
             prior = kalman.predict()
-            warm_up = t - block_start < min(self.integral_window, samples)
-            wants = np.full(ledger.runs, warm_up) | pid.due(t).any(axis=1)
+            wants = (position < min(self.integral_window, samples)) | pid.due(t).any(axis=1)
             (budget,) = rule.charges(FLOAT, env, state, wants)
             budget = np.broadcast_to(budget, (ledger.runs,))
             sampled = budget > 0

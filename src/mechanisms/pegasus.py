@@ -25,7 +25,7 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck import GuardedStream, WindowLedger, deviation
+from budgetcheck import GuardedStream, WindowLedger
 from budgetcheck.ops import FLOAT
 from mechanisms._common import empty_releases, rule_env
 from mechanisms._smoothing import GroupHistory, check_smoother
@@ -65,8 +65,5 @@ class PeGaSus:
             if test is None:
                 releases[:, t - 1] = perturbed
                 continue
-            answer = test.query(secret, deviation, self.threshold_factor / group_budget)
-            starts = np.where(answer.above, t, test.starts)  # a positive answer: t alone
-            history.add(t, perturbed, int(starts.min()))
-            releases[:, t - 1] = history.smoothed(starts, self.smoother, noise_variance)
+            _, releases[:, t - 1] = history.step(test, secret, perturbed, self.threshold_factor / group_budget, self.smoother, noise_variance)
         return releases

@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 from budgetcheck import GuardedStream, Secret, WindowLedger
 from budgetcheck.ops import FLOAT
 from mechanisms._common import empty_releases, rule_env
-from mechanisms._control import Kalman, RescuePID
+from mechanisms._control import Kalman, RescuePID, pushed
 from mechanisms.rules import RemainingFractionRule
 
 FloatArray = NDArray[np.float64]
@@ -134,11 +134,9 @@ def _run(mech: RescueDP, stream: GuardedStream, ledger: WindowLedger, *, shared_
     rule, env = mech.allocation_rule(), rule_env(ledger)
     runs, d = ledger.runs, stream.dimensions
     shape = (runs, d)
-    epsilon, w = env.epsilon, env.w
-    cap = FLOAT.share(epsilon, mech.cap_parts)
-    numerator, denominator = _parts(mech.max_fraction)
+    epsilon, w = float(env.epsilon), env.w
     state = tuple(np.zeros(runs) for _ in rule.initial(FLOAT, env))
-    local = np.zeros((runs, max(w - 1, 0), d))  # per-location recent budgets (as published only)
+    local = np.zeros((runs, d, max(w - 1, 0)))  # per-location recent budgets, newest last (as published only)
     pid = RescuePID.start(shape, integral_window=mech.integral_window, kp=mech.kp, ki=mech.ki, kd=mech.kd, theta=mech.theta)
     noise = float((w / epsilon) ** 2)
     kalman = Kalman.start(shape, initial_variance=mech.initial_variance,
@@ -150,33 +148,27 @@ def _run(mech: RescueDP, stream: GuardedStream, ledger: WindowLedger, *, shared_
         t = secret.t
         due = pid.due(t)
         prior = kalman.predict()
-        if shared_window:
-            remaining = np.broadcast_to(rule.remaining(FLOAT, env, state), (runs,))[:, None]
-            (bound,) = rule.charges(FLOAT, env, state, due.any(axis=1))
-            bound = np.broadcast_to(bound, (runs,))[:, None]
-        else:
-            remaining = FLOAT.sub_down(epsilon, FLOAT.sum_up(np.moveaxis(local, 1, -1))) if w > 1 else np.full(shape, float(epsilon))
-            bound = np.minimum(FLOAT.fraction_down(remaining, numerator, denominator), cap)
+        # ε_rm: the shared window's remainder (the rule's state), or, as published, each location's own
+        remaining = np.broadcast_to(rule.remaining(FLOAT, env, state), (runs,))[:, None] if shared_window else _own(local, epsilon)
         fraction = np.minimum(mech.phi * np.log(pid.interval + 1.0), mech.max_fraction)
-        budgets = np.where(due, np.minimum(np.minimum(FLOAT.mul_down(remaining, fraction), cap), bound), 0.0)
+        budgets = np.where(due, np.minimum(FLOAT.mul_down(remaining, fraction), rule.grant(FLOAT, env, remaining)), 0.0)
         observed = np.full(shape, np.nan)
         if (budgets > 0).any():
             if shared_window and mech.grouping:
-                observed = _grouped_release(mech, ledger, secret, budgets, recent)
+                observed, budgets = _grouped_release(mech, ledger, secret, budgets, recent)
             else:
                 observed = ledger.laplace_bins(secret, budgets, purpose="publication")
         sampled = budgets > 0
         posterior = kalman.correct(np.nan_to_num(observed), sampled)
-        spent = budgets.max(axis=1)
         if shared_window:
-            state = rule.advance(FLOAT, env, state, due.any(axis=1), (spent,))
+            state = rule.advance(FLOAT, env, state, due.any(axis=1), (budgets.max(axis=1),))  # what the ledger charged
             left = np.broadcast_to(rule.remaining(FLOAT, env, state), (runs,))[:, None]
         else:
-            local = np.concatenate([local[:, 1:], budgets[:, None]], axis=1) if w > 1 else local
-            left = FLOAT.sub_down(epsilon, FLOAT.sum_up(np.moveaxis(local, 1, -1))) if w > 1 else np.full(shape, float(epsilon))
+            local = pushed(local, budgets) if w > 1 else local
+            left = _own(local, epsilon)
         with np.errstate(divide="ignore"):
             pid.update(t, posterior, sampled, np.where(left > 0, 1.0 / left, np.inf))
-        recent = np.where(sampled[..., None], np.concatenate([recent[..., 1:], posterior[..., None]], axis=-1), recent)
+        recent = np.where(sampled[..., None], pushed(recent, posterior), recent)
         moments = moments + np.stack([sampled, np.where(sampled, posterior, 0.0), np.where(sampled, posterior**2, 0.0)])
         if mech.process_noise is None:
             count = np.maximum(moments[0], 1.0)
@@ -185,8 +177,19 @@ def _run(mech: RescueDP, stream: GuardedStream, ledger: WindowLedger, *, shared_
     return releases
 
 
-def _grouped_release(mech: RescueDP, ledger: WindowLedger, secret: Secret, budgets: FloatArray, recent: FloatArray) -> FloatArray:
-    """Group the due locations of every run and release each group's noisy sum / |g| to its members."""
+def _own(local: FloatArray, epsilon: float) -> FloatArray:
+    """Each location's own window remainder ε − Σ its last w − 1 budgets (the published accounting)."""
+    return np.asarray(FLOAT.sub_down(epsilon, FLOAT.sum_up(local)) if local.shape[-1] else np.full(local.shape[:-1], epsilon))
+
+
+def _grouped_release(
+    mech: RescueDP, ledger: WindowLedger, secret: Secret, budgets: FloatArray, recent: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Group the due locations of every run and release each group's noisy sum / |g| to its members.
+
+    Returns the members' releases (NaN elsewhere) and the budget each member was released at (its
+    group's minimum, 0 elsewhere): the ledger charges the maximum of these.
+    """
     runs, d = budgets.shape
     due = budgets > 0
     predictions = recent.mean(axis=-1)  # NaN until a location has κ releases: it stays alone
@@ -204,11 +207,6 @@ def _grouped_release(mech: RescueDP, ledger: WindowLedger, secret: Secret, budge
     sizes = np.zeros((runs, groups))
     np.add.at(sizes, (rows[member], labels[member]), 1.0)
     noisy = ledger.laplace_groups(secret, labels, group_budget, purpose="publication")
-    per_member = np.take_along_axis(np.nan_to_num(noisy / np.maximum(sizes, 1.0)), np.maximum(labels, 0), axis=1)
-    return np.where(member, per_member, np.nan)
-
-
-def _parts(value: float) -> tuple[int, int]:
-    from mechanisms.rules import _fraction_parts
-
-    return _fraction_parts(value, "max_fraction")
+    index = np.maximum(labels, 0)
+    per_member = np.take_along_axis(np.nan_to_num(noisy / np.maximum(sizes, 1.0)), index, axis=1)
+    return np.where(member, per_member, np.nan), np.where(member, np.take_along_axis(group_budget, index, axis=1), 0.0)

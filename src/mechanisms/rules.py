@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 import attrs
 
+from budgetcheck import InvalidArgument
 from budgetcheck.ops import Ops
 from budgetcheck.proving import RuleEnv, State, symbol_int, symbol_real
 
@@ -182,10 +184,8 @@ def _int_sum(values: Sequence[Any]) -> Any:
 
 def _fraction_parts(value: float, name: str) -> tuple[int, int]:
     """A float in (0, 1] as an exact (numerator, denominator) with a small denominator."""
-    from fractions import Fraction
-
-    if not 0.0 < value <= 1.0:
-        raise ValueError(f"{name}={value!r} must be in (0, 1]")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
+        raise InvalidArgument(f"{name}={value!r} must be a number in (0, 1]")
     exact = Fraction(str(value)).limit_denominator(10_000)
     return exact.numerator, exact.denominator
 
@@ -300,11 +300,13 @@ class RemainingFractionRule:
     def arbitrary(self, env: RuleEnv, tag: str) -> State:
         return tuple(symbol_real(f"{tag}_r{j}") for j in range(env.w - 1))
 
-    def charges(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, ...]:
+    def grant(self, ops: Ops, env: RuleEnv, remaining: Any) -> Any:
+        """min(p_max·remaining, ε/cap_parts): the most a location may spend given what remains."""
         numerator, denominator = _fraction_parts(self.max_fraction, "max_fraction")
-        granted = ops.minimum(ops.fraction_down(self.remaining(ops, env, state), numerator, denominator),
-                              ops.share(env.epsilon, self.cap_parts))
-        return (ops.where(decision, granted, 0),)
+        return ops.minimum(ops.fraction_down(remaining, numerator, denominator), ops.share(env.epsilon, self.cap_parts))
+
+    def charges(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, ...]:
+        return (ops.where(decision, self.grant(ops, env, self.remaining(ops, env, state)), 0),)
 
     def advance(self, ops: Ops, env: RuleEnv, state: State, decision: Any, spent: tuple[Any, ...]) -> State:
         return (*state[1:], spent[0]) if env.w > 1 else ()
