@@ -44,3 +44,7 @@ class TimestampOrder(InvalidArgument):
 
 class MechanismContractError(BudgetcheckError, RuntimeError):
     """A mechanism broke its contract with the harness (e.g. wrong output shape, non-finite output)."""
+
+
+class DataUnavailable(BudgetcheckError, RuntimeError):
+    """A data set needs an optional extra (``pip install budgetcheck[data]``) or a user's file."""

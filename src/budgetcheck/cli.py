@@ -276,3 +276,85 @@ def list_mechanisms() -> None:
     for name, factory in BUILTIN.items():
         doc = (factory.__doc__ or "").strip().splitlines()
         click.echo(f"{name:<10} {doc[0] if doc else ''}")
+
+
+@main.group(invoke_without_command=True)
+@click.option("--quick", "grid", flag_value="quick", default=True, help="The small embedded grid (default; under a minute).")
+@click.option("--paper", "grid", flag_value="paper", help="The paper's full grid (Schäler et al. 2022, Table 4).")
+@click.option("--config", "config", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="A benchmark TOML file (see examples/benchmark.toml).")
+@click.option("--mechanism", multiple=True, help="Only these mechanisms (repeatable).")
+@click.option("--stream", multiple=True, help="Only these streams (repeatable).")
+@click.option("--epsilon", multiple=True, type=float, help="Only these ε (repeatable).")
+@click.option("--w", "ws", multiple=True, type=int, help="Only these w (repeatable).")
+@click.option("--runs", type=click.IntRange(1), default=None, help="Runs per cell (default: the grid's, 100 for --paper).")
+@click.option("--growth", type=float, default=1.5, show_default=True, help="Growth base of the artificial streams (--paper; 1.3 = the public harness).")
+@click.option("--mre-bound", type=float, default=0.001, show_default=True, help="MRE sanity bound γ_d as a fraction of Σ_t Q(D_t)[d] (--paper; 0.01 = the harness).")
+@click.option("--results", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Results database (SQLite); an existing one is resumed. Default: bench-<grid>.sqlite.")
+@click.option("--jobs", type=click.IntRange(1), default=1, show_default=True, help="Local worker processes.")
+@click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True)
+@click.option("--scheduler", default=None, help="Dask scheduler address (with --executor dask), e.g. tcp://host:8786.")
+@click.option("--export", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also export the rows to .csv or .parquet.")
+@click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Also write the report (tables, figures) into this directory.")
+@click.option("--progress/--no-progress", default=True, help="Progress bar on stderr.")
+@click.pass_context
+def bench(ctx: click.Context, grid: str, config: Path | None, mechanism: tuple[str, ...], stream: tuple[str, ...],
+          epsilon: tuple[float, ...], ws: tuple[int, ...], runs: int | None, growth: float, mre_bound: float,
+          results: Path | None, jobs: int, executor: str, scheduler: str | None, export: Path | None,
+          report_dir: Path | None, progress: bool) -> None:
+    """Run the utility benchmark (Schäler, Hütter, Schäler 2022) and print its result tables.
+
+    Every cell is stored as it finishes; run the same command again to resume.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from budgetcheck._errors import BudgetcheckError
+    from budgetcheck.bench import Benchmark, run_benchmark, text_report, write_report
+    from budgetcheck.bench.store import ResultStore
+
+    if executor == "dask" and not scheduler:
+        raise click.UsageError("--executor dask needs --scheduler ADDRESS")
+    if scheduler and executor != "dask":
+        raise click.UsageError("--scheduler needs --executor dask")
+    try:
+        if config is not None:
+            base, name = Benchmark.from_toml(config), config.stem
+        elif grid == "paper":
+            base, name = Benchmark.paper(growth=growth, mre_bound=mre_bound), "paper"
+        else:
+            base, name = Benchmark.quick(), "quick"
+        chosen = base.select(mechanisms=mechanism, streams=stream, epsilons=epsilon, ws=ws, runs=runs)
+        target = results or Path(f"bench-{name}.sqlite")
+        ran, stored = run_benchmark(chosen, target, jobs=jobs, scheduler=scheduler, progress=progress)
+        click.echo(f"{target}: {ran} cells run now, {stored} stored before, {len(chosen.cells())} in the grid")
+        text, uniform_ok = text_report(target)
+        click.echo(text)
+        if export is not None:
+            with ResultStore(target) as store:
+                click.echo(f"exported {store.export(export)} rows to {export}")
+        if report_dir is not None:
+            written = write_report(target, report_dir)
+            click.echo(f"report: {', '.join(str(p) for p in written.files)}")
+    except BudgetcheckError as exc:
+        raise InputError(str(exc)) from exc
+    sys.exit(EXIT_OK if uniform_ok else EXIT_VIOLATION)
+
+
+@bench.command(name="report")
+@click.argument("results", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Directory for report.txt, summary.csv and the figures (default: RESULTS without suffix + -report).")
+def bench_report(results: Path, out: Path | None) -> None:
+    """Tables, the baseline-supremacy check and the figures of a results file."""
+    from budgetcheck._errors import BudgetcheckError
+    from budgetcheck.bench import write_report
+
+    try:
+        written = write_report(results, out or results.with_name(results.stem + "-report"))
+    except BudgetcheckError as exc:
+        raise InputError(str(exc)) from exc
+    click.echo(written.text)
+    click.echo(f"wrote {', '.join(str(p) for p in written.files)}")
+    sys.exit(EXIT_OK if written.uniform_ok else EXIT_VIOLATION)

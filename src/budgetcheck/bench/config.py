@@ -1,0 +1,325 @@
+"""The benchmark as data: the 4-tuple (M, S, P, E) of Schäler, Hütter, Schäler 2022, §4.
+
+A :class:`Benchmark` names the mechanisms M, the streams S, the privacy settings P (ε, w) and
+the error metrics' parameters E (runs, MRE sanity bound). It is immutable and declarative:
+``Benchmark.paper()`` is the paper's instantiation (its Table 4), ``Benchmark.quick()`` a small grid
+that finishes in under a minute, ``Benchmark.from_toml(path)`` reads a file (see
+``examples/benchmark.toml``), and ``select`` filters any of them. ``cells()`` lists the
+(mechanism, stream, ε, w) cells; each cell is run, seeded and stored on its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+import numpy as np
+from numpy.typing import NDArray
+
+from budgetcheck._errors import InvalidArgument
+from budgetcheck._validation import check_epsilon, check_positive_int
+from budgetcheck.bench.real import PACKAGED, load_packaged, load_paper_stream
+from budgetcheck.bench.streams import PAPER_GROWTH, seasonal_stream
+
+FloatArray = NDArray[np.float64]
+
+PAPER_SEASONS = (40, 60, 80, 100, 120)
+PAPER_AMPLITUDES = (10.0, 100.0, 1000.0, 10000.0)
+PAPER_EPSILONS = (0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
+PAPER_WS = (40, 80, 120, 160, 200)
+PAPER_MRE_BOUND = 0.001
+HARNESS_MRE_BOUND = 0.01
+
+
+def _season(value: object) -> int:
+    return check_positive_int(value, "season")
+
+
+def _amplitude(value: object) -> float:
+    return check_epsilon(value, "amplitude")
+
+
+def _length(value: object) -> int:
+    return check_positive_int(value, "length")
+
+
+def _growth(value: object) -> float:
+    return check_epsilon(value, "growth")
+
+
+def _w(value: object) -> int:
+    return check_positive_int(value, "w")
+
+
+def _runs(value: object) -> int:
+    return check_positive_int(value, "runs")
+
+
+def _seed(value: object) -> int:
+    return check_positive_int(value, "seed", minimum=0)
+
+
+def _mre_bound(value: object) -> float:
+    return check_epsilon(value, "mre_bound")
+
+
+def _settings(value: Iterable[Setting]) -> tuple[Setting, ...]:
+    return _nonempty(tuple(sorted(set(value))), "settings")
+
+
+def _streams(value: Iterable[StreamSpec]) -> tuple[StreamSpec, ...]:
+    return _nonempty(tuple(value), "streams")
+
+
+def _mechanisms(value: Iterable[str]) -> tuple[str, ...]:
+    return _check_mechanisms(tuple(value))
+
+
+def stable_seed(*parts: object) -> int:
+    """A 63-bit seed from the parts' text (stable across processes and Python versions)."""
+    digest = hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+@attrs.frozen
+class ArtificialStream:
+    """A seasonal stream of Algorithm 2 with period s, amplitude a, length p and growth e."""
+
+    season: int = attrs.field(converter=_season)
+    amplitude: float = attrs.field(converter=_amplitude)
+    length: int = attrs.field(default=1000, converter=_length)
+    growth: float = attrs.field(default=PAPER_GROWTH, converter=_growth)
+    kind: Literal["artificial"] = "artificial"
+
+    @property
+    def name(self) -> str:
+        suffix = "" if self.growth == PAPER_GROWTH else f"-e{self.growth:g}"
+        return f"s{self.season}-a{self.amplitude:g}" + ("" if self.length == 1000 else f"-p{self.length}") + suffix
+
+    @property
+    def truncated(self) -> bool:
+        """Releases are not truncated on artificial streams (the paper, §4.2 Level)."""
+        return False
+
+    def data(self, seed: int) -> FloatArray:
+        rng = np.random.default_rng(stable_seed(seed, "stream", self.name))
+        return seasonal_stream(self.length, self.season, self.amplitude, growth=self.growth, rng=rng)
+
+
+@attrs.frozen
+class RealStream:
+    """A packaged real stream (``budgetcheck.bench.real.PACKAGED``), or a paper stream read from
+    the user's file when ``path`` is given; releases are truncated to max(0, round(·))."""
+
+    name: str
+    path: str | None = None
+    kind: Literal["real"] = "real"
+
+    def __attrs_post_init__(self) -> None:
+        if self.path is None and self.name not in PACKAGED:
+            raise InvalidArgument(f"stream={self.name!r} is not a packaged real stream; known: {', '.join(sorted(PACKAGED))}"
+                                  " (or give a paper stream with its file path)")
+
+    @property
+    def truncated(self) -> bool:
+        return True
+
+    def data(self, seed: int) -> FloatArray:
+        return load_packaged(self.name) if self.path is None else load_paper_stream(self.name, self.path)
+
+
+StreamSpec = ArtificialStream | RealStream
+
+
+@attrs.frozen(order=True)
+class Setting:
+    """A privacy setting (ε, w)."""
+
+    epsilon: float = attrs.field(converter=check_epsilon)
+    w: int = attrs.field(converter=_w)
+
+
+@attrs.frozen(order=True)
+class Cell:
+    """One (mechanism, stream, ε, w) combination, run ``runs`` times in one batch."""
+
+    mechanism: str
+    stream: str
+    epsilon: float
+    w: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.mechanism}|{self.stream}|{self.epsilon!r}|{self.w}"
+
+
+def _unique(values: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(dict.fromkeys(values))
+
+
+def builtin_w_event() -> tuple[str, ...]:
+    """Every built-in w-event mechanism (M of the paper grid)."""
+    from mechanisms import BUILTIN
+
+    from budgetcheck._mechanism import notion_of
+
+    return tuple(name for name, factory in BUILTIN.items() if notion_of(factory()) == "w-event")
+
+
+def _check_mechanisms(names: Sequence[str]) -> tuple[str, ...]:
+    from budgetcheck._mechanism import notion_of
+    from budgetcheck._verify import load_mechanism
+
+    if not names:
+        raise InvalidArgument("mechanisms=() must name at least one mechanism")
+    for name in names:
+        if not isinstance(name, str):
+            raise InvalidArgument(f"mechanisms entry {name!r} must be a string")
+        if notion_of(load_mechanism(name)) != "w-event":
+            raise InvalidArgument(f"mechanism={name!r} is not a w-event mechanism; the grid runs w-event mechanisms only")
+    return _unique(names)
+
+
+def _nonempty(values: tuple[Any, ...], name: str) -> tuple[Any, ...]:
+    if not values:
+        raise InvalidArgument(f"{name}=() must not be empty")
+    return values
+
+
+@attrs.frozen
+class Benchmark:
+    """(M, S, P, E): mechanisms, streams, privacy settings, runs and the MRE sanity bound γ."""
+
+    mechanisms: tuple[str, ...] = attrs.field(converter=_mechanisms)
+    streams: tuple[StreamSpec, ...] = attrs.field(converter=_streams)
+    settings: tuple[Setting, ...] = attrs.field(converter=_settings)
+    runs: int = attrs.field(default=100, converter=_runs)
+    mre_bound: float = attrs.field(default=PAPER_MRE_BOUND, converter=_mre_bound)
+    seed: int = attrs.field(default=0, converter=_seed)
+
+    def __attrs_post_init__(self) -> None:
+        names = [stream.name for stream in self.streams]
+        duplicated = sorted({name for name in names if names.count(name) > 1})
+        if duplicated:
+            raise InvalidArgument(f"streams have duplicate names {duplicated}")
+
+    # -- instantiations ---------------------------------------------------------------------
+    @classmethod
+    def paper(cls, *, growth: float = PAPER_GROWTH, real: Sequence[str] = tuple(PACKAGED), runs: int = 100,
+              mre_bound: float = PAPER_MRE_BOUND, seed: int = 0) -> Benchmark:
+        """The paper's grid: every built-in w-event mechanism; the 20 seasonal streams of length
+        1000 and the real streams; vary-ε (w = 120) and vary-w (ε = 1); 100 runs."""
+        streams: list[StreamSpec] = [ArtificialStream(s, a, 1000, growth) for a in PAPER_AMPLITUDES for s in PAPER_SEASONS]
+        streams += [RealStream(name) for name in real]
+        settings = [Setting(e, 120) for e in PAPER_EPSILONS] + [Setting(1.0, w) for w in PAPER_WS]
+        return cls(builtin_w_event(), streams, settings, runs, mre_bound, seed)
+
+    @classmethod
+    def quick(cls, *, seed: int = 0) -> Benchmark:
+        """A small grid (under a minute): every built-in w-event mechanism on four short seasonal
+        streams, ε ∈ {0.5, 1} at w = 40 and w = 80 at ε = 1, 20 runs."""
+        streams = [ArtificialStream(s, a, 300) for a in (10.0, 1000.0) for s in (40, 80)]
+        settings = [Setting(0.5, 40), Setting(1.0, 40), Setting(1.0, 80)]
+        return cls(builtin_w_event(), streams, settings, runs=20, seed=seed)
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> Benchmark:
+        """Read a benchmark file (see ``examples/benchmark.toml`` for every key)."""
+        try:
+            with Path(path).open("rb") as handle:
+                table = tomllib.load(handle)
+        except (OSError, tomllib.TOMLDecodeError) as error:
+            raise InvalidArgument(f"benchmark file {str(path)!r} cannot be read: {error}") from error
+        return cls.from_mapping(table)
+
+    @classmethod
+    def from_mapping(cls, table: Mapping[str, Any]) -> Benchmark:
+        """The TOML layout as a dict: top-level runs, seed, mre_bound, mechanisms (default: all
+        built-in w-event), real (packaged names); tables artificial, files (name = path),
+        vary_epsilon and vary_w."""
+        known = {"runs", "seed", "mre_bound", "mechanisms", "real", "artificial", "files", "vary_epsilon", "vary_w"}
+        unknown = sorted(set(table) - known)
+        if unknown:
+            raise InvalidArgument(f"unknown benchmark keys {unknown}; known: {sorted(known)}")
+        streams: list[StreamSpec] = []
+        artificial = _table(table, "artificial")
+        if artificial:
+            _known_keys(artificial, "artificial", {"seasons", "amplitudes", "length", "growth"})
+            streams += [ArtificialStream(s, a, artificial.get("length", 1000), artificial.get("growth", PAPER_GROWTH))
+                        for a in _list(artificial, "amplitudes", "artificial") for s in _list(artificial, "seasons", "artificial")]
+        streams += [RealStream(str(name)) for name in table.get("real", [])]
+        streams += [RealStream(str(name), str(path)) for name, path in _table(table, "files").items()]
+        settings: list[Setting] = []
+        vary_epsilon, vary_w = _table(table, "vary_epsilon"), _table(table, "vary_w")
+        if vary_epsilon:
+            _known_keys(vary_epsilon, "vary_epsilon", {"epsilons", "w"})
+            settings += [Setting(e, vary_epsilon.get("w", 120)) for e in _list(vary_epsilon, "epsilons", "vary_epsilon")]
+        if vary_w:
+            _known_keys(vary_w, "vary_w", {"ws", "epsilon"})
+            settings += [Setting(vary_w.get("epsilon", 1.0), w) for w in _list(vary_w, "ws", "vary_w")]
+        return cls(table.get("mechanisms") or builtin_w_event(), streams, settings, table.get("runs", 100),
+                   table.get("mre_bound", PAPER_MRE_BOUND), table.get("seed", 0))
+
+    # -- use ------------------------------------------------------------------------------------
+    def select(self, *, mechanisms: Sequence[str] = (), streams: Sequence[str] = (), epsilons: Sequence[float] = (),
+               ws: Sequence[int] = (), runs: int | None = None) -> Benchmark:
+        """The sub-grid of the named mechanisms/streams/ε/w (an empty filter keeps everything)."""
+        for given, present, name in ((mechanisms, self.mechanisms, "mechanism"), (streams, self.stream_names, "stream"),
+                                     (epsilons, {s.epsilon for s in self.settings}, "epsilon"),
+                                     (ws, {s.w for s in self.settings}, "w")):
+            missing = [value for value in given if value not in present]
+            if missing:
+                raise InvalidArgument(f"{name}={missing[0]!r} is not in this benchmark; it has {sorted(present, key=str)}")
+        return attrs.evolve(
+            self,
+            mechanisms=[m for m in self.mechanisms if not mechanisms or m in mechanisms],
+            streams=[s for s in self.streams if not streams or s.name in streams],
+            settings=[s for s in self.settings if (not epsilons or s.epsilon in epsilons) and (not ws or s.w in ws)],
+            runs=self.runs if runs is None else runs,
+        )
+
+    @property
+    def stream_names(self) -> tuple[str, ...]:
+        return tuple(stream.name for stream in self.streams)
+
+    def stream(self, name: str) -> StreamSpec:
+        for stream in self.streams:
+            if stream.name == name:
+                return stream
+        raise InvalidArgument(f"stream={name!r} is not in this benchmark")
+
+    def cells(self) -> list[Cell]:
+        """Every cell, grouped by stream and setting (so the mechanisms of one column finish together)."""
+        return [Cell(m, s.name, p.epsilon, p.w) for s in self.streams for p in self.settings for m in self.mechanisms]
+
+    def identity(self) -> dict[str, str]:
+        """What makes stored results comparable: runs, seed, γ and each stream's definition."""
+        out = {"runs": str(self.runs), "seed": str(self.seed), "mre_bound": repr(self.mre_bound)}
+        for stream in self.streams:
+            out[f"stream:{stream.name}"] = json.dumps(attrs.asdict(stream), sort_keys=True)
+        return out
+
+
+def _table(table: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = table.get(key, {})
+    if not isinstance(value, Mapping):
+        raise InvalidArgument(f"{key}={value!r} must be a table")
+    return value
+
+
+def _list(table: Mapping[str, Any], key: str, where: str) -> list[Any]:
+    value = table.get(key)
+    if not isinstance(value, list) or not value:
+        raise InvalidArgument(f"{where}.{key}={value!r} must be a non-empty list")
+    return value
+
+
+def _known_keys(table: Mapping[str, Any], where: str, known: set[str]) -> None:
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise InvalidArgument(f"unknown keys {unknown} in [{where}]; known: {sorted(known)}")

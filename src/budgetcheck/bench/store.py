@@ -1,0 +1,133 @@
+"""Benchmark results in an embedded SQLite file: one row per cell and run.
+
+A cell's rows and its entry in ``cells`` are written in one transaction, so an interrupted
+benchmark holds whole cells only; a second write of the same cell is refused by the primary key
+(never double-counted). ``meta`` holds what makes results comparable (runs, seed, γ, each stream's
+definition): reopening the file with a benchmark that disagrees is refused, never mixed.
+"""
+
+from __future__ import annotations
+
+import csv
+import sqlite3
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import attrs
+import numpy as np
+from numpy.typing import NDArray
+
+from budgetcheck._errors import DataUnavailable, InvalidArgument
+from budgetcheck.bench.config import Cell
+
+FloatArray = NDArray[np.float64]
+
+SCHEMA_VERSION = "1"
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS cells (
+    mechanism TEXT NOT NULL, stream TEXT NOT NULL, epsilon REAL NOT NULL, w INTEGER NOT NULL,
+    runs INTEGER NOT NULL, seconds REAL NOT NULL, truncated INTEGER NOT NULL,
+    PRIMARY KEY (mechanism, stream, epsilon, w));
+CREATE TABLE IF NOT EXISTS results (
+    mechanism TEXT NOT NULL, stream TEXT NOT NULL, epsilon REAL NOT NULL, w INTEGER NOT NULL,
+    run INTEGER NOT NULL, mae REAL NOT NULL, mre REAL NOT NULL,
+    PRIMARY KEY (mechanism, stream, epsilon, w, run));
+"""
+COLUMNS = ("mechanism", "stream", "epsilon", "w", "run", "mae", "mre")
+
+
+@attrs.frozen
+class CellResult:
+    """The per-run errors of one cell and the seconds it took (mechanism and metrics)."""
+
+    cell: Cell
+    mae: FloatArray
+    mre: FloatArray
+    seconds: float
+    truncated: bool
+
+
+class ResultStore:
+    """An open results file. Use as a context manager, or call ``close``."""
+
+    def __init__(self, path: str | Path, identity: Mapping[str, str] | None = None) -> None:
+        self._path = Path(path)
+        try:
+            self._db = sqlite3.connect(self._path)
+            self._db.executescript(_SCHEMA)
+            stored = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+        except sqlite3.DatabaseError as error:
+            raise InvalidArgument(f"results file {str(self._path)!r} is not a budgetcheck results database: {error}") from error
+        if stored.get("schema", SCHEMA_VERSION) != SCHEMA_VERSION:
+            raise InvalidArgument(f"results file {str(self._path)!r} has schema version {stored['schema']!r}; this version reads {SCHEMA_VERSION!r}")
+        if identity is not None:
+            self._adopt(stored, {"schema": SCHEMA_VERSION, **identity})
+
+    def _adopt(self, stored: dict[str, str], identity: Mapping[str, str]) -> None:
+        for key, value in identity.items():
+            if key in stored and stored[key] != value:
+                raise InvalidArgument(
+                    f"results file {str(self._path)!r} was written with {key}={stored[key]} but this benchmark has "
+                    f"{key}={value}; use another results file (results of different grids are never mixed)")
+        with self._db:
+            self._db.executemany("INSERT OR IGNORE INTO meta VALUES (?, ?)", identity.items())
+
+    def __enter__(self) -> ResultStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._db.close()
+
+    def done(self) -> set[Cell]:
+        """The cells already stored."""
+        rows = self._db.execute("SELECT mechanism, stream, epsilon, w FROM cells").fetchall()
+        return {Cell(*row) for row in rows}
+
+    def meta(self) -> dict[str, str]:
+        return dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+
+    def add(self, result: CellResult) -> None:
+        """Store one whole cell atomically; a cell stored before is refused."""
+        c = result.cell
+        rows = [(c.mechanism, c.stream, c.epsilon, c.w, run, float(mae), float(mre))
+                for run, (mae, mre) in enumerate(zip(result.mae, result.mre))]
+        try:
+            with self._db:
+                self._db.execute("INSERT INTO cells VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                 (c.mechanism, c.stream, c.epsilon, c.w, len(rows), result.seconds, int(result.truncated)))
+                self._db.executemany("INSERT INTO results VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        except sqlite3.IntegrityError as error:
+            raise InvalidArgument(f"cell {c.key} is already stored in {str(self._path)!r}") from error
+
+    def rows(self) -> Iterator[tuple[str, str, float, int, int, float, float]]:
+        """Every result row (mechanism, stream, epsilon, w, run, mae, mre) in key order."""
+        yield from self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM results ORDER BY mechanism, stream, epsilon, w, run")
+
+    def cell_seconds(self) -> dict[Cell, float]:
+        rows = self._db.execute("SELECT mechanism, stream, epsilon, w, seconds FROM cells").fetchall()
+        return {Cell(*row[:4]): float(row[4]) for row in rows}
+
+    def export(self, target: str | Path) -> int:
+        """Write every result row to a .csv or .parquet file; returns the number of rows."""
+        target = Path(target)
+        rows = list(self.rows())
+        if target.suffix == ".csv":
+            with target.open("w", newline="") as handle:
+                writer = csv.writer(handle)
+                writer.writerow(COLUMNS)
+                writer.writerows(rows)
+        elif target.suffix == ".parquet":
+            try:
+                import pyarrow as pa
+                import pyarrow.parquet as pq
+            except ImportError as error:
+                raise DataUnavailable("Parquet export needs pyarrow: pip install 'budgetcheck[parquet]'") from error
+            columns: list[tuple[object, ...]] = list(zip(*rows)) if rows else [() for _ in COLUMNS]
+            pq.write_table(pa.table(dict(zip(COLUMNS, columns))), target)
+        else:
+            raise InvalidArgument(f"export target {str(target)!r} must end in .csv or .parquet")
+        return len(rows)
