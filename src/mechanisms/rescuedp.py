@@ -193,7 +193,7 @@ def _grouped_release(
     runs, d = budgets.shape
     due = budgets > 0
     predictions = recent.mean(axis=-1)  # NaN until a location has κ releases: it stays alone
-    labels = np.stack([
+    labels = np.where(due, 0, -1).astype(np.int64) if d == 1 else np.stack([  # one location: its own group when due
         group_locations(np.nan_to_num(predictions[r], nan=np.inf), recent[r], due[r],
                         size_limit=mech.size_limit, value_gap=mech.value_gap, correlation=mech.correlation)
         for r in range(runs)
