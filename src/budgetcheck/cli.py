@@ -358,3 +358,43 @@ def bench_report(results: Path, out: Path | None) -> None:
     click.echo(written.text)
     click.echo(f"wrote {', '.join(str(p) for p in written.files)}")
     sys.exit(EXIT_OK if written.uniform_ok else EXIT_VIOLATION)
+
+
+@bench.command(name="personalized")
+@click.option("--paper", is_flag=True, help="The paper's scale: 10,000 users, T = 1000, 10 runs, every point of Table 3.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("personalized-study"), show_default=True)
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0))
+def bench_personalized(paper: bool, out: Path, seed: int) -> None:
+    """The personalized w-event study (Du et al. 2025, §5): PBD, PBA vs BD, BA under the strictest requirement."""
+    from budgetcheck.bench import personalized_study as study
+
+    if paper:
+        rows = study.run_study(seed=seed, progress=lambda line: click.echo(line, err=True))
+    else:
+        points = study.experiments(1000, epsilons=(0.2, 1.0), ws=(40, 200), ratios=(0.1, 0.9))
+        rows = study.run_study(users=1000, length=300, runs=3, seed=seed, points=points, progress=lambda line: click.echo(line, err=True))
+    files = study.write_study(rows, out)
+    click.echo(study.study_table(rows))
+    click.echo(f"wrote {', '.join(str(p) for p in files)}")
+
+
+@bench.command(name="swellfish")
+@click.option("--paper", is_flag=True, help="The paper's scale: 55 households, 100 runs, T = 2000, three zones.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("swellfish-study"), show_default=True)
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0))
+def bench_swellfish(paper: bool, out: Path, seed: int) -> None:
+    """The Swellfish case study (Tex et al., §5): TEAS and TINAR (intrinsic) and Unicorn vs TSBD, TSBA, RescueDP."""
+    from budgetcheck._errors import BudgetcheckError
+    from budgetcheck.bench import swellfish_study as study
+
+    try:
+        if paper:
+            rows = study.run_study(households=55, runs=100, length=2000, seed=seed, progress=lambda line: click.echo(line, err=True))
+        else:
+            rows = study.run_study(zones=(500.0, 50000.0), households=2, length=1000, runs=5, seed=seed,
+                                   progress=lambda line: click.echo(line, err=True))
+    except BudgetcheckError as exc:
+        raise InputError(str(exc)) from exc
+    files = study.write_study(rows, out)
+    click.echo(study.study_table(rows))
+    click.echo(f"wrote {', '.join(str(p) for p in files)}")

@@ -102,7 +102,7 @@ def error_curves(summaries: Sequence[CellSummary], path: Path, *, vary: str) -> 
         ax.set_yscale("log")
         ax.set_title(stream, fontsize=9)
         ax.set_xlabel("ε" if vary == "epsilon" else "w", fontsize=8)
-        ax.tick_params(labelsize=7)
+        ax.tick_params(which="both", labelsize=7)
     for ax in list(axes.flat)[len(streams):]:
         ax.axis("off")
     axes.flat[0].set_ylabel("mean MAE (log)", fontsize=8)
@@ -125,8 +125,38 @@ def releases_figure(truth: dict[str, FloatArray], released: dict[str, dict[str, 
             ax.plot(series[:, 0], linewidth=0.8, alpha=0.8, label=mechanism)
         ax.plot(values[:, 0], color="black", linewidth=1.2, label="true")
         ax.set_title(stream, fontsize=9)
-        ax.tick_params(labelsize=7)
+        ax.tick_params(which="both", labelsize=7)
         ax.legend(fontsize=7, loc="upper right")
     axes[-1, 0].set_xlabel("timestamp")
     figure.suptitle(f"True vs released stream, run 1, ε = {setting[0]:g}, w = {setting[1]} (cf. Schäler et al. 2022, Figure 4)")
+    return _save(figure, path)
+
+
+def study_curves(points: Sequence[tuple[str, str, float, str, float]], path: Path, *, ylabel: str, title: str,
+                 log: bool = True) -> list[Path]:
+    """Small multiples of (row, column, x, series, y): one panel per (row, column), one line per series."""
+    if not points:
+        return []
+    plt = _pyplot()
+    rows = list(dict.fromkeys(p[0] for p in points))
+    cols = list(dict.fromkeys(p[1] for p in points))
+    figure, axes = plt.subplots(len(rows), len(cols), figsize=(3.2 * len(cols), 2.5 * len(rows)), squeeze=False,
+                                constrained_layout=True)
+    series = list(dict.fromkeys(p[3] for p in points))
+    for (i, row), (j, col) in ((a, b) for a in enumerate(rows) for b in enumerate(cols)):
+        ax = axes[i, j]
+        for name in series:
+            xy = sorted((p[2], p[4]) for p in points if p[0] == row and p[1] == col and p[3] == name)
+            if xy:
+                xs, ys = zip(*xy)
+                ax.plot(xs, ys, marker="o", markersize=3, label=name)
+        if log:
+            ax.set_yscale("log")
+        ax.set_title(f"{row}: {col}", fontsize=9)
+        ax.tick_params(which="both", labelsize=7)
+        if j == 0:
+            ax.set_ylabel(ylabel, fontsize=8)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="outside lower center", ncols=min(6, len(labels)), fontsize=8)
+    figure.suptitle(title)
     return _save(figure, path)

@@ -1,0 +1,193 @@
+"""The personalized w-event study of Du et al. 2025, §5: PBD and PBA against BD and BA run under
+the strictest requirement (min ε_i, max w_i), on the synthetic binary streams TLNS, Sin and Log.
+
+Streams (§5.1): a probability sequence p_1..p_T; each of N users reports 1 with probability p_t
+(bin 1) and 0 otherwise (bin 0), so d = 2 and the released histogram estimates (N(1−p_t), N p_t).
+- TLNS: p_t = clip(p_{t−1} + N(0, 0.0025²), 0, 1), p_0 = 0.05;
+- Sin: p_t = 0.05 sin(0.01 t) + 0.075;
+- Log: p_t = 0.25 / (1 + e^{−0.01 t}).
+
+Settings (Table 3 and §5.5): vary ε (ε ∈ {0.2, .., 1.0} at w = 120, users spread evenly over
+ε_i ∈ {ε, .., 0.8, 1.0} × w_i ∈ {40, 80, .., w}); vary w (w ∈ {40, .., 200} at ε = 0.6); the ratio
+o of users with ε_k = 1.0 (others 0.6, all w = 120) and the ratio o of users with w_k = 40 (others
+120, all ε = 0.6), o ∈ {0.1, .., 0.9}.
+
+Metrics: AMRE (Eq. 15) = 1/T Σ_τ (1/d) ‖r_τ − c_τ‖²₂ and AJSD (Eq. 16) = 1/T Σ_τ JSD(r_τ ‖ c_τ), on
+frequency vectors: c_τ = counts / N; r_τ = releases / N, and for the JSD only, r_τ clipped at 0 and
+renormalised (a distribution; all-zero → uniform), with 0 log 0 = 0 and natural logarithms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from itertools import product
+
+import attrs
+import numpy as np
+from numpy.typing import NDArray
+
+from budgetcheck._errors import InvalidArgument
+from budgetcheck._mechanism import execute_personalized
+from budgetcheck._requirements import RequirementSet
+from budgetcheck.bench.config import stable_seed
+
+FloatArray = NDArray[np.float64]
+DATASETS = ("TLNS", "Sin", "Log")
+MECHANISMS = ("PBD", "PBA", "StrictestBD", "StrictestBA")
+
+
+def probabilities(dataset: str, length: int, rng: np.random.Generator) -> FloatArray:
+    """p_1..p_T of TLNS, Sin or Log (Du et al. 2025, §5.1)."""
+    t = np.arange(1, length + 1, dtype=np.float64)
+    if dataset == "TLNS":
+        return _tlns(length, rng)
+    if dataset == "Sin":
+        return np.asarray(0.05 * np.sin(0.01 * t) + 0.075, dtype=np.float64)
+    if dataset == "Log":
+        return np.asarray(0.25 / (1.0 + np.exp(-0.01 * t)), dtype=np.float64)
+    raise InvalidArgument(f"dataset={dataset!r} must be one of {DATASETS}")
+
+
+def _tlns(length: int, rng: np.random.Generator) -> FloatArray:
+    """The clipped random walk: each step clips (a walk clipped once at the end would differ)."""
+    steps = rng.normal(0.0, 0.0025, size=length)
+    out = np.empty(length)
+    p = 0.05
+    for index, step in enumerate(steps):
+        p = min(1.0, max(0.0, p + float(step)))
+        out[index] = p
+    return out
+
+
+def binary_bins(p: FloatArray, users: int, rng: np.random.Generator) -> NDArray[np.int64]:
+    """(T, N) bins: user i is in bin 1 at t with probability p_t, else in bin 0."""
+    return (rng.random((p.shape[0], users)) < p[:, None]).astype(np.int64)
+
+
+def amre(truth: FloatArray, releases: FloatArray, users: int) -> FloatArray:
+    """Eq. (15) per run: truth (T, d) counts, releases (runs, T, d)."""
+    difference = (releases - truth) / users
+    return np.asarray((difference**2).mean(axis=2).mean(axis=1), dtype=np.float64)
+
+
+def ajsd(truth: FloatArray, releases: FloatArray, users: int) -> FloatArray:
+    """Eq. (16) per run, on frequency vectors (see the module docstring)."""
+    c = truth / users
+    r = np.clip(releases, 0.0, None)
+    total = r.sum(axis=2, keepdims=True)
+    r = np.where(total > 0, r / np.where(total > 0, total, 1.0), 1.0 / r.shape[2])
+    v = (r + c) / 2.0
+
+    def kl(p: FloatArray, q: FloatArray) -> FloatArray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.asarray(np.where(p > 0, p * np.log(p / q), 0.0).sum(axis=2), dtype=np.float64)
+
+    return np.asarray((0.5 * kl(r, v) + 0.5 * kl(np.broadcast_to(c, r.shape), v)).mean(axis=1), dtype=np.float64)
+
+
+def _spread(users: int, requirements: Sequence[tuple[int, float]]) -> RequirementSet:
+    """``users`` spread as evenly as possible over the requirements (w, ε)."""
+    base, extra = divmod(users, len(requirements))
+    return RequirementSet.from_counts([(req, base + (i < extra)) for i, req in enumerate(requirements)])
+
+
+def _ratio(users: int, first: tuple[int, float], second: tuple[int, float], o: float) -> RequirementSet:
+    chosen = int(round(o * users))
+    return RequirementSet.from_counts([(req, n) for req, n in ((first, chosen), (second, users - chosen)) if n > 0])
+
+
+def _grid(top: float, low: float, step: float) -> list[float]:
+    return [round(x, 10) for x in np.arange(low, top + step / 2, step)]
+
+
+@attrs.frozen
+class PersonalizedPoint:
+    """One x-value of one experiment: its requirement set."""
+
+    experiment: str
+    x: float
+    requirements: RequirementSet
+
+
+def experiments(users: int, *, epsilons: Sequence[float] = (0.2, 0.4, 0.6, 0.8, 1.0), ws: Sequence[int] = (40, 80, 120, 160, 200),
+                ratios: Sequence[float] = (0.1, 0.3, 0.5, 0.7, 0.9)) -> list[PersonalizedPoint]:
+    """The four experiments of Table 3 and §5.5 as requirement sets."""
+    points = []
+    for eps in epsilons:
+        reqs = [(w, e) for e, w in product(_grid(1.0, eps, 0.2), range(40, 121, 40))]
+        points.append(PersonalizedPoint("vary-epsilon", eps, _spread(users, reqs)))
+    for w in ws:
+        reqs = [(wi, e) for e, wi in product(_grid(1.0, 0.6, 0.2), range(40, w + 1, 40))]
+        points.append(PersonalizedPoint("vary-w", float(w), _spread(users, reqs)))
+    for o in ratios:
+        points.append(PersonalizedPoint("ratio-epsilon", o, _ratio(users, (120, 1.0), (120, 0.6), o)))
+    for o in ratios:
+        points.append(PersonalizedPoint("ratio-w", o, _ratio(users, (40, 0.6), (120, 0.6), o)))
+    return points
+
+
+@attrs.frozen
+class PersonalizedRow:
+    dataset: str
+    experiment: str
+    x: float
+    mechanism: str
+    amre: float
+    ajsd: float
+
+
+def run_study(*, users: int = 10_000, length: int = 1000, runs: int = 10, seed: int = 0, datasets: Sequence[str] = DATASETS,
+              points: Sequence[PersonalizedPoint] | None = None, mechanisms: Sequence[str] = MECHANISMS,
+              progress: Callable[[str], None] | None = None) -> list[PersonalizedRow]:
+    """Mean AMRE and AJSD over ``runs`` of every mechanism at every point of every dataset."""
+    from mechanisms import BUILTIN
+
+    rows = []
+    for dataset in datasets:
+        rng = np.random.default_rng(stable_seed(seed, "personalized", dataset))
+        bins = binary_bins(probabilities(dataset, length, rng), users, rng)
+        truth = np.stack([(bins == 0).sum(axis=1), (bins == 1).sum(axis=1)], axis=1).astype(np.float64)
+        for point in points if points is not None else experiments(users):
+            for name in mechanisms:
+                execution = execute_personalized(BUILTIN[name](), point.requirements, bins, dimensions=2, runs=runs,  # type: ignore[arg-type]
+                                                 seed=stable_seed(seed, dataset, point.experiment, point.x, name))
+                rows.append(PersonalizedRow(dataset, point.experiment, point.x, name,
+                                            float(amre(truth, execution.releases, users).mean()),
+                                            float(ajsd(truth, execution.releases, users).mean())))
+                if progress is not None:
+                    progress(f"{dataset} {point.experiment} x={point.x:g} {name}: AMRE {rows[-1].amre:.3g}")
+    return rows
+
+
+def study_table(rows: Sequence[PersonalizedRow]) -> str:
+    """AMRE (and AJSD) per dataset, experiment and x, one column per mechanism; best AMRE marked *."""
+    names = list(dict.fromkeys(r.mechanism for r in rows))
+    lines = [f"{'dataset':<8}{'experiment':<15}{'x':>6}  " + "".join(f"{n:>13}" for n in names) + "   (AMRE; AJSD of the best)"]
+    keys = list(dict.fromkeys((r.dataset, r.experiment, r.x) for r in rows))
+    for key in keys:
+        chosen = {r.mechanism: r for r in rows if (r.dataset, r.experiment, r.x) == key}
+        best = min(chosen.values(), key=lambda r: r.amre)
+        cells = "".join(f"{f'{chosen[n].amre:.3e}' + ('*' if chosen[n] is best else ' '):>13}" if n in chosen else f"{'-':>13}"
+                        for n in names)
+        lines.append(f"{key[0]:<8}{key[1]:<15}{key[2]:>6g}  {cells}   {best.ajsd:.3e}")
+    return "\n".join(lines)
+
+
+def write_study(rows: Sequence[PersonalizedRow], out: str | Path) -> list[Path]:
+    """personalized.csv, personalized.txt and the AMRE and AJSD figures (PNG, PDF) into ``out``."""
+    from budgetcheck.bench.figures import study_curves
+
+    target = Path(out)
+    target.mkdir(parents=True, exist_ok=True)
+    with (target / "personalized.csv").open("w") as handle:
+        handle.write("dataset,experiment,x,mechanism,amre,ajsd\n")
+        for r in rows:
+            handle.write(f"{r.dataset},{r.experiment},{r.x!r},{r.mechanism},{r.amre!r},{r.ajsd!r}\n")
+    (target / "personalized.txt").write_text(study_table(rows) + "\n")
+    files = [target / "personalized.csv", target / "personalized.txt"]
+    files += study_curves([(r.dataset, r.experiment, r.x, r.mechanism, r.amre) for r in rows], target / "personalized_amre",
+                          ylabel="AMRE (log)", title="Personalized w-event: AMRE (Du et al. 2025, Eq. 15; cf. Figures 10-13)")
+    files += study_curves([(r.dataset, r.experiment, r.x, r.mechanism, r.ajsd) for r in rows], target / "personalized_ajsd",
+                          ylabel="AJSD (log)", title="Personalized w-event: AJSD (Du et al. 2025, Eq. 16; cf. Figures 16-17)")
+    return files
