@@ -133,7 +133,7 @@ def releases_figure(truth: dict[str, FloatArray], released: dict[str, dict[str, 
 
 
 def study_curves(points: Sequence[tuple[str, str, float, str, float]], path: Path, *, ylabel: str, title: str,
-                 log: bool = True) -> list[Path]:
+                 log: bool = True, xlog: bool = False) -> list[Path]:
     """Small multiples of (row, column, x, series, y): one panel per (row, column), one line per series."""
     if not points:
         return []
@@ -143,20 +143,27 @@ def study_curves(points: Sequence[tuple[str, str, float, str, float]], path: Pat
     figure, axes = plt.subplots(len(rows), len(cols), figsize=(3.2 * len(cols), 2.5 * len(rows)), squeeze=False,
                                 constrained_layout=True)
     series = list(dict.fromkeys(p[3] for p in points))
+    styles = {name: (f"C{k % 10}", "os^vD"[k // 10 % 5]) for k, name in enumerate(series)}
     for (i, row), (j, col) in ((a, b) for a in enumerate(rows) for b in enumerate(cols)):
         ax = axes[i, j]
         for name in series:
             xy = sorted((p[2], p[4]) for p in points if p[0] == row and p[1] == col and p[3] == name)
             if xy:
                 xs, ys = zip(*xy)
-                ax.plot(xs, ys, marker="o", markersize=3, label=name)
+                color, marker = styles[name]
+                ax.plot(xs, ys, marker=marker, markersize=3, color=color, label=name)
         if log:
             ax.set_yscale("log")
+        if xlog:
+            ax.set_xscale("log")
         ax.set_title(f"{row}: {col}", fontsize=9)
         ax.tick_params(which="both", labelsize=7)
         if j == 0:
             ax.set_ylabel(ylabel, fontsize=8)
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="outside lower center", ncols=min(6, len(labels)), fontsize=8)
+    legend: dict[str, Any] = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, handle)
+    figure.legend(list(legend.values()), list(legend), loc="outside lower center", ncols=min(6, len(legend)), fontsize=8)
     figure.suptitle(title)
     return _save(figure, path)

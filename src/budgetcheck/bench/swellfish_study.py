@@ -166,5 +166,5 @@ def write_study(rows: Sequence[SwellfishRow], out: str | Path) -> list[Path]:
         points += [("MRE", panel, z, name, _mean_mre(rows, z, name)) for name in names for z in zones]
     files = [target / "swellfish.csv", target / "swellfish.txt"]
     files += study_curves([p for p in points if np.isfinite(p[4])], target / "swellfish_mre", ylabel="mean MRE (log)",
-                          title="Swellfish case study: MRE vs zone average (kW) (cf. Tex et al., Figures 4-6)")
+                          title="Swellfish case study: MRE vs zone average (kW) (cf. Tex et al., Figures 4-6)", xlog=True)
     return files
