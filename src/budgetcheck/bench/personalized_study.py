@@ -30,6 +30,7 @@ from numpy.typing import NDArray
 from budgetcheck._errors import InvalidArgument
 from budgetcheck._mechanism import execute_personalized
 from budgetcheck._requirements import RequirementSet
+from budgetcheck._verify import load_mechanism
 from budgetcheck.bench.config import stable_seed
 
 FloatArray = NDArray[np.float64]
@@ -141,8 +142,6 @@ def run_study(*, users: int = 10_000, length: int = 1000, runs: int = 10, seed: 
               points: Sequence[PersonalizedPoint] | None = None, mechanisms: Sequence[str] = MECHANISMS,
               progress: Callable[[str], None] | None = None) -> list[PersonalizedRow]:
     """Mean AMRE and AJSD over ``runs`` of every mechanism at every point of every dataset."""
-    from mechanisms import BUILTIN
-
     rows = []
     for dataset in datasets:
         rng = np.random.default_rng(stable_seed(seed, "personalized", dataset))
@@ -150,7 +149,7 @@ def run_study(*, users: int = 10_000, length: int = 1000, runs: int = 10, seed: 
         truth = np.stack([(bins == 0).sum(axis=1), (bins == 1).sum(axis=1)], axis=1).astype(np.float64)
         for point in points if points is not None else experiments(users):
             for name in mechanisms:
-                execution = execute_personalized(BUILTIN[name](), point.requirements, bins, dimensions=2, runs=runs,  # type: ignore[arg-type]
+                execution = execute_personalized(load_mechanism(name), point.requirements, bins, dimensions=2, runs=runs,
                                                  seed=stable_seed(seed, dataset, point.experiment, point.x, name))
                 rows.append(PersonalizedRow(dataset, point.experiment, point.x, name,
                                             float(amre(truth, execution.releases, users).mean()),
@@ -178,14 +177,10 @@ def write_study(rows: Sequence[PersonalizedRow], out: str | Path) -> list[Path]:
     """personalized.csv, personalized.txt and the AMRE and AJSD figures (PNG, PDF) into ``out``."""
     from budgetcheck.bench.figures import study_curves
 
+    from budgetcheck.bench.store import write_study_tables
+
     target = Path(out)
-    target.mkdir(parents=True, exist_ok=True)
-    with (target / "personalized.csv").open("w") as handle:
-        handle.write("dataset,experiment,x,mechanism,amre,ajsd\n")
-        for r in rows:
-            handle.write(f"{r.dataset},{r.experiment},{r.x!r},{r.mechanism},{r.amre!r},{r.ajsd!r}\n")
-    (target / "personalized.txt").write_text(study_table(rows) + "\n")
-    files = [target / "personalized.csv", target / "personalized.txt"]
+    files = write_study_tables(rows, study_table(rows), target, "personalized")
     files += study_curves([(r.dataset, r.experiment, r.x, r.mechanism, r.amre) for r in rows], target / "personalized_amre",
                           ylabel="AMRE (log)", title="Personalized w-event: AMRE (Du et al. 2025, Eq. 15; cf. Figures 10-13)")
     files += study_curves([(r.dataset, r.experiment, r.x, r.mechanism, r.ajsd) for r in rows], target / "personalized_ajsd",

@@ -19,7 +19,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from budgetcheck.bench.config import ArtificialStream, Benchmark, Cell, RealStream, StreamSpec
+from budgetcheck.bench.config import ArtificialStream, Benchmark, Cell, RealStream, Setting, StreamSpec
 from budgetcheck.bench.metrics import deterioration
 from budgetcheck.bench.store import ResultStore
 
@@ -146,8 +146,6 @@ def rebuild(store: ResultStore, mechanisms: Iterable[str]) -> Benchmark:
     """A benchmark that re-runs stored cells exactly (same streams, runs, seed and γ)."""
     streams, runs, seed, bound = stored_benchmark(store)
     settings = {(c.epsilon, c.w) for c in store.done()}
-    from budgetcheck.bench.config import Setting
-
     return Benchmark(tuple(mechanisms), tuple(streams.values()), [Setting(e, w) for e, w in settings], runs, bound, seed)
 
 

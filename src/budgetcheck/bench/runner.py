@@ -45,8 +45,7 @@ def cell_seed(benchmark: Benchmark, cell: Cell) -> int:
 def run_releases(benchmark: Benchmark, cell: Cell) -> FloatArray:
     """The releases of a cell, shape (runs, T, d), truncated on real streams."""
     stream = benchmark.stream(cell.stream)
-    truth = stream_data(stream, benchmark.seed)
-    execution = execute(load_mechanism(cell.mechanism), truth, epsilon=cell.epsilon, w=cell.w,
+    execution = execute(load_mechanism(cell.mechanism), stream_data(stream, benchmark.seed), epsilon=cell.epsilon, w=cell.w,
                         runs=benchmark.runs, seed=cell_seed(benchmark, cell))
     return truncate(execution.releases) if stream.truncated else execution.releases
 
@@ -54,10 +53,9 @@ def run_releases(benchmark: Benchmark, cell: Cell) -> FloatArray:
 def run_cell(benchmark: Benchmark, cell: Cell) -> CellResult:
     """Run one cell and measure its per-run MAE and MRE (a top-level function: picklable)."""
     stream = benchmark.stream(cell.stream)
-    truth = stream_data(stream, benchmark.seed)
     start = time.perf_counter()
     releases = run_releases(benchmark, cell)
-    mae, mre = errors(truth, releases, benchmark.mre_bound)
+    mae, mre = errors(stream_data(stream, benchmark.seed), releases, benchmark.mre_bound)
     return CellResult(cell, mae, mre, time.perf_counter() - start, stream.truncated)
 
 

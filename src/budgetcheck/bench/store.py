@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import csv
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import attrs
+from attrs import AttrsInstance
 import numpy as np
 from numpy.typing import NDArray
 
@@ -46,6 +47,20 @@ class CellResult:
     mre: FloatArray
     seconds: float
     truncated: bool
+
+
+def write_study_tables(rows: Sequence[AttrsInstance], text: str, out: str | Path, stem: str) -> list[Path]:
+    """``stem``.csv (one line per attrs row, its fields as the header) and ``stem``.txt (``text``) in ``out``."""
+    target = Path(out)
+    target.mkdir(parents=True, exist_ok=True)
+    table = target / f"{stem}.csv"
+    with table.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        if rows:
+            writer.writerow([field.name for field in attrs.fields(type(rows[0]))])
+        writer.writerows(attrs.astuple(row) for row in rows)
+    (target / f"{stem}.txt").write_text(text + "\n")
+    return [table, target / f"{stem}.txt"]
 
 
 class ResultStore:

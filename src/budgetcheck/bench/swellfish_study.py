@@ -33,6 +33,7 @@ from numpy.typing import NDArray
 
 from budgetcheck._mechanism import execute, execute_swellfish
 from budgetcheck._policies import PolicyCollection, StreamPolicy
+from budgetcheck._verify import load_mechanism
 from budgetcheck.bench.config import PAPER_MRE_BOUND, stable_seed
 from budgetcheck.bench.metrics import errors
 from budgetcheck.bench.real import load_packaged
@@ -104,8 +105,6 @@ def run_study(*, zones: Sequence[float] = (500.0, 5000.0, 50000.0), households: 
               epsilon: float = 1.0, seed: int = 0, mechanisms: Sequence[str] = W_EVENT + SWELLFISH,
               progress: Callable[[str], None] | None = None) -> list[SwellfishRow]:
     """Mean MAE and MRE over ``runs`` of every mechanism, zone and household."""
-    from mechanisms import BUILTIN
-
     global_sensitivity = sum(a.power for a in APPLIANCES)
     rows = []
     for zone in zones:
@@ -114,13 +113,13 @@ def run_study(*, zones: Sequence[float] = (500.0, 5000.0, 50000.0), households: 
             policies = PolicyCollection(household_policies(length, np.random.default_rng(stable_seed(seed, "household", household))))
             w = policies.max_interval
             for name in mechanisms:
-                mechanism = BUILTIN[name]()
+                mechanism = load_mechanism(name)
                 cell_seed = stable_seed(seed, "swellfish", zone, household, name)
                 if name in W_EVENT:
-                    scaled = execute(mechanism, truth / global_sensitivity, epsilon=epsilon, w=w, runs=runs, seed=cell_seed)  # type: ignore[arg-type]
+                    scaled = execute(mechanism, truth / global_sensitivity, epsilon=epsilon, w=w, runs=runs, seed=cell_seed)
                     releases = scaled.releases * global_sensitivity
                 else:
-                    releases = execute_swellfish(mechanism, policies, truth, epsilon=epsilon, runs=runs, seed=cell_seed).releases  # type: ignore[arg-type]
+                    releases = execute_swellfish(mechanism, policies, truth, epsilon=epsilon, runs=runs, seed=cell_seed).releases
                 mae, mre = errors(truth, releases, PAPER_MRE_BOUND)
                 rows.append(SwellfishRow(zone, household, name, float(mae.mean()), float(mre.mean())))
                 if progress is not None:
@@ -152,19 +151,15 @@ def write_study(rows: Sequence[SwellfishRow], out: str | Path) -> list[Path]:
     """swellfish.csv, swellfish.txt and the MRE figure (PNG, PDF) into ``out``."""
     from budgetcheck.bench.figures import study_curves
 
+    from budgetcheck.bench.store import write_study_tables
+
     target = Path(out)
-    target.mkdir(parents=True, exist_ok=True)
-    with (target / "swellfish.csv").open("w") as handle:
-        handle.write("zone_kw,household,mechanism,mae,mre\n")
-        for r in rows:
-            handle.write(f"{r.zone!r},{r.household},{r.mechanism},{r.mae!r},{r.mre!r}\n")
-    (target / "swellfish.txt").write_text(study_table(rows) + "\n")
+    files = write_study_tables(rows, study_table(rows), target, "swellfish")
     zones = sorted({r.zone for r in rows})
     points = []
     for panel, names in (("TEAS", [m for pair in TEAS_PAIRS for m in pair]), ("TINAR", [m for pair in TINAR_PAIRS for m in pair]),
                          ("extrinsic", list(EXTRINSIC))):
         points += [("MRE", panel, z, name, _mean_mre(rows, z, name)) for name in names for z in zones]
-    files = [target / "swellfish.csv", target / "swellfish.txt"]
     files += study_curves([p for p in points if np.isfinite(p[4])], target / "swellfish_mre", ylabel="mean MRE (log)",
                           title="Swellfish case study: MRE vs zone average (kW) (cf. Tex et al., Figures 4-6)", xlog=True)
     return files
