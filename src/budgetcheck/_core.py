@@ -9,35 +9,65 @@ before any value is read, and raises (changing nothing) when the spend would bre
 from __future__ import annotations
 
 import abc
+import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck import rounding
-from budgetcheck._errors import InvalidArgument, TimestampOrder
+from budgetcheck._errors import BudgetExceeded, InvalidArgument, LedgerCorrupt, TimestampOrder
+from budgetcheck._noise import NUMPY, NoiseSource, make_noise
 from budgetcheck._records import LedgerHeader, SpendRecord, dump_lines
-from budgetcheck._secret import Secret, charged, claim
+from budgetcheck._secret import Secret, charged, claim, is_placeholder
 from budgetcheck._stream import SecretSequence
 from budgetcheck._validation import check_amounts, check_bin_amounts, check_label, check_positive_int, check_sensitivity
 
+if TYPE_CHECKING:
+    from budgetcheck._journal import Journal, JournalRow
+
 FloatArray = NDArray[np.float64]
-SAMPLER = "numpy-laplace"
+SAMPLER = NUMPY
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def journaled(method: F) -> F:
+    """Make a charged operation one transaction of the ledger's journal, if it has one.
+
+    Without a journal the method runs as is. With one (:func:`budgetcheck.open_ledger`): begin
+    (BEGIN IMMEDIATE), apply the spends other writers committed, run the method (check, commit in
+    memory, draw the noise), append its records and output, commit — and only then return the
+    value. A refusal appends nothing. If the method fails after charging (its data was read), the
+    charge is still recorded. If the journal fails, the in-memory state is rebuilt from the file.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self: LedgerCore, *args: Any, **kwargs: Any) -> Any:
+        return self._operation(functools.partial(method, self), *args, **kwargs)
+
+    return cast(F, wrapper)
 
 
 class LedgerCore(abc.ABC):
     """Runs, seeded noise generator, monotone clock, immutable records and their JSON-lines export."""
 
-    __slots__ = ("_records", "_refusals", "_rng", "_runs", "_t")
+    __slots__ = ("_applying", "_depth", "_journal", "_noise", "_pending", "_records", "_refusals", "_replay", "_rng", "_runs", "_seed", "_t")
 
-    def __init__(self, *, runs: int, seed: int) -> None:
+    def __init__(self, *, runs: int, seed: int, sampler: str = NUMPY) -> None:
         self._runs = check_positive_int(runs, "runs")
-        self._rng = np.random.default_rng(check_positive_int(seed, "seed", minimum=0))
+        self._seed = check_positive_int(seed, "seed", minimum=0)
+        self._rng = np.random.default_rng(self._seed)
+        self._noise: NoiseSource = make_noise(sampler, self._rng)
         self._t = 0
         self._records: list[SpendRecord] = []
         self._refusals = 0
+        self._journal: Journal | None = None
+        self._depth = 0
+        self._pending: list[SpendRecord] = []
+        self._applying = False
+        self._replay: Replay | None = None
 
     @property
     def runs(self) -> int:
@@ -50,8 +80,20 @@ class LedgerCore(abc.ABC):
 
     @property
     def records(self) -> tuple[SpendRecord, ...]:
-        """Every accepted spend, in order (immutable records)."""
+        """Every accepted spend, in order (immutable records; read from the file if durable)."""
+        if self._journal is not None:
+            return tuple(row.record for row in self._journal.rows())
         return tuple(self._records)
+
+    @property
+    def sampler(self) -> str:
+        """The noise source of its Laplace releases: 'numpy-laplace' or 'discrete-laplace'."""
+        return self._noise.name
+
+    @property
+    def journal(self) -> Journal | None:
+        """The durable file behind this ledger (see :func:`budgetcheck.open_ledger`), if any."""
+        return self._journal
 
     @property
     def refusals(self) -> int:
@@ -101,22 +143,135 @@ class LedgerCore(abc.ABC):
         return t
 
     def _commit(self, t: int, record: SpendRecord) -> None:
-        self._t = t
-        self._records.append(record)
+        self._t = max(self._t, t)
+        if self._applying:
+            return
+        if self._replay is not None:
+            self._replay.match(record)
+        elif self._journal is not None:
+            self._pending.append(record)
+        else:
+            self._records.append(record)
 
-    def _noisy(self, values: FloatArray, budgets: FloatArray, scale: FloatArray, *, per_run: bool = False) -> FloatArray:
+    def _noisy(self, values: FloatArray, budgets: FloatArray, scale: FloatArray, sensitivity: float, *, per_run: bool = False) -> FloatArray:
         """values + Laplace noise for every run (values already per run if ``per_run``); NaN where unpaid.
 
         ``budgets``/``scale`` have shape (runs,) or (runs, bins). Noise is drawn for every entry, so
         a run's noise does not depend on what the other runs paid.
         """
         shape = values.shape if per_run else (self._runs, *values.shape)
-        noise = self._rng.laplace(0.0, 1.0, size=shape)
         extra = (1,) * (len(shape) - budgets.ndim)
         paid = (budgets > 0.0).reshape(budgets.shape + extra)
-        out = np.asarray(values + noise * np.where(paid, scale.reshape(scale.shape + extra), 0.0), dtype=np.float64)
+        full = np.broadcast_to(values, shape)
+        out = self._noise.perturb(full, np.where(paid, scale.reshape(scale.shape + extra), 0.0), sensitivity)
         out[np.broadcast_to(~paid, shape)] = np.nan
         return out
+
+    def close(self) -> None:
+        """Close the ledger file, if this ledger has one (every committed spend is already on disk)."""
+        if self._journal is not None:
+            self._journal.close()
+
+    # -- the journal (durable ledgers) -----------------------------------------------------------
+    def _attach(self, journal: Journal, *, replay: list[JournalRow] | None = None) -> None:
+        """Load the file's state (or queue it for replay) and keep every later spend in it."""
+        if self._t or self._records or self._refusals:
+            raise InvalidArgument(f"{self!r} has already been used: open a ledger file with a fresh ledger")
+        self._journal = journal
+        self._rng = np.random.default_rng([self._seed, journal.session])  # never the same noise twice
+        self._noise = make_noise(self._noise.name, self._rng)
+        if replay is None:
+            self._load()
+        else:
+            self._replay = Replay(replay)
+        journal.sync_head()
+
+    def _load(self) -> None:
+        """Rebuild the accounting from the file: the records that can still matter (see ``_lookback``)."""
+        assert self._journal is not None
+        self._reset()
+        self._t = 0
+        since = max(0, self._journal.latest_t() - self._lookback())
+        for row in self._journal.rows(since_t=since):
+            self._apply_row(row.record)
+
+    def _apply_row(self, record: SpendRecord) -> None:
+        """Account for a record already checked and committed (by us earlier, or another writer)."""
+        self._applying = True
+        try:
+            self._apply(record)
+        except BudgetExceeded as exc:
+            raise LedgerCorrupt(f"a stored record at t={record.t} breaks the composition theorem: {exc}") from exc
+        finally:
+            self._applying = False
+
+    def _apply(self, record: SpendRecord) -> None:
+        self._charge(record.t, record.amounts, record)
+
+    @abc.abstractmethod
+    def _charge(self, t: int, amounts: FloatArray, record: SpendRecord) -> None:
+        """Check the notion's composition theorem for ``amounts`` at t, then commit; or raise, changing nothing."""
+
+    @abc.abstractmethod
+    def _reset(self) -> None:
+        """Forget all accounting (before a rebuild from the file)."""
+
+    def _lookback(self) -> int:
+        """How far before the latest timestamp a stored record can still affect a check."""
+        return 0
+
+    def _operation(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run one charged operation ``fn(*args, **kwargs)`` (see :func:`journaled`)."""
+        if self._journal is None or self._depth:
+            return fn(*args, **kwargs)
+        if self._replay is not None:
+            if self._replay:
+                return self._replayed(fn, args, kwargs)
+            self._replay = None
+        for arg in (*args, *kwargs.values()):
+            for item in (arg if isinstance(arg, (list, tuple)) else (arg,)):
+                if isinstance(item, Secret) and is_placeholder(item):
+                    raise LedgerCorrupt(f"{item!r} was replayed from the ledger file, but no stored operation is left to replay for it")
+        return self._journaled(fn, args, kwargs)
+
+    def _journaled(self, method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        journal = self._journal
+        assert journal is not None
+        self._depth = 1
+        error: BaseException | None = None
+        try:
+            for row in journal.begin():
+                self._apply_row(row.record)
+            try:
+                result = method(*args, **kwargs)
+            except BaseException as exc:  # recorded below if it had charged
+                error, result = exc, None
+            journal.append(self._pending, result if isinstance(result, np.ndarray) else None)
+            journal.commit()
+        except BaseException:
+            journal.rollback()
+            if self._pending:
+                self._load()  # memory got ahead of the file: rebuild from what is on disk
+            raise
+        finally:
+            self._pending = []
+            self._depth = 0
+        if error is not None:
+            raise error
+        return result
+
+    def _replayed(self, method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        assert self._replay is not None
+        self._depth = 1
+        try:
+            self._replay.start()
+            result = method(*args, **kwargs)
+            stored = self._replay.finish()
+        except BudgetExceeded as exc:
+            raise LedgerCorrupt(f"replaying the ledger file: {exc}") from exc
+        finally:
+            self._depth = 0
+        return result if stored is None else stored
 
 
 class LaplaceReleases(LedgerCore):
@@ -128,6 +283,7 @@ class LaplaceReleases(LedgerCore):
 
     __slots__ = ()
 
+    @journaled
     def spend(self, t: int, epsilon: ArrayLike, *, purpose: str) -> None:
         """Charge ``epsilon`` at timestamp t without reading any data (e.g. a reservation)."""
         t = self._check_t(t)
@@ -135,16 +291,18 @@ class LaplaceReleases(LedgerCore):
         purpose = check_label(purpose)
         self._charge(t, amounts, SpendRecord(t=t, purpose=purpose, amounts=amounts))
 
+    @journaled
     def laplace(self, secret: Secret, epsilon: ArrayLike, *, sensitivity: float = 1.0, purpose: str = "publication") -> FloatArray:
         """Release the secret plus Laplace noise of scale sensitivity/ε (rounded up), per run.
 
         Returns shape (runs, *secret.shape); rows of runs with ε = 0 are NaN (nothing released).
         """
         amounts = check_amounts(epsilon, self._runs)
-        scale = self._reserve(secret, amounts, amounts, check_sensitivity(sensitivity), purpose)
+        scale, delta = self._reserve(secret, amounts, amounts, check_sensitivity(sensitivity), purpose)
         with charged(secret) as values:
-            return self._noisy(values, amounts, scale)
+            return self._noisy(values, amounts, scale, delta)
 
+    @journaled
     def laplace_bins(self, secret: Secret, epsilon: ArrayLike, *, sensitivity: float = 1.0, purpose: str = "publication") -> FloatArray:
         """Release each bin of a histogram with its own budget; charge the maximum over bins.
 
@@ -156,10 +314,11 @@ class LaplaceReleases(LedgerCore):
         self._check_secret(secret)
         bins = int(secret.shape[-1]) if secret.shape else 1
         budgets = check_bin_amounts(epsilon, self._runs, bins)
-        scale = self._reserve(secret, budgets.max(axis=1), budgets, check_sensitivity(sensitivity), purpose)
+        scale, delta = self._reserve(secret, budgets.max(axis=1), budgets, check_sensitivity(sensitivity), purpose)
         with charged(secret) as values:
-            return self._noisy(values, budgets, scale)
+            return self._noisy(values, budgets, scale, delta)
 
+    @journaled
     def laplace_groups(
         self, secret: Secret, labels: ArrayLike, epsilon: ArrayLike, *, sensitivity: float = 1.0, purpose: str = "publication"
     ) -> FloatArray:
@@ -183,14 +342,15 @@ class LaplaceReleases(LedgerCore):
         budgets = check_bin_amounts(epsilon, self._runs, count)
         if groups.size and (groups.min() < -1 or groups.max() >= count):
             raise InvalidArgument(f"labels must lie in [-1, {count}) for epsilon with {count} groups, got [{groups.min()}, {groups.max()}]")
-        scale = self._reserve(secret, budgets.max(axis=1), budgets, check_sensitivity(sensitivity), purpose)
+        scale, delta = self._reserve(secret, budgets.max(axis=1), budgets, check_sensitivity(sensitivity), purpose)
         with charged(secret) as values:
             sums = np.zeros((self._runs, count))
             member = groups >= 0
             runs = np.broadcast_to(np.arange(self._runs)[:, None], groups.shape)
             np.add.at(sums, (runs[member], groups[member]), np.broadcast_to(values.reshape(-1), groups.shape)[member])
-            return self._noisy(sums, budgets, scale, per_run=True)
+            return self._noisy(sums, budgets, scale, delta, per_run=True)
 
+    @journaled
     def dissimilarity(self, secret: Secret, last_release: ArrayLike, epsilon: ArrayLike, *, purpose: str = "dissimilarity") -> FloatArray:
         """Noisy mean absolute difference between the secret and each run's last release.
 
@@ -203,11 +363,12 @@ class LaplaceReleases(LedgerCore):
         expected = (self._runs, *secret.shape)
         if last.shape != expected or not np.isfinite(last).all():
             raise InvalidArgument(f"last_release must be finite with shape {expected}, got shape {last.shape}")
-        scale = self._reserve(secret, amounts, amounts, 1.0 / int(np.prod(secret.shape)), purpose)
+        scale, delta = self._reserve(secret, amounts, amounts, 1.0 / int(np.prod(secret.shape)), purpose)
         with charged(secret) as values:
             distance = np.abs(last - values).reshape(self._runs, -1).mean(axis=1)
-            return self._noisy(distance, amounts, scale, per_run=True)
+            return self._noisy(distance, amounts, scale, delta, per_run=True)
 
+    @journaled
     def measure(
         self,
         fn: Callable[[FloatArray], ArrayLike],
@@ -224,10 +385,10 @@ class LaplaceReleases(LedgerCore):
         (runs, *fn_output.shape).
         """
         amounts = self._measurement_amounts(fn, epsilon, "measure")
-        scale = self._reserve(secret, amounts, amounts, check_sensitivity(sensitivity), purpose)
+        scale, delta = self._reserve(secret, amounts, amounts, check_sensitivity(sensitivity), purpose)
         with charged(secret) as values:
             result = _apply(fn, values, "measure")
-        return self._noisy(result, amounts, scale)
+        return self._noisy(result, amounts, scale, delta)
 
     # -- hooks and internals ------------------------------------------------------------------
     def _measurement_amounts(self, fn: object, epsilon: ArrayLike, what: str) -> FloatArray:
@@ -240,25 +401,22 @@ class LaplaceReleases(LedgerCore):
             raise InvalidArgument(f"{what} with epsilon=0 for every run would read the data without paying for it")
         return amounts
 
-    @abc.abstractmethod
-    def _charge(self, t: int, amounts: FloatArray, record: SpendRecord) -> None:
-        """Check the notion's composition theorem for ``amounts`` at t, then commit; or raise, changing nothing."""
-
     def _sensitivity_at(self, t: int, declared: float) -> float:
         return declared
 
-    def _reserve(self, secret: Secret, amounts: FloatArray, budgets: FloatArray, sensitivity: float, purpose: str) -> FloatArray:
+    def _reserve(self, secret: Secret, amounts: FloatArray, budgets: FloatArray, sensitivity: float, purpose: str) -> tuple[FloatArray, float]:
         """Charge ``amounts`` at the secret's timestamp for a Laplace release at ``budgets``.
 
-        Returns the noise scales sensitivity/budget, rounded up. Raises before anything is read.
+        Returns the noise scales (sensitivity/budget rounded up, by the noise source's rule) and the
+        sensitivity the noise covers. Raises before anything is read.
         """
         t = self._check_secret(secret)
         purpose = check_label(purpose)
         sensitivity = self._sensitivity_at(t, sensitivity)
-        scale = rounding.scale_up(sensitivity, budgets)
-        record = SpendRecord(t=t, purpose=purpose, amounts=amounts, sensitivity=sensitivity, noise_scale=scale, sampler=SAMPLER)
+        scale = self._noise.scale(sensitivity, budgets)
+        record = SpendRecord(t=t, purpose=purpose, amounts=amounts, sensitivity=sensitivity, noise_scale=scale, sampler=self._noise.name)
         self._charge(t, amounts, record)
-        return scale
+        return scale, sensitivity
 
 
 def _apply(fn: Callable[[FloatArray], ArrayLike], payload: object, what: str) -> FloatArray:
@@ -269,3 +427,45 @@ def _apply(fn: Callable[[FloatArray], ArrayLike], payload: object, what: str) ->
     if not np.isfinite(result).all():
         raise InvalidArgument(f"{what}: fn returned non-finite values {result!r}")
     return result
+
+
+class Replay:
+    """The stored operations a restarted publisher replays: its mechanism must spend them again,
+    in order and exactly; each call gets the stored output instead of fresh noise."""
+
+    __slots__ = ("_next", "_rows", "_start")
+
+    def __init__(self, rows: list[JournalRow]) -> None:
+        self._rows = rows
+        self._next = 0
+        self._start = 0
+
+    def __bool__(self) -> bool:
+        return self._next < len(self._rows)
+
+    def start(self) -> None:
+        self._start = self._next
+
+    def match(self, record: SpendRecord) -> None:
+        if self._next >= len(self._rows):
+            raise LedgerCorrupt(f"replay: the mechanism spends at t={record.t} ({record.purpose!r}) more than the ledger file recorded")
+        row = self._rows[self._next]
+        stored = row.record
+        if (stored.t, stored.purpose) != (record.t, record.purpose) or not np.array_equal(stored.amounts, record.amounts):
+            raise LedgerCorrupt(
+                f"replay diverged at record {row.seq}: the file has t={stored.t}, {stored.purpose!r}, amounts {stored.amounts.tolist()}; "
+                f"the mechanism spends t={record.t}, {record.purpose!r}, amounts {record.amounts.tolist()} "
+                "(was the file written by another mechanism or other parameters?)"
+            )
+        self._next += 1
+
+    def finish(self) -> FloatArray | None:
+        """The stored output of the operation just replayed (its records must be one whole stored operation)."""
+        matched = self._rows[self._start:self._next]
+        if not matched:
+            return None
+        op = matched[0].op
+        whole = matched[0].seq == op and all(r.op == op for r in matched)
+        if not whole or (self._next < len(self._rows) and self._rows[self._next].op == op):
+            raise LedgerCorrupt(f"replay diverged at record {matched[0].seq}: operation boundaries differ from the file's")
+        return matched[-1].output

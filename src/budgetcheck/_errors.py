@@ -48,3 +48,7 @@ class MechanismContractError(BudgetcheckError, RuntimeError):
 
 class DataUnavailable(BudgetcheckError, RuntimeError):
     """A data set needs an optional extra (``pip install budgetcheck[data]``) or a user's file."""
+
+
+class LedgerCorrupt(BudgetcheckError, RuntimeError):
+    """A ledger file is truncated, edited, of an unknown version, or not a ledger file at all."""

@@ -18,8 +18,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck import rounding
-from budgetcheck._core import SAMPLER, LaplaceReleases, _apply
-from budgetcheck._errors import BudgetExceeded, InvalidArgument
+from budgetcheck._core import LaplaceReleases, _apply, journaled
+from budgetcheck._noise import NUMPY
+from budgetcheck._errors import BudgetExceeded, InvalidArgument, LedgerCorrupt
 from budgetcheck._params import WEventParams
 from budgetcheck._records import LedgerHeader, SpendRecord
 from budgetcheck._secret import Secret, charged, claim
@@ -40,10 +41,10 @@ class WindowLedger(LaplaceReleases):
 
     __slots__ = ("_eps_units", "_params", "_windows")
 
-    def __init__(self, params: WEventParams, *, runs: int = 1, seed: int = 0) -> None:
+    def __init__(self, params: WEventParams, *, runs: int = 1, seed: int = 0, sampler: str = NUMPY) -> None:
         if not isinstance(params, WEventParams):
             raise InvalidArgument(f"params={params!r} must be a WEventParams(epsilon=..., w=...)")
-        super().__init__(runs=runs, seed=seed)
+        super().__init__(runs=runs, seed=seed, sampler=sampler)
         self._params = params
         self._eps_units = rounding.to_units(params.epsilon)
         self._windows = ExactWindows(params.w, self._runs)
@@ -62,6 +63,7 @@ class WindowLedger(LaplaceReleases):
         window, _ = self._windows.prospective(self._check_t(t))
         return tuple(int(v) for v in window.tolist())
 
+    @journaled
     def measure_footprint(
         self,
         fn: Callable[[FloatArray], ArrayLike],
@@ -109,14 +111,14 @@ class WindowLedger(LaplaceReleases):
                     t=end, w=w, epsilon=self._params.epsilon, eps_units=self._eps_units, window=int(before[run]),
                     proposed=int(after[run]), run=run, remaining_call="what that window had left",
                 )
-        scale = rounding.scale_up(sensitivity, amounts)
+        scale = self._noise.scale(sensitivity, amounts)
         self._windows.commit_footprint(t, added)
         for s in sorted(stamps):
             self._commit(t, SpendRecord(t=s, purpose=f"{purpose} (read at t={t})", amounts=amounts, sensitivity=sensitivity,
-                                        noise_scale=scale, sampler=SAMPLER))
+                                        noise_scale=scale, sampler=self._noise.name))
         with contextlib.ExitStack() as stack:
             result = _apply(fn, [stack.enter_context(charged(secret)) for secret in secrets], "measure_footprint")
-        return self._noisy(result, amounts, scale)
+        return self._noisy(result, amounts, scale, sensitivity)
 
     def above_threshold(
         self,
@@ -132,6 +134,8 @@ class WindowLedger(LaplaceReleases):
         See :class:`ThresholdTest`: every query at t charges ``epsilon`` at t (the one timestamp
         each open instance adds to its footprint).
         """
+        if self._noise.name != NUMPY:
+            raise InvalidArgument(f"above_threshold draws continuous noise; it is not available with sampler={self._noise.name!r}")
         return ThresholdTest(self, epsilon=epsilon, sensitivity=sensitivity, cells=cells, max_footprint=max_footprint, purpose=purpose)
 
     def header(self) -> LedgerHeader:
@@ -140,6 +144,24 @@ class WindowLedger(LaplaceReleases):
     def __repr__(self) -> str:
         p = self._params
         return f"WindowLedger(epsilon={p.epsilon!r}, w={p.w}, runs={self._runs}, t={self._t}, records={len(self._records)})"
+
+    def _reset(self) -> None:
+        self._windows = ExactWindows(self._params.w, self._runs)
+
+    def _lookback(self) -> int:
+        return 2 * self._params.w  # footprint checks reach windows ending up to w − 1 back
+
+    def _apply(self, record: SpendRecord) -> None:
+        """A stored record: a spend at its t, or (a footprint charge) at an earlier t of the window."""
+        if record.t >= self._t:
+            self._charge(record.t, record.amounts, record)
+            return
+        added = {record.t: rounding.to_units_array(record.amounts)}
+        for _, _, after in self._windows.footprint(self._t, added):
+            if (after > self._eps_units).any():
+                raise LedgerCorrupt(f"a stored footprint record at t={record.t} breaks a window of w={self._params.w}")
+        self._windows.commit_footprint(self._t, added)
+        self._commit(self._t, record)
 
     def _charge(self, t: int, amounts: FloatArray, record: SpendRecord) -> None:
         """Check every run's window [t-w+1, t] exactly, then commit; refuse atomically."""

@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck import rounding
-from budgetcheck._core import LedgerCore
+from budgetcheck._core import LedgerCore, journaled
 from budgetcheck._errors import InvalidArgument
 from budgetcheck._ledger import window_exceeded
 from budgetcheck._records import LedgerHeader, SpendRecord
@@ -64,12 +64,14 @@ class PersonalizedLedger(LedgerCore):
         t = self._check_t(t)
         return tuple(tuple(int(v) for v in win.prospective(t)[0].tolist()) for win in self._windows)
 
+    @journaled
     def spend(self, t: int, epsilon: ArrayLike, *, purpose: str) -> None:
         """Charge ε_{i,t} (per class) at t without reading any data."""
         t = self._check_t(t)
         amounts = self._check_amounts(epsilon)
         self._charge(t, amounts, SpendRecord(t=t, purpose=check_label(purpose), amounts=amounts))
 
+    @journaled
     def sample_release(self, secret: Secret, epsilon: ArrayLike, *, purpose: str = "publication") -> FloatArray:
         """The Sampling Mechanism (Jorgensen et al. 2015) with OBS: one release, per-user budgets.
 
@@ -82,8 +84,9 @@ class PersonalizedLedger(LedgerCore):
         theta, scale, record = self._reserve_sampled(secret, epsilon, 1.0, purpose)
         with charged(secret) as counts:
             sampled = self._sample(counts, record.amounts, theta)
-        return self._noisy(sampled, theta, scale, per_run=True)
+        return self._noisy(sampled, theta, scale, 1.0, per_run=True)
 
+    @journaled
     def sample_dissimilarity(self, secret: Secret, last_release: ArrayLike, epsilon: ArrayLike, *, purpose: str = "dissimilarity") -> FloatArray:
         """Du et al. 2025, Algorithm 3: (1/d) Σ_j |c̃_t[j] − r_l[j]| + Lap(1/(d θ)), θ = OBS(ε_{·,t}).
 
@@ -98,7 +101,7 @@ class PersonalizedLedger(LedgerCore):
         with charged(secret) as counts:
             sampled = self._sample(counts, record.amounts, theta)
         distance = np.abs(sampled - last).mean(axis=1)
-        return self._noisy(distance, theta, scale, per_run=True)
+        return self._noisy(distance, theta, scale, 1.0 / d, per_run=True)
 
     def reporting_error(self, epsilon: ArrayLike, *, sensitivity: float = 1.0) -> tuple[FloatArray, FloatArray]:
         """OBS on public budgets only (no data): (θ, err(θ)) per run (Du et al. 2025, Algorithm 1)."""
@@ -113,6 +116,12 @@ class PersonalizedLedger(LedgerCore):
         return f"PersonalizedLedger({self._requirements!r}, runs={self._runs}, t={self._t}, records={len(self._records)})"
 
     # -- internals -----------------------------------------------------------------------------
+    def _reset(self) -> None:
+        self._windows = [ExactWindows(r.w, self._runs) for r in self._requirements.classes]
+
+    def _lookback(self) -> int:
+        return max(r.w for r in self._requirements.classes)
+
     def _check_amounts(self, value: ArrayLike) -> FloatArray:
         """Shape (runs, classes), (classes,) or a scalar; finite and >= 0."""
         return check_bin_amounts(value, self._runs, self._requirements.n_classes, scalar=True)

@@ -50,7 +50,7 @@ class SpendRecord:
             "purpose": self.purpose,
             "amounts": self.amounts.tolist(),
             "sensitivity": self.sensitivity,
-            "noise_scale": None if self.noise_scale is None else _finite_or_none(self.noise_scale),
+            "noise_scale": None if self.noise_scale is None else finite_or_none(self.noise_scale),
             "sampler": self.sampler,
         }
 
@@ -126,7 +126,7 @@ def load_lines(lines: Iterable[str]) -> tuple[LedgerHeader, list[SpendRecord]]:
                 purpose=str(raw["purpose"]),
                 amounts=raw["amounts"],
                 sensitivity=None if raw.get("sensitivity") is None else float(raw["sensitivity"]),
-                noise_scale=None if scales is None else _none_to_inf(scales),
+                noise_scale=None if scales is None else none_to_inf(scales),
                 sampler=raw.get("sampler"),
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -138,16 +138,16 @@ def load_lines(lines: Iterable[str]) -> tuple[LedgerHeader, list[SpendRecord]]:
     return header, records
 
 
-def _finite_or_none(values: FloatArray) -> Any:
+def finite_or_none(values: FloatArray) -> Any:
     """Nested lists of floats with None where the value is infinite (JSON has no inf)."""
     if values.ndim == 0:
         return float(values) if np.isfinite(values) else None
-    return [_finite_or_none(v) for v in values]
+    return [finite_or_none(v) for v in values]
 
 
-def _none_to_inf(values: Any) -> Any:
+def none_to_inf(values: Any) -> Any:
     if isinstance(values, list):
-        return [_none_to_inf(v) for v in values]
+        return [none_to_inf(v) for v in values]
     return np.inf if values is None else float(values)
 
 

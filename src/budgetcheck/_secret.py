@@ -186,6 +186,12 @@ def claim(secret: Secret, ledger: object) -> None:
         )
 
 
+def is_placeholder(secret: Secret) -> bool:
+    """Whether the secret stands in for a replayed timestamp (an all-NaN payload; real streams refuse NaN)."""
+    values = _VAULT.get(id(secret))
+    return values is not None and values.size > 0 and bool(np.isnan(values).all())
+
+
 def reveal(secret: object) -> NDArray[np.float64]:
     """The payload of a secret; only while :func:`charged` has that very secret open."""
     if not isinstance(secret, Secret):

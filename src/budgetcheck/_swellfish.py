@@ -19,7 +19,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import rounding
-from budgetcheck._core import LaplaceReleases
+from budgetcheck._core import LaplaceReleases, journaled
+from budgetcheck._noise import NUMPY
 from budgetcheck._errors import BudgetExceeded, InvalidArgument
 from budgetcheck._policies import PolicyCollection
 from budgetcheck._records import LedgerHeader, SpendRecord
@@ -36,14 +37,17 @@ class SwellfishLedger(LaplaceReleases):
 
     __slots__ = ("_current", "_current_t", "_eps_units", "_epsilon", "_policies", "_sums", "_tops", "_top_times")
 
-    def __init__(self, policies: PolicyCollection, *, epsilon: float, runs: int = 1, seed: int = 0) -> None:
+    def __init__(self, policies: PolicyCollection, *, epsilon: float, runs: int = 1, seed: int = 0, sampler: str = NUMPY) -> None:
         if not isinstance(policies, PolicyCollection):
             raise InvalidArgument(f"policies must be a PolicyCollection, got {type(policies).__name__}")
-        super().__init__(runs=runs, seed=seed)
+        super().__init__(runs=runs, seed=seed, sampler=sampler)
         self._policies = policies
         self._epsilon = check_epsilon(epsilon)
         self._eps_units = rounding.to_units(self._epsilon)
-        deltas = [policies.delta(i) for i in range(len(policies))]
+        self._reset()
+
+    def _reset(self) -> None:
+        deltas = [self._policies.delta(i) for i in range(len(self._policies))]
         self._tops: list[ObjectArray] = [np.zeros((self._runs, d), dtype=np.int64).astype(object) for d in deltas]
         self._top_times: list[NDArray[np.int64]] = [np.zeros((self._runs, d), dtype=np.int64) for d in deltas]
         self._sums: list[ObjectArray] = [zeros(self._runs) for _ in deltas]
@@ -91,6 +95,7 @@ class SwellfishLedger(LaplaceReleases):
         """Exact Σ TOP_δ(J) of policy ``index`` per run, in units of 2**-1127."""
         return tuple(int(v) for v in self._sums[index].tolist())
 
+    @journaled
     def release_exact(self, secret: Secret, *, purpose: str = "exact release") -> FloatArray:
         """The true value, free, where Δ_Q^t(Φ) = 0 (Algorithm 2 line 1); refused anywhere else."""
         t = self._check_secret(secret)
@@ -113,6 +118,9 @@ class SwellfishLedger(LaplaceReleases):
         return f"SwellfishLedger({self._policies!r}, epsilon={self._epsilon!r}, runs={self._runs}, t={self._t})"
 
     # -- internals -----------------------------------------------------------------------------
+    def _lookback(self) -> int:
+        return self._t  # a relevance interval may reach back to the first timestamp: load everything
+
     def _sensitivity_at(self, t: int, declared: float) -> float:
         return declared * self._policies.temporal_sensitivity(t)
 

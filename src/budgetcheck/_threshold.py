@@ -91,6 +91,11 @@ class ThresholdTest:
         return self._starts.copy()
 
     def query(self, secret: Secret, statistic: Callable[[FloatArray], ArrayLike], thresholds: ArrayLike) -> ThresholdAnswer:
+        """Charge ε at the secret's t and test (one charged operation of the ledger; see :meth:`_query`)."""
+        answer: ThresholdAnswer = self._ledger._operation(self._query, secret, statistic, thresholds)
+        return answer
+
+    def _query(self, secret: Secret, statistic: Callable[[FloatArray], ArrayLike], thresholds: ArrayLike) -> ThresholdAnswer:
         """Charge ε at the secret's t; open an instance where none is open; test the others.
 
         ``statistic`` gets the true values of every cell's footprint as shape (runs, L, *cells)

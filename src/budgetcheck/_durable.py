@@ -1,0 +1,52 @@
+"""Durable ledgers: keep any budgetcheck ledger in an SQLite file (accounting rules §8).
+
+``open_ledger(path, ledger)`` attaches a fresh ledger to a ledger file, creating it or loading
+what it holds. From then on every charged operation is one transaction: catch up with what other
+processes committed, check, append the records (hash-chained) and the output, commit, and only then
+return the value. A process killed at any point loses nothing committed and can never have released
+a value whose spend is not on disk; several processes on one file are serialised by SQLite's write
+lock, so together they can never exceed a window.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TypeVar
+
+from budgetcheck._core import LedgerCore
+from budgetcheck._errors import InvalidArgument
+from budgetcheck._journal import DURABILITY, Journal
+
+L = TypeVar("L", bound=LedgerCore)
+
+
+def open_ledger(path: str | Path, ledger: L, *, durability: str = "full") -> L:
+    """Keep ``ledger`` (fresh, unused) in the file at ``path``; returns the same ledger.
+
+    A new file is created with the ledger's header; an existing file must have been kept under the
+    same notion and parameters (else InvalidArgument names what differs), and its spends are loaded.
+    ``durability``: 'full' (fsync at every commit: survives power loss) or 'process' (survives a
+    killed process; several times faster). A numpy-sampler ledger draws from
+    SeedSequence([seed, session]) so that a reopened file never reuses noise.
+    """
+    journal = _journal(path, ledger, durability)
+    ledger._attach(journal)
+    return ledger
+
+
+def replay_ledger(path: str | Path, ledger: L, *, durability: str = "full") -> L:
+    """Like :func:`open_ledger`, but the stored operations must be replayed by the same mechanism
+    (a restarted publisher): each replayed call is matched against the file and gets its stored output."""
+    journal = _journal(path, ledger, durability)
+    ledger._attach(journal, replay=list(journal.rows()))
+    return ledger
+
+
+def _journal(path: str | Path, ledger: LedgerCore, durability: str) -> Journal:
+    if not isinstance(ledger, LedgerCore):
+        raise InvalidArgument(f"ledger must be a WindowLedger, PersonalizedLedger or SwellfishLedger, got {type(ledger).__name__}")
+    if durability not in DURABILITY:
+        raise InvalidArgument(f"durability={durability!r} must be one of {sorted(DURABILITY)}")
+    if ledger.t or ledger.journal is not None or ledger.refusals:
+        raise InvalidArgument(f"{ledger!r} has already been used: open a ledger file with a fresh ledger")
+    return Journal(path, ledger.header(), durability=durability)

@@ -1,0 +1,307 @@
+"""The durable record of a ledger: an SQLite file in WAL mode, hash-chained, versioned.
+
+Every charged operation is one ``BEGIN IMMEDIATE`` transaction (accounting rules §8: reserve →
+commit → release): the writer catches up with the spends other processes committed, checks its
+own spend, appends its records (and the operation's output) and commits; only then is the value
+handed back. Row k carries H_k = SHA-256(H_{k−1} ‖ row k) with H_0 = SHA-256(header), and the
+``meta`` table keeps the count and head hash, updated in the same transaction, so an edited,
+deleted or truncated record breaks the chain or the head.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import sqlite3
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final, final
+
+import attrs
+import numpy as np
+from numpy.typing import NDArray
+
+from budgetcheck._errors import InvalidArgument, LedgerCorrupt
+from budgetcheck._records import LedgerHeader, SpendRecord, finite_or_none, none_to_inf
+
+FloatArray = NDArray[np.float64]
+FORMAT: Final = "budgetcheck.journal"
+FILE_VERSION: Final = 1
+RECORD_VERSION: Final = 1
+DURABILITY: Final = {"full": "FULL", "process": "NORMAL"}
+_SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+_ROW = struct.Struct("<qqqq")
+
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE records (
+    seq INTEGER PRIMARY KEY,
+    version INTEGER NOT NULL,
+    op INTEGER NOT NULL,
+    t INTEGER NOT NULL,
+    amounts BLOB NOT NULL,
+    detail TEXT NOT NULL,
+    output BLOB,
+    hash BLOB NOT NULL
+);
+"""
+
+
+@attrs.frozen
+class JournalRow:
+    """One stored record: its position, the operation it belongs to, and that operation's output."""
+
+    seq: int
+    op: int
+    record: SpendRecord
+    output: FloatArray | None
+
+
+def genesis(header: LedgerHeader) -> bytes:
+    """H_0: the hash of the header's canonical JSON."""
+    return hashlib.sha256(canonical(header.to_json())).digest()
+
+
+def canonical(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def row_hash(previous: bytes, version: int, seq: int, op: int, t: int, amounts: bytes, detail: bytes, output: bytes | None) -> bytes:
+    """H_k = SHA-256(H_{k−1} ‖ version, seq, op, t ‖ len-prefixed amounts, detail, output)."""
+    h = hashlib.sha256(previous)
+    h.update(_ROW.pack(version, seq, op, t))
+    for part in (amounts, detail, b"" if output is None else output):
+        h.update(struct.pack("<q", len(part)))
+        h.update(part)
+    h.update(b"\x01" if output is not None else b"\x00")
+    return h.digest()
+
+
+def encode_detail(record: SpendRecord) -> bytes:
+    scale = None if record.noise_scale is None else finite_or_none(record.noise_scale)
+    return canonical({"purpose": record.purpose, "sensitivity": record.sensitivity, "noise_scale": scale, "sampler": record.sampler})
+
+
+def encode_array(values: FloatArray) -> bytes:
+    """ndim, shape, then float64 little-endian values."""
+    arr = np.ascontiguousarray(values, dtype="<f8")
+    return struct.pack(f"<q{arr.ndim}q", arr.ndim, *arr.shape) + arr.tobytes()
+
+
+def decode_array(blob: bytes, where: str) -> FloatArray:
+    try:
+        (ndim,) = struct.unpack_from("<q", blob)
+        shape = struct.unpack_from(f"<{ndim}q", blob, 8)
+        body = blob[8 + 8 * ndim:]
+        values = np.frombuffer(body, dtype="<f8").reshape(shape).astype(np.float64)
+    except (struct.error, ValueError) as exc:
+        raise LedgerCorrupt(f"{where}: malformed array: {exc}") from exc
+    return values
+
+
+def decode_row(row: tuple[Any, ...], header: LedgerHeader) -> JournalRow:
+    """A stored row as a record; unknown record versions are refused, never guessed."""
+    seq, version, op, t, amounts, detail, output = row[:7]
+    where = f"record {seq}"
+    if version != RECORD_VERSION:
+        raise LedgerCorrupt(f"{where}: record version {version!r} is not supported (expected {RECORD_VERSION})")
+    shape = (header.runs, len(header.classes)) if header.classes else (header.runs,)
+    try:
+        fields = json.loads(detail)
+        scale = fields["noise_scale"]
+        record = SpendRecord(
+            t=int(t), purpose=str(fields["purpose"]),
+            amounts=np.frombuffer(amounts, dtype="<f8").reshape(shape),
+            sensitivity=None if fields["sensitivity"] is None else float(fields["sensitivity"]),
+            noise_scale=None if scale is None else none_to_inf(scale),
+            sampler=fields["sampler"],
+        )
+    except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
+        raise LedgerCorrupt(f"{where}: malformed record: {exc}") from exc
+    return JournalRow(seq=int(seq), op=int(op), record=record, output=None if output is None else decode_array(output, where))
+
+
+def is_journal(path: str | Path) -> bool:
+    """Whether ``path`` starts like an SQLite file (else it may be a JSON-lines export)."""
+    with open(path, "rb") as handle:
+        return handle.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
+
+
+def connect(path: str | Path, *, durability: str = "full", create: bool = False) -> sqlite3.Connection:
+    """An autocommit connection in WAL mode; corrupt or foreign files raise LedgerCorrupt."""
+    if durability not in DURABILITY:
+        raise InvalidArgument(f"durability={durability!r} must be one of {sorted(DURABILITY)}")
+    path = Path(path)
+    if not create and not path.exists():
+        raise InvalidArgument(f"ledger file {str(path)!r} does not exist")
+    if path.exists() and path.stat().st_size and not is_journal(path):
+        raise LedgerCorrupt(f"{str(path)!r} is not a budgetcheck ledger file (no SQLite header)")
+    try:
+        db = sqlite3.connect(path, isolation_level=None, timeout=60.0, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(f"PRAGMA synchronous={DURABILITY[durability]}")
+        db.execute("PRAGMA busy_timeout=60000")
+    except sqlite3.DatabaseError as exc:
+        raise LedgerCorrupt(f"{str(path)!r} cannot be opened as a ledger file: {exc}") from exc
+    return db
+
+
+@final
+class Journal:
+    """The SQLite file behind a durable ledger (one connection; see :func:`budgetcheck.open_ledger`)."""
+
+    __slots__ = ("_db", "_head", "_header", "_last", "_path", "session")
+
+    def __init__(self, path: str | Path, header: LedgerHeader, *, durability: str = "full") -> None:
+        self._path = str(path)
+        self._header = header
+        self._db = connect(path, durability=durability, create=True)
+        with self._guard("open"):
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                if not self._db.execute("SELECT name FROM sqlite_master WHERE name='meta'").fetchone():
+                    for statement in _SCHEMA.split(";"):
+                        if statement.strip():
+                            self._db.execute(statement)
+                    for key, value in (("format", FORMAT), ("version", str(FILE_VERSION)),
+                                       ("header", canonical(header.to_json()).decode()),
+                                       ("count", "0"), ("head", genesis(header).hex()), ("sessions", "0")):
+                        self._db.execute("INSERT INTO meta VALUES (?, ?)", (key, value))
+                self._check_meta()
+                sessions = int(self._meta("sessions")) + 1
+                self._db.execute("UPDATE meta SET value=? WHERE key='sessions'", (str(sessions),))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        self.session = sessions
+        self._last, self._head = 0, genesis(header)
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    def head(self) -> tuple[int, str]:
+        """(records committed, head hash in hex): publish it to anchor the file against rollback."""
+        with self._guard("read the head"):
+            return int(self._meta("count")), self._meta("head")
+
+    def close(self) -> None:
+        self._db.close()
+
+    def begin(self) -> list[JournalRow]:
+        """BEGIN IMMEDIATE (the write lock); the rows other writers committed since we last looked."""
+        with self._guard("begin a transaction"):
+            self._db.execute("BEGIN IMMEDIATE")
+        try:
+            return self._catch_up()
+        except BaseException:
+            self.rollback()
+            raise
+
+    def commit(self) -> None:
+        """Store the new count and head, then COMMIT (durable before anything is released)."""
+        with self._guard("commit"):
+            self._db.execute("UPDATE meta SET value=? WHERE key='count'", (str(self._last),))
+            self._db.execute("UPDATE meta SET value=? WHERE key='head'", (self._head.hex(),))
+            self._db.execute("COMMIT")
+
+    def rollback(self) -> None:
+        """Undo the open transaction (if any) and forget what it appended."""
+        with contextlib.suppress(sqlite3.Error):
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+        self._last, self._head = self._stored_head()
+
+    def append(self, records: list[SpendRecord], output: FloatArray | None) -> None:
+        """Append one operation's records (inside :meth:`transaction`); the output goes on the last."""
+        if not records:
+            return
+        op = self._last + 1  # an operation is named by the position of its first record
+        for index, record in enumerate(records):
+            seq = self._last + 1
+            amounts = np.ascontiguousarray(record.amounts, dtype="<f8").tobytes()
+            detail = encode_detail(record)
+            blob = encode_array(output) if output is not None and index == len(records) - 1 else None
+            digest = row_hash(self._head, RECORD_VERSION, seq, op, record.t, amounts, detail, blob)
+            with self._guard("append a record"):
+                self._db.execute("INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                                 (seq, RECORD_VERSION, op, record.t, amounts, detail.decode(), blob, digest))
+            self._last, self._head = seq, digest
+
+    def rows(self, *, since_t: int = 0) -> Iterator[JournalRow]:
+        """Every stored row with t >= since_t, in order (chain not re-verified: see the auditor)."""
+        with self._guard("read records"):
+            cursor = self._db.execute(
+                "SELECT seq, version, op, t, amounts, detail, output FROM records WHERE t >= ? ORDER BY seq", (since_t,))
+            for row in cursor:
+                yield decode_row(row, self._header)
+
+    def latest_t(self) -> int:
+        with self._guard("read the latest timestamp"):
+            (value,) = self._db.execute("SELECT COALESCE(MAX(t), 0) FROM records").fetchone()
+        return int(value)
+
+    def sync_head(self) -> None:
+        """Take the stored head as ours (after loading the state from the rows)."""
+        self._last, self._head = self._stored_head()
+
+    # -- internals -----------------------------------------------------------------------------
+    def _catch_up(self) -> list[JournalRow]:
+        count, head = self._stored_head()
+        if count == self._last:
+            if head != self._head:
+                raise LedgerCorrupt(f"{self._path}: head hash changed under an unchanged count {count}")
+            return []
+        if count < self._last:
+            raise LedgerCorrupt(f"{self._path}: the file has {count} records, fewer than the {self._last} already seen (rolled back?)")
+        with self._guard("read new records"):
+            raw = self._db.execute(
+                "SELECT seq, version, op, t, amounts, detail, output, hash FROM records WHERE seq > ? ORDER BY seq", (self._last,)
+            ).fetchall()
+        rows: list[JournalRow] = []
+        previous = self._head
+        for row in raw:
+            decoded = decode_row(row, self._header)
+            amounts, detail, output = row[4], row[5].encode(), row[6]
+            if decoded.seq != self._last + len(rows) + 1 or row_hash(previous, row[1], row[0], row[2], row[3], amounts, detail, output) != row[7]:
+                raise LedgerCorrupt(f"{self._path}: record {decoded.seq} does not continue the hash chain")
+            previous = row[7]
+            rows.append(decoded)
+        if previous != head or len(rows) != count - self._last:
+            raise LedgerCorrupt(f"{self._path}: the stored head does not match record {count}")
+        self._last, self._head = count, previous
+        return rows
+
+    def _stored_head(self) -> tuple[int, bytes]:
+        with self._guard("read the head"):
+            return int(self._meta("count")), bytes.fromhex(self._meta("head"))
+
+    def _meta(self, key: str) -> str:
+        row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        if row is None:
+            raise LedgerCorrupt(f"{self._path}: meta entry {key!r} is missing")
+        return str(row[0])
+
+    def _check_meta(self) -> None:
+        if self._meta("format") != FORMAT:
+            raise LedgerCorrupt(f"{self._path}: format {self._meta('format')!r} is not {FORMAT!r}")
+        if self._meta("version") != str(FILE_VERSION):
+            raise LedgerCorrupt(f"{self._path}: file version {self._meta('version')!r} is not supported (expected {FILE_VERSION})")
+        stored = json.loads(self._meta("header"))
+        wanted = json.loads(canonical(self._header.to_json()))
+        if stored != wanted:
+            differ = sorted(k for k in set(stored) | set(wanted) if stored.get(k) != wanted.get(k))
+            raise InvalidArgument(
+                f"ledger file {self._path!r} was kept under {', '.join(f'{k}={stored.get(k)!r}' for k in differ)}, "
+                f"not {', '.join(f'{k}={wanted.get(k)!r}' for k in differ)}"
+            )
+
+    @contextlib.contextmanager
+    def _guard(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            raise LedgerCorrupt(f"{self._path}: cannot {what}: {exc}") from exc

@@ -1,0 +1,145 @@
+"""Noise sources of the Laplace releases: numpy's fast sampler, or an exact discrete one.
+
+``numpy-laplace`` (the default, and the benchmark's): float Laplace from a seeded
+``numpy.random.Generator`` — fast and reproducible, but float sampling is attackable
+(Mironov 2012, accounting rules §8). ``discrete-laplace``: the exact discrete Laplace sampler of
+Canonne, Kamath, Steinke 2020 (Algorithms 1 and 2) with rational arithmetic and randomness from the
+operating system's CSPRNG (``secrets``); no float ever touches the noise. Values must lie on the
+grid γ·Z: γ = 1 for an integer sensitivity (counts; values off the grid are refused), otherwise
+γ = 2^(⌊log2 Δ⌋−20), the value is rounded to the grid and the scale covers Δ + γ.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from fractions import Fraction
+from typing import Final, Protocol, final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from budgetcheck import rounding
+from budgetcheck._errors import InvalidArgument
+
+FloatArray = NDArray[np.float64]
+NUMPY: Final = "numpy-laplace"
+DISCRETE: Final = "discrete-laplace"
+SAMPLERS: Final = (NUMPY, DISCRETE)
+
+
+class NoiseSource(Protocol):
+    """Where a ledger's Laplace noise comes from (named in every record it pays for)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def scale(self, sensitivity: float, budgets: FloatArray) -> FloatArray:
+        """The noise scale per budget (rounded up; inf where the budget is 0)."""
+
+    def perturb(self, values: FloatArray, scale: FloatArray, sensitivity: float) -> FloatArray:
+        """values + noise of the given scale (same shape; scale broadcast against values)."""
+
+
+@final
+class NumpyLaplace:
+    """Continuous Laplace from a seeded numpy Generator: Lap(Δ/ε), scale rounded up."""
+
+    __slots__ = ("_rng",)
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self._rng = rng
+
+    @property
+    def name(self) -> str:
+        return NUMPY
+
+    def scale(self, sensitivity: float, budgets: FloatArray) -> FloatArray:
+        return rounding.scale_up(sensitivity, budgets)
+
+    def perturb(self, values: FloatArray, scale: FloatArray, sensitivity: float) -> FloatArray:
+        noise = self._rng.laplace(0.0, 1.0, size=values.shape)
+        return np.asarray(values + noise * scale, dtype=np.float64)
+
+
+def granularity(sensitivity: float) -> Fraction:
+    """γ of the discrete sampler: 1 for an integer sensitivity, else 2^(⌊log2 Δ⌋−20)."""
+    if sensitivity >= 1.0 and float(sensitivity).is_integer():
+        return Fraction(1)
+    return Fraction(2) ** (math.floor(math.log2(sensitivity)) - 20)
+
+
+@final
+class DiscreteLaplace:
+    """Exact discrete Laplace on γ·Z from the OS CSPRNG (Canonne, Kamath, Steinke 2020)."""
+
+    __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        return DISCRETE
+
+    def scale(self, sensitivity: float, budgets: FloatArray) -> FloatArray:
+        gamma = granularity(sensitivity)
+        covered = sensitivity if gamma == 1 else float(Fraction(sensitivity) + gamma)
+        return rounding.scale_up(covered, budgets)
+
+    def perturb(self, values: FloatArray, scale: FloatArray, sensitivity: float) -> FloatArray:
+        gamma = granularity(sensitivity)
+        steps = values / float(gamma)
+        if gamma == 1 and not np.array_equal(steps, np.round(steps)):
+            raise InvalidArgument(
+                f"the discrete-laplace sampler releases integer counts at integer sensitivity {sensitivity!r}; "
+                "got values that are not integers"
+            )
+        grid = np.round(steps)
+        scales = np.broadcast_to(scale, values.shape)
+        out = np.empty(values.shape, dtype=np.float64)
+        for index in np.ndindex(values.shape):
+            units = Fraction(float(scales[index])) / gamma
+            noise = discrete_laplace(units) if units > 0 else 0
+            out[index] = float((int(grid[index]) + noise) * gamma)
+        return out
+
+
+def bernoulli(p: Fraction) -> bool:
+    """True with probability p in [0, 1], exactly."""
+    return secrets.randbelow(p.denominator) < p.numerator
+
+
+def bernoulli_exp(gamma: Fraction) -> bool:
+    """True with probability exp(−γ), γ >= 0 rational (CKS 2020, Algorithm 1)."""
+    while gamma > 1:
+        if not bernoulli_exp(Fraction(1)):
+            return False
+        gamma -= 1
+    k = 1
+    while bernoulli(gamma / k):
+        k += 1
+    return k % 2 == 1
+
+
+def discrete_laplace(scale: Fraction) -> int:
+    """An integer x with P(x) ∝ exp(−|x|/scale), scale > 0 rational (CKS 2020, Algorithm 2)."""
+    t, s = scale.numerator, scale.denominator
+    while True:
+        u = secrets.randbelow(t)
+        if not bernoulli_exp(Fraction(u, t)):
+            continue
+        v = 0
+        while bernoulli_exp(Fraction(1)):
+            v += 1
+        y = (u + t * v) // s
+        negative = secrets.randbelow(2) == 1
+        if negative and y == 0:
+            continue
+        return -y if negative else y
+
+
+def make_noise(sampler: str, rng: np.random.Generator) -> NoiseSource:
+    """The noise source named ``sampler`` (one of SAMPLERS)."""
+    if sampler == NUMPY:
+        return NumpyLaplace(rng)
+    if sampler == DISCRETE:
+        return DiscreteLaplace()
+    raise InvalidArgument(f"sampler={sampler!r} must be one of {list(SAMPLERS)}")
