@@ -19,7 +19,12 @@ from budgetcheck._errors import InvalidArgument as InvalidArgument
 from budgetcheck._errors import MechanismContractError as MechanismContractError
 from budgetcheck._errors import SecretAccess as SecretAccess
 from budgetcheck._errors import TimestampOrder as TimestampOrder
+from budgetcheck._audit_file import FileAudit as FileAudit
+from budgetcheck._audit_file import audit_file as audit_file
+from budgetcheck._durable import open_ledger as open_ledger
+from budgetcheck._errors import LedgerCorrupt as LedgerCorrupt
 from budgetcheck._ledger import WindowLedger as WindowLedger
+from budgetcheck._live import LiveStream as LiveStream
 from budgetcheck._mechanism import Execution as Execution
 from budgetcheck._mechanism import PersonalizedMechanism as PersonalizedMechanism
 from budgetcheck._mechanism import SwellfishMechanism as SwellfishMechanism
@@ -59,9 +64,12 @@ __all__ = [
     "BudgetcheckError",
     "Counterexample",
     "Execution",
+    "FileAudit",
     "GuardedStream",
     "InvalidArgument",
+    "LedgerCorrupt",
     "LedgerHeader",
+    "LiveStream",
     "MechanismContractError",
     "PersonalizedLedger",
     "PersonalizedMechanism",
@@ -83,6 +91,7 @@ __all__ = [
     "WEventParams",
     "WindowFinding",
     "WindowLedger",
+    "audit_file",
     "audit_windows",
     "calc_delta_j",
     "deviation",
@@ -94,6 +103,7 @@ __all__ = [
     "load_lines",
     "load_mechanism",
     "ops",
+    "open_ledger",
     "optimal_budget",
     "proving",
     "rounding",

@@ -106,8 +106,10 @@ class LedgerCore(abc.ABC):
         A mechanism that opened a second ledger to read the stream would keep its spends out of
         this ledger's record; after binding, that raises :class:`SecretAccess`.
         """
-        if not isinstance(stream, SecretSequence):
-            raise InvalidArgument(f"stream must be a GuardedStream or PersonalizedStream, got {type(stream).__name__}")
+        from budgetcheck._live import LiveStream
+
+        if not isinstance(stream, (SecretSequence, LiveStream)):
+            raise InvalidArgument(f"stream must be a GuardedStream, PersonalizedStream or LiveStream, got {type(stream).__name__}")
         stream._bind(self)
 
     @abc.abstractmethod
@@ -160,6 +162,8 @@ class LedgerCore(abc.ABC):
         a run's noise does not depend on what the other runs paid.
         """
         shape = values.shape if per_run else (self._runs, *values.shape)
+        if self._replay is not None:
+            return np.zeros(shape)  # replaced by the stored output (see _replayed)
         extra = (1,) * (len(shape) - budgets.ndim)
         paid = (budgets > 0.0).reshape(budgets.shape + extra)
         full = np.broadcast_to(values, shape)

@@ -52,3 +52,11 @@ class DataUnavailable(BudgetcheckError, RuntimeError):
 
 class LedgerCorrupt(BudgetcheckError, RuntimeError):
     """A ledger file is truncated, edited, of an unknown version, or not a ledger file at all."""
+
+
+class BadRow(InvalidArgument):
+    """A publisher's input row is malformed; ``row`` is its 1-based line number."""
+
+    def __init__(self, message: str, *, row: int) -> None:
+        super().__init__(f"row {row}: {message}")
+        self.row = row

@@ -46,6 +46,7 @@ CREATE TABLE records (
     output BLOB,
     hash BLOB NOT NULL
 );
+CREATE TABLE releases (t INTEGER PRIMARY KEY, value BLOB NOT NULL);
 """
 
 
@@ -230,6 +231,38 @@ class Journal:
                 self._db.execute("INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                                  (seq, RECORD_VERSION, op, record.t, amounts, detail.decode(), blob, digest))
             self._last, self._head = seq, digest
+
+    def store_release(self, t: int, values: FloatArray) -> None:
+        """Record that the value of timestamp t was published (once: t is the primary key)."""
+        with self._guard("record a release"):
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("INSERT INTO releases VALUES (?, ?)", (t, encode_array(values)))
+            except sqlite3.IntegrityError as exc:
+                self._db.execute("ROLLBACK")
+                raise LedgerCorrupt(f"{self._path}: timestamp {t} was already published") from exc
+            self._db.execute("COMMIT")
+
+    def releases(self) -> list[tuple[int, FloatArray]]:
+        """Every published (t, value), in order of t."""
+        with self._guard("read releases"):
+            rows = self._db.execute("SELECT t, value FROM releases ORDER BY t").fetchall()
+        return [(int(t), decode_array(blob, f"release t={t}")) for t, blob in rows]
+
+    def claim(self, key: str, value: str) -> None:
+        """Store meta[key] = value the first time; later opens must ask for the same value."""
+        with self._guard(f"record {key}"):
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+                if row is None:
+                    self._db.execute("INSERT INTO meta VALUES (?, ?)", (key, value))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        if row is not None and row[0] != value:
+            raise InvalidArgument(f"ledger file {self._path!r} was written with {key} {row[0]}, not {value}")
 
     def rows(self, *, since_t: int = 0) -> Iterator[JournalRow]:
         """Every stored row with t >= since_t, in order (chain not re-verified: see the auditor)."""

@@ -21,6 +21,8 @@ from budgetcheck._errors import SecretAccess
 
 # Keyed by id(): a Secret refuses ==, so it cannot be a dict key itself. Entries die with it.
 _VAULT: dict[int, NDArray[np.float64]] = {}
+# ids of stand-ins: secrets of timestamps a restarted publisher replays from its ledger file.
+_STAND_INS: set[int] = set()
 # ids of the secrets whose charge has passed and whose values are being read right now.
 _OPEN: list[int] = []
 
@@ -38,7 +40,7 @@ class Secret:
 
     __slots__ = ("__weakref__", "_claim", "_shape", "_t")
 
-    def __init__(self, t: int, values: NDArray[np.float64], claim: list[object] | None = None) -> None:
+    def __init__(self, t: int, values: NDArray[np.float64], claim: list[object] | None = None, *, stand_in: bool = False) -> None:
         frozen = np.array(values, dtype=np.float64)
         frozen.setflags(write=False)
         self._t = t
@@ -46,6 +48,9 @@ class Secret:
         self._claim: list[object] = [] if claim is None else claim
         _VAULT[id(self)] = frozen
         weakref.finalize(self, _VAULT.pop, id(self), None)
+        if stand_in:
+            _STAND_INS.add(id(self))
+            weakref.finalize(self, _STAND_INS.discard, id(self))
 
     @property
     def t(self) -> int:
@@ -187,9 +192,8 @@ def claim(secret: Secret, ledger: object) -> None:
 
 
 def is_placeholder(secret: Secret) -> bool:
-    """Whether the secret stands in for a replayed timestamp (an all-NaN payload; real streams refuse NaN)."""
-    values = _VAULT.get(id(secret))
-    return values is not None and values.size > 0 and bool(np.isnan(values).all())
+    """Whether the secret stands in for a timestamp replayed from a ledger file (it holds no data)."""
+    return id(secret) in _STAND_INS
 
 
 def reveal(secret: object) -> NDArray[np.float64]:

@@ -207,8 +207,16 @@ def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as
 @click.option("--epsilon", type=float, default=None, help="The ε to check against (default: the log's header).")
 @click.option("--w", type=int, default=None, help="The window length w (default: the log's header).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report.")
-def audit(log: Path, epsilon: float | None, w: int | None, as_json: bool) -> None:
-    """Re-check an exported ledger LOG (JSON lines) offline: every window of every run <= ε."""
+@click.option("--expect-head", default=None, help="Ledger files: the head hash you kept (detects a rolled-back file).")
+def audit(log: Path, epsilon: float | None, w: int | None, as_json: bool, expect_head: str | None) -> None:
+    """Re-check a ledger LOG offline: an exported JSON-lines log, or a ledger file (hash chain, head,
+    every composition constraint; exit 4 if the chain is broken or the file damaged)."""
+    from budgetcheck._journal import is_journal
+
+    if is_journal(log):
+        from budgetcheck._cli_publish import audit_ledger_file
+
+        audit_ledger_file(log, expect_head, as_json)
     try:
         with log.open(encoding="utf-8") as handle:
             header, records = load_lines(handle)
@@ -398,3 +406,12 @@ def bench_swellfish(paper: bool, out: Path, seed: int) -> None:
     files = study.write_study(rows, out)
     click.echo(study.study_table(rows))
     click.echo(f"wrote {', '.join(str(p) for p in files)}")
+
+
+def _register() -> None:
+    from budgetcheck._cli_publish import publish
+
+    main.add_command(publish)
+
+
+_register()

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck import GuardedStream, SwellfishLedger, WindowLedger
+from budgetcheck import GuardedStream, LiveStream, SwellfishLedger, WindowLedger
 from budgetcheck.ops import FLOAT
 from budgetcheck.proving import AllocationRule, RuleEnv
 
 FloatArray = NDArray[np.float64]
 Ledger = WindowLedger | SwellfishLedger
+Stream = GuardedStream | LiveStream
 
 
 def rule_env(ledger: Ledger) -> RuleEnv:
@@ -40,7 +43,25 @@ def empty_releases(runs: int, length: int, dimensions: int) -> FloatArray:
     return np.zeros((runs, length, dimensions), dtype=np.float64)
 
 
+def collect(releases: Iterator[FloatArray], stream: GuardedStream, runs: int) -> FloatArray:
+    """The (runs, T, d) array of a mechanism's per-timestamp releases."""
+    out = empty_releases(runs, stream.length, stream.dimensions)
+    for t, values in enumerate(releases):
+        out[:, t] = values
+    return out
+
+
 def run_fixed_schedule(rule: AllocationRule, stream: GuardedStream, ledger: Ledger, filtering: bool) -> FloatArray:
+    """:func:`fixed_schedule` over a whole stream."""
+    return collect(fixed_schedule(rule, stream, ledger, filtering), stream, ledger.runs)
+
+
+def run_dissimilarity_framework(rule: AllocationRule, stream: GuardedStream, ledger: Ledger, filtering: bool) -> FloatArray:
+    """:func:`dissimilarity_framework` over a whole stream."""
+    return collect(dissimilarity_framework(rule, stream, ledger, filtering), stream, ledger.runs)
+
+
+def fixed_schedule(rule: AllocationRule, stream: Stream, ledger: Ledger, filtering: bool) -> Iterator[FloatArray]:
     """A data-independent rule with one 'publication' charge: release when it allots a budget, else repeat.
 
     Used by Uniform, Sample and Hybrid (and TSUniform/TSSample on a Swellfish ledger, which release
@@ -48,7 +69,6 @@ def run_fixed_schedule(rule: AllocationRule, stream: GuardedStream, ledger: Ledg
     """
     env = rule_env(ledger)
     state = rule.initial(FLOAT, env)
-    releases = empty_releases(ledger.runs, stream.length, stream.dimensions)
     last = np.zeros((ledger.runs, stream.dimensions))
     for secret in stream:
         (budget,) = rule.charges(FLOAT, env, state, True)
@@ -58,11 +78,10 @@ def run_fixed_schedule(rule: AllocationRule, stream: GuardedStream, ledger: Ledg
         elif budget > 0:
             last = filtered(ledger.laplace(secret, float(budget), purpose="publication"), filtering)
         state = rule.advance(FLOAT, env, state, True, (budget,))
-        releases[:, secret.t - 1] = last
-    return releases
+        yield last
 
 
-def run_dissimilarity_framework(rule: AllocationRule, stream: GuardedStream, ledger: Ledger, filtering: bool) -> FloatArray:
+def dissimilarity_framework(rule: AllocationRule, stream: Stream, ledger: Ledger, filtering: bool) -> Iterator[FloatArray]:
     """Kellaris et al. 2014, Figure 1: M_{t,1} (noisy dissimilarity) then M_{t,2} (publish or null).
 
     The rule gives (dissimilarity budget, publication budget ε_{t,2}) per run; the run publishes
@@ -76,7 +95,6 @@ def run_dissimilarity_framework(rule: AllocationRule, stream: GuardedStream, led
     state = tuple(np.full(runs, value) for value in rule.initial(FLOAT, env))  # ints stay int64
     wants = np.full(runs, True)
     last = np.zeros((runs, stream.dimensions))
-    releases = empty_releases(runs, stream.length, stream.dimensions)
     for secret in stream:
         dissimilarity_budget, candidate = rule.charges(FLOAT, env, state, wants)
         delta = sensitivity_at(ledger, secret.t)
@@ -85,7 +103,7 @@ def run_dissimilarity_framework(rule: AllocationRule, stream: GuardedStream, led
             last = ledger.release_exact(secret)
             nothing = np.zeros(runs)
             state = rule.advance(FLOAT, env, state, np.full(runs, False), (nothing, nothing))
-            releases[:, secret.t - 1] = last
+            yield last
             continue
         dissimilarity_budget = np.broadcast_to(dissimilarity_budget, (runs,))
         if (dissimilarity_budget > 0).any():
@@ -100,5 +118,4 @@ def run_dissimilarity_framework(rule: AllocationRule, stream: GuardedStream, led
             noisy = ledger.laplace(secret, spent, purpose="publication")
             last = np.where(publish[:, None], filtered(np.nan_to_num(noisy), filtering), last)
         state = rule.advance(FLOAT, env, state, publish, (dissimilarity_budget, spent))
-        releases[:, secret.t - 1] = last
-    return releases
+        yield last

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import attrs
 import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream
-from mechanisms._common import Ledger, run_dissimilarity_framework
+from mechanisms._common import Ledger, Stream, dissimilarity_framework, run_dissimilarity_framework
 from mechanisms.rules import BARule
 
 
@@ -37,3 +39,7 @@ class BA:
 
     def run(self, stream: GuardedStream, ledger: Ledger) -> NDArray[np.float64]:
         return run_dissimilarity_framework(self.allocation_rule(), stream, ledger, self.filtering)
+
+    def releases(self, stream: Stream, ledger: Ledger) -> Iterator[NDArray[np.float64]]:
+        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
+        return dissimilarity_framework(self.allocation_rule(), stream, ledger, self.filtering)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import attrs
 import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream
-from mechanisms._common import Ledger, run_fixed_schedule
+from mechanisms._common import Ledger, Stream, fixed_schedule, run_fixed_schedule
 from mechanisms.rules import PeriodicRule
 
 
@@ -23,3 +25,7 @@ class Uniform:
 
     def run(self, stream: GuardedStream, ledger: Ledger) -> NDArray[np.float64]:
         return run_fixed_schedule(self.allocation_rule(), stream, ledger, self.filtering)
+
+    def releases(self, stream: Stream, ledger: Ledger) -> Iterator[NDArray[np.float64]]:
+        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
+        return fixed_schedule(self.allocation_rule(), stream, ledger, self.filtering)

@@ -1,0 +1,86 @@
+"""The ``budgetcheck publish`` command and the ledger-file branch of ``budgetcheck audit`` (thin: the
+work is in :mod:`budgetcheck._publish` and :mod:`budgetcheck._audit_file`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from budgetcheck._audit_file import audit_file
+from budgetcheck._errors import BudgetcheckError, BudgetExceeded, InvalidArgument, LedgerCorrupt
+from budgetcheck._journal import DURABILITY
+from budgetcheck._noise import DISCRETE, SAMPLERS
+
+EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_CORRUPT = 0, 1, 2, 4
+
+
+@click.command()
+@click.argument("mechanism")
+@click.option("--ledger", "ledger_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The ledger file (created if missing; a restart resumes from it).")
+@click.option("--epsilon", type=float, required=True, help="The w-event budget ε.")
+@click.option("--w", type=int, required=True, help="The window length w.")
+@click.option("-d", "--dimensions", type=int, default=1, show_default=True, help="Counts per row.")
+@click.option("--input", "input_path", default="-", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+              help="Rows t,c_1..c_d (CSV) or JSON lines {'t':..,'counts':[..]}; '-' is stdin.")
+@click.option("--out", "out_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="Append releases to this file (exactly once across restarts); default stdout.")
+@click.option("--format", "fmt", type=click.Choice(["csv", "jsonl"]), default="csv", show_default=True)
+@click.option("--sampler", type=click.Choice(list(SAMPLERS)), default=DISCRETE, show_default=True,
+              help="discrete-laplace: exact, CSPRNG, integer counts; numpy-laplace: fast float sampler.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the numpy sampler (ignored by discrete-laplace).")
+@click.option("--durability", type=click.Choice(sorted(DURABILITY)), default="full", show_default=True,
+              help="full: fsync every commit (power loss); process: survives a killed process, faster.")
+@click.option("--skip-bad-rows", is_flag=True, help="Report malformed rows on stderr and go on (default: stop at the first).")
+def publish(mechanism: str, ledger_path: Path, epsilon: float, w: int, dimensions: int, input_path: Path, out_path: Path | None,
+            fmt: str, sampler: str, seed: int, durability: str, skip_bad_rows: bool) -> None:
+    """Publish a live stream through MECHANISM on a durable ledger, one row at a time."""
+    from budgetcheck._publish import publish as run
+    from budgetcheck._verify import load_mechanism
+
+    try:
+        mech = load_mechanism(mechanism)
+        stdout = sys.stdout
+        with click.open_file(str(input_path), encoding="utf-8") as lines:
+            summary = run(mech, lines, ledger_path, epsilon=epsilon, w=w, dimensions=dimensions,
+                          out=None if out_path else stdout, out_path=out_path, fmt=fmt, sampler=sampler,
+                          seed=seed, durability=durability, skip_bad_rows=skip_bad_rows,
+                          on_reject=lambda message: click.echo(f"rejected {message}", err=True))
+    except LedgerCorrupt as exc:
+        click.echo(f"Error: {ledger_path}: {exc}", err=True)
+        sys.exit(EXIT_CORRUPT)
+    except BudgetExceeded as exc:
+        click.echo(f"Error: refused, nothing released for this timestamp: {exc}", err=True)
+        sys.exit(EXIT_VIOLATION)
+    except (InvalidArgument, BudgetcheckError) as exc:
+        click.echo(f"Error: {exc} (nothing was released for it; earlier releases are kept)", err=True)
+        sys.exit(EXIT_USAGE)
+    click.echo(f"published {summary.published} timestamps (replayed {summary.replayed}, rewrote {summary.rewritten}, "
+               f"rejected {len(summary.rejected)}); ledger head {summary.head}", err=True)
+
+
+def audit_ledger_file(path: Path, expect_head: str | None, as_json: bool) -> None:
+    """``budgetcheck audit`` on a ledger file: chain, head and composition; exits."""
+    try:
+        report = audit_file(path, expect_head=expect_head)
+    except LedgerCorrupt as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(EXIT_CORRUPT)
+    except InvalidArgument as exc:
+        click.echo(f"Error: {path}: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    if as_json:
+        click.echo(json.dumps({"version": 1, "notion": report.notion, "ok": report.ok, "records": report.records,
+                               "head": report.head, "chain_problem": report.problem, "constraints_checked": report.checked,
+                               "worst_over_budget": float(report.worst_ratio), "violations": list(report.violations)}, indent=2))
+    else:
+        click.echo(f"{path}: {report.notion} ledger file, {report.records} records, head {report.head}")
+        click.echo(f"chain: {'ok' if report.problem is None else 'BROKEN: ' + report.problem}")
+        click.echo(f"{report.checked} constraints checked; worst: {float(report.worst_ratio):.6f} of the budget")
+        for violation in report.violations:
+            click.echo(f"VIOLATION {violation}")
+        click.echo("ok" if report.ok else "FAIL")
+    sys.exit(EXIT_OK if report.ok else (EXIT_CORRUPT if report.problem else EXIT_VIOLATION))

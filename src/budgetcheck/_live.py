@@ -1,0 +1,85 @@
+"""A live stream: rows that arrive one at a time (a publisher's input), each handed out as a Secret.
+
+Unlike :class:`GuardedStream` its length is unknown and nothing but the current row is held, so a
+mechanism written as a generator of releases (``mechanism.releases(stream, ledger)``) runs over
+an unbounded stream in constant memory. Timestamps must increase; a publisher restarted from a
+ledger file first hands out stand-ins for the timestamps it already published (replayed from the
+file: the ledger answers them with the stored outputs, and refuses to read them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import final
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from budgetcheck._errors import InvalidArgument, SecretAccess, TimestampOrder
+from budgetcheck._secret import Secret
+from budgetcheck._validation import check_positive_int
+
+
+@final
+class LiveStream:
+    """(t, d counts) rows, t strictly increasing; ``replayed`` timestamps come first, as stand-ins."""
+
+    __slots__ = ("_claim", "_current", "_dimensions", "_replayed", "_rows", "_used")
+
+    def __init__(self, rows: Iterable[tuple[int, ArrayLike]], *, dimensions: int, replayed: Sequence[int] = ()) -> None:
+        self._dimensions = check_positive_int(dimensions, "dimensions")
+        self._rows = rows
+        self._replayed = tuple(replayed)
+        self._claim: list[object] = []
+        self._used = False
+        self._current = 0
+
+    @property
+    def dimensions(self) -> int:
+        """d, the number of counts per timestamp."""
+        return self._dimensions
+
+    @property
+    def current(self) -> int:
+        """The timestamp of the latest secret handed out (0 before the first)."""
+        return self._current
+
+    def __iter__(self) -> Iterator[Secret]:
+        if self._used:
+            raise InvalidArgument("a LiveStream can be iterated once (its rows are consumed)")
+        self._used = True
+        return self._secrets()
+
+    def _secrets(self) -> Iterator[Secret]:
+        last = 0
+        nothing = np.zeros(self._dimensions)
+        for t in self._replayed:
+            last = self._check_t(t, last)
+            self._current = t
+            yield Secret(t, nothing, self._claim, stand_in=True)
+        for t, values in self._rows:
+            last = self._check_t(t, last)
+            row = np.asarray(values, dtype=np.float64)
+            if row.shape != (self._dimensions,) or not np.isfinite(row).all():
+                raise InvalidArgument(f"row t={t} must hold {self._dimensions} finite values, got {row.tolist()!r}")
+            self._current = t
+            yield Secret(t, row, self._claim)
+
+    @staticmethod
+    def _check_t(t: object, last: int) -> int:
+        t = check_positive_int(t, "t")
+        if t <= last:
+            raise TimestampOrder(f"t={t} after t={last}: timestamps of a live stream must increase")
+        return t
+
+    def _bind(self, ledger: object) -> None:
+        if not self._claim:
+            self._claim.append(ledger)
+        elif self._claim[0] is not ledger:
+            raise SecretAccess(f"{self!r} is already accounted by another ledger")
+
+    def __repr__(self) -> str:
+        return f"LiveStream(dimensions={self._dimensions}, replayed={len(self._replayed)})"
+
+    def __reduce_ex__(self, protocol: object) -> tuple[object, ...]:
+        raise SecretAccess("a LiveStream cannot be pickled: it holds the true stream")

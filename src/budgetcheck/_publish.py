@@ -1,0 +1,221 @@
+"""``budgetcheck publish``: a live w-event publisher on a durable ledger.
+
+Reads one timestamp per row (CSV ``t,c_1,...,c_d`` or JSON lines ``{"t": t, "counts": [...]}``),
+runs a mechanism's release generator over a :class:`LiveStream` through a ledger kept in a file,
+and writes each release as soon as it is final. Order per timestamp: spends committed to the file
+(inside each charged operation) → release recorded in the file (t is a primary key: never twice)
+→ release written out. After a crash the publisher replays the file (the mechanism re-spends
+exactly the stored spends and gets the stored outputs, so it is back in the same state), writes
+out the releases the output file is missing, and continues with the first unpublished row.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import attrs
+import numpy as np
+from numpy.typing import NDArray
+
+from budgetcheck._durable import replay_ledger
+from budgetcheck._errors import BadRow, InvalidArgument, LedgerCorrupt
+from budgetcheck._journal import canonical
+from budgetcheck._ledger import WindowLedger
+from budgetcheck._live import LiveStream
+from budgetcheck._noise import DISCRETE, NUMPY
+from budgetcheck._params import WEventParams
+
+FloatArray = NDArray[np.float64]
+FORMATS = ("csv", "jsonl")
+
+
+@attrs.frozen
+class PublishSummary:
+    """What a publish run did: timestamps replayed from the file, published now, rows rejected."""
+
+    replayed: int
+    rewritten: int
+    published: int
+    rejected: tuple[str, ...]
+    head: str
+
+
+def parse_rows(lines: Iterable[str], *, fmt: str, dimensions: int, integers: bool) -> Iterator[tuple[int, int, FloatArray]]:
+    """(line number, t, counts) per non-empty line; a malformed line raises :class:`BadRow`."""
+    if fmt not in FORMATS:
+        raise InvalidArgument(f"format={fmt!r} must be one of {list(FORMATS)}")
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        fields = _fields(text, fmt, number)
+        if len(fields) != dimensions + 1:
+            raise BadRow(f"expected t and {dimensions} counts, got {len(fields)} fields: {text[:80]!r}", row=number)
+        t = _timestamp(fields[0], number)
+        try:
+            counts = np.array([float(x) for x in fields[1:]], dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise BadRow(f"counts must be numbers: {exc}", row=number) from None
+        if not np.isfinite(counts).all():
+            raise BadRow(f"counts must be finite, got {counts.tolist()}", row=number)
+        if (counts < 0).any():
+            raise BadRow(f"counts must be >= 0, got {counts.tolist()}", row=number)
+        if integers and not np.array_equal(counts, np.round(counts)):
+            raise BadRow(f"the discrete sampler publishes integer counts, got {counts.tolist()}", row=number)
+        yield number, t, counts
+
+
+def _fields(text: str, fmt: str, number: int) -> list[Any]:
+    if fmt == "csv":
+        return [part.strip() for part in text.split(",")]
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadRow(f"not JSON: {exc}", row=number) from None
+    if not isinstance(obj, dict) or set(obj) != {"t", "counts"} or not isinstance(obj["counts"], list):
+        raise BadRow(f'expected {{"t": ..., "counts": [...]}}, got {text[:80]!r}', row=number)
+    return [obj["t"], *obj["counts"]]
+
+
+def _timestamp(value: Any, number: int) -> int:
+    try:
+        as_float = float(value)
+    except (TypeError, ValueError):
+        raise BadRow(f"t={value!r} must be a positive integer", row=number) from None
+    if isinstance(value, bool) or not math.isfinite(as_float) or as_float != int(as_float) or as_float < 1 or as_float > 2**62:
+        raise BadRow(f"t={value!r} must be a positive integer", row=number)
+    return int(as_float)
+
+
+def publish(
+    mechanism: Any,
+    lines: Iterable[str],
+    ledger_path: str | Path,
+    *,
+    epsilon: float,
+    w: int,
+    dimensions: int,
+    out: IO[str] | None = None,
+    out_path: str | Path | None = None,
+    fmt: str = "csv",
+    sampler: str = NUMPY,
+    seed: int = 0,
+    durability: str = "full",
+    skip_bad_rows: bool = False,
+    on_reject: Callable[[str], None] | None = None,
+) -> PublishSummary:
+    """Publish ``lines`` through ``mechanism`` on the ledger file (see the module docstring).
+
+    Exactly one of ``out`` (e.g. stdout: releases committed but not yet written before a crash
+    are not written again) and ``out_path`` (a file: reconciled with the ledger at every start,
+    so every release is in it exactly once) is given.
+    """
+    if not callable(getattr(mechanism, "releases", None)):
+        raise InvalidArgument(f"mechanism {getattr(mechanism, 'name', mechanism)!r} cannot publish live: it has no releases(stream, ledger) generator")
+    if (out is None) == (out_path is None):
+        raise InvalidArgument("give exactly one of out (a stream) and out_path (a file)")
+    ledger = WindowLedger(WEventParams(epsilon=epsilon, w=w), runs=1, seed=seed, sampler=sampler)
+    replay_ledger(ledger_path, ledger, durability=durability)
+    journal = ledger.journal
+    assert journal is not None
+    try:
+        journal.claim("publisher", canonical({"mechanism": str(mechanism.name), "dimensions": dimensions, "format": fmt}).decode())
+        stored = journal.releases()
+        rewritten = 0
+        if out_path is not None:
+            written = _reconcile(Path(out_path), len(stored))
+            handle: IO[str] = open(out_path, "a", encoding="utf-8")
+            for t, value in stored[written:]:
+                _write(handle, t, value, fmt, sampler)
+                rewritten += 1
+            _flush(handle, durability)
+        else:
+            assert out is not None
+            handle = out
+        try:
+            rejected: list[str] = []
+            last = stored[-1][0] if stored else 0
+            rows = _accepted(parse_rows(lines, fmt=fmt, dimensions=dimensions, integers=sampler == DISCRETE),
+                             last, skip_bad_rows, rejected, on_reject)
+            stream = LiveStream(rows, dimensions=dimensions, replayed=[t for t, _ in stored])
+            ledger.bind(stream)
+            published = 0
+            for index, value in enumerate(mechanism.releases(stream, ledger)):
+                row = np.asarray(value, dtype=np.float64)[0]
+                if index < len(stored):
+                    if not np.array_equal(row, stored[index][1]):
+                        raise LedgerCorrupt(f"replaying t={stored[index][0]} gave {row.tolist()}, the file recorded {stored[index][1].tolist()}")
+                    continue
+                journal.store_release(stream.current, row)
+                _write(handle, stream.current, row, fmt, sampler)
+                _flush(handle, durability)
+                published += 1
+        finally:
+            if out_path is not None:
+                handle.close()
+        return PublishSummary(replayed=len(stored), rewritten=rewritten, published=published, rejected=tuple(rejected),
+                              head=journal.head()[1])
+    finally:
+        ledger.close()
+
+
+def _accepted(rows: Iterator[tuple[int, int, FloatArray]], published: int, skip: bool, rejected: list[str],
+              on_reject: Callable[[str], None] | None) -> Iterator[tuple[int, FloatArray]]:
+    """Rows after the last published t; malformed or non-increasing rows stop the run, or are skipped."""
+    previous = published
+    while True:
+        try:
+            number, t, counts = next(rows)
+            if t <= published:
+                continue  # published before the restart
+            if t <= previous:
+                raise BadRow(f"t={t} does not increase (the previous row had t={previous})", row=number)
+        except StopIteration:
+            return
+        except BadRow as exc:
+            if not skip:
+                raise
+            rejected.append(str(exc))
+            if on_reject is not None:
+                on_reject(str(exc))
+            continue
+        previous = t
+        yield t, counts
+
+
+def _reconcile(path: Path, stored: int) -> int:
+    """How many complete release lines the output file holds (a torn last line is cut off)."""
+    if not path.exists():
+        return 0
+    data = path.read_bytes()
+    cut = data.rfind(b"\n") + 1
+    if cut != len(data):
+        with open(path, "r+b") as handle:
+            handle.truncate(cut)
+    lines = data[:cut].count(b"\n")
+    if lines > stored:
+        raise LedgerCorrupt(f"{path} holds {lines} releases but the ledger file recorded only {stored}: not the output of this ledger")
+    return lines
+
+
+def _write(handle: IO[str], t: int, value: FloatArray, fmt: str, sampler: str) -> None:
+    numbers = [int(v) if sampler == DISCRETE else float(v) for v in value.tolist()]
+    if fmt == "csv":
+        handle.write(",".join([str(t), *(repr(v) for v in numbers)]) + "\n")
+    else:
+        handle.write(json.dumps({"t": t, "values": numbers}) + "\n")
+
+
+def _flush(handle: IO[str], durability: str) -> None:
+    handle.flush()
+    if durability == "full" and hasattr(handle, "fileno"):
+        try:
+            os.fsync(handle.fileno())
+        except (OSError, ValueError):  # a pipe or terminal: nothing to sync
+            pass
+
