@@ -188,7 +188,6 @@ class LedgerCore(abc.ABC):
             self._load()
         else:
             self._replay = Replay(replay)
-        journal.sync_head()
 
     def _load(self) -> None:
         """Rebuild the accounting from the file: the records that can still matter (see ``_lookback``)."""
@@ -196,7 +195,7 @@ class LedgerCore(abc.ABC):
         self._reset()
         self._t = 0
         since = max(0, self._journal.latest_t() - self._lookback())
-        for row in self._journal.rows(since_t=since):
+        for row in self._journal.tail(since):
             self._apply_row(row.record)
 
     def _apply_row(self, record: SpendRecord) -> None:

@@ -38,7 +38,7 @@ def replay_ledger(path: str | Path, ledger: L, *, durability: str = "full") -> L
     """Like :func:`open_ledger`, but the stored operations must be replayed by the same mechanism
     (a restarted publisher): each replayed call is matched against the file and gets its stored output."""
     journal = _journal(path, ledger, durability)
-    ledger._attach(journal, replay=list(journal.rows()))
+    ledger._attach(journal, replay=journal.tail(0))
     return ledger
 
 

@@ -277,10 +277,6 @@ class Journal:
             (value,) = self._db.execute("SELECT COALESCE(MAX(t), 0) FROM records").fetchone()
         return int(value)
 
-    def sync_head(self) -> None:
-        """Take the stored head as ours (after loading the state from the rows)."""
-        self._last, self._head = self._stored_head()
-
     # -- internals -----------------------------------------------------------------------------
     def _catch_up(self) -> list[JournalRow]:
         count, head = self._stored_head()
@@ -290,21 +286,39 @@ class Journal:
             return []
         if count < self._last:
             raise LedgerCorrupt(f"{self._path}: the file has {count} records, fewer than the {self._last} already seen (rolled back?)")
-        with self._guard("read new records"):
+        return self._verified(self._last, self._head)
+
+    def tail(self, since_t: int) -> list[JournalRow]:
+        """The rows from the first one with t >= since_t to the end, chain and head verified."""
+        with self._guard("read records"):
+            (first,) = self._db.execute("SELECT MIN(seq) FROM records WHERE t >= ?", (since_t,)).fetchone()
+            if first is None or first <= 1:
+                after, previous = 0, genesis(self._header)
+            else:
+                row = self._db.execute("SELECT hash FROM records WHERE seq = ?", (first - 1,)).fetchone()
+                if row is None:
+                    raise LedgerCorrupt(f"{self._path}: record {first - 1} is missing")
+                after, previous = first - 1, bytes(row[0])
+        return self._verified(after, previous)
+
+    def _verified(self, after: int, previous: bytes) -> list[JournalRow]:
+        """Rows after ``after``, each continuing the chain from ``previous``, ending at the stored head."""
+        count, head = self._stored_head()
+        with self._guard("read records"):
             raw = self._db.execute(
-                "SELECT seq, version, op, t, amounts, detail, output, hash FROM records WHERE seq > ? ORDER BY seq", (self._last,)
+                "SELECT seq, version, op, t, amounts, detail, output, hash FROM records WHERE seq > ? ORDER BY seq", (after,)
             ).fetchall()
         rows: list[JournalRow] = []
-        previous = self._head
         for row in raw:
             decoded = decode_row(row, self._header)
-            amounts, detail, output = row[4], row[5].encode(), row[6]
-            if decoded.seq != self._last + len(rows) + 1 or row_hash(previous, row[1], row[0], row[2], row[3], amounts, detail, output) != row[7]:
-                raise LedgerCorrupt(f"{self._path}: record {decoded.seq} does not continue the hash chain")
+            if decoded.seq != after + len(rows) + 1:
+                raise LedgerCorrupt(f"{self._path}: record {after + len(rows) + 1} is missing")
+            if row_hash(previous, row[1], row[0], row[2], row[3], row[4], row[5].encode(), row[6]) != row[7]:
+                raise LedgerCorrupt(f"{self._path}: record {decoded.seq} does not continue the hash chain (edited?)")
             previous = row[7]
             rows.append(decoded)
-        if previous != head or len(rows) != count - self._last:
-            raise LedgerCorrupt(f"{self._path}: the stored head does not match record {count}")
+        if previous != head or after + len(rows) != count:
+            raise LedgerCorrupt(f"{self._path}: the file ends at record {after + len(rows)}, but its head names record {count}")
         self._last, self._head = count, previous
         return rows
 

@@ -45,29 +45,37 @@ class PublishSummary:
     head: str
 
 
-def parse_rows(lines: Iterable[str], *, fmt: str, dimensions: int, integers: bool) -> Iterator[tuple[int, int, FloatArray]]:
-    """(line number, t, counts) per non-empty line; a malformed line raises :class:`BadRow`."""
+def parse_rows(lines: Iterable[str], *, fmt: str, dimensions: int, integers: bool) -> Iterator[tuple[int, int, FloatArray] | BadRow]:
+    """(line number, t, counts) per non-empty line, or the :class:`BadRow` error of a malformed one."""
     if fmt not in FORMATS:
         raise InvalidArgument(f"format={fmt!r} must be one of {list(FORMATS)}")
     for number, line in enumerate(lines, start=1):
         text = line.strip()
         if not text or text.startswith("#"):
             continue
-        fields = _fields(text, fmt, number)
-        if len(fields) != dimensions + 1:
-            raise BadRow(f"expected t and {dimensions} counts, got {len(fields)} fields: {text[:80]!r}", row=number)
-        t = _timestamp(fields[0], number)
         try:
-            counts = np.array([float(x) for x in fields[1:]], dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise BadRow(f"counts must be numbers: {exc}", row=number) from None
-        if not np.isfinite(counts).all():
-            raise BadRow(f"counts must be finite, got {counts.tolist()}", row=number)
-        if (counts < 0).any():
-            raise BadRow(f"counts must be >= 0, got {counts.tolist()}", row=number)
-        if integers and not np.array_equal(counts, np.round(counts)):
-            raise BadRow(f"the discrete sampler publishes integer counts, got {counts.tolist()}", row=number)
-        yield number, t, counts
+            yield parse_row(text, number, fmt=fmt, dimensions=dimensions, integers=integers)
+        except BadRow as exc:
+            yield exc
+
+
+def parse_row(text: str, number: int, *, fmt: str, dimensions: int, integers: bool) -> tuple[int, int, FloatArray]:
+    """One row: (line number, t, counts); raises :class:`BadRow` naming the line."""
+    fields = _fields(text, fmt, number)
+    if len(fields) != dimensions + 1:
+        raise BadRow(f"expected t and {dimensions} counts, got {len(fields)} fields: {text[:80]!r}", row=number)
+    t = _timestamp(fields[0], number)
+    try:
+        counts = np.array([float(x) for x in fields[1:]], dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise BadRow(f"counts must be numbers: {exc}", row=number) from None
+    if not np.isfinite(counts).all():
+        raise BadRow(f"counts must be finite, got {counts.tolist()}", row=number)
+    if (counts < 0).any():
+        raise BadRow(f"counts must be >= 0, got {counts.tolist()}", row=number)
+    if integers and not np.array_equal(counts, np.round(counts)):
+        raise BadRow(f"the discrete sampler publishes integer counts, got {counts.tolist()}", row=number)
+    return number, t, counts
 
 
 def _fields(text: str, fmt: str, number: int) -> list[Any]:
@@ -164,13 +172,16 @@ def publish(
         ledger.close()
 
 
-def _accepted(rows: Iterator[tuple[int, int, FloatArray]], published: int, skip: bool, rejected: list[str],
+def _accepted(rows: Iterator[tuple[int, int, FloatArray] | BadRow], published: int, skip: bool, rejected: list[str],
               on_reject: Callable[[str], None] | None) -> Iterator[tuple[int, FloatArray]]:
     """Rows after the last published t; malformed or non-increasing rows stop the run, or are skipped."""
     previous = published
     while True:
         try:
-            number, t, counts = next(rows)
+            parsed = next(rows)
+            if isinstance(parsed, BadRow):
+                raise parsed
+            number, t, counts = parsed
             if t <= published:
                 continue  # published before the restart
             if t <= previous:

@@ -119,7 +119,7 @@ class SwellfishLedger(LaplaceReleases):
 
     # -- internals -----------------------------------------------------------------------------
     def _lookback(self) -> int:
-        return self._t  # a relevance interval may reach back to the first timestamp: load everything
+        return 2**62  # a relevance interval may reach back to the first timestamp: load everything
 
     def _sensitivity_at(self, t: int, declared: float) -> float:
         return declared * self._policies.temporal_sensitivity(t)

@@ -1,0 +1,194 @@
+"""budgetcheck publish, LiveStream and the discrete Laplace sampler."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import budgetcheck as bc
+from budgetcheck._noise import DiscreteLaplace, bernoulli_exp, discrete_laplace
+from budgetcheck.cli import main
+from mechanisms import BA, BD, Uniform
+
+ARGS = ["--epsilon", "1", "--w", "5", "-d", "2"]
+
+
+def rows(n: int, start: int = 1) -> str:
+    return "".join(f"{t},{100 + (t * 7) % 13},{t % 5}\n" for t in range(start, start + n))
+
+
+def invoke(tmp_path: Path, text: str, *extra: str, mechanism: str = "BD") -> tuple[int, str]:
+    source = tmp_path / "in.csv"
+    source.write_text(text)
+    result = CliRunner().invoke(main, ["publish", mechanism, "--ledger", str(tmp_path / "l.db"), *ARGS, "--input", str(source),
+                                       "--out", str(tmp_path / "out.csv"), "--durability", "process", *extra])
+    return result.exit_code, result.output
+
+
+def released(tmp_path: Path) -> list[list[str]]:
+    return [line.split(",") for line in (tmp_path / "out.csv").read_text().splitlines()]
+
+
+def test_publish_writes_one_line_per_timestamp_and_the_file_audits(tmp_path: Path) -> None:
+    code, output = invoke(tmp_path, rows(30))
+    assert code == 0, output
+    lines = released(tmp_path)
+    assert [int(line[0]) for line in lines] == list(range(1, 31))
+    assert all(float(v).is_integer() for line in lines for v in line[1:])  # discrete sampler: integers
+    report = bc.audit_file(tmp_path / "l.db")
+    assert report.ok and report.worst_ratio <= 1
+    assert {r.sampler for r in bc.open_ledger(tmp_path / "l.db", bc.WindowLedger(bc.WEventParams(1.0, 5))).records} == {"discrete-laplace"}
+
+
+def test_a_restart_resumes_at_the_next_timestamp_in_the_same_state(tmp_path: Path) -> None:
+    assert invoke(tmp_path, rows(12))[0] == 0
+    with open(tmp_path / "out.csv", "a") as handle:
+        handle.write("13,99")  # a torn line from a crash is cut off, never kept
+    code, output = invoke(tmp_path, rows(25))
+    assert code == 0, output
+    assert "replayed 12" in output
+    assert [int(line[0]) for line in released(tmp_path)] == list(range(1, 26))
+    assert bc.audit_file(tmp_path / "l.db").ok
+    # A different mechanism or parameters on the same file are refused.
+    assert invoke(tmp_path, rows(26), mechanism="BA")[0] == 2
+    source = tmp_path / "in.csv"
+    result = CliRunner().invoke(main, ["publish", "BD", "--ledger", str(tmp_path / "l.db"), "--epsilon", "2", "--w", "5", "-d", "2",
+                                       "--input", str(source), "--out", str(tmp_path / "out.csv")])
+    assert result.exit_code == 2 and "epsilon=2.0" in result.output
+
+
+@pytest.mark.parametrize(("bad", "message"), [
+    ("3,1\n", "expected t and 2 counts, got 2 fields"),
+    ("3,nan,1\n", "counts must be finite"),
+    ("3,-1,1\n", "counts must be >= 0"),
+    ("2,1,1\n", "t=2 does not increase"),
+    ("x,1,1\n", "t='x' must be a positive integer"),
+    ("3,1.5,1\n", "the discrete sampler publishes integer counts"),
+])
+def test_bad_rows_are_rejected_with_their_number_and_nothing_is_lost(tmp_path: Path, bad: str, message: str) -> None:
+    code, output = invoke(tmp_path, rows(2) + bad + rows(2, start=4))
+    assert code == 2 and f"row 3: {message}" in output
+    assert [int(line[0]) for line in released(tmp_path)] == [1, 2]
+    code, output = invoke(tmp_path, rows(2) + bad + rows(2, start=4), "--skip-bad-rows")
+    assert code == 0 and ("rejected row 3" in output or bad.startswith("2,"))  # t=2 was published before the restart: skipped
+    assert [int(line[0]) for line in released(tmp_path)] == [1, 2, 4, 5]
+
+
+def test_jsonl_input_and_output_and_the_numpy_sampler(tmp_path: Path) -> None:
+    text = "".join(f'{{"t": {t}, "counts": [{t}, 2.5]}}\n' for t in range(1, 6))
+    code, output = invoke(tmp_path, text, "--format", "jsonl", "--sampler", "numpy-laplace", mechanism="Uniform")
+    assert code == 0, output
+    assert (tmp_path / "out.csv").read_text().count('"values"') == 5
+
+
+def test_only_mechanisms_with_a_release_generator_publish(tmp_path: Path) -> None:
+    code, output = invoke(tmp_path, rows(3), mechanism="FASTw")
+    assert code == 2 and "cannot publish live" in output
+
+
+def test_release_generators_match_the_batch_runs() -> None:
+    data = np.abs(np.random.default_rng(0).normal(50, 10, size=(40, 3)))
+    for mechanism in (Uniform(), BD(), BA()):
+        batch = bc.execute(mechanism, data, epsilon=1.0, w=8, runs=3, seed=5).releases
+        ledger = bc.WindowLedger(bc.WEventParams(1.0, 8), runs=3, seed=5)
+        stream = bc.LiveStream(((t + 1, row) for t, row in enumerate(data)), dimensions=3)
+        ledger.bind(stream)
+        live = np.stack(list(mechanism.releases(stream, ledger)), axis=1)
+        np.testing.assert_array_equal(live, batch)
+
+
+def test_live_stream_checks_order_width_and_is_consumed_once() -> None:
+    stream = bc.LiveStream([(1, [1.0]), (1, [2.0])], dimensions=1)
+    iterator = iter(stream)
+    next(iterator)
+    with pytest.raises(bc.TimestampOrder):
+        next(iterator)
+    with pytest.raises(bc.InvalidArgument, match="once"):
+        iter(stream)
+    with pytest.raises(bc.InvalidArgument, match="2 finite values"):
+        list(bc.LiveStream([(1, [1.0])], dimensions=2))
+
+
+def test_stand_ins_of_replayed_timestamps_cannot_be_read_live(tmp_path: Path) -> None:
+    stream = bc.LiveStream([], dimensions=1, replayed=[1])
+    ledger = bc.open_ledger(tmp_path / "x.db", bc.WindowLedger(bc.WEventParams(1.0, 3)))
+    ledger.bind(stream)
+    (stand_in,) = list(stream)
+    with pytest.raises(bc.LedgerCorrupt, match="replayed"):
+        ledger.laplace(stand_in, 0.1)
+
+
+def test_discrete_laplace_matches_its_distribution() -> None:
+    scale = Fraction(3, 2)
+    draws = Counter(discrete_laplace(scale) for _ in range(20000))
+    q = np.exp(-1 / float(scale))
+    for x in range(-3, 4):
+        p = (1 - q) / (1 + q) * q ** abs(x)
+        se = np.sqrt(p * (1 - p) / 20000)
+        assert abs(draws[x] / 20000 - p) < 5 * se, (x, draws[x])
+    hits = sum(bernoulli_exp(Fraction(7, 5)) for _ in range(20000))
+    p = float(np.exp(-1.4))
+    assert abs(hits / 20000 - p) < 5 * np.sqrt(p * (1 - p) / 20000)
+
+
+def test_the_discrete_sampler_refuses_non_integers_and_rounds_fractional_sensitivities() -> None:
+    sampler = DiscreteLaplace()
+    with pytest.raises(bc.InvalidArgument, match="integer counts"):
+        sampler.perturb(np.array([1.5]), np.array([1.0]), 1.0)
+    scale = sampler.scale(0.25, np.array([0.5]))
+    assert scale[0] > 0.5  # (Δ + γ)/ε covers the rounding to the grid
+    out = sampler.perturb(np.array([0.3]), scale, 0.25)
+    assert (out[0] / 2.0**-22).is_integer()
+    ledger = bc.WindowLedger(bc.WEventParams(1.0, 2), sampler="discrete-laplace")
+    with pytest.raises(bc.InvalidArgument, match="continuous noise"):
+        ledger.above_threshold(epsilon=0.1, sensitivity=1.0)
+
+
+def _wait_for_lines(path: Path, at_least: int, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_bytes().count(b"\n") >= at_least:
+            return
+        time.sleep(0.005)
+
+
+def kill_and_restart(tmp_path: Path, kills: int, n: int, seed: int) -> None:
+    """Kill a publish run at random points (SIGKILL), restart until it finishes, then check it all."""
+    source = tmp_path / "in.csv"
+    source.write_text(rows(n))
+    out, ledger = tmp_path / "out.csv", tmp_path / "l.db"
+    command = [sys.executable, "-c", "from budgetcheck.cli import main; main()", "publish", "BD", "--ledger", str(ledger), *ARGS,
+               "--input", str(source), "--out", str(out)]
+    rng = random.Random(seed)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    for _ in range(kills):
+        process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        done = out.read_bytes().count(b"\n") if out.exists() else 0
+        _wait_for_lines(out, done + rng.randint(0, 3), time.monotonic() + 20)
+        time.sleep(rng.uniform(0, 0.02))
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    assert subprocess.run(command, env=env, capture_output=True).returncode == 0
+    lines = out.read_text().splitlines()
+    assert [int(line.split(",")[0]) for line in lines] == list(range(1, n + 1))  # each exactly once
+    db = sqlite3.connect(ledger)
+    stored = db.execute("SELECT COUNT(*) FROM releases").fetchone()[0]
+    db.close()
+    assert stored == n
+    report = bc.audit_file(ledger)
+    assert report.ok, report
+
+
+def test_killed_publish_runs_resume_without_double_releases(tmp_path: Path) -> None:
+    kill_and_restart(tmp_path, kills=8, n=60, seed=1)
