@@ -45,6 +45,8 @@ def journaled(method: F) -> F:
 
     @functools.wraps(method)
     def wrapper(self: LedgerCore, *args: Any, **kwargs: Any) -> Any:
+        if self._journal is None:
+            return method(self, *args, **kwargs)
         return self._operation(functools.partial(method, self), *args, **kwargs)
 
     return cast(F, wrapper)

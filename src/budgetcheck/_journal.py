@@ -32,7 +32,7 @@ FILE_VERSION: Final = 1
 RECORD_VERSION: Final = 1
 DURABILITY: Final = {"full": "FULL", "process": "NORMAL"}
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
-_ROW = struct.Struct("<qqqq")
+_HEAD = struct.Struct("<qqqqq")
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -70,14 +70,10 @@ def canonical(value: Any) -> bytes:
 
 
 def row_hash(previous: bytes, version: int, seq: int, op: int, t: int, amounts: bytes, detail: bytes, output: bytes | None) -> bytes:
-    """H_k = SHA-256(H_{k−1} ‖ version, seq, op, t ‖ len-prefixed amounts, detail, output)."""
-    h = hashlib.sha256(previous)
-    h.update(_ROW.pack(version, seq, op, t))
-    for part in (amounts, detail, b"" if output is None else output):
-        h.update(struct.pack("<q", len(part)))
-        h.update(part)
-    h.update(b"\x01" if output is not None else b"\x00")
-    return h.digest()
+    """H_k = SHA-256(H_{k−1} ‖ version, seq, op, t ‖ len-prefixed amounts, detail, output ‖ has-output)."""
+    tail = b"\x00" if output is None else struct.pack("<q", len(output)) + output + b"\x01"
+    return hashlib.sha256(b"".join((previous, _HEAD.pack(version, seq, op, t, len(amounts)), amounts,
+                                    struct.pack("<q", len(detail)), detail, tail))).digest()
 
 
 def encode_detail(record: SpendRecord) -> bytes:
@@ -205,8 +201,8 @@ class Journal:
     def commit(self) -> None:
         """Store the new count and head, then COMMIT (durable before anything is released)."""
         with self._guard("commit"):
-            self._db.execute("UPDATE meta SET value=? WHERE key='count'", (str(self._last),))
-            self._db.execute("UPDATE meta SET value=? WHERE key='head'", (self._head.hex(),))
+            self._db.execute("UPDATE meta SET value = CASE key WHEN 'count' THEN ? ELSE ? END WHERE key IN ('count', 'head')",
+                             (str(self._last), self._head.hex()))
             self._db.execute("COMMIT")
 
     def rollback(self) -> None:
@@ -324,7 +320,10 @@ class Journal:
 
     def _stored_head(self) -> tuple[int, bytes]:
         with self._guard("read the head"):
-            return int(self._meta("count")), bytes.fromhex(self._meta("head"))
+            stored = dict(self._db.execute("SELECT key, value FROM meta WHERE key IN ('count', 'head')").fetchall())
+        if len(stored) != 2:
+            raise LedgerCorrupt(f"{self._path}: meta entries 'count' and 'head' are missing")
+        return int(stored["count"]), bytes.fromhex(stored["head"])
 
     def _meta(self, key: str) -> str:
         row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()

@@ -1,0 +1,136 @@
+"""Load and scale of durable ledgers (issue: durable ledger).
+
+1. Committed spends per second on a ledger file (one transaction per spend), durability 'full'
+   (fsync per commit) and 'process', against the same spends on an in-memory ledger.
+2. A long stream through a ledger with records kept on disk: peak memory (tracemalloc) at growing
+   stream lengths must stay flat.
+3. Auditing a ledger file of N records (written in bulk with the same hash chain), in seconds.
+4. SIGKILL-and-restart of `budgetcheck publish` at random points (see tests/test_publish.py).
+
+    python benchmarks/durable_load.py [--quick] [--stream N] [--audit N] [--kills K]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import budgetcheck as bc
+from budgetcheck._journal import RECORD_VERSION, encode_detail, genesis, row_hash
+
+
+def spends_per_second(folder: Path, durability: str, n: int) -> float:
+    ledger = bc.open_ledger(folder / f"rate-{durability}.db", bc.WindowLedger(bc.WEventParams(1.0, 100)), durability=durability)
+    start = time.perf_counter()
+    for t in range(1, n + 1):
+        ledger.spend(t, 0.009, purpose="load")
+    rate = n / (time.perf_counter() - start)
+    ledger.close()
+    return rate
+
+
+def in_memory_rate(n: int) -> float:
+    ledger = bc.WindowLedger(bc.WEventParams(1.0, 100))
+    start = time.perf_counter()
+    for t in range(1, n + 1):
+        ledger.spend(t, 0.009, purpose="load")
+    return n / (time.perf_counter() - start)
+
+
+def long_stream(folder: Path, length: int, w: int) -> list[tuple[int, float, float]]:
+    """(t, resident MiB, seconds) at checkpoints of a spend at every t through a ledger file."""
+    ledger = bc.open_ledger(folder / "long.db", bc.WindowLedger(bc.WEventParams(1.0, w)), durability="process")
+    checkpoints = sorted({length // 10 * k for k in range(1, 11)} | {length})
+    points = []
+    start = time.perf_counter()
+    amount = 0.9 / w
+    for t in range(1, length + 1):
+        ledger.spend(t, amount, purpose="s")
+        if t in checkpoints:
+            points.append((t, _rss_mib(), time.perf_counter() - start))
+    ledger.close()
+    return points
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as handle:
+        pages = int(handle.read().split()[1])
+    return pages * resource.getpagesize() / 2**20
+
+
+def bulk_file(path: Path, n: int, w: int) -> None:
+    """A valid ledger file of n records (one spend of 1/w per timestamp), chained like the real writer."""
+    ledger = bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(1.0, w)), durability="process")
+    header = ledger.header()
+    ledger.close()
+    record = bc.SpendRecord(t=1, purpose="bulk", amounts=np.array([0.9 / w]))
+    amounts = np.ascontiguousarray(record.amounts, dtype="<f8").tobytes()
+    detail = encode_detail(record)
+    text = detail.decode()
+    previous = genesis(header)
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA synchronous=OFF")
+    batch = []
+    for seq in range(1, n + 1):
+        previous = row_hash(previous, RECORD_VERSION, seq, seq, seq, amounts, detail, None)
+        batch.append((seq, RECORD_VERSION, seq, seq, amounts, text, None, previous))
+        if len(batch) == 100_000:
+            db.executemany("INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?)", batch)
+            batch.clear()
+    db.executemany("INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?)", batch)
+    db.execute("UPDATE meta SET value=? WHERE key='count'", (str(n),))
+    db.execute("UPDATE meta SET value=? WHERE key='head'", (previous.hex(),))
+    db.commit()
+    db.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes (seconds)")
+    parser.add_argument("--stream", type=int, default=None, help="length of the long stream (default 10^7, quick 10^5)")
+    parser.add_argument("--audit", type=int, default=None, help="records in the audited file (default 10^7, quick 10^5)")
+    parser.add_argument("--kills", type=int, default=None, help="kill points of the crash test (default 100, quick 5)")
+    args = parser.parse_args()
+    stream = args.stream or (10**5 if args.quick else 10**7)
+    audited = args.audit or (10**5 if args.quick else 10**7)
+    kills = args.kills if args.kills is not None else (5 if args.quick else 100)
+    rate_n = 2000 if args.quick else 20000
+    w = 10**4
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        memory = in_memory_rate(rate_n)
+        for durability in ("full", "process"):
+            rate = spends_per_second(folder, durability, rate_n)
+            print(f"committed spends/s, durability={durability}: {rate:,.0f} (in-memory ledger: {memory:,.0f}/s; {rate_n} spends)")
+        points = long_stream(folder, stream, w)
+        for t, mib, seconds in points:
+            print(f"long stream w={w}: t={t:>10,}  resident {mib:7.1f} MiB  {seconds:8.1f} s")
+        growth = points[-1][1] - points[0][1]
+        print(f"resident memory from t={points[0][0]:,} to t={points[-1][0]:,}: {growth:+.1f} MiB")
+        path = folder / "audit.db"
+        bulk_file(path, audited, w)
+        start = time.perf_counter()
+        report = bc.audit_file(path)
+        seconds = time.perf_counter() - start
+        print(f"audit of {audited:,} records: {seconds:.1f} s, ok={report.ok}, worst {float(report.worst_ratio):.4f} of epsilon")
+        if kills:
+            sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+            from test_publish import kill_and_restart
+
+            crash = folder / "crash"
+            crash.mkdir()
+            start = time.perf_counter()
+            kill_and_restart(crash, kills=kills, n=max(200, 3 * kills), seed=7)
+            print(f"kill-and-restart: {kills} SIGKILLs at random points, then a full run: every timestamp released once, "
+                  f"audit ok ({time.perf_counter() - start:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
