@@ -25,6 +25,8 @@ from budgetcheck._durable import open_ledger as open_ledger
 from budgetcheck._errors import LedgerCorrupt as LedgerCorrupt
 from budgetcheck._ledger import WindowLedger as WindowLedger
 from budgetcheck._live import LiveStream as LiveStream
+from budgetcheck._publish import PublishSummary as PublishSummary
+from budgetcheck._publish import publish as publish
 from budgetcheck._mechanism import Execution as Execution
 from budgetcheck._mechanism import PersonalizedMechanism as PersonalizedMechanism
 from budgetcheck._mechanism import SwellfishMechanism as SwellfishMechanism
@@ -75,6 +77,7 @@ __all__ = [
     "PersonalizedMechanism",
     "PersonalizedStream",
     "PolicyCollection",
+    "PublishSummary",
     "Requirement",
     "RequirementSet",
     "Secret",
@@ -106,6 +109,7 @@ __all__ = [
     "open_ledger",
     "optimal_budget",
     "proving",
+    "publish",
     "rounding",
     "sampling_error",
     "verify_mechanism",
