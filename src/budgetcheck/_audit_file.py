@@ -23,12 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import numpy as np
 
 from budgetcheck import rounding
 from budgetcheck._audit import WindowFinding
 from budgetcheck._audit_notions import audit_personalized, audit_swellfish
-from budgetcheck._errors import InvalidArgument, LedgerCorrupt
+from budgetcheck._errors import LedgerCorrupt
 from budgetcheck._journal import FILE_VERSION, FORMAT, RECORD_VERSION, canonical, connect, decode_row, genesis, row_hash
 from budgetcheck._policies import PolicyCollection, StreamPolicy
 from budgetcheck._records import LedgerHeader, SpendRecord

@@ -17,7 +17,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from budgetcheck import rounding
+from budgetcheck._live import LiveStream
 from budgetcheck._errors import BudgetExceeded, InvalidArgument, LedgerCorrupt, TimestampOrder
 from budgetcheck._noise import NUMPY, NoiseSource, make_noise
 from budgetcheck._records import LedgerHeader, SpendRecord, dump_lines
@@ -108,8 +108,6 @@ class LedgerCore(abc.ABC):
         A mechanism that opened a second ledger to read the stream would keep its spends out of
         this ledger's record; after binding, that raises :class:`SecretAccess`.
         """
-        from budgetcheck._live import LiveStream
-
         if not isinstance(stream, (SecretSequence, LiveStream)):
             raise InvalidArgument(f"stream must be a GuardedStream, PersonalizedStream or LiveStream, got {type(stream).__name__}")
         stream._bind(self)
@@ -251,8 +249,11 @@ class LedgerCore(abc.ABC):
                 result = method(*args, **kwargs)
             except BaseException as exc:  # recorded below if it had charged
                 error, result = exc, None
-            journal.append(self._pending, result if isinstance(result, np.ndarray) else None)
-            journal.commit()
+            if self._pending:
+                journal.append(self._pending, result if isinstance(result, np.ndarray) else None)
+                journal.commit()
+            else:  # refused (or nothing charged): nothing to write
+                journal.rollback()
         except BaseException:
             journal.rollback()
             if self._pending:
