@@ -85,8 +85,6 @@ def bulk_file(path: Path, n: int, w: int) -> None:
             db.executemany("INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?)", batch)
             batch.clear()
     db.executemany("INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?)", batch)
-    db.execute("UPDATE meta SET value=? WHERE key='count'", (str(n),))
-    db.execute("UPDATE meta SET value=? WHERE key='head'", (previous.hex(),))
     db.commit()
     db.close()
 

@@ -93,7 +93,10 @@ def test_personalized_and_swellfish_ledgers_persist(tmp_path: Path) -> None:
 
 
 def _edit(path: Path, sql: str, *args: object) -> None:
+    """Tamper as a forger would: drop the append-only guards, then edit."""
     db = sqlite3.connect(path)
+    db.execute("DROP TRIGGER IF EXISTS records_no_update")
+    db.execute("DROP TRIGGER IF EXISTS records_no_delete")
     db.execute(sql, args)
     db.commit()
     db.close()
@@ -127,10 +130,20 @@ def test_a_removed_tail_is_not_read_as_a_shorter_history(tmp_path: Path) -> None
     _filled(good)
     anchor = bc.audit_file(good).head
     _edit(good, "DELETE FROM records WHERE seq=6")
-    _edit(good, "UPDATE meta SET value='5' WHERE key='count'")
-    _edit(good, "UPDATE meta SET value=? WHERE key='head'", kept)
+    _edit(good, "UPDATE head SET count = 5, hash = ?", bytes.fromhex(kept))
     assert bc.audit_file(good).ok
     assert "rolled back" in str(bc.audit_file(good, expect_head=anchor).problem)
+
+
+def test_records_are_append_only_unless_the_guards_are_dropped(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    _filled(path)
+    db = sqlite3.connect(path)
+    for sql in ("UPDATE records SET amounts = x'00' WHERE seq = 2", "DELETE FROM records WHERE seq = 6"):
+        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+            db.execute(sql)
+    db.close()
+    assert bc.audit_file(path).ok and bc.audit_file(path).records == 6
 
 
 def test_a_missing_record_in_the_middle_and_unknown_versions_are_found(tmp_path: Path) -> None:

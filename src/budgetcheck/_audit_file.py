@@ -28,7 +28,7 @@ from budgetcheck import rounding
 from budgetcheck._audit import WindowFinding
 from budgetcheck._audit_notions import audit_personalized, audit_swellfish
 from budgetcheck._errors import LedgerCorrupt
-from budgetcheck._journal import FILE_VERSION, FORMAT, RECORD_VERSION, canonical, connect, decode_row, genesis, row_hash
+from budgetcheck._journal import FILE_VERSION, FORMAT, RECORD_VERSION, canonical, connect, decode_row, genesis, row_hash, stored_head
 from budgetcheck._policies import PolicyCollection, StreamPolicy
 from budgetcheck._records import LedgerHeader, SpendRecord
 
@@ -180,9 +180,10 @@ def _read_meta(db: sqlite3.Connection, path: str) -> tuple[LedgerHeader, int, st
         raw = json.loads(meta["header"])
         header = LedgerHeader(notion=str(raw["notion"]), epsilon=float(raw["epsilon"]), w=int(raw["w"]), runs=int(raw["runs"]),
                               classes=raw.get("classes", ()), policies=raw.get("policies", ()))
-        return header, int(meta["count"]), str(meta["head"])
     except (KeyError, TypeError, ValueError) as exc:
         raise LedgerCorrupt(f"{path}: malformed meta table: {exc}") from exc
+    count, head = stored_head(db, path)
+    return header, count, head.hex()
 
 
 def _audit(db: sqlite3.Connection, path: str, header: LedgerHeader, count: int, head: str,

@@ -4,13 +4,16 @@ Every charged operation is one ``BEGIN IMMEDIATE`` transaction (accounting rules
 commit → release): the writer catches up with the spends other processes committed, checks its
 own spend, appends its records (and the operation's output) and commits; only then is the value
 handed back. Row k carries H_k = SHA-256(H_{k−1} ‖ row k) with H_0 = SHA-256(header), and the
-``meta`` table keeps the count and head hash, updated in the same transaction, so an edited,
-deleted or truncated record breaks the chain or the head.
+one-row ``head`` table keeps the count and head hash, set by a trigger on every insert (so in the
+same transaction, at no extra statement), so an edited, deleted or truncated record breaks the
+chain or the head. Triggers also refuse UPDATE and DELETE on records (append-only); a forger can
+drop them, which is what the chain and an externally kept head are for.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import sqlite3
@@ -28,7 +31,7 @@ from budgetcheck._records import LedgerHeader, SpendRecord, finite_or_none, none
 
 FloatArray = NDArray[np.float64]
 FORMAT: Final = "budgetcheck.journal"
-FILE_VERSION: Final = 1
+FILE_VERSION: Final = 2  # 2: count and head in the trigger-kept `head` table
 RECORD_VERSION: Final = 1
 DURABILITY: Final = {"full": "FULL", "process": "NORMAL"}
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
@@ -47,6 +50,10 @@ CREATE TABLE records (
     hash BLOB NOT NULL
 );
 CREATE TABLE releases (t INTEGER PRIMARY KEY, value BLOB NOT NULL);
+CREATE TABLE head (id INTEGER PRIMARY KEY CHECK (id = 1), count INTEGER NOT NULL, hash BLOB NOT NULL);
+CREATE TRIGGER records_head AFTER INSERT ON records BEGIN UPDATE head SET count = NEW.seq, hash = NEW.hash WHERE id = 1; END;
+CREATE TRIGGER records_no_update BEFORE UPDATE ON records BEGIN SELECT RAISE(ABORT, 'ledger records are append-only'); END;
+CREATE TRIGGER records_no_delete BEFORE DELETE ON records BEGIN SELECT RAISE(ABORT, 'ledger records are append-only'); END;
 """
 
 
@@ -77,8 +84,15 @@ def row_hash(previous: bytes, version: int, seq: int, op: int, t: int, amounts: 
 
 
 def encode_detail(record: SpendRecord) -> bytes:
-    scale = None if record.noise_scale is None else finite_or_none(record.noise_scale)
-    return canonical({"purpose": record.purpose, "sensitivity": record.sensitivity, "noise_scale": scale, "sampler": record.sampler})
+    if record.noise_scale is None:  # a plain spend: the same few details over and over
+        return _plain_detail(record.purpose, record.sensitivity, record.sampler)
+    return canonical({"purpose": record.purpose, "sensitivity": record.sensitivity,
+                      "noise_scale": finite_or_none(record.noise_scale), "sampler": record.sampler})
+
+
+@functools.lru_cache(maxsize=1024)
+def _plain_detail(purpose: str, sensitivity: float | None, sampler: str | None) -> bytes:
+    return canonical({"purpose": purpose, "sensitivity": sensitivity, "noise_scale": None, "sampler": sampler})
 
 
 def encode_array(values: FloatArray) -> bytes:
@@ -145,6 +159,14 @@ def connect(path: str | Path, *, durability: str = "full", create: bool = False)
     return db
 
 
+def stored_head(db: sqlite3.Connection, path: str) -> tuple[int, bytes]:
+    """(records committed, hash of the last one) as the ``head`` table keeps them."""
+    row = db.execute("SELECT count, hash FROM head WHERE id = 1").fetchone()
+    if row is None or not isinstance(row[0], int) or not isinstance(row[1], bytes):
+        raise LedgerCorrupt(f"{path}: the head (record count and last hash) is missing or malformed: {row!r}")
+    return row[0], row[1]
+
+
 @final
 class Journal:
     """The SQLite file behind a durable ledger (one connection; see :func:`budgetcheck.open_ledger`)."""
@@ -159,13 +181,13 @@ class Journal:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 if not self._db.execute("SELECT name FROM sqlite_master WHERE name='meta'").fetchone():
-                    for statement in _SCHEMA.split(";"):
+                    for statement in _SCHEMA.split(";\n"):
                         if statement.strip():
                             self._db.execute(statement)
                     for key, value in (("format", FORMAT), ("version", str(FILE_VERSION)),
-                                       ("header", canonical(header.to_json()).decode()),
-                                       ("count", "0"), ("head", genesis(header).hex()), ("sessions", "0")):
+                                       ("header", canonical(header.to_json()).decode()), ("sessions", "0")):
                         self._db.execute("INSERT INTO meta VALUES (?, ?)", (key, value))
+                    self._db.execute("INSERT INTO head VALUES (1, 0, ?)", (genesis(header),))
                 self._check_meta()
                 sessions = int(self._meta("sessions")) + 1
                 self._db.execute("UPDATE meta SET value=? WHERE key='sessions'", (str(sessions),))
@@ -182,8 +204,8 @@ class Journal:
 
     def head(self) -> tuple[int, str]:
         """(records committed, head hash in hex): publish it to anchor the file against rollback."""
-        with self._guard("read the head"):
-            return int(self._meta("count")), self._meta("head")
+        count, head = self._stored_head()
+        return count, head.hex()
 
     def close(self) -> None:
         self._db.close()
@@ -199,10 +221,8 @@ class Journal:
             raise
 
     def commit(self) -> None:
-        """Store the new count and head, then COMMIT (durable before anything is released)."""
+        """COMMIT (durable before anything is released); the trigger has moved the head along."""
         with self._guard("commit"):
-            self._db.execute("UPDATE meta SET value = CASE key WHEN 'count' THEN ? ELSE ? END WHERE key IN ('count', 'head')",
-                             (str(self._last), self._head.hex()))
             self._db.execute("COMMIT")
 
     def rollback(self) -> None:
@@ -320,10 +340,7 @@ class Journal:
 
     def _stored_head(self) -> tuple[int, bytes]:
         with self._guard("read the head"):
-            stored = dict(self._db.execute("SELECT key, value FROM meta WHERE key IN ('count', 'head')").fetchall())
-        if len(stored) != 2:
-            raise LedgerCorrupt(f"{self._path}: meta entries 'count' and 'head' are missing")
-        return int(stored["count"]), bytes.fromhex(stored["head"])
+            return stored_head(self._db, self._path)
 
     def _meta(self, key: str) -> str:
         row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
@@ -345,9 +362,23 @@ class Journal:
                 f"not {', '.join(f'{k}={wanted.get(k)!r}' for k in differ)}"
             )
 
-    @contextlib.contextmanager
-    def _guard(self, what: str) -> Iterator[None]:
-        try:
-            yield
-        except sqlite3.DatabaseError as exc:
-            raise LedgerCorrupt(f"{self._path}: cannot {what}: {exc}") from exc
+    def _guard(self, what: str) -> _Guard:
+        return _Guard(self._path, what)
+
+
+@final
+class _Guard:
+    """``with`` block that turns an SQLite error into LedgerCorrupt naming the file and the step
+    (a class, not a generator context manager: it sits on the path of every commit)."""
+
+    __slots__ = ("_path", "_what")
+
+    def __init__(self, path: str, what: str) -> None:
+        self._path, self._what = path, what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, sqlite3.DatabaseError):
+            raise LedgerCorrupt(f"{self._path}: cannot {self._what}: {exc}") from exc
