@@ -6,11 +6,17 @@ import multiprocessing
 import sqlite3
 from pathlib import Path
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import budgetcheck as bc
+from budgetcheck._audit_file import _composition
 from budgetcheck._journal import Journal
+from budgetcheck._records import LedgerHeader
 
 PARAMS = bc.WEventParams(epsilon=1.0, w=4)
 
@@ -243,3 +249,57 @@ def test_processes_spending_against_one_file_never_exceed_a_window(tmp_path: Pat
     for record in bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(1.0, 5))).records:
         totals[record.t] = totals.get(record.t, 0.0) + float(record.amounts[0])
     assert max(sum(totals.get(s, 0.0) for s in range(e - 4, e + 1)) for e in totals) <= 1.0
+
+
+# -- the auditor's streaming window check and its parallel chain check, against plain oracles ----
+
+@st.composite
+def _charges(draw: st.DrawFn) -> tuple[int, int, list[tuple[int, list[float]]]]:
+    """(w, runs, [(t, amounts per run)]) with each t at most w - 1 before the latest so far."""
+    w = draw(st.integers(1, 6))
+    runs = draw(st.integers(1, 2))
+    latest, charges = 0, []
+    amount = st.sampled_from([0.0, 0.1, 0.25, 1 / 3, 0.5, 0.7, 1.0, 5e-324, 0.30000000000000004])
+    for _ in range(draw(st.integers(0, 25))):
+        latest += draw(st.integers(0, 3))
+        t = max(1, latest - draw(st.integers(0, w - 1)))
+        latest = max(latest, t)
+        charges.append((t, [draw(amount) for _ in range(runs)]))
+    return w, runs, charges
+
+
+@settings(max_examples=150, deadline=None)
+@given(_charges(), st.sampled_from([0.5, 1.0, 0.9999999999999999]))
+def test_streaming_window_check_equals_the_brute_force_sums(case: tuple[int, int, list[tuple[int, list[float]]]], epsilon: float) -> None:
+    w, runs, charges = case
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE records (seq INTEGER PRIMARY KEY, t INTEGER, amounts BLOB)")
+    db.executemany("INSERT INTO records VALUES (?, ?, ?)",
+                   [(k + 1, t, np.array(a, dtype="<f8").tobytes()) for k, (t, a) in enumerate(charges)])
+    header = LedgerHeader(notion="w-event", epsilon=epsilon, w=w, runs=runs)
+    checked, worst, violations, broken = _composition(db, header, True, max_violations=1000)
+    latest = max((t for t, _ in charges), default=0)
+    totals = [[Fraction(0)] * (latest + 1) for _ in range(runs)]
+    for t, amounts in charges:
+        for run, a in enumerate(amounts):
+            totals[run][t] += Fraction(a)
+    sums = [(run, end, sum(totals[run][max(1, end - w + 1): end + 1], Fraction(0)))
+            for end in range(1, latest + 1) for run in range(runs)]
+    assert broken is None and checked == runs * latest
+    assert worst == max((s for _, _, s in sums), default=Fraction(0)) / Fraction(epsilon)
+    assert len(violations) == sum(1 for _, _, s in sums if s > Fraction(epsilon))
+
+
+@pytest.mark.parametrize("tamper", [None, "UPDATE records SET amounts = ? WHERE seq = 3", "UPDATE records SET amounts = ? WHERE seq = 10",
+                                    "UPDATE records SET amounts = ? WHERE seq = 17", "DELETE FROM records WHERE seq = 10",
+                                    "DELETE FROM records WHERE seq = 15", "DELETE FROM records WHERE seq >= 19"])
+def test_the_chain_checked_in_two_halves_finds_what_one_pass_finds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tamper: str | None) -> None:
+    path = tmp_path / "l.db"
+    _filled(path, 20)
+    if tamper is not None:
+        _edit(path, tamper, *([np.array([0.05, 0.05]).tobytes()] if "?" in tamper else []))
+    one_pass = bc.audit_file(path)
+    monkeypatch.setattr("budgetcheck._audit_file._PARALLEL_FROM", 2)
+    halves = bc.audit_file(path)
+    assert halves == one_pass
+    assert one_pass.ok == (tamper is None)

@@ -20,6 +20,7 @@ import sqlite3
 import struct
 from fractions import Fraction
 from pathlib import Path
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
@@ -154,6 +155,35 @@ def verify_chain(path: str, header_json: str, after: int, upto: int, previous_he
     return None, seen, previous.hex()
 
 
+class _Malformed(Exception):
+    def __init__(self, seq: object, message: object) -> None:
+        super().__init__(f"record {seq}: {message}")
+
+
+def _add_one_run(windows: StreamingWindows, rows: Iterable[tuple[Any, Any, Any]], to_units: Callable[[float], int]) -> None:
+    """Feed one-run records to ``windows`` (:meth:`StreamingWindows.add` unrolled: the audit's hot loop)."""
+    unpack = struct.Struct("<d").unpack
+    totals, w, inf = windows.totals, windows.w, math.inf
+    for seq, t, amounts in rows:
+        try:
+            (value,) = unpack(amounts)
+        except (struct.error, TypeError) as exc:
+            raise _Malformed(seq, exc) from None
+        if not 0.0 <= value < inf:
+            raise _Malformed(seq, f"amounts {[value]} must be finite and >= 0")
+        if not isinstance(t, int):
+            raise _Malformed(seq, f"t={t!r} is not an integer")
+        if t <= windows.done:
+            raise _Malformed(seq, f"a record charges t={t}, more than w - 1 = {w - 1} before a later record")
+        units = to_units(value)
+        slot = totals.get(t)
+        totals[t] = [units] if slot is None else [slot[0] + units]
+        if t > windows.latest:
+            windows.latest = t
+            if t - w > windows.done + 4096:
+                windows._finalize(t - w)
+
+
 def audit_file(path: str | Path, *, expect_head: str | None = None, max_violations: int = 10) -> FileAudit:
     """Verify the chain of a ledger file and re-check its composition theorem; never raises for a
     broken chain (that is a finding), only for a file that is not a ledger file at all."""
@@ -189,22 +219,12 @@ def _read_meta(db: sqlite3.Connection, path: str) -> tuple[LedgerHeader, int, st
 def _audit(db: sqlite3.Connection, path: str, header: LedgerHeader, count: int, head: str,
            expect_head: str | None, max_violations: int) -> FileAudit:
     streaming = header.notion == "w-event"
-    job = (path, canonical(header.to_json()).decode(), 0, 2**62, genesis(header).hex())
-    composition = None
+    header_json, start = canonical(header.to_json()).decode(), genesis(header).hex()
     if count < _PARALLEL_FROM:
-        problem, seen, last = verify_chain(*job)
+        problem, seen, last = verify_chain(path, header_json, 0, 2**62, start)
         composition = _composition(db, header, streaming, max_violations)
     else:
-        try:
-            with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-                # The hash chain is checked in a second process while this one re-checks the windows.
-                chain = pool.submit(verify_chain, *job)
-                composition = _composition(db, header, streaming, max_violations)
-                problem, seen, last = chain.result()
-        except concurrent.futures.process.BrokenProcessPool:  # e.g. a __main__ that cannot be re-imported
-            problem, seen, last = verify_chain(*job)
-    if composition is None:
-        composition = _composition(db, header, streaming, max_violations)
+        problem, seen, last, composition = _audit_parallel(db, path, header, header_json, start, count, streaming, max_violations)
     if problem is None and (seen != count or last != head):
         problem = f"the file ends at record {seen}, but its head names record {count}: records were removed or the head was edited"
     if problem is None and expect_head is not None and last != expect_head.lower():
@@ -216,8 +236,42 @@ def _audit(db: sqlite3.Connection, path: str, header: LedgerHeader, count: int, 
                      checked=checked, worst_ratio=worst, violations=violations)
 
 
-def _composition(db: sqlite3.Connection, header: LedgerHeader, streaming: bool,
-                 max_violations: int) -> tuple[int, Fraction, tuple[str, ...], str | None]:
+def _audit_parallel(db: sqlite3.Connection, path: str, header: LedgerHeader, header_json: str, start: str, count: int,
+                    streaming: bool, max_violations: int) -> tuple[str | None, int, str, Composition]:
+    """The chain in two halves in two more processes while this one re-checks the composition.
+
+    Each row's check needs only the stored hash of the row before it, so rows 1..m (from H_0) and
+    m+1..end (from the stored H_m) are checked independently; when the first half passes, its last
+    hash is the stored H_m, so the two halves together check the whole chain in order.
+    """
+    middle = count // 2
+    stored = db.execute("SELECT hash FROM records WHERE seq = ?", (middle,)).fetchone()
+    jobs = [(path, header_json, 0, middle, start)]
+    if stored is not None and isinstance(stored[0], bytes):
+        jobs.append((path, header_json, middle, 2**62, stored[0].hex()))
+    else:  # the middle row is missing or malformed: one sequential pass finds it
+        jobs = [(path, header_json, 0, 2**62, start)]
+    try:
+        with concurrent.futures.ProcessPoolExecutor(len(jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
+            halves = [pool.submit(verify_chain, *job) for job in jobs]
+            composition = _composition(db, header, streaming, max_violations)
+            results = [half.result() for half in halves]
+    except concurrent.futures.process.BrokenProcessPool:  # e.g. a __main__ that cannot be re-imported
+        results = [verify_chain(*job) for job in jobs]
+        composition = _composition(db, header, streaming, max_violations)
+    problem, seen, last = results[0]
+    if problem is None and len(results) == 2:
+        if seen != middle:
+            problem = f"record {seen + 1} is missing"
+        else:
+            problem, seen, last = results[1]
+    return problem, seen, last, composition
+
+
+Composition = tuple[int, Fraction, tuple[str, ...], str | None]
+
+
+def _composition(db: sqlite3.Connection, header: LedgerHeader, streaming: bool, max_violations: int) -> Composition:
     """(constraints checked, worst sum / budget, violations, a malformed record) over every stored record."""
     if not streaming:
         kept: list[SpendRecord] = []
@@ -236,15 +290,23 @@ def _composition(db: sqlite3.Connection, header: LedgerHeader, streaming: bool,
     unpack = struct.Struct(f"<{header.runs}d").unpack
     to_units = functools.lru_cache(maxsize=4096)(rounding.to_units)
     broken = None
-    for seq, t, amounts in db.execute("SELECT seq, t, amounts FROM records ORDER BY seq"):
-        try:
-            values = unpack(amounts)
-            if not all(0.0 <= v < math.inf for v in values):
-                raise LedgerCorrupt(f"amounts {list(values)} must be finite and >= 0")
-            windows.add(t, [to_units(v) for v in values])
-        except (LedgerCorrupt, struct.error) as exc:
-            broken = f"record {seq}: {exc}"
-            break
+    rows = db.execute("SELECT seq, t, amounts FROM records ORDER BY seq")
+    try:
+        if header.runs == 1:
+            _add_one_run(windows, rows, to_units)
+        else:
+            for seq, t, amounts in rows:
+                try:
+                    values = unpack(amounts)
+                    if not all(0.0 <= v < math.inf for v in values):
+                        raise LedgerCorrupt(f"amounts {list(values)} must be finite and >= 0")
+                    if not isinstance(t, int):
+                        raise LedgerCorrupt(f"t={t!r} is not an integer")
+                    windows.add(t, [to_units(v) for v in values])
+                except (LedgerCorrupt, struct.error, TypeError) as exc:
+                    raise _Malformed(seq, exc) from None
+    except _Malformed as exc:
+        broken = str(exc)
     windows.finish()
     worst = Fraction(0) if windows.worst is None else windows.worst.total / Fraction(header.epsilon)
     return windows.checked, worst, tuple(v.describe(header.epsilon) for v in windows.violations), broken
