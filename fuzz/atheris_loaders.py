@@ -15,14 +15,16 @@ import atheris
 
 with atheris.instrument_imports():
     import budgetcheck as bc
+    from budgetcheck._events import load_requirements, parse_events, timestamps
     from budgetcheck._publish import parse_rows
 
 FOLDER = Path(tempfile.mkdtemp(prefix="budgetcheck-fuzz-"))
+REQUIREMENTS = load_requirements(["ann,2,1.0", "bo,4,0.5"])
 
 
 def one_input(data: bytes) -> None:
     provider = atheris.FuzzedDataProvider(data)
-    choice = provider.ConsumeIntInRange(0, 3)
+    choice = provider.ConsumeIntInRange(0, 5)
     rest = provider.ConsumeBytes(provider.remaining_bytes())
     text = rest.decode("utf-8", errors="replace")
     try:
@@ -30,6 +32,11 @@ def one_input(data: bytes) -> None:
             bc.load_lines(text.splitlines())
         elif choice in (1, 2):
             for _ in parse_rows(text.splitlines(), fmt="csv" if choice == 1 else "jsonl", dimensions=2, integers=choice == 1):
+                pass
+        elif choice == 4:
+            load_requirements(text.splitlines())
+        elif choice == 5:
+            for _ in timestamps(parse_events(text.splitlines(), fmt="csv"), REQUIREMENTS, dimensions=3, published=0, skip=lambda e: None):
                 pass
         else:
             path = FOLDER / "ledger.db"

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import budgetcheck as bc
+from budgetcheck._events import load_requirements, parse_events, timestamps
 from budgetcheck._publish import parse_rows
 from budgetcheck.cli import main
 
@@ -106,6 +107,27 @@ def test_loaders_of_logs_and_rows(lines: list[str], d: int) -> None:
             assert isinstance(row, (tuple, bc.InvalidArgument))
 
 
+user_lines = st.lists(st.one_of(st.text(max_size=30), st.builds(
+    lambda t, u, b: f"{t},{u},{b}", st.sampled_from(["1", "2", "0", "x", "2.0", "-3"]), st.sampled_from(["ann", "zed", "", "1"]),
+    st.sampled_from(["0", "2", "9", "-1", "b", ""]))), max_size=8)
+
+
+@FUZZ
+@given(requirement_lines=st.lists(st.text(max_size=30), max_size=4), lines=user_lines, d=st.integers(-1, 3), published=st.integers(0, 2))
+def test_loaders_of_requirements_and_user_rows(requirement_lines: list[str], lines: list[str], d: int, published: int) -> None:
+    requirements = works_or_refuses(load_requirements, [*requirement_lines, "ann,2,1.0"])
+    if requirements is REFUSED:
+        return
+    for fmt in ("csv", "jsonl"):
+        events = works_or_refuses(lambda: list(parse_events(lines, fmt=fmt)))
+        if events is REFUSED:
+            continue
+        bad: list[bc.InvalidArgument] = []
+        groups = works_or_refuses(lambda: list(timestamps(iter(events), requirements, dimensions=d, published=published, skip=bad.append)))
+        for t, counts in [] if groups is REFUSED else groups:
+            assert t > published and counts.shape == (requirements.n_classes, d) and (counts >= 0).all()
+
+
 @FUZZ
 @given(blob=st.binary(max_size=300), sqlite_like=st.booleans())
 def test_ledger_file_reader_on_garbage(tmp_path_factory: Any, blob: bytes, sqlite_like: bool) -> None:
@@ -117,7 +139,8 @@ def test_ledger_file_reader_on_garbage(tmp_path_factory: Any, blob: bytes, sqlit
 
 @FUZZ
 @given(argv=st.lists(st.one_of(st.sampled_from(["publish", "audit", "mechanisms", "--epsilon", "--w", "-d", "--ledger",
-                                                "--input", "--out", "--sampler", "--format", "Uniform", "BD", "nan", "-1", "0"]),
+                                                "--input", "--out", "--sampler", "--format", "Uniform", "BD", "PBD", "--requirements",
+                                                "nan", "-1", "0"]),
                                st.text(max_size=6)), max_size=8))
 def test_cli_arguments(argv: list[str]) -> None:
     result = CliRunner().invoke(main, argv)

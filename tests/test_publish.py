@@ -117,7 +117,7 @@ def test_live_stream_checks_order_width_and_is_consumed_once() -> None:
         next(iterator)
     with pytest.raises(bc.InvalidArgument, match="once"):
         iter(stream)
-    with pytest.raises(bc.InvalidArgument, match="2 finite values"):
+    with pytest.raises(bc.InvalidArgument, match=r"finite values of shape \(2,\)"):
         list(bc.LiveStream([(1, [1.0])], dimensions=2))
 
 
@@ -163,12 +163,31 @@ def _wait_for_lines(path: Path, at_least: int, deadline: float) -> None:
         time.sleep(0.005)
 
 
-def kill_and_restart(tmp_path: Path, kills: int, n: int, seed: int) -> None:
-    """Kill a publish run at random points (SIGKILL), restart until it finishes, then check it all."""
+def user_rows(n: int, seed: int = 0) -> str:
+    """Per-user rows t,user,bin for the users of REQUIREMENTS (some absent at each t, 3 bins), each
+    timestamp closed by a row holding only t."""
+    rng = random.Random(seed)
+    return "".join("".join(f"{t},{user},{rng.randrange(3)}\n" for user in ("ann", "bo", "cy", "di", "ed") if rng.random() < 0.7)
+                   + f"{t}\n" for t in range(1, n + 1))
+
+
+REQUIREMENTS = "user,w,epsilon\nann,4,1.0\nbo,8,2.0\ncy,4,1.0\ndi,2,0.5\ned,8,2.0\n"
+
+
+def kill_and_restart(tmp_path: Path, kills: int, n: int, seed: int, *, personalized: bool = False) -> None:
+    """Kill a publish run at random points (SIGKILL), restart until it finishes, then check it all.
+
+    ``personalized``: PBA on per-user rows (every timestamp has a row, see :func:`user_rows`)."""
     source = tmp_path / "in.csv"
-    source.write_text(rows(n))
     out, ledger = tmp_path / "out.csv", tmp_path / "l.db"
-    command = [sys.executable, "-c", "from budgetcheck.cli import main; main()", "publish", "BD", "--ledger", str(ledger), *ARGS,
+    if personalized:
+        source.write_text(user_rows(n, seed))
+        (tmp_path / "req.csv").write_text(REQUIREMENTS)
+        args = ["PBA", "--requirements", str(tmp_path / "req.csv"), "-d", "3"]
+    else:
+        source.write_text(rows(n))
+        args = ["BD", *ARGS]
+    command = [sys.executable, "-c", "from budgetcheck.cli import main; main()", "publish", *args, "--ledger", str(ledger),
                "--input", str(source), "--out", str(out)]
     rng = random.Random(seed)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -12,7 +12,7 @@ import click
 from budgetcheck._audit_file import audit_file
 from budgetcheck._errors import BudgetcheckError, BudgetExceeded, InvalidArgument, LedgerCorrupt
 from budgetcheck._journal import DURABILITY
-from budgetcheck._noise import DISCRETE, SAMPLERS
+from budgetcheck._noise import DISCRETE, NUMPY, SAMPLERS
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_CORRUPT = 0, 1, 2, 4
 
@@ -21,31 +21,42 @@ EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_CORRUPT = 0, 1, 2, 4
 @click.argument("mechanism")
 @click.option("--ledger", "ledger_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="The ledger file (created if missing; a restart resumes from it).")
-@click.option("--epsilon", type=float, required=True, help="The w-event budget ε.")
-@click.option("--w", type=int, required=True, help="The window length w.")
-@click.option("-d", "--dimensions", type=int, default=1, show_default=True, help="Counts per row.")
+@click.option("--epsilon", type=float, default=None, help="The w-event budget ε (w-event mechanisms).")
+@click.option("--w", type=int, default=None, help="The window length w (w-event mechanisms).")
+@click.option("--requirements", "requirements_path", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Personalized mechanisms: a file of user,w,epsilon lines (each user's w_i and ε_i).")
+@click.option("-d", "--dimensions", type=int, default=1, show_default=True, help="Counts per row (w-event) or bins (personalized).")
 @click.option("--input", "input_path", default="-", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
-              help="Rows t,c_1..c_d (CSV) or JSON lines {'t':..,'counts':[..]}; '-' is stdin.")
+              help="w-event: rows t,c_1..c_d (CSV) or JSON lines {'t':..,'counts':[..]}. Personalized: rows t,user,bin "
+                   "or {'t':..,'user':..,'bin':..} (a row with only t closes t). '-' is stdin.")
 @click.option("--out", "out_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
               help="Append releases to this file (exactly once across restarts); default stdout.")
 @click.option("--format", "fmt", type=click.Choice(["csv", "jsonl"]), default="csv", show_default=True)
-@click.option("--sampler", type=click.Choice(list(SAMPLERS)), default=DISCRETE, show_default=True,
-              help="discrete-laplace: exact, CSPRNG, integer counts; numpy-laplace: fast float sampler.")
+@click.option("--sampler", type=click.Choice(list(SAMPLERS)), default=None,
+              help="discrete-laplace (w-event default): exact, CSPRNG, integer counts; numpy-laplace: fast float sampler "
+                   "(the only one of the personalized Sampling Mechanism).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the numpy sampler (ignored by discrete-laplace).")
 @click.option("--durability", type=click.Choice(sorted(DURABILITY)), default="full", show_default=True,
               help="full: fsync every commit (power loss); process: survives a killed process, faster.")
 @click.option("--skip-bad-rows", is_flag=True, help="Report malformed rows on stderr and go on (default: stop at the first).")
-def publish(mechanism: str, ledger_path: Path, epsilon: float, w: int, dimensions: int, input_path: Path, out_path: Path | None,
-            fmt: str, sampler: str, seed: int, durability: str, skip_bad_rows: bool) -> None:
-    """Publish a live stream through MECHANISM on a durable ledger, one row at a time."""
+def publish(mechanism: str, ledger_path: Path, epsilon: float | None, w: int | None, requirements_path: Path | None, dimensions: int,
+            input_path: Path, out_path: Path | None, fmt: str, sampler: str | None, seed: int, durability: str, skip_bad_rows: bool) -> None:
+    """Publish a live stream through MECHANISM on a durable ledger, one timestamp at a time."""
+    from budgetcheck._events import load_requirements
     from budgetcheck._publish import publish as run
     from budgetcheck._verify import load_mechanism
 
     try:
         mech = load_mechanism(mechanism)
+        requirements = None
+        if requirements_path is not None:
+            with open(requirements_path, encoding="utf-8") as handle:
+                requirements = load_requirements(handle, source=str(requirements_path))
+        if sampler is None:
+            sampler = NUMPY if requirements is not None else DISCRETE
         stdout = sys.stdout
         with click.open_file(str(input_path), encoding="utf-8") as lines:
-            summary = run(mech, lines, ledger_path, epsilon=epsilon, w=w, dimensions=dimensions,
+            summary = run(mech, lines, ledger_path, epsilon=epsilon, w=w, requirements=requirements, dimensions=dimensions,
                           out=None if out_path else stdout, out_path=out_path, fmt=fmt, sampler=sampler,
                           seed=seed, durability=durability, skip_bad_rows=skip_bad_rows,
                           on_reject=lambda message: click.echo(f"rejected {message}", err=True))

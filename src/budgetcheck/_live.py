@@ -22,12 +22,18 @@ from budgetcheck._validation import check_positive_int
 
 @final
 class LiveStream:
-    """(t, d counts) rows, t strictly increasing; ``replayed`` timestamps come first, as stand-ins."""
+    """(t, d counts) rows, t strictly increasing; ``replayed`` timestamps come first, as stand-ins.
 
-    __slots__ = ("_claim", "_current", "_dimensions", "_replayed", "_rows", "_used")
+    With ``classes`` = C each row holds (C, d) counts: users per requirement class and bin, as a
+    :class:`PersonalizedStream`'s secrets do (for a live personalized publisher).
+    """
 
-    def __init__(self, rows: Iterable[tuple[int, ArrayLike]], *, dimensions: int, replayed: Sequence[int] = ()) -> None:
+    __slots__ = ("_claim", "_current", "_dimensions", "_replayed", "_rows", "_shape", "_used")
+
+    def __init__(self, rows: Iterable[tuple[int, ArrayLike]], *, dimensions: int, classes: int | None = None,
+                 replayed: Sequence[int] = ()) -> None:
         self._dimensions = check_positive_int(dimensions, "dimensions")
+        self._shape = (self._dimensions,) if classes is None else (check_positive_int(classes, "classes"), self._dimensions)
         self._rows = rows
         self._replayed = tuple(replayed)
         self._claim: list[object] = []
@@ -52,7 +58,7 @@ class LiveStream:
 
     def _secrets(self) -> Iterator[Secret]:
         last = 0
-        nothing = np.zeros(self._dimensions)
+        nothing = np.zeros(self._shape)
         for t in self._replayed:
             last = self._check_t(t, last)
             self._current = t
@@ -60,8 +66,8 @@ class LiveStream:
         for t, values in self._rows:
             last = self._check_t(t, last)
             row = np.asarray(values, dtype=np.float64)
-            if row.shape != (self._dimensions,) or not np.isfinite(row).all():
-                raise InvalidArgument(f"row t={t} must hold {self._dimensions} finite values, got {row.tolist()!r}")
+            if row.shape != self._shape or not np.isfinite(row).all():
+                raise InvalidArgument(f"row t={t} must hold finite values of shape {self._shape}, got {row.tolist()!r}")
             self._current = t
             yield Secret(t, row, self._claim)
 
@@ -79,7 +85,7 @@ class LiveStream:
             raise SecretAccess(f"{self!r} is already accounted by another ledger")
 
     def __repr__(self) -> str:
-        return f"LiveStream(dimensions={self._dimensions}, replayed={len(self._replayed)})"
+        return f"LiveStream(shape={self._shape}, replayed={len(self._replayed)})"
 
     def __reduce_ex__(self, protocol: object) -> tuple[object, ...]:
         raise SecretAccess("a LiveStream cannot be pickled: it holds the true stream")

@@ -1,6 +1,7 @@
-"""``budgetcheck publish``: a live w-event publisher on a durable ledger.
+"""``budgetcheck publish``: a live publisher on a durable ledger (w-event or personalized).
 
-Reads one timestamp per row (CSV ``t,c_1,...,c_d`` or JSON lines ``{"t": t, "counts": [...]}``),
+w-event: one timestamp per row (CSV ``t,c_1,...,c_d`` or JSON lines ``{"t": t, "counts": [...]}``).
+Personalized: per-user rows (see :mod:`budgetcheck._events`) and a requirement per user. It
 runs a mechanism's release generator over a :class:`LiveStream` through a ledger kept in a file,
 and writes each release as soon as it is final. Order per timestamp: spends committed to the file
 (inside each charged operation) → release recorded in the file (t is a primary key: never twice)
@@ -11,8 +12,8 @@ out the releases the output file is missing, and continues with the first unpubl
 
 from __future__ import annotations
 
+import hashlib
 import json
-import math
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -24,14 +25,16 @@ from numpy.typing import NDArray
 
 from budgetcheck._durable import replay_ledger
 from budgetcheck._errors import BadRow, InvalidArgument, LedgerCorrupt
+from budgetcheck._events import FORMATS, parse_events, parse_timestamp, timestamps
 from budgetcheck._journal import canonical
 from budgetcheck._ledger import WindowLedger
 from budgetcheck._live import LiveStream
 from budgetcheck._noise import DISCRETE, NUMPY
 from budgetcheck._params import WEventParams
+from budgetcheck._personalized import PersonalizedLedger
+from budgetcheck._requirements import RequirementSet
 
 FloatArray = NDArray[np.float64]
-FORMATS = ("csv", "jsonl")
 
 
 @attrs.frozen
@@ -64,7 +67,7 @@ def parse_row(text: str, number: int, *, fmt: str, dimensions: int, integers: bo
     fields = _fields(text, fmt, number)
     if len(fields) != dimensions + 1:
         raise BadRow(f"expected t and {dimensions} counts, got {len(fields)} fields: {text[:80]!r}", row=number)
-    t = _timestamp(fields[0], number)
+    t = parse_timestamp(fields[0], number)
     try:
         counts = np.array([float(x) for x in fields[1:]], dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -90,24 +93,15 @@ def _fields(text: str, fmt: str, number: int) -> list[Any]:
     return [obj["t"], *obj["counts"]]
 
 
-def _timestamp(value: Any, number: int) -> int:
-    try:
-        as_float = float(value)
-    except (TypeError, ValueError):
-        raise BadRow(f"t={value!r} must be a positive integer", row=number) from None
-    if isinstance(value, bool) or not math.isfinite(as_float) or as_float != int(as_float) or as_float < 1 or as_float > 2**62:
-        raise BadRow(f"t={value!r} must be a positive integer", row=number)
-    return int(as_float)
-
-
 def publish(
     mechanism: Any,
     lines: Iterable[str],
     ledger_path: str | Path,
     *,
-    epsilon: float,
-    w: int,
     dimensions: int,
+    epsilon: float | None = None,
+    w: int | None = None,
+    requirements: RequirementSet | None = None,
     out: IO[str] | None = None,
     out_path: str | Path | None = None,
     fmt: str = "csv",
@@ -119,6 +113,8 @@ def publish(
 ) -> PublishSummary:
     """Publish ``lines`` through ``mechanism`` on the ledger file (see the module docstring).
 
+    w-event mechanisms take ``epsilon`` and ``w``; personalized ones take ``requirements`` (each
+    user's (w_i, ε_i)) and per-user rows, and draw with numpy (the Sampling Mechanism's sampler).
     Exactly one of ``out`` (e.g. stdout: releases committed but not yet written before a crash
     are not written again) and ``out_path`` (a file: reconciled with the ledger at every start,
     so every release is in it exactly once) is given.
@@ -127,12 +123,16 @@ def publish(
         raise InvalidArgument(f"mechanism {getattr(mechanism, 'name', mechanism)!r} cannot publish live: it has no releases(stream, ledger) generator")
     if (out is None) == (out_path is None):
         raise InvalidArgument("give exactly one of out (a stream) and out_path (a file)")
-    ledger = WindowLedger(WEventParams(epsilon=epsilon, w=w), runs=1, seed=seed, sampler=sampler)
+    ledger = _ledger(mechanism, epsilon=epsilon, w=w, requirements=requirements, sampler=sampler, seed=seed)
     replay_ledger(ledger_path, ledger, durability=durability)
     journal = ledger.journal
     assert journal is not None
     try:
-        journal.claim("publisher", canonical({"mechanism": str(mechanism.name), "dimensions": dimensions, "format": fmt}).decode())
+        claim: dict[str, Any] = {"mechanism": str(mechanism.name), "dimensions": dimensions, "format": fmt}
+        if requirements is not None:
+            claim["users"] = hashlib.sha256(canonical([[str(u), requirements.class_of(u).w, requirements.class_of(u).epsilon]
+                                                       for u in requirements.users])).hexdigest()
+        journal.claim("publisher", canonical(claim).decode())
         stored = journal.releases()
         rewritten = 0
         if out_path is not None:
@@ -147,10 +147,22 @@ def publish(
             handle = out
         try:
             rejected: list[str] = []
+
+            def skip(error: BadRow) -> None:
+                if not skip_bad_rows:
+                    raise error
+                rejected.append(str(error))
+                if on_reject is not None:
+                    on_reject(str(error))
+
             last = stored[-1][0] if stored else 0
-            rows = _accepted(parse_rows(lines, fmt=fmt, dimensions=dimensions, integers=sampler == DISCRETE),
-                             last, skip_bad_rows, rejected, on_reject)
-            stream = LiveStream(rows, dimensions=dimensions, replayed=[t for t, _ in stored])
+            replayed = [t for t, _ in stored]
+            if requirements is None:
+                rows = _accepted(parse_rows(lines, fmt=fmt, dimensions=dimensions, integers=sampler == DISCRETE), last, skip)
+                stream = LiveStream(rows, dimensions=dimensions, replayed=replayed)
+            else:
+                groups = timestamps(parse_events(lines, fmt=fmt), requirements, dimensions=dimensions, published=last, skip=skip)
+                stream = LiveStream(groups, dimensions=dimensions, classes=requirements.n_classes, replayed=replayed)
             ledger.bind(stream)
             published = 0
             for index, value in enumerate(mechanism.releases(stream, ledger)):
@@ -172,13 +184,31 @@ def publish(
         ledger.close()
 
 
-def _accepted(rows: Iterator[tuple[int, int, FloatArray] | BadRow], published: int, skip: bool, rejected: list[str],
-              on_reject: Callable[[str], None] | None) -> Iterator[tuple[int, FloatArray]]:
-    """Rows after the last published t; malformed or non-increasing rows stop the run, or are skipped."""
+def _ledger(mechanism: Any, *, epsilon: float | None, w: int | None, requirements: RequirementSet | None,
+            sampler: str, seed: int) -> WindowLedger | PersonalizedLedger:
+    """The in-memory ledger the file is replayed into, for the mechanism's notion."""
+    notion = getattr(mechanism, "notion", "w-event")
+    wanted = "w-event" if requirements is None else "personalized"
+    if notion != wanted:
+        how = "requirements (per-user w and epsilon)" if notion == "personalized" else "epsilon and w, not requirements"
+        raise InvalidArgument(f"mechanism {mechanism.name!r} is a {notion} mechanism: give it {how}")
+    if requirements is None:
+        if epsilon is None or w is None:
+            raise InvalidArgument(f"a w-event publisher needs epsilon and w, got epsilon={epsilon!r}, w={w!r}")
+        return WindowLedger(WEventParams(epsilon=epsilon, w=w), runs=1, seed=seed, sampler=sampler)
+    if epsilon is not None or w is not None:
+        raise InvalidArgument(f"a personalized publisher takes w and epsilon per user from the requirements, not epsilon={epsilon!r}, w={w!r}")
+    if sampler != NUMPY:
+        raise InvalidArgument(f"sampler={sampler!r}: the personalized Sampling Mechanism draws with {NUMPY!r} only")
+    return PersonalizedLedger(requirements, runs=1, seed=seed)
+
+
+def _accepted(rows: Iterator[tuple[int, int, FloatArray] | BadRow], published: int,
+              skip: Callable[[BadRow], None]) -> Iterator[tuple[int, FloatArray]]:
+    """Rows after the last published t; malformed or non-increasing rows go to ``skip`` (which may raise)."""
     previous = published
-    while True:
+    for parsed in rows:
         try:
-            parsed = next(rows)
             if isinstance(parsed, BadRow):
                 raise parsed
             number, t, counts = parsed
@@ -186,14 +216,8 @@ def _accepted(rows: Iterator[tuple[int, int, FloatArray] | BadRow], published: i
                 continue  # published before the restart
             if t <= previous:
                 raise BadRow(f"t={t} does not increase (the previous row had t={previous})", row=number)
-        except StopIteration:
-            return
         except BadRow as exc:
-            if not skip:
-                raise
-            rejected.append(str(exc))
-            if on_reject is not None:
-                on_reject(str(exc))
+            skip(exc)
             continue
         previous = t
         yield t, counts

@@ -114,6 +114,11 @@ class RequirementSet:
     def user_classes(self) -> NDArray[np.int64]:
         return self._user_classes
 
+    @property
+    def users(self) -> tuple[Hashable, ...]:
+        """Every user id, in column order (0..n−1 unless built from a mapping)."""
+        return tuple(range(self.n_users)) if self._ids is None else tuple(self._ids)
+
     def index_of(self, user: object) -> int:
         """The column of ``user`` (its id if built from a mapping, else its position)."""
         if self._index is not None:

@@ -23,13 +23,14 @@ Decisions where the paper is silent or ambiguous:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck import PersonalizedLedger, PersonalizedStream, Requirement
+from budgetcheck import LiveStream, PersonalizedLedger, PersonalizedStream, Requirement
 from budgetcheck.ops import FLOAT
 from budgetcheck.proving import AllocationRule, RuleEnv
 from mechanisms._common import empty_releases, filtered
@@ -56,14 +57,23 @@ def step_budgets(rule: AllocationRule, envs: list[RuleEnv], states: list[Any], r
 
 
 def run_personalized(rule: AllocationRule, stream: PersonalizedStream, ledger: PersonalizedLedger, *, strictest: bool, filtering: bool) -> FloatArray:
-    """PWSM (Algorithm 2) with ``rule`` per requirement class; see the module docstring."""
+    """PWSM (Algorithm 2) with ``rule`` per requirement class over a whole stream: (runs, T, d)."""
+    releases = empty_releases(ledger.runs, stream.length, stream.dimensions)
+    for t, values in enumerate(personalized_releases(rule, stream, ledger, strictest=strictest, filtering=filtering)):
+        releases[:, t] = values
+    return releases
+
+
+def personalized_releases(rule: AllocationRule, stream: PersonalizedStream | LiveStream, ledger: PersonalizedLedger, *,
+                          strictest: bool, filtering: bool) -> Iterator[FloatArray]:
+    """PWSM (Algorithm 2) with ``rule`` per requirement class: the (runs, d) release of every timestamp
+    as it arrives (a live stream of (classes, d) counts works too); see the module docstring."""
     requirements = ledger.requirements
     chosen: list[Requirement] = [requirements.strictest()] * requirements.n_classes if strictest else list(requirements.classes)
     envs = [RuleEnv(r.epsilon, r.w) for r in chosen]
     runs = ledger.runs
     states: list[Any] = [tuple(np.full(runs, v) for v in rule.initial(FLOAT, env)) for env in envs]
     last = np.zeros((runs, stream.dimensions))
-    releases = empty_releases(runs, stream.length, stream.dimensions)
     for secret in stream:
         dissimilarity, candidate = step_budgets(rule, envs, states, runs)
         dis = ledger.sample_dissimilarity(secret, last, dissimilarity)
@@ -75,8 +85,7 @@ def run_personalized(rule: AllocationRule, stream: PersonalizedStream, ledger: P
             last = np.where(publish[:, None], filtered(np.nan_to_num(noisy), filtering), last)
         states = [rule.advance(FLOAT, env, state, publish, (dissimilarity[:, c], spent[:, c]))
                   for c, (env, state) in enumerate(zip(envs, states, strict=True))]
-        releases[:, secret.t - 1] = last
-    return releases
+        yield last
 
 
 @attrs.frozen
@@ -97,6 +106,10 @@ class PBD:
     def run(self, stream: PersonalizedStream, ledger: PersonalizedLedger) -> FloatArray:
         return run_personalized(self.allocation_rule(), stream, ledger, strictest=self.strictest, filtering=self.filtering)
 
+    def releases(self, stream: PersonalizedStream | LiveStream, ledger: PersonalizedLedger) -> Iterator[FloatArray]:
+        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
+        return personalized_releases(self.allocation_rule(), stream, ledger, strictest=self.strictest, filtering=self.filtering)
+
 
 @attrs.frozen
 class PBA:
@@ -115,6 +128,10 @@ class PBA:
 
     def run(self, stream: PersonalizedStream, ledger: PersonalizedLedger) -> FloatArray:
         return run_personalized(self.allocation_rule(), stream, ledger, strictest=self.strictest, filtering=self.filtering)
+
+    def releases(self, stream: PersonalizedStream | LiveStream, ledger: PersonalizedLedger) -> Iterator[FloatArray]:
+        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
+        return personalized_releases(self.allocation_rule(), stream, ledger, strictest=self.strictest, filtering=self.filtering)
 
 
 def StrictestBD() -> PBD:

@@ -1,0 +1,146 @@
+"""Per-user input of a live personalized publisher (Du et al. 2025's setting: each user i, with
+requirement (w_i, ε_i), sits in at most one of d bins per timestamp).
+
+Requirements file: one ``user,w,epsilon`` line per user (an optional ``user,w,epsilon`` header,
+``#`` comments). Events: CSV ``t,user,bin`` or JSON lines ``{"t": t, "user": u, "bin": b}``; a
+row holding only ``t`` (CSV ``t``, JSON ``{"t": t}``) closes timestamp t, with or without events.
+Events of one timestamp are consecutive; a timestamp is complete when a later t arrives, when it is
+closed, or when the input ends. Its secret is the (classes, d) count of users per class and bin.
+User ids are compared as strings.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from typing import Any, Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from budgetcheck._errors import BadRow, InvalidArgument
+from budgetcheck._requirements import RequirementSet
+from budgetcheck._validation import check_positive_int
+
+FloatArray = NDArray[np.float64]
+Event = tuple[int, int, str | None, int]  # (line number, t, user or None for a closing row, bin)
+FORMATS: Final = ("csv", "jsonl")
+
+
+def parse_timestamp(value: Any, number: int) -> int:
+    """An input row's t: a positive integer (1.0 and "3" are accepted), else :class:`BadRow`."""
+    try:
+        as_float = float(value)
+    except (TypeError, ValueError):
+        raise BadRow(f"t={value!r} must be a positive integer", row=number) from None
+    if isinstance(value, bool) or not math.isfinite(as_float) or as_float != int(as_float) or as_float < 1 or as_float > 2**62:
+        raise BadRow(f"t={value!r} must be a positive integer", row=number)
+    return int(as_float)
+
+
+def load_requirements(lines: Iterable[str], *, source: str = "requirements") -> RequirementSet:
+    """``user,w,epsilon`` lines as a :class:`RequirementSet` keyed by user id (a string)."""
+    pairs: dict[Hashable, tuple[int, float]] = {}
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text or text.startswith("#") or (number == 1 and text.replace(" ", "").lower() == "user,w,epsilon"):
+            continue
+        fields = [part.strip() for part in text.split(",")]
+        if len(fields) != 3 or not fields[0]:
+            raise InvalidArgument(f"{source} line {number}: expected user,w,epsilon, got {text[:80]!r}")
+        user, w, epsilon = fields
+        if user in pairs:
+            raise InvalidArgument(f"{source} line {number}: user {user!r} is listed twice")
+        try:
+            pairs[user] = (int(w), float(epsilon))
+        except ValueError:
+            raise InvalidArgument(f"{source} line {number}: w={w!r} must be an integer and epsilon={epsilon!r} a number") from None
+    if not pairs:
+        raise InvalidArgument(f"{source} lists no users: a personalized publisher needs at least one")
+    try:
+        return RequirementSet(pairs)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{source}: {exc}") from None
+
+
+def parse_events(lines: Iterable[str], *, fmt: str) -> Iterator[Event | BadRow]:
+    """(line number, t, user, bin) per non-empty line, or the :class:`BadRow` of a malformed one."""
+    if fmt not in FORMATS:
+        raise InvalidArgument(f"format={fmt!r} must be one of {list(FORMATS)}")
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        try:
+            fields = _fields(text, fmt, number)
+            t = parse_timestamp(fields[0], number)
+            if len(fields) == 1:
+                yield number, t, None, -1
+                continue
+            user, raw_bin = fields[1:]
+            if isinstance(raw_bin, bool) or not isinstance(raw_bin, (int, str)) or not str(raw_bin).strip().isdigit():
+                raise BadRow(f"bin={raw_bin!r} must be a non-negative integer", row=number)
+            yield number, t, str(user), int(raw_bin)
+        except BadRow as exc:
+            yield exc
+
+
+def _fields(text: str, fmt: str, number: int) -> list[Any]:
+    if fmt == "csv":
+        fields = [part.strip() for part in text.split(",")]
+    else:
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise BadRow(f"not JSON: {exc}", row=number) from None
+        if not isinstance(obj, dict) or set(obj) not in ({"t"}, {"t", "user", "bin"}) or isinstance(obj.get("user"), (dict, list)):
+            raise BadRow(f'expected {{"t": ..., "user": ..., "bin": ...}} or {{"t": ...}}, got {text[:80]!r}', row=number)
+        fields = [obj["t"]] if len(obj) == 1 else [obj["t"], obj["user"], obj["bin"]]
+    if len(fields) not in (1, 3):
+        raise BadRow(f"expected t,user,bin (or t alone to close t), got {len(fields)} fields: {text[:80]!r}", row=number)
+    return fields
+
+
+def timestamps(events: Iterator[Event | BadRow], requirements: RequirementSet, *, dimensions: int, published: int,
+               skip: Callable[[BadRow], None]) -> Iterator[tuple[int, FloatArray]]:
+    """Group events into (t, counts per class and bin), for t after ``published``.
+
+    ``skip(error)`` decides a malformed event: return to drop it and go on, or raise to stop. An
+    unknown user, a bin outside [0, d), a user twice in one timestamp, an event for a closed or
+    earlier timestamp are malformed; nothing of such a row is counted.
+    """
+    dimensions = check_positive_int(dimensions, "dimensions")
+    classes = requirements.user_classes
+    current, counts, seen, closed = 0, np.zeros((requirements.n_classes, dimensions)), set[int](), published
+    for event in events:
+        try:
+            if isinstance(event, BadRow):
+                raise event
+            number, t, user, b = event
+            if t <= published:
+                continue  # published before the restart
+            if t < current or t <= closed:
+                raise BadRow(f"t={t} comes after t={max(current, closed)}: timestamps must not go back", row=number)
+            if t > current and current > closed:
+                yield current, counts
+                counts, seen = np.zeros_like(counts), set()
+            current = t
+            if user is None:
+                yield t, counts
+                counts, seen, closed = np.zeros_like(counts), set(), t
+                continue
+            try:
+                index = requirements.index_of(user)
+            except InvalidArgument:
+                raise BadRow(f"user {user!r} is not in the requirements file", row=number) from None
+            if not 0 <= b < dimensions:
+                raise BadRow(f"bin={b} must be in [0, {dimensions})", row=number)
+            if index in seen:
+                raise BadRow(f"user {user!r} already has a bin at t={t}", row=number)
+            seen.add(index)
+            counts[classes[index], b] += 1.0
+        except BadRow as exc:
+            skip(exc)
+    if current > closed:
+        yield current, counts
