@@ -112,6 +112,10 @@ def main() -> None:
             print(f"long stream w={w}: t={t:>10,}  resident {mib:7.1f} MiB  {seconds:8.1f} s")
         growth = points[-1][1] - points[0][1]
         print(f"resident memory from t={points[0][0]:,} to t={points[-1][0]:,}: {growth:+.1f} MiB")
+        start = time.perf_counter()
+        report = bc.audit_file(folder / "long.db")
+        print(f"audit of the long stream's own file ({report.records:,} records): {time.perf_counter() - start:.1f} s, ok={report.ok}")
+        (folder / "long.db").unlink()
         path = folder / "audit.db"
         bulk_file(path, audited, w)
         start = time.perf_counter()

@@ -143,15 +143,30 @@ def test_discrete_laplace_matches_its_distribution() -> None:
     assert abs(hits / 20000 - p) < 5 * np.sqrt(p * (1 - p) / 20000)
 
 
-def test_the_discrete_sampler_refuses_non_integers_and_rounds_fractional_sensitivities() -> None:
+def test_the_discrete_sampler_admits_integral_streams_at_bind_and_never_refuses_by_the_data() -> None:
     sampler = DiscreteLaplace()
-    with pytest.raises(bc.InvalidArgument, match="integer counts"):
-        sampler.perturb(np.array([1.5]), np.array([1.0]), 1.0)
-    scale = sampler.scale(0.25, np.array([0.5]))
+    scale = sampler.scale(0.25, np.array([0.5]), integral=True)
     assert scale[0] > 0.5  # (Δ + γ)/ε covers the rounding to the grid
-    out = sampler.perturb(np.array([0.3]), scale, 0.25)
+    out = sampler.perturb(np.array([0.3]), scale, 0.25, integral=True)
     assert (out[0] / 2.0**-22).is_integer()
+    # Counts: the stream is checked when a discrete ledger binds it (the data owner's step), not at a release.
+    with pytest.raises(bc.InvalidArgument, match="not integers"):
+        bc.WindowLedger(bc.WEventParams(1.0, 2), sampler="discrete-laplace").bind(bc.GuardedStream(np.array([[1.0], [2.5]])))
+    live = bc.LiveStream(iter([(1, [2.0]), (2, [2.5])]), dimensions=1)
     ledger = bc.WindowLedger(bc.WEventParams(1.0, 2), sampler="discrete-laplace")
+    ledger.bind(live)
+    secrets = iter(live)
+    assert float(ledger.laplace(next(secrets), 0.5)[0, 0]).is_integer()
+    with pytest.raises(bc.InvalidArgument, match="row t=2 must hold integer counts"):
+        next(secrets)
+    # A measured fn may return anything: it goes on the fine grid (scale covers Δ + γ), never refused.
+    stream = bc.GuardedStream(np.array([[1.0, 2.0]]))
+    ledger = bc.WindowLedger(bc.WEventParams(1.0, 2), sampler="discrete-laplace")
+    ledger.bind(stream)
+    (secret,) = stream
+    noisy = ledger.measure(lambda v: v.mean(), secret, sensitivity=1.0, epsilon=0.5)
+    assert (noisy[0] / 2.0**-20).is_integer()
+    assert ledger.records[-1].noise_scale is not None and ledger.records[-1].noise_scale[0] > 2.0
     with pytest.raises(bc.InvalidArgument, match="continuous noise"):
         ledger.above_threshold(epsilon=0.1, sensitivity=1.0)
 

@@ -29,7 +29,7 @@ from budgetcheck import rounding
 from budgetcheck._audit import WindowFinding
 from budgetcheck._audit_notions import audit_personalized, audit_swellfish
 from budgetcheck._errors import LedgerCorrupt
-from budgetcheck._journal import FILE_VERSION, FORMAT, RECORD_VERSION, canonical, connect, decode_row, genesis, row_hash, stored_head
+from budgetcheck._journal import FILE_VERSION, FORMAT, canonical, connect, decode_row, genesis, link_problem, stored_head
 from budgetcheck._policies import PolicyCollection, StreamPolicy
 from budgetcheck._records import LedgerHeader, SpendRecord
 
@@ -140,14 +140,11 @@ def verify_chain(path: str, header_json: str, after: int, upto: int, previous_he
     try:
         cursor = db.execute("SELECT seq, version, op, t, amounts, detail, output, hash FROM records WHERE seq > ? AND seq <= ? ORDER BY seq",
                             (after, upto))
-        for seq, version, op, t, amounts, detail, output, digest in cursor:
-            if seq != seen + 1:
-                return f"record {seen + 1} is missing (the next stored record is {seq})", seen, previous.hex()
-            if version != RECORD_VERSION:
-                return f"record {seq}: record version {version!r} is not supported (expected {RECORD_VERSION})", seen, previous.hex()
-            if row_hash(previous, version, seq, op, t, amounts, detail.encode(), output) != digest:
-                return f"record {seq}: its hash does not match its contents (the record was edited)", seen, previous.hex()
-            previous, seen = digest, seq
+        for row in cursor:
+            problem = link_problem(row, seen + 1, previous)
+            if problem is not None:
+                return problem, seen, previous.hex()
+            previous, seen = row[7], seen + 1
     except sqlite3.DatabaseError as exc:
         return f"record {seen + 1}: unreadable ({exc})", seen, previous.hex()
     finally:

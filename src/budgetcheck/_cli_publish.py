@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from budgetcheck._audit_file import audit_file
+from budgetcheck._cli_types import FilePath
 from budgetcheck._errors import BudgetcheckError, BudgetExceeded, InvalidArgument, LedgerCorrupt
 from budgetcheck._journal import DURABILITY
 from budgetcheck._noise import DISCRETE, NUMPY, SAMPLERS
@@ -19,17 +20,17 @@ EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_CORRUPT = 0, 1, 2, 4
 
 @click.command()
 @click.argument("mechanism")
-@click.option("--ledger", "ledger_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--ledger", "ledger_path", required=True, type=FilePath(dir_okay=False, path_type=Path),
               help="The ledger file (created if missing; a restart resumes from it).")
 @click.option("--epsilon", type=float, default=None, help="The w-event budget ε (w-event mechanisms).")
 @click.option("--w", type=int, default=None, help="The window length w (w-event mechanisms).")
-@click.option("--requirements", "requirements_path", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--requirements", "requirements_path", default=None, type=FilePath(exists=True, dir_okay=False, path_type=Path),
               help="Personalized mechanisms: a file of user,w,epsilon lines (each user's w_i and ε_i).")
 @click.option("-d", "--dimensions", type=int, default=1, show_default=True, help="Counts per row (w-event) or bins (personalized).")
-@click.option("--input", "input_path", default="-", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+@click.option("--input", "input_path", default="-", type=FilePath(dir_okay=False, allow_dash=True, path_type=Path),
               help="w-event: rows t,c_1..c_d (CSV) or JSON lines {'t':..,'counts':[..]}. Personalized: rows t,user,bin "
                    "or {'t':..,'user':..,'bin':..} (a row with only t closes t). '-' is stdin.")
-@click.option("--out", "out_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--out", "out_path", default=None, type=FilePath(dir_okay=False, path_type=Path),
               help="Append releases to this file (exactly once across restarts); default stdout.")
 @click.option("--format", "fmt", type=click.Choice(["csv", "jsonl"]), default="csv", show_default=True)
 @click.option("--sampler", type=click.Choice(list(SAMPLERS)), default=None,

@@ -19,7 +19,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck._live import LiveStream
 from budgetcheck._errors import BudgetExceeded, InvalidArgument, LedgerCorrupt, TimestampOrder
-from budgetcheck._noise import NUMPY, NoiseSource, make_noise
+from budgetcheck._noise import DISCRETE, NUMPY, NoiseSource, make_noise
 from budgetcheck._records import LedgerHeader, SpendRecord, dump_lines
 from budgetcheck._secret import Secret, charged, claim, is_placeholder
 from budgetcheck._stream import SecretSequence
@@ -110,7 +110,7 @@ class LedgerCore(abc.ABC):
         """
         if not isinstance(stream, (SecretSequence, LiveStream)):
             raise InvalidArgument(f"stream must be a GuardedStream, PersonalizedStream or LiveStream, got {type(stream).__name__}")
-        stream._bind(self)
+        stream._bind(self, integral=self._noise.name == DISCRETE)
 
     @abc.abstractmethod
     def header(self) -> LedgerHeader:
@@ -155,7 +155,8 @@ class LedgerCore(abc.ABC):
         else:
             self._records.append(record)
 
-    def _noisy(self, values: FloatArray, budgets: FloatArray, scale: FloatArray, sensitivity: float, *, per_run: bool = False) -> FloatArray:
+    def _noisy(self, values: FloatArray, budgets: FloatArray, scale: FloatArray, sensitivity: float, *, per_run: bool = False,
+               integral: bool = True) -> FloatArray:
         """values + Laplace noise for every run (values already per run if ``per_run``); NaN where unpaid.
 
         ``budgets``/``scale`` have shape (runs,) or (runs, bins). Noise is drawn for every entry, so
@@ -167,7 +168,7 @@ class LedgerCore(abc.ABC):
         extra = (1,) * (len(shape) - budgets.ndim)
         paid = (budgets > 0.0).reshape(budgets.shape + extra)
         full = np.broadcast_to(values, shape)
-        out = self._noise.perturb(full, np.where(paid, scale.reshape(scale.shape + extra), 0.0), sensitivity)
+        out = self._noise.perturb(full, np.where(paid, scale.reshape(scale.shape + extra), 0.0), sensitivity, integral=integral)
         out[np.broadcast_to(~paid, shape)] = np.nan
         return out
 
@@ -369,10 +370,10 @@ class LaplaceReleases(LedgerCore):
         expected = (self._runs, *secret.shape)
         if last.shape != expected or not np.isfinite(last).all():
             raise InvalidArgument(f"last_release must be finite with shape {expected}, got shape {last.shape}")
-        scale, delta = self._reserve(secret, amounts, amounts, 1.0 / int(np.prod(secret.shape)), purpose)
+        scale, delta = self._reserve(secret, amounts, amounts, 1.0 / int(np.prod(secret.shape)), purpose, integral=False)
         with charged(secret) as values:
             distance = np.abs(last - values).reshape(self._runs, -1).mean(axis=1)
-            return self._noisy(distance, amounts, scale, delta, per_run=True)
+            return self._noisy(distance, amounts, scale, delta, per_run=True, integral=False)
 
     @journaled
     def measure(
@@ -391,10 +392,10 @@ class LaplaceReleases(LedgerCore):
         (runs, *fn_output.shape).
         """
         amounts = self._measurement_amounts(fn, epsilon, "measure")
-        scale, delta = self._reserve(secret, amounts, amounts, check_sensitivity(sensitivity), purpose)
+        scale, delta = self._reserve(secret, amounts, amounts, check_sensitivity(sensitivity), purpose, integral=False)
         with charged(secret) as values:
             result = _apply(fn, values, "measure")
-        return self._noisy(result, amounts, scale, delta)
+        return self._noisy(result, amounts, scale, delta, integral=False)
 
     # -- hooks and internals ------------------------------------------------------------------
     def _measurement_amounts(self, fn: object, epsilon: ArrayLike, what: str) -> FloatArray:
@@ -410,16 +411,17 @@ class LaplaceReleases(LedgerCore):
     def _sensitivity_at(self, t: int, declared: float) -> float:
         return declared
 
-    def _reserve(self, secret: Secret, amounts: FloatArray, budgets: FloatArray, sensitivity: float, purpose: str) -> tuple[FloatArray, float]:
+    def _reserve(self, secret: Secret, amounts: FloatArray, budgets: FloatArray, sensitivity: float, purpose: str, *,
+                 integral: bool = True) -> tuple[FloatArray, float]:
         """Charge ``amounts`` at the secret's timestamp for a Laplace release at ``budgets``.
 
-        Returns the noise scales (sensitivity/budget rounded up, by the noise source's rule) and the
-        sensitivity the noise covers. Raises before anything is read.
+        Returns the noise scales (sensitivity/budget rounded up, by the noise source's rule for
+        ``integral`` values or not) and the sensitivity the noise covers. Raises before anything is read.
         """
         t = self._check_secret(secret)
         purpose = check_label(purpose)
         sensitivity = self._sensitivity_at(t, sensitivity)
-        scale = self._noise.scale(sensitivity, budgets)
+        scale = self._noise.scale(sensitivity, budgets, integral=integral)
         record = SpendRecord(t=t, purpose=purpose, amounts=amounts, sensitivity=sensitivity, noise_scale=scale, sampler=self._noise.name)
         self._charge(t, amounts, record)
         return scale, sensitivity

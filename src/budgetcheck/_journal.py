@@ -159,6 +159,20 @@ def connect(path: str | Path, *, durability: str = "full", create: bool = False)
     return db
 
 
+def link_problem(row: tuple[Any, ...], expected_seq: int, previous: bytes) -> str | None:
+    """Why stored row (seq, version, op, t, amounts, detail, output, hash) does not continue the chain
+    as record ``expected_seq`` after hash ``previous`` (None if it does). Shared by the writer's
+    catch-up and the offline auditor."""
+    seq, version, op, t, amounts, detail, output, digest = row
+    if seq != expected_seq:
+        return f"record {expected_seq} is missing (the next stored record is {seq})"
+    if version != RECORD_VERSION:
+        return f"record {seq}: record version {version!r} is not supported (expected {RECORD_VERSION})"
+    if not isinstance(detail, str) or row_hash(previous, version, seq, op, t, amounts, detail.encode(), output) != digest:
+        return f"record {seq}: its hash does not match its contents (the record was edited)"
+    return None
+
+
 def stored_head(db: sqlite3.Connection, path: str) -> tuple[int, bytes]:
     """(records committed, hash of the last one) as the ``head`` table keeps them."""
     row = db.execute("SELECT count, hash FROM head WHERE id = 1").fetchone()
@@ -326,13 +340,11 @@ class Journal:
             ).fetchall()
         rows: list[JournalRow] = []
         for row in raw:
-            decoded = decode_row(row, self._header)
-            if decoded.seq != after + len(rows) + 1:
-                raise LedgerCorrupt(f"{self._path}: record {after + len(rows) + 1} is missing")
-            if row_hash(previous, row[1], row[0], row[2], row[3], row[4], row[5].encode(), row[6]) != row[7]:
-                raise LedgerCorrupt(f"{self._path}: record {decoded.seq} does not continue the hash chain (edited?)")
+            problem = link_problem(row, after + len(rows) + 1, previous)
+            if problem is not None:
+                raise LedgerCorrupt(f"{self._path}: {problem}")
             previous = row[7]
-            rows.append(decoded)
+            rows.append(decode_row(row, self._header))
         if previous != head or after + len(rows) != count:
             raise LedgerCorrupt(f"{self._path}: the file ends at record {after + len(rows)}, but its head names record {count}")
         self._last, self._head = count, previous

@@ -111,14 +111,14 @@ class WindowLedger(LaplaceReleases):
                     t=end, w=w, epsilon=self._params.epsilon, eps_units=self._eps_units, window=int(before[run]),
                     proposed=int(after[run]), run=run, remaining_call="what that window had left",
                 )
-        scale = self._noise.scale(sensitivity, amounts)
+        scale = self._noise.scale(sensitivity, amounts, integral=False)
         self._windows.commit_footprint(t, added)
         for s in sorted(stamps):
             self._commit(t, SpendRecord(t=s, purpose=f"{purpose} (read at t={t})", amounts=amounts, sensitivity=sensitivity,
                                         noise_scale=scale, sampler=self._noise.name))
         with contextlib.ExitStack() as stack:
             result = _apply(fn, [stack.enter_context(charged(secret)) for secret in secrets], "measure_footprint")
-        return self._noisy(result, amounts, scale, sensitivity)
+        return self._noisy(result, amounts, scale, sensitivity, integral=False)
 
     def above_threshold(
         self,

@@ -28,7 +28,7 @@ class LiveStream:
     :class:`PersonalizedStream`'s secrets do (for a live personalized publisher).
     """
 
-    __slots__ = ("_claim", "_current", "_dimensions", "_replayed", "_rows", "_shape", "_used")
+    __slots__ = ("_claim", "_current", "_dimensions", "_integral", "_replayed", "_rows", "_shape", "_used")
 
     def __init__(self, rows: Iterable[tuple[int, ArrayLike]], *, dimensions: int, classes: int | None = None,
                  replayed: Sequence[int] = ()) -> None:
@@ -37,6 +37,7 @@ class LiveStream:
         self._rows = rows
         self._replayed = tuple(replayed)
         self._claim: list[object] = []
+        self._integral = False
         self._used = False
         self._current = 0
 
@@ -68,6 +69,8 @@ class LiveStream:
             row = np.asarray(values, dtype=np.float64)
             if row.shape != self._shape or not np.isfinite(row).all():
                 raise InvalidArgument(f"row t={t} must hold finite values of shape {self._shape}, got {row.tolist()!r}")
+            if self._integral and not np.array_equal(row, np.round(row)):
+                raise InvalidArgument(f"row t={t} must hold integer counts (the discrete-laplace sampler), got {row.tolist()!r}")
             self._current = t
             yield Secret(t, row, self._claim)
 
@@ -78,7 +81,8 @@ class LiveStream:
             raise TimestampOrder(f"t={t} after t={last}: timestamps of a live stream must increase")
         return t
 
-    def _bind(self, ledger: object) -> None:
+    def _bind(self, ledger: object, *, integral: bool = False) -> None:
+        self._integral = self._integral or integral
         if not self._claim:
             self._claim.append(ledger)
         elif self._claim[0] is not ledger:

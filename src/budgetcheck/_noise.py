@@ -4,9 +4,11 @@
 ``numpy.random.Generator`` — fast and reproducible, but float sampling is attackable
 (Mironov 2012, accounting rules §8). ``discrete-laplace``: the exact discrete Laplace sampler of
 Canonne, Kamath, Steinke 2020 (Algorithms 1 and 2) with rational arithmetic and randomness from the
-operating system's CSPRNG (``secrets``); no float ever touches the noise. Values must lie on the
-grid γ·Z: γ = 1 for an integer sensitivity (counts; values off the grid are refused), otherwise
-γ = 2^(⌊log2 Δ⌋−20), the value is rounded to the grid and the scale covers Δ + γ.
+operating system's CSPRNG (``secrets``); no float ever touches the noise. Values lie on the grid
+γ·Z: γ = 1 for counts (``integral``: the stream's values, checked integral when a ledger binds the
+stream, or sums of them) at an integer sensitivity; otherwise (a measured fn, a dissimilarity, a
+fractional sensitivity) γ = 2^(⌊log2 Δ⌋−20), the value is rounded to the grid and the scale
+covers Δ + γ. Which grid applies depends on the operation only, never on the data.
 """
 
 from __future__ import annotations
@@ -34,10 +36,10 @@ class NoiseSource(Protocol):
     @property
     def name(self) -> str: ...
 
-    def scale(self, sensitivity: float, budgets: FloatArray) -> FloatArray:
+    def scale(self, sensitivity: float, budgets: FloatArray, *, integral: bool) -> FloatArray:
         """The noise scale per budget (rounded up; inf where the budget is 0)."""
 
-    def perturb(self, values: FloatArray, scale: FloatArray, sensitivity: float) -> FloatArray:
+    def perturb(self, values: FloatArray, scale: FloatArray, sensitivity: float, *, integral: bool) -> FloatArray:
         """values + noise of the given scale (same shape; scale broadcast against values)."""
 
 
@@ -54,17 +56,17 @@ class NumpyLaplace:
     def name(self) -> str:
         return NUMPY
 
-    def scale(self, sensitivity: float, budgets: FloatArray) -> FloatArray:
+    def scale(self, sensitivity: float, budgets: FloatArray, *, integral: bool) -> FloatArray:
         return rounding.scale_up(sensitivity, budgets)
 
-    def perturb(self, values: FloatArray, scale: FloatArray, sensitivity: float) -> FloatArray:
+    def perturb(self, values: FloatArray, scale: FloatArray, sensitivity: float, *, integral: bool) -> FloatArray:
         noise = self._rng.laplace(0.0, 1.0, size=values.shape)
         return np.asarray(values + noise * scale, dtype=np.float64)
 
 
-def granularity(sensitivity: float) -> Fraction:
-    """γ of the discrete sampler: 1 for an integer sensitivity, else 2^(⌊log2 Δ⌋−20)."""
-    if sensitivity >= 1.0 and float(sensitivity).is_integer():
+def granularity(sensitivity: float, *, integral: bool = True) -> Fraction:
+    """γ of the discrete sampler: 1 for integral values at an integer sensitivity, else 2^(⌊log2 Δ⌋−20)."""
+    if integral and sensitivity >= 1.0 and float(sensitivity).is_integer():
         return Fraction(1)
     return Fraction(2) ** (math.floor(math.log2(sensitivity)) - 20)
 
@@ -79,19 +81,16 @@ class DiscreteLaplace:
     def name(self) -> str:
         return DISCRETE
 
-    def scale(self, sensitivity: float, budgets: FloatArray) -> FloatArray:
-        gamma = granularity(sensitivity)
+    def scale(self, sensitivity: float, budgets: FloatArray, *, integral: bool) -> FloatArray:
+        gamma = granularity(sensitivity, integral=integral)
         covered = sensitivity if gamma == 1 else float(Fraction(sensitivity) + gamma)
         return rounding.scale_up(covered, budgets)
 
-    def perturb(self, values: FloatArray, scale: FloatArray, sensitivity: float) -> FloatArray:
-        gamma = granularity(sensitivity)
+    def perturb(self, values: FloatArray, scale: FloatArray, sensitivity: float, *, integral: bool) -> FloatArray:
+        gamma = granularity(sensitivity, integral=integral)
         steps = values / float(gamma)
-        if gamma == 1 and not np.array_equal(steps, np.round(steps)):
-            raise InvalidArgument(
-                f"the discrete-laplace sampler releases integer counts at integer sensitivity {sensitivity!r}; "
-                "got values that are not integers"
-            )
+        if gamma == 1 and not np.array_equal(steps, np.round(steps)):  # bind() admits integral streams only
+            raise AssertionError("the discrete-laplace sampler was handed non-integer counts after bind() admitted the stream")
         grid = np.round(steps)
         scales = np.broadcast_to(scale, values.shape)
         out = np.empty(values.shape, dtype=np.float64)

@@ -22,10 +22,11 @@ from budgetcheck._validation import check_positive_int, check_stream
 class SecretSequence:
     """T secrets bound together: one ledger may read them (see ``ledger.bind``)."""
 
-    __slots__ = ("_claim", "_length", "_secrets")
+    __slots__ = ("_claim", "_integral", "_length", "_secrets")
 
     def __init__(self, payloads: NDArray[np.float64]) -> None:
         self._length = int(payloads.shape[0])
+        self._integral = bool(np.array_equal(payloads, np.round(payloads)))
         self._claim: list[object] = []
         self._secrets = tuple(Secret(t + 1, payloads[t], self._claim) for t in range(self._length))
 
@@ -46,8 +47,11 @@ class SecretSequence:
             raise InvalidArgument(f"t={t!r} must be an integer timestamp in [1, {self._length}]")
         return self._secrets[t - 1]
 
-    def _bind(self, ledger: object) -> None:
-        """Bind every secret of this stream to ``ledger``."""
+    def _bind(self, ledger: object, *, integral: bool = False) -> None:
+        """Bind every secret of this stream to ``ledger`` (``integral``: its sampler publishes integer counts only)."""
+        if integral and not self._integral:
+            raise InvalidArgument(f"{self!r} holds values that are not integers: the discrete-laplace sampler publishes "
+                                  "integer counts (use sampler='numpy-laplace', or round the stream first)")
         if not self._claim:
             self._claim.append(ledger)
         elif self._claim[0] is not ledger:

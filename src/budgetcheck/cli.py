@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from budgetcheck._audit import audit_windows
+from budgetcheck._cli_types import FilePath
 from budgetcheck._errors import InvalidArgument
 from budgetcheck._records import LedgerHeader, SpendRecord, load_lines
 from budgetcheck._verify import PROFILES, VerifyResult, load_mechanism, verify_mechanism
@@ -44,8 +45,8 @@ def main() -> None:
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="Seed (reproducible runs).")
 @click.option("--max-length", default=60, show_default=True, type=click.IntRange(1), help="Longest generated stream.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report instead of the table.")
-@click.option("--junit-xml", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write a JUnit XML report.")
-@click.option("--report", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--junit-xml", type=FilePath(dir_okay=False, path_type=Path), default=None, help="Also write a JUnit XML report.")
+@click.option("--report", type=FilePath(dir_okay=False, path_type=Path), default=None,
               help="Plot the window sums of the worst run found against ε (PNG, or HTML for .html); one mechanism only.")
 def verify(
     mechanism: tuple[str, ...],
@@ -203,7 +204,7 @@ def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as
 
 
 @main.command()
-@click.argument("log", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("log", type=FilePath(exists=True, dir_okay=False, path_type=Path))
 @click.option("--epsilon", type=float, default=None, help="The ε to check against (default: the log's header).")
 @click.option("--w", type=int, default=None, help="The window length w (default: the log's header).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report.")
@@ -289,7 +290,7 @@ def list_mechanisms() -> None:
 @main.group(invoke_without_command=True)
 @click.option("--quick", "grid", flag_value="quick", default=True, help="The small embedded grid (default; under a minute).")
 @click.option("--paper", "grid", flag_value="paper", help="The paper's full grid (Schäler et al. 2022, Table 4).")
-@click.option("--config", "config", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+@click.option("--config", "config", type=FilePath(exists=True, dir_okay=False, path_type=Path), default=None,
               help="A benchmark TOML file (see examples/benchmark.toml).")
 @click.option("--mechanism", multiple=True, help="Only these mechanisms (repeatable).")
 @click.option("--stream", multiple=True, help="Only these streams (repeatable).")
@@ -298,13 +299,13 @@ def list_mechanisms() -> None:
 @click.option("--runs", type=click.IntRange(1), default=None, help="Runs per cell (default: the grid's, 100 for --paper).")
 @click.option("--growth", type=float, default=1.5, show_default=True, help="Growth base of the artificial streams (--paper; 1.3 = the public harness).")
 @click.option("--mre-bound", type=float, default=0.001, show_default=True, help="MRE sanity bound γ_d as a fraction of Σ_t Q(D_t)[d] (--paper; 0.01 = the harness).")
-@click.option("--results", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--results", type=FilePath(dir_okay=False, path_type=Path), default=None,
               help="Results database (SQLite); an existing one is resumed. Default: bench-<grid>.sqlite.")
 @click.option("--jobs", type=click.IntRange(1), default=1, show_default=True, help="Local worker processes.")
 @click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True)
 @click.option("--scheduler", default=None, help="Dask scheduler address (with --executor dask), e.g. tcp://host:8786.")
-@click.option("--export", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also export the rows to .csv or .parquet.")
-@click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("--export", type=FilePath(dir_okay=False, path_type=Path), default=None, help="Also export the rows to .csv or .parquet.")
+@click.option("--report", "report_dir", type=FilePath(file_okay=False, path_type=Path), default=None,
               help="Also write the report (tables, figures) into this directory.")
 @click.option("--progress/--no-progress", default=True, help="Progress bar on stderr.")
 @click.pass_context
@@ -351,8 +352,8 @@ def bench(ctx: click.Context, grid: str, config: Path | None, mechanism: tuple[s
 
 
 @bench.command(name="report")
-@click.argument("results", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.argument("results", type=FilePath(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", type=FilePath(file_okay=False, path_type=Path), default=None,
               help="Directory for report.txt, summary.csv and the figures (default: RESULTS without suffix + -report).")
 def bench_report(results: Path, out: Path | None) -> None:
     """Tables, the baseline-supremacy check and the figures of a results file."""
@@ -370,7 +371,7 @@ def bench_report(results: Path, out: Path | None) -> None:
 
 @bench.command(name="personalized")
 @click.option("--paper", is_flag=True, help="The paper's scale: 10,000 users, T = 1000, 10 runs, every point of Table 3.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("personalized-study"), show_default=True)
+@click.option("--out", type=FilePath(file_okay=False, path_type=Path), default=Path("personalized-study"), show_default=True)
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0))
 def bench_personalized(paper: bool, out: Path, seed: int) -> None:
     """The personalized w-event study (Du et al. 2025, §5): PBD, PBA vs BD, BA under the strictest requirement."""
@@ -388,7 +389,7 @@ def bench_personalized(paper: bool, out: Path, seed: int) -> None:
 
 @bench.command(name="swellfish")
 @click.option("--paper", is_flag=True, help="The paper's scale: 55 households, 100 runs, T = 2000, three zones.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("swellfish-study"), show_default=True)
+@click.option("--out", type=FilePath(file_okay=False, path_type=Path), default=Path("swellfish-study"), show_default=True)
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0))
 def bench_swellfish(paper: bool, out: Path, seed: int) -> None:
     """The Swellfish case study (Tex et al., §5): TEAS and TINAR (intrinsic) and Unicorn vs TSBD, TSBA, RescueDP."""
