@@ -171,6 +171,20 @@ def test_the_discrete_sampler_admits_integral_streams_at_bind_and_never_refuses_
         ledger.above_threshold(epsilon=0.1, sensitivity=1.0)
 
 
+def test_stdout_delivery_is_at_least_once_across_a_restart(tmp_path: Path) -> None:
+    ledger = tmp_path / "l.db"
+    first = CliRunner().invoke(main, ["publish", "BD", "--ledger", str(ledger), *ARGS, "--durability", "process"], input=rows(6))
+    assert first.exit_code == 0, first.output
+    printed = [line for line in first.stdout.splitlines() if line[:1].isdigit()]
+    assert [int(line.split(",")[0]) for line in printed] == list(range(1, 7))
+    # As if the process died after storing t=6 but before printing it: the restart prints it again first.
+    again = CliRunner().invoke(main, ["publish", "BD", "--ledger", str(ledger), *ARGS, "--durability", "process"], input=rows(9))
+    assert again.exit_code == 0, again.output
+    lines = [line for line in again.stdout.splitlines() if line[:1].isdigit()]
+    assert lines[0] == printed[-1] and [int(line.split(",")[0]) for line in lines] == [6, 7, 8, 9]
+    assert "rewrote 1" in again.output
+
+
 def _wait_for_lines(path: Path, at_least: int, deadline: float) -> None:
     while time.monotonic() < deadline:
         if path.exists() and path.read_bytes().count(b"\n") >= at_least:

@@ -115,9 +115,10 @@ def publish(
 
     w-event mechanisms take ``epsilon`` and ``w``; personalized ones take ``requirements`` (each
     user's (w_i, ε_i)) and per-user rows, and draw with numpy (the Sampling Mechanism's sampler).
-    Exactly one of ``out`` (e.g. stdout: releases committed but not yet written before a crash
-    are not written again) and ``out_path`` (a file: reconciled with the ledger at every start,
-    so every release is in it exactly once) is given.
+    Exactly one of ``out`` (e.g. stdout: at least once — a restart first writes the last stored
+    release again, the only one a crash can have kept from the stream, so a consumer that keeps
+    one line per t sees every release) and ``out_path`` (a file: reconciled with the ledger at
+    every start, so every release is in it exactly once) is given.
     """
     if not callable(getattr(mechanism, "releases", None)):
         raise InvalidArgument(f"mechanism {getattr(mechanism, 'name', mechanism)!r} cannot publish live: it has no releases(stream, ledger) generator")
@@ -145,6 +146,10 @@ def publish(
         else:
             assert out is not None
             handle = out
+            if stored:  # a crash between storing and writing it can only have lost the last release
+                _write(handle, *stored[-1], fmt, sampler)
+                _flush(handle, durability)
+                rewritten = 1
         try:
             rejected: list[str] = []
 
