@@ -303,3 +303,24 @@ def test_the_chain_checked_in_two_halves_finds_what_one_pass_finds(tmp_path: Pat
     halves = bc.audit_file(path)
     assert halves == one_pass
     assert one_pass.ok == (tamper is None)
+
+
+@pytest.mark.parametrize("runs", [1, 2])
+@pytest.mark.parametrize(("t", "amounts", "message"), [
+    ("x", None, "record 2: t='x' is not an integer"),
+    (2, b"\x00\x01", "record 2:"),
+    (2, "nan", "must be finite and >= 0"),
+    (5000, None, None),  # then t=3: after the windows up to t=4998 were final (out-of-order rows before that are summed exactly)
+])
+def test_malformed_stored_rows_are_findings_not_crashes(runs: int, t: object, amounts: object, message: str | None) -> None:
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE records (seq INTEGER PRIMARY KEY, t, amounts BLOB)")
+    good = np.full(runs, 0.1, dtype="<f8").tobytes()
+    blob = good if amounts is None else np.full(runs, np.nan, dtype="<f8").tobytes() if amounts == "nan" else amounts
+    db.executemany("INSERT INTO records VALUES (?, ?, ?)", [(1, 1, good), (2, t, blob), (3, 3, good)])
+    header = LedgerHeader(notion="w-event", epsilon=1.0, w=2, runs=runs)
+    broken = _composition(db, header, True, max_violations=10)[3]
+    if message is None:
+        assert broken is not None and "record 3: a record charges t=3, more than w - 1 = 1 before a later record" in broken
+    else:
+        assert broken is not None and message in broken
