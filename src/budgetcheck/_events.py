@@ -64,14 +64,17 @@ def load_requirements(lines: Iterable[str], *, source: str = "requirements") -> 
         raise InvalidArgument(f"{source}: {exc}") from None
 
 
-def parse_events(lines: Iterable[str], *, fmt: str) -> Iterator[Event | BadRow]:
-    """(line number, t, user, bin) per non-empty line, or the :class:`BadRow` of a malformed one."""
+def content_lines(lines: Iterable[str], fmt: str) -> Iterator[tuple[int, str]]:
+    """(1-based line number, stripped text) of the lines that are neither empty nor ``#`` comments;
+    ``fmt`` must be one of :data:`FORMATS` (checked before the first line is read)."""
     if fmt not in FORMATS:
         raise InvalidArgument(f"format={fmt!r} must be one of {list(FORMATS)}")
-    for number, line in enumerate(lines, start=1):
-        text = line.strip()
-        if not text or text.startswith("#"):
-            continue
+    return ((number, line.strip()) for number, line in enumerate(lines, start=1) if line.strip() and not line.strip().startswith("#"))
+
+
+def parse_events(lines: Iterable[str], *, fmt: str) -> Iterator[Event | BadRow]:
+    """(line number, t, user, bin) per non-empty line, or the :class:`BadRow` of a malformed one."""
+    for number, text in content_lines(lines, fmt):
         try:
             fields = _fields(text, fmt, number)
             t = parse_timestamp(fields[0], number)

@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 
 from budgetcheck._durable import replay_ledger
 from budgetcheck._errors import BadRow, InvalidArgument, LedgerCorrupt
-from budgetcheck._events import FORMATS, parse_events, parse_timestamp, timestamps
+from budgetcheck._events import content_lines, parse_events, parse_timestamp, timestamps
 from budgetcheck._journal import canonical
 from budgetcheck._ledger import WindowLedger
 from budgetcheck._live import LiveStream
@@ -50,12 +50,7 @@ class PublishSummary:
 
 def parse_rows(lines: Iterable[str], *, fmt: str, dimensions: int, integers: bool) -> Iterator[tuple[int, int, FloatArray] | BadRow]:
     """(line number, t, counts) per non-empty line, or the :class:`BadRow` error of a malformed one."""
-    if fmt not in FORMATS:
-        raise InvalidArgument(f"format={fmt!r} must be one of {list(FORMATS)}")
-    for number, line in enumerate(lines, start=1):
-        text = line.strip()
-        if not text or text.startswith("#"):
-            continue
+    for number, text in content_lines(lines, fmt):
         try:
             yield parse_row(text, number, fmt=fmt, dimensions=dimensions, integers=integers)
         except BadRow as exc:
