@@ -180,7 +180,7 @@ class Profile:
 
 PROFILES = {
     "quick": Profile(examples=100, w_max=12, audit_runs=4000),
-    "thorough": Profile(examples=1000, w_max=64, audit_runs=40000),
+    "thorough": Profile(examples=1000, w_max=128, audit_runs=40000),
 }
 
 

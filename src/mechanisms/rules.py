@@ -170,7 +170,7 @@ class PeriodicRule:
         terms = [c >= 0, c <= period - 1]
         for age in range(1, env.w):
             value = recent[env.w - 1 - age]
-            terms.append(ops.where((age - c) % period == 0, value <= unit, value == 0))
+            terms.append(ops.where(c == age % period, value <= unit, value == 0))  # 0 <= c < period
         return ops.all_of(terms)
 
 
@@ -368,5 +368,5 @@ class DistanceTestRule:
             flag, value = flags[env.w - 1 - m], recent[env.w - 1 - m]
             terms += [flag >= 0, flag <= 1, value >= 0]
             terms.append(ops.where(m > a, ops.all_of([flag == 0, value == 0]),
-                                   value <= test + ops.where(flag == 1, sample, 0) + ops.where(m == a, count, 0)))
+                                   value <= test + ops.mul_down(sample, flag, at_most=1) + ops.where(m == a, count, 0)))
         return ops.all_of(terms)
