@@ -1,27 +1,70 @@
 """Stage (d) of ``verify``: a StatDP-style statistical lower bound on the privacy loss.
 
-For a pair of w-neighbouring streams (one count changed by 1 at the start, middle or end of a
-window) the mechanism runs many seeded times on each (batched: one ledger of R runs). An output
-event "Σ of the releases over the changed timestamps >= τ" is chosen on a first half of the runs;
-on the second half the one-sided Clopper-Pearson bounds give, with confidence 1 − α (Bonferroni
-over all events tried), ε_lb = ln(p_low(D) / p_high(D')). ε_lb > ε proves a violation, e.g. a
-release whose declared sensitivity is too small.
+For pairs of neighbouring inputs the mechanism runs many seeded times on each (batched: one ledger
+of R runs). Output events are "statistic >= τ" for two statistics: the signed sum of the releases
+over the changed timestamps, and whether the release moved at the first changed timestamp (a
+published value differs from the previous release, a skipped one does not). Events are chosen on a
+first half of the runs; on the second half one-sided Clopper-Pearson bounds give, with confidence
+1 − α (Bonferroni over every event tried), ε_lb = ln(p_low(D) / p_high(D')). ε_lb above the ε that
+protects the change is a violation, e.g. a release or a decision whose declared sensitivity is too
+small.
+
+Neighbours, per notion:
+- w-event: one count changed by ±1 at the start, middle and end of a window of a constant stream;
+  and where the mechanism's decision flips: a spike of height h at one timestamp (t = 1 of a zero
+  stream, and mid-window of the constant one), with h found by bisection so that about half of the
+  runs publish there; the spikes h − 1, h, h + 1 against one more;
+- personalized (Du et al. 2025): one user moved to another bin at one timestamp, for a user of each
+  requirement class, at the start, middle and end of their window; compared with that user's ε_i;
+- Swellfish (Tex et al.): a policy's pattern, θ added at its timestamps, placed at the start and end
+  of its relevance interval; compared with ε.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 
 import attrs
 import numpy as np
+from numpy.typing import NDArray
 from scipy.stats import beta
 
-from budgetcheck._mechanism import StreamMechanism, execute
+from budgetcheck._mechanism import (
+    PersonalizedMechanism,
+    StreamMechanism,
+    SwellfishMechanism,
+    execute,
+    execute_personalized,
+    execute_swellfish,
+)
+from budgetcheck._policies import PolicyCollection, StreamPolicy
+from budgetcheck._requirements import RequirementSet
+
+FloatArray = NDArray[np.float64]
+Run = Callable[[FloatArray, int], FloatArray]  # (input, seed) -> releases (runs, T, d)
+
+_QUANTILES = (0.5, 0.9, 0.99)
+_BASE_LEVEL = 50.0
+
+
+@attrs.frozen
+class NeighbourPair:
+    """Two inputs that the privacy notion protects with ``epsilon``; ``column`` is the release
+    column the statistics read; they differ at ``changed`` (0-based timestamps)."""
+
+    name: str
+    first: FloatArray
+    second: FloatArray
+    changed: tuple[int, ...]
+    direction: float
+    column: int
+    epsilon: float
 
 
 @attrs.frozen
 class StatFinding:
-    """The largest lower bound found and where."""
+    """The largest lower bound found (relative to the ε of its pair) and where."""
 
     epsilon: float
     w: int
@@ -41,34 +84,138 @@ def _clopper_pearson(successes: int, trials: int, alpha: float) -> tuple[float, 
     return low, high
 
 
-def statistical_audit(
-    mechanism: StreamMechanism, *, epsilon: float = 1.0, w: int = 3, runs: int = 4000, alpha: float = 0.05, seed: int = 0
-) -> StatFinding:
-    """The largest confident lower bound on the loss over the tested neighbour pairs and events."""
-    length = 3 * w
-    base = np.full((length, 1), 50.0)
-    positions = {"start": w, "middle": w + w // 2, "end": 2 * w - 1}  # 0-based timestamp of the change
-    tests = [(name, pos, direction) for name, pos in positions.items() for direction in (1.0, -1.0)]
-    quantiles = (0.5, 0.9, 0.99)
-    tries = len(tests) * len(quantiles) * 2
-    best = StatFinding(epsilon=epsilon, w=w, lower_bound=0.0, position="-", threshold=0.0, runs=runs)
-    for index, (name, position, direction) in enumerate(tests):
-        neighbour = base.copy()
-        neighbour[position, 0] += direction
-        first = execute(mechanism, base, epsilon=epsilon, w=w, runs=runs, seed=seed + 2 * index).releases
-        second = execute(mechanism, neighbour, epsilon=epsilon, w=w, runs=runs, seed=seed + 2 * index + 1).releases
-        stat_a = direction * first[:, position, 0]
-        stat_b = direction * second[:, position, 0]
-        half = runs // 2
-        for q in quantiles:
-            threshold = float(np.quantile(stat_b[:half], q))  # chosen on the selection half
+def _statistics(releases: FloatArray, pair: NeighbourPair) -> tuple[FloatArray, FloatArray]:
+    """(signed sum over the changed timestamps, moved at the first changed timestamp) per run."""
+    signed = pair.direction * releases[:, list(pair.changed), pair.column].sum(axis=1)
+    return signed, _moved(releases, pair.changed[0]).astype(np.float64)
+
+
+_EVENTS_PER_PAIR = (len(_QUANTILES) + 1) * 2  # signed: each quantile; moved: >= 1; both orders
+
+
+def _pair_bound(run: Run, pair: NeighbourPair, *, runs: int, seed: int, alpha: float, w: int) -> StatFinding:
+    """The best confident lower bound on ln P[event | first] / P[event | second] (either order)."""
+    first = _statistics(run(pair.first, seed), pair)
+    second = _statistics(run(pair.second, seed + 1), pair)
+    half = runs // 2
+    best = StatFinding(epsilon=pair.epsilon, w=w, lower_bound=0.0, position=pair.name, threshold=0.0, runs=runs)
+    for index, (stat_a, stat_b) in enumerate(zip(first, second, strict=True)):
+        thresholds = [float(np.quantile(stat_b[:half], q)) for q in _QUANTILES] if index == 0 else [1.0]
+        for threshold in thresholds:
             for upper, lower in ((stat_b[half:], stat_a[half:]), (stat_a[half:], stat_b[half:])):
-                hits_upper = int(np.sum(upper >= threshold))
-                hits_lower = int(np.sum(lower >= threshold))
-                p_low, _ = _clopper_pearson(hits_upper, upper.size, alpha / tries)
-                _, p_high = _clopper_pearson(hits_lower, lower.size, alpha / tries)
-                if p_low > 0 and p_high > 0:
-                    bound = math.log(p_low / p_high)
-                    if bound > best.lower_bound:
-                        best = StatFinding(epsilon=epsilon, w=w, lower_bound=bound, position=name, threshold=threshold, runs=runs)
+                p_low, _ = _clopper_pearson(int(np.sum(upper >= threshold)), upper.size, alpha)
+                _, p_high = _clopper_pearson(int(np.sum(lower >= threshold)), lower.size, alpha)
+                if p_low > 0 and p_high > 0 and math.log(p_low / p_high) > best.lower_bound:
+                    best = attrs.evolve(best, lower_bound=math.log(p_low / p_high), threshold=threshold)
     return best
+
+
+def _audit(run: Run, pairs: Sequence[NeighbourPair], *, runs: int, alpha: float, seed: int, w: int) -> StatFinding:
+    """The pair whose bound is largest relative to its ε (Bonferroni over every pair and event)."""
+    corrected = alpha / (len(pairs) * _EVENTS_PER_PAIR)
+    findings = [_pair_bound(run, pair, runs=runs, seed=seed + 2 * i, alpha=corrected, w=w) for i, pair in enumerate(pairs)]
+    return max(findings, key=lambda f: f.lower_bound / f.epsilon)
+
+
+def _moved(releases: FloatArray, position: int) -> NDArray[np.bool_]:
+    """Per run: did the release at ``position`` differ from the one before (all zeros before t = 1)?"""
+    previous = releases[:, position - 1] if position > 0 else np.zeros_like(releases[:, 0])
+    return np.asarray(np.any(releases[:, position] != previous, axis=1))
+
+
+def _moved_rate(run: Run, data: FloatArray, position: int, seed: int) -> float:
+    return float(np.mean(_moved(run(data, seed), position)))
+
+
+def decision_flip(run: Run, base: FloatArray, position: int, *, seed: int, top: int = 1 << 12) -> int | None:
+    """The spike height h at ``position`` where the share of runs that publish there crosses 1/2:
+    h publishes in fewer than half the runs, h + 1 in at least half (bisection on integers).
+    None when the share does not cross 1/2 between 0 and ``top`` (no data-dependent decision)."""
+    def rate(height: int) -> float:
+        data = base.copy()
+        data[position] += height
+        return _moved_rate(run, data, position, seed)
+
+    low, high = 0, top
+    if not rate(low) < 0.5 <= rate(high):
+        return None
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if rate(middle) < 0.5 else (low, middle)
+    return low
+
+
+def statistical_audit(
+    mechanism: StreamMechanism, *, epsilon: float = 1.0, w: int = 3, runs: int = 4000, alpha: float = 0.05, seed: int = 0,
+    pilot_runs: int = 400,
+) -> StatFinding:
+    """w-event: the largest confident lower bound on the loss over the neighbour pairs and events."""
+    length = 3 * w
+    base = np.full((length, 1), _BASE_LEVEL)
+
+    def run(data: FloatArray, run_seed: int) -> FloatArray:
+        return execute(mechanism, data, epsilon=epsilon, w=w, runs=runs, seed=run_seed).releases
+
+    def pilot(data: FloatArray, run_seed: int) -> FloatArray:
+        return execute(mechanism, data, epsilon=epsilon, w=w, runs=pilot_runs, seed=run_seed).releases
+
+    pairs = []
+    for name, position in {"start": w, "middle": w + w // 2, "end": 2 * w - 1}.items():
+        for direction in (1.0, -1.0):
+            neighbour = base.copy()
+            neighbour[position, 0] += direction
+            pairs.append(NeighbourPair(f"{name} of a window", base, neighbour, (position,), direction, 0, epsilon))
+    # decision flips: at t = 1 of a zero stream (the mechanism's state is known there) and in the
+    # middle of a window of the constant stream
+    for where, level, position in (("at t=1", 0.0, 0), ("mid-window", _BASE_LEVEL, w + w // 2)):
+        flat = np.full((length, 1), level)
+        height = decision_flip(pilot, flat, position, seed=seed + 10_000)
+        if height is None:
+            continue
+        for low in range(max(0, height - 1), height + 2):  # the crossing may sit on a grid point
+            spike = flat.copy()
+            spike[position, 0] += low
+            higher = spike.copy()
+            higher[position, 0] += 1.0
+            pairs.append(NeighbourPair(f"decision flip {where} (spike {low} vs {low + 1})", spike, higher, (position,), 1.0, 0, epsilon))
+    return _audit(run, pairs, runs=runs, alpha=alpha, seed=seed, w=w)
+
+
+def personalized_audit(mechanism: PersonalizedMechanism, *, runs: int = 4000, alpha: float = 0.05, seed: int = 0) -> StatFinding:
+    """Personalized: one user of each class moves from bin 0 to bin 1 at one timestamp."""
+    requirements = RequirementSet([(2, 0.5)] * 4 + [(3, 1.0)] * 4)
+    length, window = 9, 3
+    base = np.zeros((length, requirements.n_users))
+
+    def run(bins: FloatArray, run_seed: int) -> FloatArray:
+        return execute_personalized(mechanism, requirements, bins.astype(np.int64), dimensions=2, runs=runs, seed=run_seed).releases
+
+    pairs = []
+    for user in (0, requirements.n_users - 1):
+        requirement = requirements.classes[int(requirements.user_classes[user])]
+        for name, position in {"start": window, "middle": window + 1, "end": 2 * window - 1}.items():
+            moved = base.copy()
+            moved[position, user] = 1
+            pairs.append(NeighbourPair(f"user {user} (w={requirement.w}, epsilon={requirement.epsilon}) at the {name}",
+                                       base, moved, (position,), 1.0, 1, requirement.epsilon))
+    return _audit(run, pairs, runs=runs, alpha=alpha, seed=seed, w=window)
+
+
+def swellfish_audit(mechanism: SwellfishMechanism, *, epsilon: float = 1.0, runs: int = 4000, alpha: float = 0.05, seed: int = 0) -> StatFinding:
+    """Swellfish: a pattern of the policy (θ at each of its timestamps) placed inside J."""
+    policy = StreamPolicy(4, 8, (2.0, 1.0))
+    policies = PolicyCollection([policy, StreamPolicy(2, 3, (1.0,))])
+    length = 10
+    base = np.full((length, 1), _BASE_LEVEL)
+
+    def run(data: FloatArray, run_seed: int) -> FloatArray:
+        return execute_swellfish(mechanism, policies, data, epsilon=epsilon, runs=runs, seed=run_seed).releases
+
+    pairs = []
+    for name, start in {"start": policy.start, "end": policy.end - len(policy.thresholds) + 1}.items():
+        changed = tuple(start - 1 + k for k in range(len(policy.thresholds)))
+        for direction in (1.0, -1.0):
+            pattern = base.copy()
+            pattern[list(changed), 0] += direction * np.array(policy.thresholds)
+            pairs.append(NeighbourPair(f"pattern at the {name} of J=[{policy.start}, {policy.end}]", base, pattern, changed, direction, 0, epsilon))
+    return _audit(run, pairs, runs=runs, alpha=alpha, seed=seed, w=policy.length)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import traceback
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import numpy as np
@@ -68,7 +68,7 @@ class Counterexample:
         return f"budgetcheck.execute({mech}, {data!r}, epsilon={case.epsilon!r}, w={case.w}, runs={case.runs}, seed={case.seed})"
 
 
-PASS, FAIL, NOT_PROVED, INCONCLUSIVE, NOT_APPLICABLE = "pass", "fail", "not proved", "inconclusive", "not applicable"
+PASS, FAIL, NOT_PROVED, INCONCLUSIVE = "pass", "fail", "not proved", "inconclusive"
 
 
 @attrs.frozen
@@ -76,7 +76,7 @@ class StageResult:
     """One stage of ``verify``: its name, verdict (pass / fail / not proved / inconclusive), detail."""
 
     stage: str
-    verdict: str  # "not applicable" stages do not change the overall verdict (their detail says why)
+    verdict: str
     detail: str = ""
 
     def to_json(self) -> dict[str, str]:
@@ -222,11 +222,7 @@ def verify_mechanism(
     if "c" in stages:
         results.append(_proof_stage(mechanism, chosen.w_max))
     if "d" in stages:
-        if isinstance(mechanism, StreamMechanism) and notion == "w-event":
-            results.append(_statistical_stage(mechanism, chosen.audit_runs, seed))
-        else:
-            results.append(StageResult("statistical audit", NOT_APPLICABLE,
-                                       f"not run: the statistical audit covers w-event mechanisms only (this is {notion})"))
+        results.append(_statistical_stage(mechanism, notion, chosen.audit_runs, seed))
     return VerifyResult(
         mechanism=mechanism.name,
         reference=reference,
@@ -260,18 +256,22 @@ def _proof_stage(mechanism: AnyMechanism, w_max: int) -> StageResult:
     return StageResult("proof", outcome, explain_failure(rule, verdict))
 
 
-def _statistical_stage(mechanism: StreamMechanism, runs: int, seed: int) -> StageResult:
-    from budgetcheck._audit_stat import statistical_audit
+def _statistical_stage(mechanism: AnyMechanism, notion: str, runs: int, seed: int) -> StageResult:
+    from budgetcheck._audit_stat import personalized_audit, statistical_audit, swellfish_audit
 
-    findings = []
-    for w in (1, 3):
-        try:
-            findings.append(statistical_audit(mechanism, epsilon=1.0, w=w, runs=runs, seed=seed))
-        except Exception as exc:  # the mechanism's own failure is stage (a)'s to report
-            return StageResult("statistical audit", INCONCLUSIVE, f"could not run: {type(exc).__name__}: {exc}")
-    worst = max(findings, key=lambda f: f.lower_bound)
+    try:
+        if notion == "personalized":
+            findings = [personalized_audit(cast(PersonalizedMechanism, mechanism), runs=runs, seed=seed)]
+        elif notion == "swellfish":
+            findings = [swellfish_audit(cast(SwellfishMechanism, mechanism), runs=runs, seed=seed)]
+        else:  # the mechanism declares its notion (``notion_of``); the protocols look alike
+            findings = [statistical_audit(cast(StreamMechanism, mechanism), epsilon=1.0, w=w, runs=runs, seed=seed) for w in (1, 3)]
+    except Exception as exc:  # the mechanism's own failure is stage (a)'s to report
+        return StageResult("statistical audit", INCONCLUSIVE, f"could not run: {type(exc).__name__}: {exc}")
+    worst = max(findings, key=lambda f: f.lower_bound / f.epsilon)
+    where = worst.position if notion != "w-event" else f"w={worst.w}, {worst.position}"
     detail = (f"loss lower bound {worst.lower_bound:.3f} vs epsilon={worst.epsilon} "
-              f"(w={worst.w}, change at {worst.position} of a window, {worst.runs} runs per stream, 95% confidence)")
+              f"({where}, {worst.runs} runs per input, 95% confidence)")
     return StageResult("statistical audit", FAIL if worst.violates else PASS, detail)
 
 

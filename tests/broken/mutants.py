@@ -474,7 +474,72 @@ class AdaPubRereadsClusters:
         return out
 
 
+class _DissimilarityOverPopulation:
+    """A ledger view whose dissimilarity is a measure() with the sensitivity divided by 100 users."""
+
+    def __init__(self, ledger: WindowLedger) -> None:
+        self._ledger = ledger
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ledger, name)
+
+    def dissimilarity(self, secret: Any, last_release: Any, epsilon: Any, *, purpose: str = "dissimilarity") -> FloatArray:
+        d = int(np.prod(secret.shape))
+        noisy = self._ledger.measure(lambda v: v, secret, sensitivity=1.0 / (100 * d), epsilon=epsilon, purpose=purpose)
+        return np.asarray(np.abs(np.asarray(last_release) - noisy).reshape(noisy.shape[0], -1).mean(axis=1))
+
+
+@attrs.frozen
+class BDDissimilarityOverPopulation(BD):
+    """BD whose dissimilarity sensitivity is divided by the population (100): its charges are right,
+    but its publish/skip decision is almost the true one. Only the decision flip shows it."""
+
+    name: str = "BD-dissimilarity-over-population"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        return super().run(stream, _DissimilarityOverPopulation(ledger))  # type: ignore[arg-type]
+
+
+@attrs.frozen
+class SampleDecidesOnTrueValue:
+    """Sample that publishes early when the true count jumps: the decision reads the raw value."""
+
+    name: str = "sample-decides-on-true-value"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        budget = rounding.share(ledger.params.epsilon, ledger.params.w)
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        previous = 0.0
+        for secret in stream:
+            value = float(np.asarray(secret).sum())  # the mistake: a raw read outside any charge
+            if abs(value - previous) > 10 or (secret.t - 1) % ledger.params.w == 0:
+                out[:, secret.t - 1] = ledger.laplace(secret, budget)
+            previous = value
+        return out
+
+
+@attrs.frozen
+class SwellfishThresholdUnits:
+    """Swellfish: TSUniform whose noise takes the policy thresholds in kW for data in W (Δ_Q / 1000)."""
+
+    name: str = "Swellfish-threshold-units"
+    notion: str = "swellfish"
+
+    def run(self, stream: GuardedStream, ledger: SwellfishLedger) -> FloatArray:
+        w = max(policy.length for policy in ledger.policies.policies)
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        for secret in stream:
+            if ledger.temporal_sensitivity(secret.t) == 0.0:
+                out[:, secret.t - 1] = ledger.release_exact(secret)
+            else:
+                out[:, secret.t - 1] = ledger.laplace(secret, rounding.share(ledger.epsilon, w), sensitivity=1e-3)
+        return out
+
+
 CORPUS: list[tuple[type, str]] = [
+    (BDDissimilarityOverPopulation, "statistical audit"),
+    (SampleDecidesOnTrueValue, "secret access"),
+    (SwellfishThresholdUnits, "statistical audit"),
     (DSATUnchargedTest, "ledger replay"),
     (RescueDPIgnoresRemaining, "ledger replay"),
     (AdaPubRereadsClusters, "ledger replay"),
