@@ -206,3 +206,24 @@ def test_audit_reads_personalized_and_swellfish_logs(runner: CliRunner, tmp_path
     (tmp_path / "p.jsonl").write_text("\n".join(lines) + "\n")
     forged = runner.invoke(main, ["audit", str(tmp_path / "p.jsonl")])
     assert forged.exit_code == 1 and "VIOLATION class (w=2" in forged.output
+
+
+@pytest.mark.parametrize("name, verdict", [("PBA", 0), ("broken.mutants:PBDMostGenerous", 1), ("UnicornPS", 0), ("broken.mutants:UnicornPSOverDeltaMinusOne", 1)])
+def test_verify_report_for_personalized_and_swellfish(runner: CliRunner, tmp_path: Path, name: str, verdict: int) -> None:
+    """One curve per requirement class (window sum / ε_i) or per relevance interval (TOP_δ sum / ε)."""
+    from budgetcheck import verify_mechanism
+    from budgetcheck._report import _curves, _replay
+
+    png = tmp_path / "report.png"
+    result = runner.invoke(main, ["verify", name, "--stages", "a", "--examples", "25", "--report", str(png)])
+    assert result.exit_code == verdict, result.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    checked = verify_mechanism(name, stages="a", examples=25)
+    case = checked.counterexample.case if checked.counterexample else checked.worst_case
+    assert case is not None
+    ledger, refusal, _ = _replay(checked, case)
+    curves = _curves(ledger, case, refusal.run if refusal else 0)
+    groups = case.requirements.n_classes if hasattr(case, "requirements") else len(case.policies.policies)  # type: ignore[union-attr]
+    assert len(curves) == groups
+    assert all(ratio <= 1.0 for curve in curves for ratio in curve.ratios)  # what was spent; the refusal was not
+    assert (refusal is not None) == bool(verdict) and (refusal is None or refusal.window_sum > refusal.epsilon)

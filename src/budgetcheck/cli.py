@@ -94,8 +94,6 @@ def verify(
         case = results[0].counterexample.case if results[0].counterexample else results[0].worst_case
         if case is None:
             raise click.BadParameter("--report needs stage a (ledger replay) in --stages", param_hint="--report")
-        if not isinstance(case, VerificationCase):
-            raise click.BadParameter("--report plots w-event windows; personalized and Swellfish plots are not built yet", param_hint="--report")
         from budgetcheck._report import write_report
 
         write_report(results[0], case, report)
