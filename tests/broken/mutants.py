@@ -536,7 +536,22 @@ class SwellfishThresholdUnits:
         return out
 
 
+@attrs.frozen
+class RescueDPKalmanFromTrueSeries:
+    """RescueDP whose Kalman process noise q is the variance of the true series (the public code's
+    choice), computed from the raw values before the run."""
+
+    name: str = "RescueDP-kalman-q-from-true-series"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        from mechanisms.rescuedp import RescueDP
+
+        q = float(np.var([np.asarray(secret) for secret in stream]))  # the mistake: raw reads
+        return np.asarray(RescueDP(process_noise=q).run(stream, ledger))
+
+
 CORPUS: list[tuple[type, str]] = [
+    (RescueDPKalmanFromTrueSeries, "secret access"),
     (BDDissimilarityOverPopulation, "statistical audit"),
     (SampleDecidesOnTrueValue, "secret access"),
     (SwellfishThresholdUnits, "statistical audit"),
