@@ -108,6 +108,10 @@ class _UniformWithAConstant:
 
 
 def test_a_rule_that_is_not_scale_invariant_is_proved_with_the_unit_symbolic() -> None:
+    from budgetcheck.proving import _induction, _NotScalable
+
+    with pytest.raises(_NotScalable):
+        _induction(_UniformWithAConstant(), 5, 60_000, scaled=True)
     result = prove_rule(_UniformWithAConstant(), 5)
     assert result.verdict is Verdict.PROVED and result.method == "1-induction"
     assert prove_rule(PeriodicRule(every=1), 5).method == "scaled 1-induction"

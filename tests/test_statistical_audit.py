@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from budgetcheck import execute, load_mechanism
-from budgetcheck._audit_stat import decision_flip, personalized_audit, statistical_audit, swellfish_audit
+from budgetcheck._audit_stat import Run, decision_flip, personalized_audit, statistical_audit, swellfish_audit
 from broken.mutants import BDDissimilarityOverPopulation, SwellfishThresholdUnits
 
 
-def _pilot(name: object, w: int = 3):  # type: ignore[no-untyped-def]
-    mechanism = load_mechanism(name) if isinstance(name, str) else name
+def _pilot(name: str, w: int = 3) -> Run:
+    mechanism = load_mechanism(name)
     return lambda data, seed: execute(mechanism, data, epsilon=1.0, w=w, runs=400, seed=seed).releases
 
 

@@ -123,10 +123,6 @@ def _moved(releases: FloatArray, position: int) -> NDArray[np.bool_]:
     return np.asarray(np.any(releases[:, position] != previous, axis=1))
 
 
-def _moved_rate(run: Run, data: FloatArray, position: int, seed: int) -> float:
-    return float(np.mean(_moved(run(data, seed), position)))
-
-
 def decision_flip(run: Run, base: FloatArray, position: int, *, seed: int, top: int = 1 << 12) -> int | None:
     """The spike height h at ``position`` where the share of runs that publish there crosses 1/2:
     h publishes in fewer than half the runs, h + 1 in at least half (bisection on integers).
@@ -134,7 +130,7 @@ def decision_flip(run: Run, base: FloatArray, position: int, *, seed: int, top: 
     def rate(height: int) -> float:
         data = base.copy()
         data[position] += height
-        return _moved_rate(run, data, position, seed)
+        return float(np.mean(_moved(run(data, seed), position)))
 
     low, high = 0, top
     if not rate(low) < 0.5 <= rate(high):
@@ -184,7 +180,7 @@ def statistical_audit(
 def personalized_audit(mechanism: PersonalizedMechanism, *, runs: int = 4000, alpha: float = 0.05, seed: int = 0) -> StatFinding:
     """Personalized: one user of each class moves from bin 0 to bin 1 at one timestamp."""
     requirements = RequirementSet([(2, 0.5)] * 4 + [(3, 1.0)] * 4)
-    length, window = 9, 3
+    length = 9
     base = np.zeros((length, requirements.n_users))
 
     def run(bins: FloatArray, run_seed: int) -> FloatArray:
@@ -193,12 +189,13 @@ def personalized_audit(mechanism: PersonalizedMechanism, *, runs: int = 4000, al
     pairs = []
     for user in (0, requirements.n_users - 1):
         requirement = requirements.classes[int(requirements.user_classes[user])]
-        for name, position in {"start": window, "middle": window + 1, "end": 2 * window - 1}.items():
+        w = requirement.w
+        for position, name in {w: "start", w + w // 2: "middle", 2 * w - 1: "end"}.items():  # one name per position
             moved = base.copy()
             moved[position, user] = 1
             pairs.append(NeighbourPair(f"user {user} (w={requirement.w}, epsilon={requirement.epsilon}) at the {name}",
                                        base, moved, (position,), 1.0, 1, requirement.epsilon))
-    return _audit(run, pairs, runs=runs, alpha=alpha, seed=seed, w=window)
+    return _audit(run, pairs, runs=runs, alpha=alpha, seed=seed, w=max(r.w for r in requirements.classes))
 
 
 def swellfish_audit(mechanism: SwellfishMechanism, *, epsilon: float = 1.0, runs: int = 4000, alpha: float = 0.05, seed: int = 0) -> StatFinding:

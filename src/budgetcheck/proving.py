@@ -117,32 +117,27 @@ def prove_rule(rule: AllocationRule, w: int, *, timeout_ms: int = 60_000, bmc_st
     if not isinstance(rule, AllocationRule):
         raise InvalidArgument(f"rule={rule!r} is not an AllocationRule")
     start = time.perf_counter()
-    scaled = _induction(rule, w, timeout_ms, scaled=True)
-    # None: a query is not scale-invariant, so u stays symbolic and products are written in binary
-    answer, reason, method = scaled if scaled is not None else _symbolic_unit(rule, w, timeout_ms)
+    try:
+        answer, reason, method = _induction(rule, w, timeout_ms, scaled=True)
+    except _NotScalable:  # u stays symbolic and products u·k are written in binary
+        answer, reason, method = _induction(rule, w, timeout_ms, scaled=False)
     if answer is _z3.Answer.UNSAT:
         return ProofResult(w=w, verdict=Verdict.PROVED, method=method, seconds=time.perf_counter() - start)
     return _bounded(rule, w, start, timeout_ms, bmc_steps, reason)
-
-
-def _symbolic_unit(rule: AllocationRule, w: int, timeout_ms: int) -> tuple[_z3.Answer, str, str]:
-    outcome = _induction(rule, w, timeout_ms, scaled=False)
-    assert outcome is not None  # only the scaled encoding can decline
-    return outcome
 
 
 class _NotScalable(Exception):
     """A query whose truth could change when all real variables are scaled together."""
 
 
-def _induction(rule: AllocationRule, w: int, timeout_ms: int, *, scaled: bool) -> tuple[_z3.Answer, str, str] | None:
+def _induction(rule: AllocationRule, w: int, timeout_ms: int, *, scaled: bool) -> tuple[_z3.Answer, str, str]:
     """Initiation, then consecution and safety: (answer, reason if not UNSAT, method).
 
     ``scaled``: products u·k of the first share u and an integer are built as such, and every
     query is solved with u = 1. That is sound when the query is scale-invariant (checked on its
     syntax by ``_z3.scale_invariant``): a model with u > 0 divided by u is a model with u = 1, and ε
-    stays symbolic. It keeps the queries linear without writing k in binary. Returns None when a
-    query is not scale-invariant.
+    stays symbolic. It keeps the queries linear without writing k in binary. Raises _NotScalable
+    when a query is not scale-invariant.
     """
     ops = _z3.Z3Ops(unit_products=scaled)
     epsilon = _z3.real("epsilon")
@@ -159,33 +154,30 @@ def _induction(rule: AllocationRule, w: int, timeout_ms: int, *, scaled: bool) -
             query = _z3.normalized(query, ops.unit)
         return _z3.check(query, timeout_ms=timeout_ms)[0]
 
-    try:
-        zeros = [_z3.real_value(0)] * (w - 1)  # real zeros: recent totals are reals
-        initial = rule.initial(ops, env)
-        violated = _negate(rule.invariant(ops, env, initial, zeros))  # build terms before reading assumptions
-        answer = solve([*base, *ops.assumptions, violated])
-        if answer is not _z3.Answer.UNSAT:
-            return answer, "the initial state violates the invariant" if answer is _z3.Answer.SAT else "initiation: solver unknown", method
+    zeros = [_z3.real_value(0)] * (w - 1)  # real zeros: recent totals are reals
+    initial = rule.initial(ops, env)
+    violated = _negate(rule.invariant(ops, env, initial, zeros))  # build terms before reading assumptions
+    answer = solve([*base, *ops.assumptions, violated])
+    if answer is not _z3.Answer.UNSAT:
+        return answer, "the initial state violates the invariant" if answer is _z3.Answer.SAT else "initiation: solver unknown", method
 
-        state = rule.arbitrary(env, "s")
-        recent = [_z3.real(f"recent_{j}") for j in range(w - 1)]
-        decision = _z3.boolean("decision")
-        bounds = rule.charges(ops, env, state, decision)
-        spent = [_z3.real(f"spent_{i}") for i in range(len(bounds))]
-        step = [s >= 0 for s in recent] + [x >= 0 for x in spent] + [x <= b for x, b in zip(spent, bounds, strict=True)]
-        hypothesis = rule.invariant(ops, env, state, recent)
-        total = ops.sum_up(spent)
-        safe = ops.sum_up(recent) + total <= epsilon
-        following = rule.advance(ops, env, state, decision, tuple(spent))
-        shifted = [*recent[1:], total] if w > 1 else []
-        preserved = rule.invariant(ops, env, following, shifted)
-        context = [*base, *ops.assumptions, hypothesis, *step]
-        for goal in (_negate(safe), _negate(preserved)):  # two easier queries than one disjunction
-            answer = solve([*context, goal])
-            if answer is not _z3.Answer.UNSAT:
-                return answer, "invariant not inductive" if answer is _z3.Answer.SAT else "consecution: solver unknown", method
-    except _NotScalable:
-        return None
+    state = rule.arbitrary(env, "s")
+    recent = [_z3.real(f"recent_{j}") for j in range(w - 1)]
+    decision = _z3.boolean("decision")
+    bounds = rule.charges(ops, env, state, decision)
+    spent = [_z3.real(f"spent_{i}") for i in range(len(bounds))]
+    step = [s >= 0 for s in recent] + [x >= 0 for x in spent] + [x <= b for x, b in zip(spent, bounds, strict=True)]
+    hypothesis = rule.invariant(ops, env, state, recent)
+    total = ops.sum_up(spent)
+    safe = ops.sum_up(recent) + total <= epsilon
+    following = rule.advance(ops, env, state, decision, tuple(spent))
+    shifted = [*recent[1:], total] if w > 1 else []
+    preserved = rule.invariant(ops, env, following, shifted)
+    context = [*base, *ops.assumptions, hypothesis, *step]
+    for goal in (_negate(safe), _negate(preserved)):  # two easier queries than one disjunction
+        answer = solve([*context, goal])
+        if answer is not _z3.Answer.UNSAT:
+            return answer, "invariant not inductive" if answer is _z3.Answer.SAT else "consecution: solver unknown", method
     return _z3.Answer.UNSAT, "", method
 
 
