@@ -25,3 +25,12 @@ def test_every_mutant_is_rejected_at_its_stage(mutant: type, stage: str) -> None
 def test_no_false_alarm_on_builtins(name: str) -> None:
     result = verify_mechanism(name, examples=60)
     assert result.verdict == "pass", [s.to_json() for s in result.stages]
+
+
+def test_home_made_pba_control_passes_every_stage_it_can() -> None:
+    """The PBA mutants differ from this control only in their bug: with the paper's maximum
+    nullification bound the same home-made code passes replay, secret access and the audit."""
+    result = verify_mechanism("broken.mutants:HomeMadePBAControl", examples=60)
+    verdicts = {s.stage: s.verdict for s in result.stages}
+    assert verdicts == {"ledger replay": "pass", "secret access": "pass", "proof": "not proved",
+                        "statistical audit": "pass"}, [s.to_json() for s in result.stages]

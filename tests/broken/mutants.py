@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -427,6 +428,70 @@ class PBDMostGenerous:
         return out
 
 
+@attrs.frozen
+class _HomeMadePBA:
+    """PBA (Du et al. 2025, Algorithm 5) with its own (l, k) bookkeeping per class, as the artifact does.
+
+    ``bound`` folds the classes' nullification ends t_{i,N} = l_i + k_i − 1 (runs, C) into the
+    cross-user t̃_N: the paper's maximum, or the artifact's 'minimum' / integer 'average'.
+    A class publishes min(t − t̃_N, w_i) shares of ε_i/(2 w_i). ``record_minimum`` stores the
+    smallest class's share count as everyone's k (the class minimum charged to everyone).
+    With the maximum and no ``record_minimum`` this is a correct (unproved) PBA: the control.
+    """
+
+    bound: str = "maximum"
+    record_minimum: bool = False
+    name: str = "home-made-PBA"
+    notion: str = "personalized"
+
+    def run(self, stream: PersonalizedStream, ledger: PersonalizedLedger) -> FloatArray:
+        classes = ledger.requirements.classes
+        w = np.array([r.w for r in classes])
+        unit = np.array([rounding.share(r.epsilon, 2 * r.w) for r in classes])
+        last_time = np.zeros((ledger.runs, len(classes)), dtype=np.int64)  # a virtual publication at l = 0 ...
+        shares = np.ones((ledger.runs, len(classes)), dtype=np.int64)  # ... holding one share
+        last = np.zeros((ledger.runs, stream.dimensions))
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        for secret in stream:
+            t = secret.t
+            ends = last_time + shares - 1
+            end = {"maximum": ends.max(axis=1), "minimum": ends.min(axis=1), "average": ends.sum(axis=1) // len(classes)}[self.bound]
+            candidate = np.where((t > end)[:, None], rounding.mul_down(unit, np.minimum(t - end[:, None], w)), 0.0)
+            dis = ledger.sample_dissimilarity(secret, last, np.broadcast_to(unit, candidate.shape))
+            _, error = ledger.reporting_error(candidate)
+            publish = (candidate.max(axis=1) > 0.0) & (dis > np.sqrt(error))
+            if publish.any():
+                spent = np.where(publish[:, None], candidate, 0.0)
+                last = np.where(publish[:, None], np.nan_to_num(ledger.sample_release(secret, spent)), last)
+                taken = np.rint(candidate / unit).astype(np.int64)
+                if self.record_minimum:
+                    taken = np.broadcast_to(taken.min(axis=1, keepdims=True), taken.shape)
+                last_time = np.where(publish[:, None], t, last_time)
+                shares = np.where(publish[:, None], taken, shares)
+            out[:, t - 1] = last
+        return out
+
+
+def HomeMadePBAControl() -> _HomeMadePBA:
+    """The home-made PBA with the paper's maximum bound: correct, so verify must not reject it."""
+    return _HomeMadePBA()
+
+
+def PBANullificationMinimum() -> _HomeMadePBA:
+    """The artifact's 'minimum' cross-user nullification bound (overspends up to 1.375×)."""
+    return _HomeMadePBA(bound="minimum", name="PBA-nullification-minimum")
+
+
+def PBANullificationAverage() -> _HomeMadePBA:
+    """The artifact's 'average' cross-user nullification bound (overspends up to 1.25×)."""
+    return _HomeMadePBA(bound="average", name="PBA-nullification-average")
+
+
+def PBAClassMinimumToEveryone() -> _HomeMadePBA:
+    """Records the smallest class's absorbed shares as every class's: the others nullify too little."""
+    return _HomeMadePBA(record_minimum=True, name="PBA-class-minimum-to-everyone")
+
+
 class _TestChargedOncePerRun(DistanceTestRule):
     """DSAT as published: each distance test is budgeted as if ε₁ were spent once, not per window."""
 
@@ -550,7 +615,10 @@ class RescueDPKalmanFromTrueSeries:
         return np.asarray(RescueDP(process_noise=q).run(stream, ledger))
 
 
-CORPUS: list[tuple[type, str]] = [
+CORPUS: list[tuple[Callable[[], object], str]] = [
+    (PBANullificationMinimum, "ledger replay"),
+    (PBANullificationAverage, "ledger replay"),
+    (PBAClassMinimumToEveryone, "ledger replay"),
     (RescueDPKalmanFromTrueSeries, "secret access"),
     (BDDissimilarityOverPopulation, "statistical audit"),
     (SampleDecidesOnTrueValue, "secret access"),
