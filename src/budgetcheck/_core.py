@@ -45,7 +45,7 @@ def journaled(method: F) -> F:
 
     @functools.wraps(method)
     def wrapper(self: LedgerCore, *args: Any, **kwargs: Any) -> Any:
-        if self._journal is None:
+        if self._journal is None and self._tap is None:
             return method(self, *args, **kwargs)
         return self._operation(functools.partial(method, self), *args, **kwargs)
 
@@ -55,7 +55,8 @@ def journaled(method: F) -> F:
 class LedgerCore(abc.ABC):
     """Runs, seeded noise generator, monotone clock, immutable records and their JSON-lines export."""
 
-    __slots__ = ("_applying", "_depth", "_journal", "_noise", "_pending", "_records", "_refusals", "_replay", "_rng", "_runs", "_seed", "_t")
+    __slots__ = ("_applying", "_depth", "_journal", "_noise", "_pending", "_records", "_refusals", "_replay", "_rng", "_runs", "_seed", "_t",
+                 "_tap", "_tapping")
 
     def __init__(self, *, runs: int, seed: int, sampler: str = NUMPY) -> None:
         self._runs = check_positive_int(runs, "runs")
@@ -70,6 +71,9 @@ class LedgerCore(abc.ABC):
         self._pending: list[SpendRecord] = []
         self._applying = False
         self._replay: Replay | None = None
+        # The verifier's non-interference check sees (and may replace) every charged operation's output.
+        self._tap: Callable[[Any], Any] | None = None
+        self._tapping = False
 
     @property
     def runs(self) -> int:
@@ -225,7 +229,18 @@ class LedgerCore(abc.ABC):
         return 0
 
     def _operation(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run one charged operation ``fn(*args, **kwargs)`` (see :func:`journaled`)."""
+        """Run one charged operation ``fn(*args, **kwargs)`` (see :func:`journaled`); its output
+        passes the tap, if one is set, once (an operation called inside another is not tapped)."""
+        if self._tap is None or self._tapping:
+            return self._untapped(fn, *args, **kwargs)
+        self._tapping = True
+        try:
+            result = self._untapped(fn, *args, **kwargs)
+        finally:
+            self._tapping = False
+        return self._tap(result)
+
+    def _untapped(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self._journal is None or self._depth:
             return fn(*args, **kwargs)
         if self._replay is not None:

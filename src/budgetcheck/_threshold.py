@@ -92,10 +92,12 @@ class ThresholdTest:
 
     def query(self, secret: Secret, statistic: Callable[[FloatArray], ArrayLike], thresholds: ArrayLike) -> ThresholdAnswer:
         """Charge ε at the secret's t and test (one charged operation of the ledger; see :meth:`_query`)."""
-        answer: ThresholdAnswer = self._ledger._operation(self._query, secret, statistic, thresholds)
+        answer: ThresholdAnswer
+        answer, starts = self._ledger._operation(self._query, secret, statistic, thresholds)
+        self._starts = np.array(starts)  # the instances that go with the answer (one output, for the ledger's tap)
         return answer
 
-    def _query(self, secret: Secret, statistic: Callable[[FloatArray], ArrayLike], thresholds: ArrayLike) -> ThresholdAnswer:
+    def _query(self, secret: Secret, statistic: Callable[[FloatArray], ArrayLike], thresholds: ArrayLike) -> tuple[ThresholdAnswer, IntArray]:
         """Charge ε at the secret's t; open an instance where none is open; test the others.
 
         ``statistic`` gets the true values of every cell's footprint as shape (runs, L, *cells)
@@ -148,4 +150,4 @@ class ThresholdTest:
             self._offsets[opened] = rng.laplace(0.0, offset_scale, size=int(fresh))
         self._starts[opened] = t
         self._starts[above] = 0
-        return ThresholdAnswer(above=above, opened=opened)
+        return ThresholdAnswer(above=above, opened=opened), self._starts.copy()

@@ -216,8 +216,7 @@ def verify_mechanism(
                                        f"{counterexample.reason}: {counterexample.detail}" if other and counterexample else
                                        f"{replay.examples} streams, {replay.runs} runs, worst window {replay.worst_ratio:.6f} of epsilon"))
         if "b" in stages:
-            results.append(StageResult("secret access", FAIL if secret else PASS,
-                                       counterexample.detail if secret and counterexample else "no read outside a charged ledger operation"))
+            results.append(_secret_stage(mechanism, counterexample.detail if secret and counterexample else None))
     notion = notion_of(mechanism)
     if "c" in stages:
         results.append(_proof_stage(mechanism, chosen.w_max))
@@ -234,6 +233,19 @@ def verify_mechanism(
         worst_case=replay.worst_case if replay else None,
         notion=notion,
     )
+
+
+def _secret_stage(mechanism: AnyMechanism, read: str | None) -> StageResult:
+    """Stage (b): a read caught during replay, else a difference found by the non-interference check."""
+    from budgetcheck._interference import interference
+
+    if read is not None:
+        return StageResult("secret access", FAIL, read)
+    leak = interference(mechanism, notion_of(mechanism))
+    if leak is not None:
+        return StageResult("secret access", FAIL, f"information flow outside the charged outputs: {leak}")
+    return StageResult("secret access", PASS, "no read outside a charged ledger operation; releases and spends "
+                                              "unchanged on a second stream with the charged outputs held equal")
 
 
 def _proof_stage(mechanism: AnyMechanism, w_max: int) -> StageResult:

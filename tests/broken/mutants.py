@@ -377,6 +377,29 @@ class MeasureTinySensitivity:
         return out
 
 
+@attrs.frozen
+class MeasureKeepsPayload:
+    """Measures the noisy total at ε/w (sensitivity 1) and splits it over the dimensions by the
+    true proportions, which its measure function kept aside: no read of a Secret, yet a leak."""
+
+    name: str = "measure-keeps-payload"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        budget = rounding.share(ledger.params.epsilon, ledger.params.w)
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        kept: list[FloatArray] = []
+
+        def total(values: FloatArray) -> float:
+            kept.append(np.array(values))
+            return float(values.sum())
+
+        for secret in stream:
+            noisy = ledger.measure(total, secret, sensitivity=1.0, epsilon=budget)
+            share = kept[-1] / max(float(kept[-1].sum()), 1.0)
+            out[:, secret.t - 1] = noisy[:, None] * share[None, :]
+        return out
+
+
 # (mutant, the stage that must catch it)
 @attrs.frozen
 class UnicornPSOverDeltaMinusOne:
@@ -616,6 +639,7 @@ class RescueDPKalmanFromTrueSeries:
 
 
 CORPUS: list[tuple[Callable[[], object], str]] = [
+    (MeasureKeepsPayload, "secret access"),
     (PBANullificationMinimum, "ledger replay"),
     (PBANullificationAverage, "ledger replay"),
     (PBAClassMinimumToEveryone, "ledger replay"),

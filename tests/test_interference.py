@@ -1,0 +1,72 @@
+"""Stage (b)'s non-interference check: the charged outputs held equal, nothing else may differ."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import numpy as np
+import pytest
+
+from budgetcheck import GuardedStream, WEventParams, WindowLedger, execute, load_mechanism, rounding, verify_mechanism
+from budgetcheck._interference import interference
+
+
+@attrs.frozen
+class _Keeper:
+    """Measures the total at ε/w and keeps the payload; ``use`` says where the kept data leaks."""
+
+    use: str
+    name: str = "keeper"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> Any:
+        budget = rounding.share(ledger.params.epsilon, ledger.params.w)
+        kept: list[Any] = []
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+
+        def total(values: Any) -> float:
+            kept.append(np.array(values))
+            return float(values.sum())
+
+        for secret in stream:
+            cheaper = self.use == "operations" or (self.use == "charge" and kept and kept[-1].sum() > 60)
+            noisy = ledger.measure(total, secret, sensitivity=1.0, epsilon=budget / 2 if cheaper else budget)
+            if self.use == "operations" and kept[-1].sum() > 60:
+                ledger.laplace(secret, budget / 2)
+            out[:, secret.t - 1] = noisy[:, None]
+            if self.use == "release":
+                out[:, secret.t - 1, 0] += kept[-1][0] * 1e-9
+        return out
+
+
+@pytest.mark.parametrize(("use", "words"), [("release", "the releases differ"), ("charge", "the charges differ"),
+                                            ("operations", "more charged operations")])
+def test_a_payload_kept_by_a_measure_function_is_found(use: str, words: str) -> None:
+    found = interference(_Keeper(use), "w-event")
+    assert found is not None and words in found, found
+
+
+def test_a_correct_mechanism_of_the_same_shape_shows_nothing() -> None:
+    assert interference(_Keeper("nothing"), "w-event") is None
+
+
+@pytest.mark.parametrize("name", ["PBA", "UnicornPS", "AdaPub", "FASTw"])
+def test_built_ins_of_every_notion_and_stateful_tests_show_nothing(name: str) -> None:
+    mechanism = load_mechanism(name)
+    assert interference(mechanism, getattr(mechanism, "notion", "w-event")) is None
+
+
+def test_the_tap_does_not_change_what_an_ordinary_run_returns() -> None:
+    data = np.arange(12.0).reshape(6, 2)
+    plain = execute(load_mechanism("BD"), data, epsilon=1.0, w=3, runs=2, seed=5)
+    ledger = WindowLedger(WEventParams(epsilon=1.0, w=3), runs=2, seed=5)
+    seen: list[Any] = []
+    ledger._tap = lambda result: seen.append(result) or result
+    tapped = load_mechanism("BD").run(GuardedStream(data), ledger)
+    assert np.array_equal(plain.releases, tapped) and len(seen) == len(plain.ledger.records) > 0
+
+
+def test_verify_reports_the_flow_as_a_secret_access_failure() -> None:
+    result = verify_mechanism("broken.mutants:MeasureKeepsPayload", examples=20, stages="ab")
+    stage = {s.stage: s for s in result.stages}["secret access"]
+    assert stage.verdict == "fail" and "information flow" in stage.detail
