@@ -34,3 +34,11 @@ def test_home_made_pba_control_passes_every_stage_it_can() -> None:
     verdicts = {s.stage: s.verdict for s in result.stages}
     assert verdicts == {"ledger replay": "pass", "secret access": "pass", "proof": "not proved",
                         "statistical audit": "pass"}, [s.to_json() for s in result.stages]
+
+
+@pytest.mark.parametrize(("reference", "verdict"), [("broken.mutants:BDDissimilarityHalfSensitivity", "fail"), ("BD", "pass")])
+def test_the_thorough_audit_catches_a_dissimilarity_at_half_its_sensitivity(reference: str, verdict: str) -> None:
+    """A loss of 1.5ε at w = 1 (the decision pays 2·ε/2): too close for the quick profile's 4,000
+    runs (bound 0.94), caught with the thorough profile's 40,000 (1.15); BD itself stays below ε."""
+    result = verify_mechanism(reference, stages="d", profile="thorough")
+    assert result.verdict == verdict, [s.to_json() for s in result.stages]

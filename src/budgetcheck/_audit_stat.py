@@ -1,9 +1,10 @@
 """Stage (d) of ``verify``: a StatDP-style statistical lower bound on the privacy loss.
 
 For pairs of neighbouring inputs the mechanism runs many seeded times on each (batched: one ledger
-of R runs). Output events are "statistic >= τ" for two statistics: the signed sum of the releases
-over the changed timestamps, and whether the release moved at the first changed timestamp (a
-published value differs from the previous release, a skipped one does not). Events are chosen on a
+of R runs). Output events are "statistic >= τ" for three statistics: the signed sum of the releases
+over the changed timestamps; whether the release moved at the first changed timestamp (a
+published value differs from the previous release, a skipped one does not); and the signed sum
+counted only where the release moved (a decision's loss and its release's together). Events are chosen on a
 first half of the runs; on the second half one-sided Clopper-Pearson bounds give, with confidence
 1 − α (Bonferroni over every event tried), ε_lb = ln(p_low(D) / p_high(D')). ε_lb above the ε that
 protects the change is a violation, e.g. a release or a decision whose declared sensitivity is too
@@ -84,13 +85,24 @@ def _clopper_pearson(successes: int, trials: int, alpha: float) -> tuple[float, 
     return low, high
 
 
-def _statistics(releases: FloatArray, pair: NeighbourPair) -> tuple[FloatArray, FloatArray]:
-    """(signed sum over the changed timestamps, moved at the first changed timestamp) per run."""
+def _statistics(releases: FloatArray, pair: NeighbourPair) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Per run: the signed sum over the changed timestamps; whether the release moved at the first
+    changed timestamp; and the signed sum where it moved, −∞ where it did not (the event "published
+    and large" adds a decision's loss to its release's)."""
     signed = pair.direction * releases[:, list(pair.changed), pair.column].sum(axis=1)
-    return signed, _moved(releases, pair.changed[0]).astype(np.float64)
+    moved = _moved(releases, pair.changed[0])
+    return signed, moved.astype(np.float64), np.where(moved, signed, -np.inf)
 
 
-_EVENTS_PER_PAIR = (len(_QUANTILES) + 1) * 2  # signed: each quantile; moved: >= 1; both orders
+_EVENTS_PER_PAIR = (2 * len(_QUANTILES) + 1) * 2  # signed and joint: each quantile; moved: >= 1; both orders
+
+
+def _thresholds(index: int, pilot: FloatArray) -> list[float]:
+    """The event thresholds of statistic ``index``, chosen on the first half of the runs."""
+    if index == 1:
+        return [1.0]
+    finite = pilot[np.isfinite(pilot)]
+    return [float(np.quantile(finite, q)) for q in _QUANTILES] if finite.size else []
 
 
 def _pair_bound(run: Run, pair: NeighbourPair, *, runs: int, seed: int, alpha: float, w: int) -> StatFinding:
@@ -100,8 +112,7 @@ def _pair_bound(run: Run, pair: NeighbourPair, *, runs: int, seed: int, alpha: f
     half = runs // 2
     best = StatFinding(epsilon=pair.epsilon, w=w, lower_bound=0.0, position=pair.name, threshold=0.0, runs=runs)
     for index, (stat_a, stat_b) in enumerate(zip(first, second, strict=True)):
-        thresholds = [float(np.quantile(stat_b[:half], q)) for q in _QUANTILES] if index == 0 else [1.0]
-        for threshold in thresholds:
+        for threshold in _thresholds(index, stat_b[:half]):
             for upper, lower in ((stat_b[half:], stat_a[half:]), (stat_a[half:], stat_b[half:])):
                 p_low, _ = _clopper_pearson(int(np.sum(upper >= threshold)), upper.size, alpha)
                 _, p_high = _clopper_pearson(int(np.sum(lower >= threshold)), lower.size, alpha)

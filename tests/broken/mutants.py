@@ -563,17 +563,18 @@ class AdaPubRereadsClusters:
 
 
 class _DissimilarityOverPopulation:
-    """A ledger view whose dissimilarity is a measure() with the sensitivity divided by 100 users."""
+    """A ledger view whose dissimilarity is a measure() with the sensitivity divided by ``users``."""
 
-    def __init__(self, ledger: WindowLedger) -> None:
+    def __init__(self, ledger: WindowLedger, users: int = 100) -> None:
         self._ledger = ledger
+        self._users = users
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._ledger, name)
 
     def dissimilarity(self, secret: Any, last_release: Any, epsilon: Any, *, purpose: str = "dissimilarity") -> FloatArray:
         d = int(np.prod(secret.shape))
-        noisy = self._ledger.measure(lambda v: v, secret, sensitivity=1.0 / (100 * d), epsilon=epsilon, purpose=purpose)
+        noisy = self._ledger.measure(lambda v: v, secret, sensitivity=1.0 / (self._users * d), epsilon=epsilon, purpose=purpose)
         return np.asarray(np.abs(np.asarray(last_release) - noisy).reshape(noisy.shape[0], -1).mean(axis=1))
 
 
@@ -586,6 +587,16 @@ class BDDissimilarityOverPopulation(BD):
 
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
         return super().run(stream, _DissimilarityOverPopulation(ledger))  # type: ignore[arg-type]
+
+
+@attrs.frozen
+class BDDissimilarityHalfSensitivity(BD):
+    """BD whose dissimilarity is charged at half its sensitivity (1/(2d) instead of 1/d)."""
+
+    name: str = "BD-dissimilarity-half-sensitivity"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        return super().run(stream, _DissimilarityOverPopulation(ledger, users=2))  # type: ignore[arg-type]
 
 
 @attrs.frozen
