@@ -251,8 +251,8 @@ def test_paper_stream_loaders_read_the_documented_files(tmp_path: Path) -> None:
     assert load_paper_stream("state-flu", states).tolist() == [[3.0, 4.0], [5.0, 6.0]]
     with pytest.raises(DataUnavailable, match="download it from"):
         load_paper_stream("flu-death", tmp_path / "missing.csv")
-    with pytest.raises(DataUnavailable, match="not built yet"):
-        load_paper_stream("worldcup", file)
+    with pytest.raises(DataUnavailable, match="no wc_day"):
+        load_paper_stream("worldcup", tmp_path)
     file.write_text("date,value\n1976-01,x\n")
     with pytest.raises(InvalidArgument, match="row 2: value='x' is not a number"):
         load_paper_stream("unemployment-bls", file)

@@ -39,6 +39,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck._errors import DataUnavailable, InvalidArgument
+from budgetcheck.bench import aggregate
 
 FloatArray = NDArray[np.float64]
 
@@ -109,7 +110,7 @@ class PaperStream:
     source: str
     shape: tuple[int, int]
     steps: str
-    reader: Callable[[Path], FloatArray] | None
+    reader: Callable[[Path], FloatArray]
 
 
 def _read_columns(path: Path, column: str, *, group_by: str | None = None) -> FloatArray:
@@ -153,28 +154,42 @@ PAPER_STREAMS: dict[str, PaperStream] = {
         "column 'ILITOTAL', one dimension per 'REGION' (state), weeks in file order; max(0, round(·))",
         lambda path: _read_columns(path, "ILITOTAL", group_by="REGION")),
     "worldcup": PaperStream(
-        "1998 World Cup web site access logs (ita.ee.lbl.gov)", (1320, 1289),
-        "hourly request counts of the 1,289 most requested URLs; aggregation of the binary logs not built", None),
+        "1998 World Cup web site access logs, ita.ee.lbl.gov/html/contrib/WorldCup.html (the folder of "
+        "wc_day*_*.gz binary logs)", (1320, 1289),
+        "20-byte big-endian records; requests per hour from the first log hour, per objectID (URL); the "
+        "1,289 URLs with the most requests in the first 1,320 hours (ties: smaller id); max(0, round(·)). "
+        "The paper's Table 6 gives 1,298 dimensions; its harness files have 1,289",
+        aggregate.worldcup),
     "taxi-porto": PaperStream(
-        "ECML/PKDD 2015 Porto taxi trajectories (train.csv)", (672, 1289),
-        "hourly trip starts in the 1,289 busiest of 3,750 grid cells; aggregation not built", None),
+        "ECML/PKDD 2015 taxi trajectory challenge, Porto (train.csv, columns TIMESTAMP, MISSING_DATA, POLYLINE)",
+        (672, 1289),
+        "trip start = first POLYLINE point; trips with MISSING_DATA, an empty POLYLINE or a start outside "
+        "lon [-8.73, -8.5] × lat [41.08, 41.24] dropped; that box cut into 75 × 50 = 3,750 cells; trip "
+        "starts per hour from the first trip's hour; the 1,289 busiest cells over the first 672 hours",
+        aggregate.taxi_porto),
     "tdrive": PaperStream(
-        "Microsoft T-Drive taxi trajectories", (672, 100),
-        "hourly visits of a 10×10 grid, one week tiled to 672; aggregation not built", None),
+        "Microsoft T-Drive taxi trajectories (the folder of per-taxi .txt files: id,YYYY-MM-DD HH:MM:SS,lon,lat)",
+        (672, 100),
+        "lon [116.25, 116.55] × lat [39.8, 40.05] cut into 10 × 10 cells; a visit = a taxi with a GPS point in "
+        "a cell during an hour (counted once); the first 168 hours (one week) from the first record's hour, "
+        "tiled four times to 672; all 100 cells, row-major",
+        aggregate.tdrive),
     "retail": PaperStream(
-        "UCI Online Retail (Online Retail.xlsx)", (374, 1289),
-        "daily sales of the 1,289 most sold products; aggregation not built", None),
+        "UCI Online Retail (Online Retail.xlsx, or the sheet saved as CSV; columns StockCode, Quantity, InvoiceDate)",
+        (374, 1289),
+        "units sold per day (Σ Quantity, returns negative) per StockCode (upper-cased), days from the first "
+        "invoice's day; the 1,289 products with the most units over 374 days; max(0, round(·))",
+        aggregate.retail),
 }
 
 
 def load_paper_stream(name: str, path: str | Path) -> FloatArray:
-    """One of the paper's streams from the user's downloaded file, preprocessed as documented."""
+    """One of the paper's streams from the user's downloaded file (or folder, for the WorldCup logs
+    and the T-Drive taxis), preprocessed as documented in ``PAPER_STREAMS``."""
     if name not in PAPER_STREAMS:
         raise InvalidArgument(f"stream={name!r} is not one of the paper's streams; known: {', '.join(sorted(PAPER_STREAMS))}")
     spec = PAPER_STREAMS[name]
-    if spec.reader is None:
-        raise DataUnavailable(f"the loader of {name!r} is not built yet: {spec.steps}")
     file = Path(path)
-    if not file.is_file():
-        raise DataUnavailable(f"{name!r}: no file at {str(file)!r}; download it from: {spec.source}")
+    if not file.exists():
+        raise DataUnavailable(f"{name!r}: nothing at {str(file)!r}; download it from: {spec.source}")
     return to_counts(spec.reader(file), 1.0)

@@ -1,0 +1,216 @@
+"""Raw event data → count streams for four of the benchmark paper's real streams (Schäler et al.
+2022, Table 6): WorldCup, Taxi Porto, TDrive and Retail. Each reader takes the file or folder a
+user downloads from the original source and returns a (T, d) table of counts; every step is
+written down in :data:`budgetcheck.bench.real.PAPER_STREAMS` and tested on small files.
+
+Shared steps: events are binned by time (hours or days) from the first bin of the data; the d
+dimensions kept are the d keys (URLs, grid cells, products) with the largest total, ties broken
+by the smaller key; the stream keeps the first T bins (bins without events count 0).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import gzip
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from budgetcheck._errors import DataUnavailable, InvalidArgument
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+HOUR, DAY = 3600, 86400
+
+
+def count_table(bins: IntArray, keys: IntArray, weights: FloatArray | None, *, length: int, dimensions: int) -> FloatArray:
+    """Σ weight (or the number of events) per (time bin, key), shape (length, dimensions): the
+    ``dimensions`` keys with the largest totals over the kept bins (ties: the smaller key first),
+    in that order; bins from 0, events at bins >= ``length`` dropped."""
+    bins, keys = np.asarray(bins, dtype=np.int64), np.asarray(keys, dtype=np.int64)
+    values = np.ones(bins.size) if weights is None else np.asarray(weights, dtype=np.float64)
+    kept = (bins >= 0) & (bins < length)
+    bins, keys, values = bins[kept], keys[kept], values[kept]
+    if bins.size == 0:
+        raise InvalidArgument(f"no events fall into the first {length} time bins")
+    unique, index = np.unique(keys, return_inverse=True)
+    totals = np.bincount(index, weights=values, minlength=unique.size)
+    order = np.lexsort((unique, -totals))[:dimensions]  # largest total first, then the smaller key
+    column = np.full(unique.size, -1)
+    column[order] = np.arange(order.size)
+    chosen = column[index] >= 0
+    table = np.zeros((length, dimensions))
+    np.add.at(table, (bins[chosen], column[index][chosen]), values[chosen])
+    return table
+
+
+# -- WorldCup: the 1998 World Cup web site access logs (ita.ee.lbl.gov, wc_day*_*.gz) ----------
+
+# One 20-byte big-endian record per request: timestamp, clientID, objectID, size, method, status, type, server.
+_WORLDCUP_RECORD = np.dtype([("timestamp", ">u4"), ("client", ">u4"), ("object", ">u4"), ("size", ">u4"),
+                             ("method", "u1"), ("status", "u1"), ("type", "u1"), ("server", "u1")])
+
+
+def worldcup(path: Path, *, length: int = 1320, dimensions: int = 1289) -> FloatArray:
+    """Hourly requests of the most requested URLs (objectID), from the binary logs: ``path`` is a
+    folder of wc_day*_*(.gz) files or one such file."""
+    files = sorted(p for p in path.glob("wc_day*") if p.is_file()) if path.is_dir() else [path]
+    if not files:
+        raise DataUnavailable(f"{path}: no wc_day*_* log files")
+    chunks = []
+    for file in files:
+        raw = gzip.decompress(file.read_bytes()) if file.suffix == ".gz" else file.read_bytes()
+        if len(raw) % _WORLDCUP_RECORD.itemsize:
+            raise InvalidArgument(f"{file}: {len(raw)} bytes is not a whole number of 20-byte log records")
+        chunks.append(np.frombuffer(raw, dtype=_WORLDCUP_RECORD))
+    records = np.concatenate(chunks)
+    stamps = records["timestamp"].astype(np.int64)
+    bins = (stamps - stamps.min() // HOUR * HOUR) // HOUR
+    return count_table(bins, records["object"].astype(np.int64), None, length=length, dimensions=dimensions)
+
+
+# -- Taxi Porto: ECML/PKDD 2015 challenge, train.csv --------------------------------------------
+
+def grid_cells(lon: FloatArray, lat: FloatArray, box: tuple[float, float, float, float], shape: tuple[int, int]) -> IntArray:
+    """Row-major cell of each point on a grid of shape (columns, rows) over box = (lon_min, lon_max,
+    lat_min, lat_max); −1 for points outside the box."""
+    lon_min, lon_max, lat_min, lat_max = box
+    columns, rows = shape
+    x = np.floor((np.asarray(lon) - lon_min) / (lon_max - lon_min) * columns).astype(np.int64)
+    y = np.floor((np.asarray(lat) - lat_min) / (lat_max - lat_min) * rows).astype(np.int64)
+    inside = (x >= 0) & (x < columns) & (y >= 0) & (y < rows)
+    return np.where(inside, y * columns + x, -1)
+
+
+PORTO_BOX = (-8.73, -8.5, 41.08, 41.24)  # Porto and its surroundings: 75 × 50 = 3,750 cells
+PORTO_GRID = (75, 50)
+
+
+def taxi_porto(path: Path, *, length: int = 672, dimensions: int = 1289) -> FloatArray:
+    """Hourly trip starts (first POLYLINE point) per grid cell, for the busiest cells; trips with
+    MISSING_DATA = True, an empty POLYLINE or a start outside the box are dropped."""
+    stamps, lon, lat = [], [], []
+    for line, row in _csv_rows(path, ("TIMESTAMP", "MISSING_DATA", "POLYLINE")):
+        if row["MISSING_DATA"].strip().lower() == "true":
+            continue
+        try:
+            points = json.loads(row["POLYLINE"])
+            stamp = int(row["TIMESTAMP"])
+        except (ValueError, TypeError):
+            raise InvalidArgument(f"{path}: row {line}: TIMESTAMP={row['TIMESTAMP']!r} or POLYLINE is malformed") from None
+        if points:
+            stamps.append(stamp)
+            lon.append(float(points[0][0]))
+            lat.append(float(points[0][1]))
+    if not stamps:
+        raise InvalidArgument(f"{path}: no trip with a start point")
+    cells = grid_cells(np.array(lon), np.array(lat), PORTO_BOX, PORTO_GRID)
+    times = np.array(stamps, dtype=np.int64)
+    bins = (times - times.min() // HOUR * HOUR) // HOUR
+    return count_table(np.where(cells >= 0, bins, -1), cells, None, length=length, dimensions=dimensions)
+
+
+# -- TDrive: Microsoft T-Drive, one text file per taxi: id,YYYY-MM-DD HH:MM:SS,longitude,latitude --
+
+BEIJING_BOX = (116.25, 116.55, 39.8, 40.05)  # inside the 5th ring road: a 10 × 10 grid
+TDRIVE_GRID = (10, 10)
+
+
+def tdrive(path: Path, *, week: int = 168, repeats: int = 4) -> FloatArray:
+    """Hourly visits per cell of a 10 × 10 grid (a taxi counts once per cell and hour), over the
+    first ``week`` hours from the first record's hour, tiled ``repeats`` times (168 × 4 = 672).
+    Every cell is a dimension (100), in row-major order."""
+    files = sorted(p for p in path.glob("*.txt") if p.is_file()) if path.is_dir() else [path]
+    if not files:
+        raise DataUnavailable(f"{path}: no *.txt taxi files")
+    taxis, stamps, lon, lat = [], [], [], []
+    for file in files:
+        for line, fields in _text_rows(file, 4):
+            try:
+                when = dt.datetime.strptime(fields[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.UTC)
+                taxis.append(int(fields[0]))
+                stamps.append(int(when.timestamp()))
+                lon.append(float(fields[2]))
+                lat.append(float(fields[3]))
+            except ValueError:
+                raise InvalidArgument(f"{file}: line {line}: {','.join(fields)!r} is not id,YYYY-MM-DD HH:MM:SS,lon,lat") from None
+    if not stamps:
+        raise InvalidArgument(f"{path}: no GPS records")
+    cells = grid_cells(np.array(lon), np.array(lat), BEIJING_BOX, TDRIVE_GRID)
+    times = np.array(stamps, dtype=np.int64)
+    bins = (times - times.min() // HOUR * HOUR) // HOUR
+    keep = (cells >= 0) & (bins < week)
+    visits = np.unique(np.stack([bins[keep], cells[keep], np.array(taxis)[keep]]), axis=1)  # once per taxi, cell, hour
+    table = np.zeros((week, TDRIVE_GRID[0] * TDRIVE_GRID[1]))
+    np.add.at(table, (visits[0], visits[1]), 1.0)
+    return np.tile(table, (repeats, 1))
+
+
+# -- Retail: UCI Online Retail (Online Retail.xlsx, or the same sheet saved as CSV) -------------
+
+def retail(path: Path, *, length: int = 374, dimensions: int = 1289) -> FloatArray:
+    """Daily units sold (Σ Quantity; returns are negative) per StockCode for the most sold
+    products, days counted from the first invoice's day; max(0, round(·)) comes after."""
+    if path.suffix.lower() in (".xlsx", ".xls"):
+        rows: Iterable[tuple[int, dict[str, str]]] = _excel_rows(path)
+    else:
+        rows = _csv_rows(path, ("StockCode", "Quantity", "InvoiceDate"))
+    codes: dict[str, int] = {}
+    days, keys, quantities = [], [], []
+    for line, row in rows:
+        try:
+            when = _invoice_date(str(row["InvoiceDate"]))
+            quantity = float(row["Quantity"])
+        except (ValueError, KeyError):
+            raise InvalidArgument(f"{path}: row {line}: InvoiceDate={row.get('InvoiceDate')!r} or Quantity={row.get('Quantity')!r} is malformed") from None
+        code = str(row["StockCode"]).strip().upper()
+        days.append(when.toordinal())
+        keys.append(codes.setdefault(code, len(codes)))
+        quantities.append(quantity)
+    if not days:
+        raise InvalidArgument(f"{path}: no invoice lines")
+    first = min(days)
+    return count_table(np.array(days) - first, np.array(keys), np.array(quantities), length=length, dimensions=dimensions)
+
+
+def _invoice_date(text: str) -> dt.date:
+    for form in ("%Y-%m-%d %H:%M:%S", "%m/%d/%Y %H:%M", "%d/%m/%Y %H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%d"):
+        try:
+            return dt.datetime.strptime(text.strip(), form).date()
+        except ValueError:
+            continue
+    raise ValueError(text)
+
+
+def _excel_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
+    try:
+        import pandas as pd
+        frame = pd.read_excel(path, dtype=str)
+    except ImportError as error:
+        raise DataUnavailable(f"{path}: reading .xlsx needs pandas and openpyxl (pip install openpyxl), or save the sheet as CSV") from error
+    for line, record in enumerate(frame.to_dict("records"), start=2):
+        yield line, {str(k): str(v) for k, v in record.items()}
+
+
+def _csv_rows(path: Path, needed: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+    with path.open(newline="", encoding="utf-8", errors="replace") as handle:
+        reader = csv.DictReader(handle)
+        missing = [name for name in needed if name not in (reader.fieldnames or ())]
+        if missing:
+            raise InvalidArgument(f"{path}: expected a CSV header with {list(needed)}, missing {missing}")
+        yield from enumerate(reader, start=2)
+
+
+def _text_rows(path: Path, fields: int) -> Iterator[tuple[int, list[str]]]:
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        for line, text in enumerate(handle, start=1):
+            if text.strip():
+                parts = [part.strip() for part in text.split(",")]
+                if len(parts) != fields:
+                    raise InvalidArgument(f"{path}: line {line} has {len(parts)} fields, expected {fields}: {text.strip()!r}")
+                yield line, parts
