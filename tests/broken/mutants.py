@@ -152,6 +152,8 @@ class _BAWithoutNullification(BARule):
 class BAWithoutNullification(BA):
     """BA that absorbs skipped shares but never nullifies the following timestamps."""
 
+    name: str = attrs.field(default="BA-without-nullification", init=False)
+
     def allocation_rule(self) -> BARule:
         return _BAWithoutNullification()
 
@@ -174,6 +176,8 @@ class _BAAbsorbsOneMore(BARule):
 class BAAbsorbsOneMore(BA):
     """BA whose absorption cap is w + 1 shares instead of w."""
 
+    name: str = attrs.field(default="BA-absorbs-one-more", init=False)
+
     def allocation_rule(self) -> BARule:
         return _BAAbsorbsOneMore()
 
@@ -191,6 +195,8 @@ class _BANullifiesOneTooFew(BARule):
 class BANullifiesOneTooFew(BA):
     """BA that nullifies k − 2 instead of k − 1 timestamps after absorbing k − 1 shares."""
 
+    name: str = attrs.field(default="BA-nullifies-one-too-few", init=False)
+
     def allocation_rule(self) -> BARule:
         return _BANullifiesOneTooFew()
 
@@ -205,6 +211,8 @@ class _BDRecyclesEarly(BDRule):
 @attrs.frozen
 class BDRecyclesEarly(BD):
     """BD whose remaining budget sums only the last w − 2 publications (a window one too short)."""
+
+    name: str = attrs.field(default="BD-recycles-early", init=False)
 
     def allocation_rule(self) -> BDRule:
         return _BDRecyclesEarly()
