@@ -36,14 +36,21 @@ class _Keeper:
             out[:, secret.t - 1] = noisy[:, None]
             if self.use == "release":
                 out[:, secret.t - 1, 0] += kept[-1][0] * 1e-9
+            if self.use == "unseeded":
+                out[:, secret.t - 1] += np.random.default_rng().random()
         return out
 
 
 @pytest.mark.parametrize(("use", "words"), [("release", "the releases differ"), ("charge", "the charges differ"),
-                                            ("operations", "more charged operations")])
+                                            ("operations", "more charged operations than")])
 def test_a_payload_kept_by_a_measure_function_is_found(use: str, words: str) -> None:
     found = interference(_Keeper(use), "w-event")
-    assert found is not None and words in found, found
+    assert found is not None and found.kind == "leak" and words in found.detail, found
+
+
+def test_unseeded_randomness_is_told_apart_from_a_leak() -> None:
+    found = interference(_Keeper("unseeded"), "w-event")
+    assert found is not None and found.kind == "nondeterministic" and "same stream" in found.detail, found
 
 
 def test_a_correct_mechanism_of_the_same_shape_shows_nothing() -> None:
@@ -69,4 +76,4 @@ def test_the_tap_does_not_change_what_an_ordinary_run_returns() -> None:
 def test_verify_reports_the_flow_as_a_secret_access_failure() -> None:
     result = verify_mechanism("broken.mutants:MeasureKeepsPayload", examples=20, stages="ab")
     stage = {s.stage: s for s in result.stages}["secret access"]
-    assert stage.verdict == "fail" and "information flow" in stage.detail
+    assert stage.verdict == "fail" and "outside the charged outputs" in stage.detail

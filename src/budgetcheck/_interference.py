@@ -75,9 +75,19 @@ def _charges(ledger: LedgerCore) -> list[tuple[int, str, tuple[float, ...]]]:
     return [(r.t, r.purpose, tuple(np.asarray(r.amounts, dtype=np.float64).ravel().tolist())) for r in ledger.records]
 
 
-def interference(mechanism: Any, notion: str) -> str | None:
-    """A description of how the releases or spends depend on the stream beyond the charged
-    outputs, or None if no difference shows on the built-in stream pairs (see the module docstring).
+@attrs.frozen
+class Flow:
+    """What the check found: ``leak`` (the second stream changed the run) or ``nondeterministic``
+    (the first stream again, with the same outputs, already changed it: unseeded randomness, a
+    clock, state kept across runs; nothing can be concluded about the data)."""
+
+    kind: str
+    detail: str
+
+
+def interference(mechanism: Any, notion: str) -> Flow | None:
+    """How the releases or spends depend on the stream beyond the charged outputs, or None if no
+    difference shows on the built-in stream pairs (see the module docstring).
 
     A mechanism that fails on the first stream is stage (a)'s finding: it is not judged here.
     """
@@ -94,43 +104,48 @@ def interference(mechanism: Any, notion: str) -> str | None:
             first = _run(mechanism, setting.first(), first_ledger).releases
         except Exception:
             continue
-        first_ledger._tap = None
-        stored = iter(outputs)
-
-        def hand_back(result: Any) -> Any:
-            try:
-                return copy.deepcopy(next(stored))
-            except StopIteration:
-                raise _Diverged("it made more charged operations on the second stream than on the first") from None
-
-        second_ledger = setting.ledger()
-        second_ledger._tap = hand_back
-        try:
-            second = _run(mechanism, setting.second(), second_ledger).releases
-        except _Diverged as exc:
-            return f"{setting.label}: with every charged output held equal, {exc}"
-        except Exception as exc:
-            return (f"{setting.label}: with every charged output held equal, it failed on the second stream only "
-                    f"({type(exc).__name__}: {exc})")
-        second_ledger._tap = None
-        found = _difference(_charges(first_ledger), _charges(second_ledger), first, second)
-        if found is None and next(stored, None) is not None:
-            found = "it made fewer charged operations on the second stream than on the first"
-        if found is not None:
-            return f"{setting.label}: with every charged output held equal, {found}"
+        for kind, stream in (("nondeterministic", setting.first), ("leak", setting.second)):
+            found = _replayed_difference(mechanism, setting, stream, outputs, first_ledger, first)
+            if found is not None:
+                return Flow(kind, f"{setting.label}: with every charged output held equal, {found}"
+                            + (" on a second run of the same stream" if kind == "nondeterministic" else ""))
     return None
+
+
+def _replayed_difference(mechanism: Any, setting: _Setting, stream: Callable[[], GuardedStream | PersonalizedStream],
+                         outputs: list[Any], first_ledger: LedgerCore, first: FloatArray) -> str | None:
+    """Run on ``stream`` while the ledger hands back ``outputs`` in order; how the run differs from the first."""
+    stored = iter(outputs)
+
+    def hand_back(result: Any) -> Any:
+        try:
+            return copy.deepcopy(next(stored))
+        except StopIteration:
+            raise _Diverged("it made more charged operations than on the first stream") from None
+
+    ledger = setting.ledger()
+    ledger._tap = hand_back
+    try:
+        releases = _run(mechanism, stream(), ledger).releases
+    except _Diverged as exc:
+        return str(exc)
+    except Exception as exc:
+        return f"it failed where the first run did not ({type(exc).__name__}: {exc})"
+    found = _difference(_charges(first_ledger), _charges(ledger), first, releases)
+    if found is None and next(stored, None) is not None:
+        found = "it made fewer charged operations than on the first stream"
+    return found
 
 
 def _difference(first_charges: list[Any], second_charges: list[Any], first: FloatArray, second: FloatArray) -> str | None:
     for one, other in zip(first_charges, second_charges, strict=False):
         if one != other:
-            return f"the charges differ: {one} on the first stream, {other} on the second"
+            return f"the charges differ: {one} in the first run, {other} in this one"
     if len(first_charges) != len(second_charges):
         return f"the number of charges differs: {len(first_charges)} vs {len(second_charges)}"
     if first.shape != second.shape:
         return f"the releases have different shapes: {first.shape} vs {second.shape}"
     if not np.array_equal(first, second):
         run, t = (int(i) for i in np.argwhere(first != second)[0][:2])
-        return (f"the releases differ (first at t={t + 1}, run {run}): the true values reached the mechanism "
-                "outside a charged operation's output")
+        return f"the releases differ (first at t={t + 1}, run {run})"
     return None

@@ -241,9 +241,12 @@ def _secret_stage(mechanism: AnyMechanism, read: str | None) -> StageResult:
 
     if read is not None:
         return StageResult("secret access", FAIL, read)
-    leak = interference(mechanism, notion_of(mechanism))
-    if leak is not None:
-        return StageResult("secret access", FAIL, f"information flow outside the charged outputs: {leak}")
+    flow = interference(mechanism, notion_of(mechanism))
+    if flow is not None and flow.kind == "leak":
+        return StageResult("secret access", FAIL, f"the true values reached the mechanism outside the charged outputs: {flow.detail}")
+    if flow is not None:
+        return StageResult("secret access", INCONCLUSIVE, f"no read outside a charged operation, but the flow check cannot "
+                                                          f"judge a mechanism that is not deterministic given its seed: {flow.detail}")
     return StageResult("secret access", PASS, "no read outside a charged ledger operation; releases and spends "
                                               "unchanged on a second stream with the charged outputs held equal")
 
