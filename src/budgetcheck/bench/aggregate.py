@@ -58,20 +58,25 @@ _WORLDCUP_RECORD = np.dtype([("timestamp", ">u4"), ("client", ">u4"), ("object",
 
 def worldcup(path: Path, *, length: int = 1320, dimensions: int = 1289) -> FloatArray:
     """Hourly requests of the most requested URLs (objectID), from the binary logs: ``path`` is a
-    folder of wc_day*_*(.gz) files or one such file."""
+    folder of wc_day*_*(.gz) files or one such file. Each file is reduced to (hour, URL) counts as
+    it is read: the 1.35 billion records never sit in memory together."""
     files = sorted(p for p in path.glob("wc_day*") if p.is_file()) if path.is_dir() else [path]
     if not files:
         raise DataUnavailable(f"{path}: no wc_day*_* log files")
-    chunks = []
+    keys, counts = [], []
     for file in files:
         raw = gzip.decompress(file.read_bytes()) if file.suffix == ".gz" else file.read_bytes()
         if len(raw) % _WORLDCUP_RECORD.itemsize:
             raise InvalidArgument(f"{file}: {len(raw)} bytes is not a whole number of 20-byte log records")
-        chunks.append(np.frombuffer(raw, dtype=_WORLDCUP_RECORD))
-    records = np.concatenate(chunks)
-    stamps = records["timestamp"].astype(np.int64)
-    bins = (stamps - stamps.min() // HOUR * HOUR) // HOUR
-    return count_table(bins, records["object"].astype(np.int64), None, length=length, dimensions=dimensions)
+        records = np.frombuffer(raw, dtype=_WORLDCUP_RECORD)
+        hour_url = (records["timestamp"].astype(np.int64) // HOUR) << 32 | records["object"].astype(np.int64)
+        unique, count = np.unique(hour_url, return_counts=True)
+        keys.append(unique)
+        counts.append(count)
+    unique, index = np.unique(np.concatenate(keys), return_inverse=True)
+    totals = np.bincount(index, weights=np.concatenate(counts)).astype(np.float64)
+    hours = unique >> 32
+    return count_table(hours - hours.min(), unique & 0xFFFFFFFF, totals, length=length, dimensions=dimensions)
 
 
 # -- Taxi Porto: ECML/PKDD 2015 challenge, train.csv --------------------------------------------
