@@ -133,27 +133,39 @@ def tdrive(path: Path, *, week: int = 168, repeats: int = 4) -> FloatArray:
     files = sorted(p for p in path.glob("*.txt") if p.is_file()) if path.is_dir() else [path]
     if not files:
         raise DataUnavailable(f"{path}: no *.txt taxi files")
-    taxis, stamps, lon, lat = [], [], [], []
+    visits, first_hours = [], []
     for file in files:
-        for line, fields in _text_rows(file, 4):
+        rows = list(_text_rows(file, 4))
+        if not rows:
+            continue
+        taxi, when, lon, lat = _tdrive_columns(file, rows)
+        hours = when // HOUR
+        first_hours.append(int(hours.min()))
+        cells = grid_cells(lon, lat, BEIJING_BOX, TDRIVE_GRID)
+        visits.append(np.unique(np.stack([hours, cells, taxi])[:, cells >= 0], axis=1))  # once per hour, cell, taxi
+    if not first_hours:
+        raise InvalidArgument(f"{path}: no GPS records")
+    hour, cell, _ = np.unique(np.concatenate(visits, axis=1), axis=1)
+    bins = hour - min(first_hours)
+    table = np.zeros((week, TDRIVE_GRID[0] * TDRIVE_GRID[1]))
+    np.add.at(table, (bins[bins < week], cell[bins < week]), 1.0)
+    return np.tile(table, (repeats, 1))
+
+
+def _tdrive_columns(file: Path, rows: list[tuple[int, list[str]]]) -> tuple[IntArray, IntArray, FloatArray, FloatArray]:
+    """(taxi id, seconds since 1970, longitude, latitude) of one file's (line, fields) rows, parsed
+    by numpy; a bad row is named by its line."""
+    columns = list(zip(*(fields for _, fields in rows), strict=True))
+    try:
+        return (np.array(columns[0], dtype=np.int64), np.array(columns[1], dtype="datetime64[s]").astype(np.int64),
+                np.array(columns[2], dtype=np.float64), np.array(columns[3], dtype=np.float64))
+    except ValueError:
+        for line, fields in rows:
             try:
-                when = dt.datetime.strptime(fields[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.UTC)
-                taxis.append(int(fields[0]))
-                stamps.append(int(when.timestamp()))
-                lon.append(float(fields[2]))
-                lat.append(float(fields[3]))
+                int(fields[0]), np.datetime64(fields[1], "s"), float(fields[2]), float(fields[3])
             except ValueError:
                 raise InvalidArgument(f"{file}: line {line}: {','.join(fields)!r} is not id,YYYY-MM-DD HH:MM:SS,lon,lat") from None
-    if not stamps:
-        raise InvalidArgument(f"{path}: no GPS records")
-    cells = grid_cells(np.array(lon), np.array(lat), BEIJING_BOX, TDRIVE_GRID)
-    times = np.array(stamps, dtype=np.int64)
-    bins = (times - times.min() // HOUR * HOUR) // HOUR
-    keep = (cells >= 0) & (bins < week)
-    visits = np.unique(np.stack([bins[keep], cells[keep], np.array(taxis)[keep]]), axis=1)  # once per taxi, cell, hour
-    table = np.zeros((week, TDRIVE_GRID[0] * TDRIVE_GRID[1]))
-    np.add.at(table, (visits[0], visits[1]), 1.0)
-    return np.tile(table, (repeats, 1))
+        raise
 
 
 # -- Retail: UCI Online Retail (Online Retail.xlsx, or the same sheet saved as CSV) -------------
