@@ -92,3 +92,13 @@ def test_retail_daily_units_of_the_most_sold_products(tmp_path: Path) -> None:
     assert table.tolist() == [[0, 0], [3, 0], [0, 1]]
     counts = load_paper_stream("retail", file)
     assert counts.shape == (374, 1289) and counts[:3, 2].tolist() == [10, 0, 0]  # the return clipped to 0
+
+
+def test_csv_streams_name_a_missing_column_or_an_empty_table(tmp_path: Path) -> None:
+    file = tmp_path / "deaths.csv"
+    file.write_text("week,value\n")
+    with pytest.raises(InvalidArgument, match="missing \\['deaths'\\]"):
+        load_paper_stream("flu-death", file)
+    file.write_text("week,deaths\n")
+    with pytest.raises(InvalidArgument, match="a header but no rows"):
+        load_paper_stream("flu-death", file)

@@ -77,3 +77,20 @@ def test_verify_reports_the_flow_as_a_secret_access_failure() -> None:
     result = verify_mechanism("broken.mutants:MeasureKeepsPayload", examples=20, stages="ab")
     stage = {s.stage: s for s in result.stages}["secret access"]
     assert stage.verdict == "fail" and "outside the charged outputs" in stage.detail
+
+
+@attrs.frozen
+class _OneDimensionOnly:
+    """Fails on every setting whose stream is not d = 1 (all of them): the check must say it did not run."""
+
+    name: str = "one-dimension-only"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> Any:
+        if stream.dimensions != 1:
+            raise ValueError(f"needs d = 1, got {stream.dimensions}")
+        return np.zeros((ledger.runs, stream.length, 1))
+
+
+def test_a_mechanism_that_fails_on_the_settings_is_unchecked_not_passed() -> None:
+    found = interference(_OneDimensionOnly(), "w-event")
+    assert found is not None and found.kind == "unchecked" and "needs d = 1" in found.detail, found

@@ -77,9 +77,10 @@ def _charges(ledger: LedgerCore) -> list[tuple[int, str, tuple[float, ...]]]:
 
 @attrs.frozen
 class Flow:
-    """What the check found: ``leak`` (the second stream changed the run) or ``nondeterministic``
+    """What the check found: ``leak`` (the second stream changed the run), ``nondeterministic``
     (the first stream again, with the same outputs, already changed it: unseeded randomness, a
-    clock, state kept across runs; nothing can be concluded about the data)."""
+    clock, state kept across runs; nothing can be concluded about the data) or ``unchecked`` (the
+    mechanism failed on a setting's first stream)."""
 
     kind: str
     detail: str
@@ -89,8 +90,10 @@ def interference(mechanism: Any, notion: str) -> Flow | None:
     """How the releases or spends depend on the stream beyond the charged outputs, or None if no
     difference shows on the built-in stream pairs (see the module docstring).
 
-    A mechanism that fails on the first stream is stage (a)'s finding: it is not judged here.
+    A mechanism that fails on a first stream is stage (a)'s finding; here that setting is not
+    judged, and if no difference shows elsewhere the result is ``unchecked`` (never a silent pass).
     """
+    failures: list[str] = []
     for setting in _settings(notion):
         outputs: list[Any] = []
 
@@ -102,14 +105,15 @@ def interference(mechanism: Any, notion: str) -> Flow | None:
         first_ledger._tap = keep
         try:
             first = _run(mechanism, setting.first(), first_ledger).releases
-        except Exception:
+        except Exception as exc:
+            failures.append(f"{setting.label}: {type(exc).__name__}: {exc}")
             continue
         for kind, stream in (("nondeterministic", setting.first), ("leak", setting.second)):
             found = _replayed_difference(mechanism, setting, stream, outputs, first_ledger, first)
             if found is not None:
                 return Flow(kind, f"{setting.label}: with every charged output held equal, {found}"
                             + (" on a second run of the same stream" if kind == "nondeterministic" else ""))
-    return None
+    return Flow("unchecked", f"it failed on the first stream of {'; '.join(failures)}") if failures else None
 
 
 def _replayed_difference(mechanism: Any, setting: _Setting, stream: Callable[[], GuardedStream | PersonalizedStream],

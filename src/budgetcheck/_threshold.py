@@ -94,7 +94,7 @@ class ThresholdTest:
         """Charge ε at the secret's t and test (one charged operation of the ledger; see :meth:`_query`)."""
         answer: ThresholdAnswer
         answer, starts = self._ledger._operation(self._query, secret, statistic, thresholds)
-        self._starts = np.array(starts)  # the instances that go with the answer (one output, for the ledger's tap)
+        self._starts = starts  # the instances that go with the answer (one output, for the ledger's tap)
         return answer
 
     def _query(self, secret: Secret, statistic: Callable[[FloatArray], ArrayLike], thresholds: ArrayLike) -> tuple[ThresholdAnswer, IntArray]:
@@ -150,4 +150,4 @@ class ThresholdTest:
             self._offsets[opened] = rng.laplace(0.0, offset_scale, size=int(fresh))
         self._starts[opened] = t
         self._starts[above] = 0
-        return ThresholdAnswer(above=above, opened=opened), self._starts.copy()
+        return ThresholdAnswer(above=above, opened=opened), self._starts

@@ -244,9 +244,11 @@ def _secret_stage(mechanism: AnyMechanism, read: str | None) -> StageResult:
     flow = interference(mechanism, notion_of(mechanism))
     if flow is not None and flow.kind == "leak":
         return StageResult("secret access", FAIL, f"the true values reached the mechanism outside the charged outputs: {flow.detail}")
-    if flow is not None:
+    if flow is not None and flow.kind == "nondeterministic":
         return StageResult("secret access", INCONCLUSIVE, f"no read outside a charged operation, but the flow check cannot "
                                                           f"judge a mechanism that is not deterministic given its seed: {flow.detail}")
+    if flow is not None:
+        return StageResult("secret access", INCONCLUSIVE, f"no read outside a charged operation; the flow check did not run: {flow.detail}")
     return StageResult("secret access", PASS, "no read outside a charged ledger operation; releases and spends "
                                               "unchanged on a second stream with the charged outputs held equal")
 

@@ -408,7 +408,6 @@ class MeasureKeepsPayload:
         return out
 
 
-# (mutant, the stage that must catch it)
 @attrs.frozen
 class UnicornPSOverDeltaMinusOne:
     """Swellfish: ε/(δ(J) − 1) at every relevant t, i.e. a TOP sum of only δ(J) − 1 budgets is kept within ε."""
@@ -657,6 +656,7 @@ class RescueDPKalmanFromTrueSeries:
         return np.asarray(RescueDP(process_noise=q).run(stream, ledger))
 
 
+# (mutant, the stage that must catch it)
 CORPUS: list[tuple[Callable[[], object], str]] = [
     (MeasureKeepsPayload, "secret access"),
     (PBANullificationMinimum, "ledger replay"),

@@ -100,7 +100,7 @@ def taxi_porto(path: Path, *, length: int = 672, dimensions: int = 1289) -> Floa
     """Hourly trip starts (first POLYLINE point) per grid cell, for the busiest cells; trips with
     MISSING_DATA = True, an empty POLYLINE or a start outside the box are dropped."""
     stamps, lon, lat = [], [], []
-    for line, row in _csv_rows(path, ("TIMESTAMP", "MISSING_DATA", "POLYLINE")):
+    for line, row in csv_rows(path, ("TIMESTAMP", "MISSING_DATA", "POLYLINE")):
         if row["MISSING_DATA"].strip().lower() == "true":
             continue
         try:
@@ -176,7 +176,7 @@ def retail(path: Path, *, length: int = 374, dimensions: int = 1289) -> FloatArr
     if path.suffix.lower() in (".xlsx", ".xls"):
         rows: Iterable[tuple[int, dict[str, str]]] = _excel_rows(path)
     else:
-        rows = _csv_rows(path, ("StockCode", "Quantity", "InvoiceDate"))
+        rows = csv_rows(path, ("StockCode", "Quantity", "InvoiceDate"))
     codes: dict[str, int] = {}
     days, keys, quantities = [], [], []
     for line, row in rows:
@@ -214,7 +214,8 @@ def _excel_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
         yield line, {str(k): str(v) for k, v in record.items()}
 
 
-def _csv_rows(path: Path, needed: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+def csv_rows(path: Path, needed: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line, row) of a CSV file with a header that names every column in ``needed``."""
     with path.open(newline="", encoding="utf-8", errors="replace") as handle:
         reader = csv.DictReader(handle)
         missing = [name for name in needed if name not in (reader.fieldnames or ())]

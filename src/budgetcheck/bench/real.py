@@ -29,7 +29,6 @@ there.
 
 from __future__ import annotations
 
-import csv
 import functools
 from collections.abc import Callable
 from pathlib import Path
@@ -116,20 +115,19 @@ class PaperStream:
 def _read_columns(path: Path, column: str, *, group_by: str | None = None) -> FloatArray:
     """A CSV with a header: the column ``column`` in file order (T, 1); or, with ``group_by``,
     one dimension per distinct value of that column (in order of first appearance), rows in order."""
-    with path.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    if not rows or column not in rows[0] or (group_by is not None and group_by not in rows[0]):
-        raise InvalidArgument(f"{path}: expected a CSV with a header containing {column!r}"
-                              + (f" and {group_by!r}" if group_by else "") + f", got {list(rows[0]) if rows else 'no rows'}")
+    rows = list(aggregate.csv_rows(path, (column,) if group_by is None else (column, group_by)))
+    if not rows:
+        raise InvalidArgument(f"{path}: a header but no rows")
+
     def number(row: dict[str, str], line: int) -> float:
         try:
             return float(row[column])
         except ValueError:
             raise InvalidArgument(f"{path}: row {line}: {column}={row[column]!r} is not a number") from None
     if group_by is None:
-        return np.array([[number(row, line)] for line, row in enumerate(rows, start=2)])
+        return np.array([[number(row, line)] for line, row in rows])
     series: dict[str, list[float]] = {}
-    for line, row in enumerate(rows, start=2):
+    for line, row in rows:
         series.setdefault(row[group_by], []).append(number(row, line))
     lengths = {len(values) for values in series.values()}
     if len(lengths) != 1:
