@@ -16,6 +16,7 @@ from budgetcheck import InvalidArgument
 from budgetcheck._errors import DataUnavailable
 from budgetcheck.bench import ArtificialStream, Benchmark, Cell, RealStream, ResultStore, Setting, run_benchmark, run_cell
 from budgetcheck.bench import runner as runner_module
+from budgetcheck.bench.config import Batch
 from budgetcheck.bench.metrics import deterioration, errors, truncate
 from budgetcheck.bench.real import PAPER_STREAMS, load_packaged, load_paper_stream, to_counts
 from budgetcheck.bench.report import CellSummary, findings, summarize, uniform_checks
@@ -135,21 +136,21 @@ def test_a_cell_run_alone_gives_the_numbers_of_the_full_benchmark(tmp_path: Path
 def test_interrupted_benchmark_resumes_without_double_counting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     grid = tiny()
     path = tmp_path / "r.sqlite"
-    real_run = runner_module.run_cell
+    real_run = runner_module.run_batch
     calls = {"n": 0}
 
-    def dying(benchmark: Benchmark, cell: Cell) -> CellResult:
+    def dying(benchmark: Benchmark, batch: Batch) -> list[CellResult]:
         calls["n"] += 1
-        if calls["n"] == 5:
+        if calls["n"] == 3:
             raise KeyboardInterrupt
-        return real_run(benchmark, cell)
+        return real_run(benchmark, batch)
 
-    monkeypatch.setattr(runner_module, "run_cell", dying)
+    monkeypatch.setattr(runner_module, "run_batch", dying)
     with pytest.raises(KeyboardInterrupt):
         run_benchmark(grid, path, progress=False)
     with ResultStore(path) as store:
-        assert len(store.done()) == 4
-    monkeypatch.setattr(runner_module, "run_cell", real_run)
+        assert len(store.done()) == 4  # two batches of two streams each
+    monkeypatch.setattr(runner_module, "run_batch", real_run)
     assert run_benchmark(grid, path, progress=False) == (4, 4)
     assert run_benchmark(grid, path, progress=False) == (0, 8)
     with ResultStore(path) as store:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import budgetcheck as bc
 from budgetcheck._audit_file import _composition
+from budgetcheck._exact import ExactVector
 from budgetcheck._journal import Journal
 from budgetcheck._records import LedgerHeader
 
@@ -39,7 +40,7 @@ def test_spends_survive_a_reopen_and_match_an_in_memory_twin(tmp_path: Path) -> 
     ledger.measure_footprint(lambda v: v.sum(axis=0), secrets[4:6], sensitivity=1.0, epsilon=0.05)
     for s in (5, 6):
         twin.spend(6, 0.0, purpose="twin")
-        twin._windows.commit_footprint(6, {s: bc.rounding.to_units_array(np.full(2, 0.05))})
+        twin._windows.commit_footprint(6, {s: ExactVector.from_floats(np.full(2, 0.05))})
     ledger.close()
     again = fresh(path)
     assert again.t == 6

@@ -21,7 +21,7 @@ from budgetcheck._live import LiveStream
 from budgetcheck._errors import BudgetExceeded, InvalidArgument, LedgerCorrupt, TimestampOrder
 from budgetcheck._noise import DISCRETE, NUMPY, NoiseSource, make_noise
 from budgetcheck._records import LedgerHeader, SpendRecord, dump_lines
-from budgetcheck._secret import Secret, charged, claim, is_placeholder
+from budgetcheck._secret import Secret, charged, claim, is_placeholder, stacked_rows
 from budgetcheck._stream import SecretSequence
 from budgetcheck._validation import check_amounts, check_bin_amounts, check_label, check_positive_int, check_sensitivity
 
@@ -54,6 +54,8 @@ def journaled(method: F) -> F:
 
 class LedgerCore(abc.ABC):
     """Runs, seeded noise generator, monotone clock, immutable records and their JSON-lines export."""
+
+    _stacking = False  # whether it reads stacked streams (GuardedStream.stacked): the w-event ledger does
 
     __slots__ = ("_applying", "_depth", "_journal", "_noise", "_pending", "_records", "_refusals", "_replay", "_rng", "_runs", "_seed", "_t",
                  "_tap", "_tapping")
@@ -114,7 +116,7 @@ class LedgerCore(abc.ABC):
         """
         if not isinstance(stream, (SecretSequence, LiveStream)):
             raise InvalidArgument(f"stream must be a GuardedStream, PersonalizedStream or LiveStream, got {type(stream).__name__}")
-        stream._bind(self, integral=self._noise.name == DISCRETE)
+        stream._bind(self, integral=self._noise.name == DISCRETE, runs=self._runs, stacking=self._stacking)
 
     @abc.abstractmethod
     def header(self) -> LedgerHeader:
@@ -322,7 +324,7 @@ class LaplaceReleases(LedgerCore):
         amounts = check_amounts(epsilon, self._runs)
         scale, delta = self._reserve(secret, amounts, amounts, check_sensitivity(sensitivity), purpose)
         with charged(secret) as values:
-            return self._noisy(values, amounts, scale, delta)
+            return self._noisy(self._per_run(secret, values), amounts, scale, delta, per_run=True)
 
     @journaled
     def laplace_bins(self, secret: Secret, epsilon: ArrayLike, *, sensitivity: float = 1.0, purpose: str = "publication") -> FloatArray:
@@ -338,7 +340,7 @@ class LaplaceReleases(LedgerCore):
         budgets = check_bin_amounts(epsilon, self._runs, bins)
         scale, delta = self._reserve(secret, budgets.max(axis=1), budgets, check_sensitivity(sensitivity), purpose)
         with charged(secret) as values:
-            return self._noisy(values, budgets, scale, delta)
+            return self._noisy(self._per_run(secret, values), budgets, scale, delta, per_run=True)
 
     @journaled
     def laplace_groups(
@@ -369,7 +371,7 @@ class LaplaceReleases(LedgerCore):
             sums = np.zeros((self._runs, count))
             member = groups >= 0
             runs = np.broadcast_to(np.arange(self._runs)[:, None], groups.shape)
-            np.add.at(sums, (runs[member], groups[member]), np.broadcast_to(values.reshape(-1), groups.shape)[member])
+            np.add.at(sums, (runs[member], groups[member]), self._per_run(secret, values)[member])
             return self._noisy(sums, budgets, scale, delta, per_run=True)
 
     @journaled
@@ -387,7 +389,7 @@ class LaplaceReleases(LedgerCore):
             raise InvalidArgument(f"last_release must be finite with shape {expected}, got shape {last.shape}")
         scale, delta = self._reserve(secret, amounts, amounts, 1.0 / int(np.prod(secret.shape)), purpose, integral=False)
         with charged(secret) as values:
-            distance = np.abs(last - values).reshape(self._runs, -1).mean(axis=1)
+            distance = np.abs(last - self._per_run(secret, values)).reshape(self._runs, -1).mean(axis=1)
             return self._noisy(distance, amounts, scale, delta, per_run=True, integral=False)
 
     @journaled
@@ -409,8 +411,10 @@ class LaplaceReleases(LedgerCore):
         amounts = self._measurement_amounts(fn, epsilon, "measure")
         scale, delta = self._reserve(secret, amounts, amounts, check_sensitivity(sensitivity), purpose, integral=False)
         with charged(secret) as values:
-            result = _apply(fn, values, "measure")
-        return self._noisy(result, amounts, scale, delta, integral=False)
+            if not stacked_rows(secret):
+                return self._noisy(_apply(fn, values, "measure"), amounts, scale, delta, integral=False)
+            rows = np.stack([_apply(fn, row, "measure") for row in values])  # fn sees one stream's payload
+        return self._noisy(np.repeat(rows, self._runs // len(rows), axis=0), amounts, scale, delta, per_run=True, integral=False)
 
     # -- hooks and internals ------------------------------------------------------------------
     def _measurement_amounts(self, fn: object, epsilon: ArrayLike, what: str) -> FloatArray:
@@ -425,6 +429,13 @@ class LaplaceReleases(LedgerCore):
 
     def _sensitivity_at(self, t: int, declared: float) -> float:
         return declared
+
+    def _per_run(self, secret: Secret, values: FloatArray) -> FloatArray:
+        """The payload as every run reads it, shape (runs, *secret.shape) (a stacked secret: each run its stream's row)."""
+        rows = stacked_rows(secret)
+        if rows:
+            return np.repeat(values, self._runs // rows, axis=0)
+        return np.broadcast_to(values, (self._runs, *values.shape))
 
     def _reserve(self, secret: Secret, amounts: FloatArray, budgets: FloatArray, sensitivity: float, purpose: str, *,
                  integral: bool = True) -> tuple[FloatArray, float]:

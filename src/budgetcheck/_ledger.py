@@ -23,10 +23,11 @@ from budgetcheck._noise import NUMPY
 from budgetcheck._errors import BudgetExceeded, InvalidArgument, LedgerCorrupt
 from budgetcheck._params import WEventParams
 from budgetcheck._records import LedgerHeader, SpendRecord
-from budgetcheck._secret import Secret, charged, claim
+from budgetcheck._secret import Secret, charged, claim, stacked_rows
 from budgetcheck._threshold import ThresholdTest
 from budgetcheck._validation import check_label, check_sensitivity
-from budgetcheck._windows import ExactWindows, ObjectArray
+from budgetcheck._exact import ExactVector
+from budgetcheck._windows import ExactWindows
 
 FloatArray = NDArray[np.float64]
 
@@ -39,7 +40,8 @@ class WindowLedger(LaplaceReleases):
     nothing. All noise comes from one ``numpy.random.Generator`` seeded with ``seed``.
     """
 
-    __slots__ = ("_eps_units", "_params", "_windows")
+    __slots__ = ("_eps_bound", "_eps_units", "_params", "_windows")
+    _stacking = True
 
     def __init__(self, params: WEventParams, *, runs: int = 1, seed: int = 0, sampler: str = NUMPY) -> None:
         if not isinstance(params, WEventParams):
@@ -47,6 +49,7 @@ class WindowLedger(LaplaceReleases):
         super().__init__(runs=runs, seed=seed, sampler=sampler)
         self._params = params
         self._eps_units = rounding.to_units(params.epsilon)
+        self._eps_bound = ExactVector.from_int(self._eps_units)
         self._windows = ExactWindows(params.w, self._runs)
 
     @property
@@ -56,12 +59,12 @@ class WindowLedger(LaplaceReleases):
     def remaining(self, t: int) -> FloatArray:
         """What each run can still spend at timestamp t, rounded down (safe to spend in full)."""
         window, _ = self._windows.prospective(self._check_t(t))
-        return rounding.units_to_float_down_array(self._eps_units - window)
+        return rounding.units_to_float_down_array(self._eps_units - window.to_object())
 
     def window_sum(self, t: int) -> tuple[int, ...]:
         """The exact sum of window [t-w+1, t] per run, in units of 2**-1127 (for auditors)."""
         window, _ = self._windows.prospective(self._check_t(t))
-        return tuple(int(v) for v in window.tolist())
+        return tuple(window.tolist())
 
     @journaled
     def measure_footprint(
@@ -88,6 +91,8 @@ class WindowLedger(LaplaceReleases):
         amounts = self._measurement_amounts(fn, epsilon, "measure_footprint")
         if not all(isinstance(secret, Secret) for secret in secrets):
             raise InvalidArgument(f"secrets must be Secrets from a guarded stream, got {[type(x).__name__ for x in secrets]}")
+        if any(stacked_rows(secret) for secret in secrets):
+            raise InvalidArgument("measure_footprint does not read stacked streams (GuardedStream.stacked); run each stream alone")
         stamps = [secret.t for secret in secrets]
         t = self._check_t(max(stamps))
         for secret in secrets:
@@ -99,10 +104,10 @@ class WindowLedger(LaplaceReleases):
             )
         purpose = check_label(purpose)
         sensitivity = check_sensitivity(sensitivity)
-        units = rounding.to_units_array(amounts)
+        units = ExactVector.from_floats(amounts)
         added = {s: units for s in stamps}
         for end, before, after in self._windows.footprint(t, added):
-            over = np.flatnonzero((after > self._eps_units).astype(bool))
+            over = np.flatnonzero(after.exceeds(self._eps_bound))
             if over.size:
                 self._refusals += 1
                 run = int(over[0])
@@ -156,26 +161,26 @@ class WindowLedger(LaplaceReleases):
         if record.t >= self._t:
             self._charge(record.t, record.amounts, record)
             return
-        added = {record.t: rounding.to_units_array(record.amounts)}
+        added = {record.t: ExactVector.from_floats(record.amounts)}
         for _, _, after in self._windows.footprint(self._t, added):
-            if (after > self._eps_units).any():
+            if after.exceeds(self._eps_bound).any():
                 raise LedgerCorrupt(f"a stored footprint record at t={record.t} breaks a window of w={self._params.w}")
         self._windows.commit_footprint(self._t, added)
         self._commit(self._t, record)
 
     def _charge(self, t: int, amounts: FloatArray, record: SpendRecord) -> None:
         """Check every run's window [t-w+1, t] exactly, then commit; refuse atomically."""
-        added = rounding.to_units_array(amounts)
+        added = ExactVector.from_floats(amounts)
         window, leaving = self._windows.prospective(t)
-        proposed: ObjectArray = window + added
-        over = np.flatnonzero((proposed > self._eps_units).astype(bool))
+        proposed = window + added
+        over = np.flatnonzero(proposed.exceeds(self._eps_bound))
         if over.size:
             self._refusals += 1
             self._refuse(t, amounts, window, proposed, int(over[0]), record.purpose)
         self._windows.commit(t, added, proposed, leaving)
         self._commit(t, record)
 
-    def _refuse(self, t: int, amounts: FloatArray, window: ObjectArray, proposed: ObjectArray, run: int, purpose: str) -> None:
+    def _refuse(self, t: int, amounts: FloatArray, window: ExactVector, proposed: ExactVector, run: int, purpose: str) -> None:
         w, eps = self._params.w, self._params.epsilon
         raise window_exceeded(
             what=f"spend of {float(amounts[run])!r} at t={t} (purpose {purpose!r}{_run_text(run, self._runs)})",

@@ -81,7 +81,7 @@ class LiveStream:
             raise TimestampOrder(f"t={t} after t={last}: timestamps of a live stream must increase")
         return t
 
-    def _bind(self, ledger: object, *, integral: bool = False) -> None:
+    def _bind(self, ledger: object, *, integral: bool = False, runs: int = 1, stacking: bool = False) -> None:
         self._integral = self._integral or integral
         if not self._claim:
             self._claim.append(ledger)

@@ -100,15 +100,17 @@ def _run(mechanism: Any, stream: GuardedStream | PersonalizedStream, ledger: L) 
 
 def execute(
     mechanism: StreamMechanism,
-    data: ArrayLike,
+    data: ArrayLike | GuardedStream,
     *,
     epsilon: float,
     w: int,
     runs: int = 1,
     seed: int = 0,
 ) -> Execution[WindowLedger]:
-    """Run ``mechanism`` on ``data`` (shape (T, d)) under (ε, w) for ``runs`` seeded runs."""
-    return _run(mechanism, GuardedStream(data), WindowLedger(WEventParams(epsilon=epsilon, w=w), runs=runs, seed=seed))
+    """Run ``mechanism`` on ``data`` (shape (T, d), or a GuardedStream, stacked or not) under (ε, w)
+    for ``runs`` seeded runs."""
+    stream = data if isinstance(data, GuardedStream) else GuardedStream(data)
+    return _run(mechanism, stream, WindowLedger(WEventParams(epsilon=epsilon, w=w), runs=runs, seed=seed))
 
 
 def execute_personalized(

@@ -23,7 +23,8 @@ from budgetcheck._requirements import RequirementSet
 from budgetcheck._sampling import inclusion_probabilities, optimal_budget
 from budgetcheck._secret import Secret, charged
 from budgetcheck._validation import check_bin_amounts, check_label
-from budgetcheck._windows import ExactWindows, ObjectArray
+from budgetcheck._exact import ExactVector
+from budgetcheck._windows import ExactWindows
 
 FloatArray = NDArray[np.float64]
 SM_SAMPLER = "sampling-mechanism+numpy-laplace"
@@ -37,7 +38,7 @@ class PersonalizedLedger(LedgerCore):
     for every user); column c is the budget of every user of ``requirements.classes[c]``.
     """
 
-    __slots__ = ("_counts", "_eps_units", "_requirements", "_windows")
+    __slots__ = ("_counts", "_eps_bounds", "_eps_units", "_requirements", "_windows")
 
     def __init__(self, requirements: RequirementSet, *, runs: int = 1, seed: int = 0) -> None:
         if not isinstance(requirements, RequirementSet):
@@ -46,6 +47,7 @@ class PersonalizedLedger(LedgerCore):
         self._requirements = requirements
         self._counts = np.array(requirements.counts, dtype=np.float64)
         self._eps_units = [rounding.to_units(r.epsilon) for r in requirements.classes]
+        self._eps_bounds = [ExactVector.from_int(units) for units in self._eps_units]
         self._windows = [ExactWindows(r.w, self._runs) for r in requirements.classes]
 
     @property
@@ -55,14 +57,14 @@ class PersonalizedLedger(LedgerCore):
     def remaining(self, t: int) -> FloatArray:
         """Shape (runs, classes): what every user of each class can still spend at t (rounded down)."""
         t = self._check_t(t)
-        columns = [rounding.units_to_float_down_array(eps - win.prospective(t)[0])
+        columns = [rounding.units_to_float_down_array(eps - win.prospective(t)[0].to_object())
                    for eps, win in zip(self._eps_units, self._windows, strict=True)]
         return np.stack(columns, axis=1)
 
     def window_sum(self, t: int) -> tuple[tuple[int, ...], ...]:
         """Per class, the exact sums of [t−w_c+1, t] per run, in units of 2**-1127 (for auditors)."""
         t = self._check_t(t)
-        return tuple(tuple(int(v) for v in win.prospective(t)[0].tolist()) for win in self._windows)
+        return tuple(tuple(win.prospective(t)[0].tolist()) for win in self._windows)
 
     @journaled
     def spend(self, t: int, epsilon: ArrayLike, *, purpose: str) -> None:
@@ -151,10 +153,10 @@ class PersonalizedLedger(LedgerCore):
         """Check every class's window [t−w_c+1, t] for every run exactly; commit all or nothing."""
         staged = []
         for c, (eps, win) in enumerate(zip(self._eps_units, self._windows, strict=True)):
-            added = rounding.to_units_array(amounts[:, c])
+            added = ExactVector.from_floats(amounts[:, c])
             window, leaving = win.prospective(t)
-            proposed: ObjectArray = window + added
-            over = np.flatnonzero((proposed > eps).astype(bool))
+            proposed = window + added
+            over = np.flatnonzero(proposed.exceeds(self._eps_bounds[c]))
             if over.size:
                 self._refusals += 1
                 run = int(over[0])

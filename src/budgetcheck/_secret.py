@@ -38,13 +38,16 @@ def _refuse(secret: Secret, what: str) -> NoReturn:
 class Secret:
     """The true query result of timestamp ``t``, readable only through a charged ledger operation."""
 
-    __slots__ = ("__weakref__", "_claim", "_shape", "_t")
+    __slots__ = ("__weakref__", "_claim", "_rows", "_shape", "_t")
 
-    def __init__(self, t: int, values: NDArray[np.float64], claim: list[object] | None = None, *, stand_in: bool = False) -> None:
+    def __init__(self, t: int, values: NDArray[np.float64], claim: list[object] | None = None, *, stand_in: bool = False,
+                 rows: int = 0) -> None:
         frozen = np.array(values, dtype=np.float64)
         frozen.setflags(write=False)
         self._t = t
-        self._shape = frozen.shape
+        # rows > 0: a stacked stream's timestamp, one payload row per stream (see GuardedStream.stacked).
+        self._rows = rows
+        self._shape = frozen.shape[1:] if rows else frozen.shape
         self._claim: list[object] = [] if claim is None else claim
         _VAULT[id(self)] = frozen
         weakref.finalize(self, _VAULT.pop, id(self), None)
@@ -59,7 +62,7 @@ class Secret:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        """The shape of the payload (public: d is a system parameter)."""
+        """The shape of one run's payload (public: d is a system parameter)."""
         return self._shape
 
     def __repr__(self) -> str:
@@ -189,6 +192,11 @@ def claim(secret: Secret, ledger: object) -> None:
             f"{secret!r} belongs to a stream already accounted by another ledger; a stream is read "
             "through exactly one ledger so that every spend on it is in one record"
         )
+
+
+def stacked_rows(secret: Secret) -> int:
+    """How many streams a stacked secret holds (one payload row each); 0 for a plain secret."""
+    return secret._rows
 
 
 def is_placeholder(secret: Secret) -> bool:

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import final
 
 import numpy as np
@@ -22,13 +22,14 @@ from budgetcheck._validation import check_positive_int, check_stream
 class SecretSequence:
     """T secrets bound together: one ledger may read them (see ``ledger.bind``)."""
 
-    __slots__ = ("_claim", "_integral", "_length", "_secrets")
+    __slots__ = ("_claim", "_integral", "_length", "_rows", "_secrets")
 
-    def __init__(self, payloads: NDArray[np.float64]) -> None:
+    def __init__(self, payloads: NDArray[np.float64], *, rows: int = 0) -> None:
         self._length = int(payloads.shape[0])
         self._integral = bool(np.array_equal(payloads, np.round(payloads)))
         self._claim: list[object] = []
-        self._secrets = tuple(Secret(t + 1, payloads[t], self._claim) for t in range(self._length))
+        self._rows = rows
+        self._secrets = tuple(Secret(t + 1, payloads[t], self._claim, rows=rows) for t in range(self._length))
 
     @property
     def length(self) -> int:
@@ -47,8 +48,13 @@ class SecretSequence:
             raise InvalidArgument(f"t={t!r} must be an integer timestamp in [1, {self._length}]")
         return self._secrets[t - 1]
 
-    def _bind(self, ledger: object, *, integral: bool = False) -> None:
-        """Bind every secret of this stream to ``ledger`` (``integral``: its sampler publishes integer counts only)."""
+    def _bind(self, ledger: object, *, integral: bool = False, runs: int = 1, stacking: bool = False) -> None:
+        """Bind every secret of this stream to ``ledger`` (``integral``: its sampler publishes integer counts only;
+        ``stacking``: it reads stacked streams, run r from stream r // (runs / streams))."""
+        if self._rows and not stacking:
+            raise InvalidArgument(f"{self!r} is stacked: only a WindowLedger reads stacked streams, not a {type(ledger).__name__}")
+        if self._rows and runs % self._rows:
+            raise InvalidArgument(f"{self!r} stacks {self._rows} streams: the ledger's runs={runs} must be a multiple of {self._rows}")
         if integral and not self._integral:
             raise InvalidArgument(f"{self!r} holds values that are not integers: the discrete-laplace sampler publishes "
                                   "integer counts (use sampler='numpy-laplace', or round the stream first)")
@@ -72,18 +78,39 @@ class GuardedStream(SecretSequence):
 
     __slots__ = ("_dimensions",)
 
-    def __init__(self, data: ArrayLike) -> None:
-        values: NDArray[np.float64] = check_stream(data)
-        self._dimensions = int(values.shape[1])
-        super().__init__(values)
+    def __init__(self, data: ArrayLike, *, _stacked: NDArray[np.float64] | None = None) -> None:
+        values: NDArray[np.float64] = check_stream(data) if _stacked is None else _stacked
+        self._dimensions = int(values.shape[-1])
+        super().__init__(values, rows=0 if _stacked is None else int(values.shape[1]))
+
+    @classmethod
+    def stacked(cls, streams: Sequence[ArrayLike]) -> GuardedStream:
+        """S streams of one shape (T, d) read by one ledger as S blocks of runs (the benchmark's batches).
+
+        With R runs, runs [s·R/S, (s+1)·R/S) read stream s (R must be a multiple of S); every
+        charged operation reads each run's own stream. Mechanisms see an ordinary (T, d) stream.
+        """
+        checked = [check_stream(data) for data in streams]
+        if not checked:
+            raise InvalidArgument("streams must hold at least one stream, got none")
+        shapes = sorted({values.shape for values in checked})
+        if len(shapes) > 1:
+            raise InvalidArgument(f"stacked streams must share one shape (T, d), got {shapes}")
+        return cls(checked[0], _stacked=np.stack(checked, axis=1))
 
     @property
     def dimensions(self) -> int:
         """d, the number of counts released per timestamp."""
         return self._dimensions
 
+    @property
+    def streams(self) -> int:
+        """How many streams are stacked (1 for an ordinary stream)."""
+        return self._rows or 1
+
     def __repr__(self) -> str:
-        return f"GuardedStream(length={self._length}, dimensions={self._dimensions})"
+        stacked = f", streams={self._rows}" if self._rows else ""
+        return f"GuardedStream(length={self._length}, dimensions={self._dimensions}{stacked})"
 
 
 @final

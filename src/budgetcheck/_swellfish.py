@@ -26,7 +26,7 @@ from budgetcheck._policies import PolicyCollection
 from budgetcheck._records import LedgerHeader, SpendRecord
 from budgetcheck._secret import Secret, charged
 from budgetcheck._validation import check_epsilon
-from budgetcheck._windows import ObjectArray, zeros
+from budgetcheck.rounding import ObjectArray
 
 FloatArray = NDArray[np.float64]
 
@@ -50,8 +50,8 @@ class SwellfishLedger(LaplaceReleases):
         deltas = [self._policies.delta(i) for i in range(len(self._policies))]
         self._tops: list[ObjectArray] = [np.zeros((self._runs, d), dtype=np.int64).astype(object) for d in deltas]
         self._top_times: list[NDArray[np.int64]] = [np.zeros((self._runs, d), dtype=np.int64) for d in deltas]
-        self._sums: list[ObjectArray] = [zeros(self._runs) for _ in deltas]
-        self._current = zeros(self._runs)  # exact total spent at the latest timestamp, per run
+        self._sums: list[ObjectArray] = [_zeros(self._runs) for _ in deltas]
+        self._current = _zeros(self._runs)  # exact total spent at the latest timestamp, per run
         self._current_t = 0
 
     @property
@@ -72,7 +72,7 @@ class SwellfishLedger(LaplaceReleases):
         relevant = self._policies.relevant(t)
         if not relevant:
             return np.full(self._runs, np.inf)
-        current = self._current if self._current_t == t else zeros(self._runs)
+        current = self._current if self._current_t == t else _zeros(self._runs)
         rooms = []
         for index in relevant:
             tops, times, total = self._tops[index], self._top_times[index], self._sums[index]
@@ -127,7 +127,7 @@ class SwellfishLedger(LaplaceReleases):
     def _charge(self, t: int, amounts: FloatArray, record: SpendRecord) -> None:
         """Stage the new TOP_δ(J) of every relevant policy, check all, then commit; refuse atomically."""
         added = rounding.to_units_array(amounts)
-        before = self._current if self._current_t == t else zeros(self._runs)
+        before = self._current if self._current_t == t else _zeros(self._runs)
         total = before + added
         staged = []
         rows = np.arange(self._runs)
@@ -163,3 +163,8 @@ class SwellfishLedger(LaplaceReleases):
             f"ledger.remaining({t}) is {float(self.remaining(t)[run])!r}",
             run=run, window=(policy.start, policy.end), window_sum=total, epsilon=self._epsilon,
         )
+
+
+def _zeros(runs: int) -> ObjectArray:
+    """An exact all-zero per-run vector (object array of Python ints)."""
+    return np.zeros(runs, dtype=np.int64).astype(object)

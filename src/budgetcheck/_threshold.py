@@ -27,7 +27,7 @@ from budgetcheck import rounding
 from budgetcheck._core import SAMPLER
 from budgetcheck._errors import InvalidArgument
 from budgetcheck._records import SpendRecord
-from budgetcheck._secret import Secret, charged
+from budgetcheck._secret import Secret, charged, stacked_rows
 from budgetcheck._validation import check_epsilon, check_label, check_positive_int, check_sensitivity
 
 if TYPE_CHECKING:
@@ -135,9 +135,11 @@ class ThresholdTest:
         above = np.zeros(shape, dtype=bool)
         if tested.any():
             stamps = np.array([s for s, _ in self._history])
-            stacked = np.stack([v for _, v in self._history])  # (L, *cells)
+            stacked = np.stack([v for _, v in self._history])  # (L, *payload)
+            rows = stacked_rows(secret)  # a stacked stream: (L, streams, *cells), to (runs, L, *cells)
+            per_run = np.repeat(np.moveaxis(stacked, 1, 0), ledger.runs // rows, axis=0) if rows else stacked[None]
             inside = stamps.reshape((1, -1) + (1,) * len(self._cells)) >= self._starts[:, None]
-            masked = np.where(inside & tested[:, None], stacked[None], np.nan)
+            masked = np.where(inside & tested[:, None], per_run, np.nan)
             masked.setflags(write=False)
             result = np.broadcast_to(np.asarray(statistic(masked), dtype=np.float64), shape)
             if not np.isfinite(result[tested]).all():

@@ -1,6 +1,7 @@
 """Exact sliding-window sums per run (the arithmetic behind every window check).
 
-Amounts are Python integers in units of 2**-1127 (:mod:`budgetcheck.rounding`), so sums are exact.
+Amounts are exact integers in units of 2**-1127 (:mod:`budgetcheck.rounding`), held per run as
+:class:`ExactVector` limbs, so sums are exact.
 The structure keeps, per run, the totals of the timestamps inside the current window and the
 window sum, updated incrementally: a check costs O(runs) and does not grow with the stream length.
 """
@@ -10,15 +11,9 @@ from __future__ import annotations
 import collections
 from typing import final
 
-import numpy as np
-from numpy.typing import NDArray
+from budgetcheck._exact import ExactVector
 
-ObjectArray = NDArray[np.object_]
-
-
-def zeros(runs: int) -> ObjectArray:
-    """An exact all-zero per-run vector (object array of Python ints)."""
-    return np.zeros(runs, dtype=np.int64).astype(object)
+zeros = ExactVector.zeros
 
 
 @final
@@ -31,17 +26,17 @@ class ExactWindows:
         self._w = w
         self._runs = runs
         # (timestamp, exact per-run totals) for the timestamps inside the current window with spends.
-        self._entries: collections.deque[tuple[int, ObjectArray]] = collections.deque()
+        self._entries: collections.deque[tuple[int, ExactVector]] = collections.deque()
         # Entries that left the window, kept for w − 1 more timestamps: a footprint charge at a
         # timestamp of the current window changes windows that reach that far back.
-        self._past: collections.deque[tuple[int, ObjectArray]] = collections.deque()
+        self._past: collections.deque[tuple[int, ExactVector]] = collections.deque()
         self._sum = zeros(runs)
 
     @property
     def w(self) -> int:
         return self._w
 
-    def prospective(self, t: int) -> tuple[ObjectArray, int]:
+    def prospective(self, t: int) -> tuple[ExactVector, int]:
         """The exact sum of window [t−w+1, t−1] before a spend at t, and how many entries leave."""
         window = self._sum
         leaving = 0
@@ -52,7 +47,7 @@ class ExactWindows:
             leaving += 1
         return window, leaving
 
-    def commit(self, t: int, added: ObjectArray, proposed: ObjectArray, leaving: int) -> None:
+    def commit(self, t: int, added: ExactVector, proposed: ExactVector, leaving: int) -> None:
         """Record ``added`` at t; ``proposed``/``leaving`` come from :meth:`prospective` plus added."""
         self._retire(t, leaving)
         if self._entries and self._entries[-1][0] == t:
@@ -62,7 +57,7 @@ class ExactWindows:
             self._entries.append((t, added))
         self._sum = proposed
 
-    def footprint(self, t: int, added: dict[int, ObjectArray]) -> list[tuple[int, ObjectArray, ObjectArray]]:
+    def footprint(self, t: int, added: dict[int, ExactVector]) -> list[tuple[int, ExactVector, ExactVector]]:
         """Charges at several timestamps s <= t: (end, sum before, sum after) of every window that changes.
 
         The windows that change are those ending in [min s, t] (later windows are checked by the
@@ -83,7 +78,7 @@ class ExactWindows:
             windows.append((end, sum_before, sum_after))
         return windows
 
-    def commit_footprint(self, t: int, added: dict[int, ObjectArray]) -> None:
+    def commit_footprint(self, t: int, added: dict[int, ExactVector]) -> None:
         """Record charges at several timestamps (checked with :meth:`footprint`); t becomes the latest."""
         _, leaving = self.prospective(t)
         self._retire(t, leaving)
@@ -99,7 +94,7 @@ class ExactWindows:
         while self._past and self._past[0][0] <= t - 2 * self._w + 1:
             self._past.popleft()
 
-    def _dense(self, lo: int, hi: int) -> list[ObjectArray]:
+    def _dense(self, lo: int, hi: int) -> list[ExactVector]:
         """Exact per-run totals of every timestamp in [lo, hi] (zeros where nothing was spent)."""
         dense = [zeros(self._runs) for _ in range(lo, hi + 1)]
         for s, totals in (*self._past, *self._entries):

@@ -92,9 +92,7 @@ class FloatOps:
 
     def sum_up(self, values: Any) -> Any:
         if isinstance(values, (list, tuple)):
-            if not values:
-                return 0.0
-            values = np.stack(np.broadcast_arrays(*values), axis=-1)
+            return rounding.sum_up_terms(values)
         return rounding.sum_up(values, axis=-1)
 
     def sub_down(self, value: Any, subtrahend: Any) -> Any:

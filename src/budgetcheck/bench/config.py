@@ -78,6 +78,10 @@ def _streams(value: Iterable[StreamSpec]) -> tuple[StreamSpec, ...]:
     return _nonempty(tuple(value), "streams")
 
 
+def _pool(value: Iterable[StreamSpec]) -> tuple[StreamSpec, ...]:
+    return tuple(value)
+
+
 def _mechanisms(value: Iterable[str]) -> tuple[str, ...]:
     return _check_mechanisms(tuple(value))
 
@@ -160,6 +164,20 @@ class Cell:
         return f"{self.mechanism}|{self.stream}|{self.epsilon!r}|{self.w}"
 
 
+@attrs.frozen
+class Batch:
+    """Cells of one mechanism and setting whose streams (of one shape) run stacked, with one seed."""
+
+    mechanism: str
+    epsilon: float
+    w: int
+    streams: tuple[str, ...]
+    seed: int
+
+    def cells(self) -> list[Cell]:
+        return [Cell(self.mechanism, stream, self.epsilon, self.w) for stream in self.streams]
+
+
 def _unique(values: Iterable[Any]) -> tuple[Any, ...]:
     return tuple(dict.fromkeys(values))
 
@@ -203,12 +221,18 @@ class Benchmark:
     runs: int = attrs.field(default=100, converter=_runs)
     mre_bound: float = attrs.field(default=PAPER_MRE_BOUND, converter=_mre_bound)
     seed: int = attrs.field(default=0, converter=_seed)
+    # The streams batches are formed from (empty: ``streams``). ``select`` keeps its parent's, so a
+    # cell run in any sub-grid shares its batch, seed and numbers with the full grid.
+    pool: tuple[StreamSpec, ...] = attrs.field(default=(), converter=_pool)
 
     def __attrs_post_init__(self) -> None:
         names = [stream.name for stream in self.streams]
         duplicated = sorted({name for name in names if names.count(name) > 1})
         if duplicated:
             raise InvalidArgument(f"streams have duplicate names {duplicated}")
+        outside = [stream.name for stream in self.streams if self.pool and stream not in self.pool]
+        if outside:
+            raise InvalidArgument(f"streams {outside} are not in the benchmark's pool {[s.name for s in self.pool]}")
 
     # -- instantiations ---------------------------------------------------------------------
     @classmethod
@@ -283,14 +307,19 @@ class Benchmark:
             streams=[s for s in self.streams if not streams or s.name in streams],
             settings=[s for s in self.settings if (not epsilons or s.epsilon in epsilons) and (not ws or s.w in ws)],
             runs=self.runs if runs is None else runs,
+            pool=self.batch_pool,
         )
 
     @property
     def stream_names(self) -> tuple[str, ...]:
         return tuple(stream.name for stream in self.streams)
 
+    @property
+    def batch_pool(self) -> tuple[StreamSpec, ...]:
+        return self.pool or self.streams
+
     def stream(self, name: str) -> StreamSpec:
-        for stream in self.streams:
+        for stream in self.batch_pool:
             if stream.name == name:
                 return stream
         raise InvalidArgument(f"stream={name!r} is not in this benchmark")
@@ -298,6 +327,21 @@ class Benchmark:
     def cells(self) -> list[Cell]:
         """Every cell, grouped by stream and setting (so the mechanisms of one column finish together)."""
         return [Cell(m, s.name, p.epsilon, p.w) for s in self.streams for p in self.settings for m in self.mechanisms]
+
+    def batch(self, cell: Cell) -> Batch:
+        """The cells run with ``cell`` in one vectorised pass, and their seed.
+
+        Artificial streams of one length in the pool are stacked (``GuardedStream.stacked``) under
+        one mechanism and setting; a real stream runs alone. The batch, and so every number of the
+        cell, depends on the benchmark's pool and the cell only, not on which cells are selected.
+        """
+        spec = self.stream(cell.stream)
+        if isinstance(spec, ArtificialStream):
+            members = tuple(s.name for s in self.batch_pool if isinstance(s, ArtificialStream) and s.length == spec.length)
+            seed = stable_seed(self.seed, "batch", cell.mechanism, repr(cell.epsilon), cell.w, *members)
+        else:
+            members, seed = (cell.stream,), stable_seed(self.seed, cell.key)
+        return Batch(cell.mechanism, cell.epsilon, cell.w, members, seed)
 
     def identity(self) -> dict[str, str]:
         """What makes stored results comparable: runs, seed, γ and each stream's definition."""

@@ -1,8 +1,9 @@
 """Run a benchmark's cells, store each as it finishes, resume where a run stopped.
 
-Every cell (mechanism, stream, ε, w) is one batched execution of ``runs`` runs through a
-``WindowLedger`` (the same accounting ``verify`` checks), seeded by the benchmark seed and the
-cell's key: any cell re-run alone gives the same numbers, on any executor. Executors: in process
+Cells run in batches (:meth:`Benchmark.batch`): one mechanism and setting over the stacked
+artificial streams of one length, ``runs`` runs per stream, through one ``WindowLedger`` (the same
+accounting ``verify`` checks), seeded by the benchmark seed and the batch: any cell re-run alone
+(its batch runs again) gives the same numbers, on any executor. Executors: in process
 (``jobs=1``), local processes (``jobs>1``), or an existing Dask cluster (``scheduler=ADDRESS``).
 """
 
@@ -22,7 +23,8 @@ from numpy.typing import NDArray
 from budgetcheck._errors import DataUnavailable, InvalidArgument
 from budgetcheck._mechanism import execute
 from budgetcheck._verify import load_mechanism
-from budgetcheck.bench.config import Benchmark, Cell, StreamSpec, stable_seed
+from budgetcheck import GuardedStream
+from budgetcheck.bench.config import Batch, Benchmark, Cell, StreamSpec
 from budgetcheck.bench.metrics import errors, truncate
 from budgetcheck.bench.store import CellResult, ResultStore
 
@@ -37,26 +39,47 @@ def stream_data(stream: StreamSpec, seed: int) -> FloatArray:
     return data
 
 
-def cell_seed(benchmark: Benchmark, cell: Cell) -> int:
-    """The ledger seed of a cell: a function of the benchmark seed and the cell only."""
-    return stable_seed(benchmark.seed, cell.key)
+def batch_releases(benchmark: Benchmark, batch: Batch) -> list[FloatArray]:
+    """The releases of every cell of a batch, each (runs, T, d), truncated on real streams.
+
+    The batch's streams run stacked through one ``WindowLedger`` of runs × streams runs (stream s
+    owns runs [s·runs, (s+1)·runs)), so Python's per-timestamp cost is paid once per batch.
+    """
+    specs = [benchmark.stream(name) for name in batch.streams]
+    data = [stream_data(spec, benchmark.seed) for spec in specs]
+    stream = GuardedStream(data[0]) if len(data) == 1 else GuardedStream.stacked(data)
+    execution = execute(load_mechanism(batch.mechanism), stream, epsilon=batch.epsilon, w=batch.w,
+                        runs=benchmark.runs * len(data), seed=batch.seed)
+    blocks = execution.releases.reshape(len(data), benchmark.runs, *execution.releases.shape[1:])
+    return [truncate(block) if spec.truncated else block for spec, block in zip(specs, blocks, strict=True)]
 
 
 def run_releases(benchmark: Benchmark, cell: Cell) -> FloatArray:
-    """The releases of a cell, shape (runs, T, d), truncated on real streams."""
-    stream = benchmark.stream(cell.stream)
-    execution = execute(load_mechanism(cell.mechanism), stream_data(stream, benchmark.seed), epsilon=cell.epsilon, w=cell.w,
-                        runs=benchmark.runs, seed=cell_seed(benchmark, cell))
-    return truncate(execution.releases) if stream.truncated else execution.releases
+    """The releases of one cell, shape (runs, T, d) (its batch runs; the others' are dropped)."""
+    batch = benchmark.batch(cell)
+    return batch_releases(benchmark, batch)[batch.streams.index(cell.stream)]
+
+
+def run_batch(benchmark: Benchmark, batch: Batch) -> list[CellResult]:
+    """Run a batch and measure every cell's per-run MAE and MRE (a top-level function: picklable).
+
+    Each cell is charged the batch's time divided by its number of cells.
+    """
+    start = time.perf_counter()
+    releases = batch_releases(benchmark, batch)
+    seconds = (time.perf_counter() - start) / len(batch.streams)
+    results = []
+    for cell, block in zip(batch.cells(), releases, strict=True):
+        stream = benchmark.stream(cell.stream)
+        mae, mre = errors(stream_data(stream, benchmark.seed), block, benchmark.mre_bound)
+        results.append(CellResult(cell, mae, mre, seconds, stream.truncated))
+    return results
 
 
 def run_cell(benchmark: Benchmark, cell: Cell) -> CellResult:
-    """Run one cell and measure its per-run MAE and MRE (a top-level function: picklable)."""
-    stream = benchmark.stream(cell.stream)
-    start = time.perf_counter()
-    releases = run_releases(benchmark, cell)
-    mae, mre = errors(stream_data(stream, benchmark.seed), releases, benchmark.mre_bound)
-    return CellResult(cell, mae, mre, time.perf_counter() - start, stream.truncated)
+    """One cell's result: its batch runs, the cell's share is returned (the same numbers as in any grid)."""
+    batch = benchmark.batch(cell)
+    return run_batch(benchmark, batch)[batch.streams.index(cell.stream)]
 
 
 def check_data(benchmark: Benchmark) -> None:
@@ -81,27 +104,31 @@ def run_benchmark(
     with ResultStore(results, benchmark.identity()) as store:
         done = store.done()
         todo = [cell for cell in benchmark.cells() if cell not in done]
+        wanted = set(todo)
+        batches = list(dict.fromkeys(benchmark.batch(cell) for cell in todo))
         bar = _bar(len(todo), len(done), progress)
         try:
-            for result in _execute(benchmark, todo, jobs, scheduler):
-                store.add(result)
-                bar.update(1)
+            for finished in _execute(benchmark, batches, jobs, scheduler):
+                mine = [result for result in finished if result.cell in wanted]  # a batch may hold unselected cells
+                for result in mine:
+                    store.add(result)
+                bar.update(len(mine))
         finally:
             bar.close()
     return len(todo), len(benchmark.cells()) - len(todo)
 
 
-def _execute(benchmark: Benchmark, cells: list[Cell], jobs: int, scheduler: str | None) -> Iterable[CellResult]:
-    if not cells:
+def _execute(benchmark: Benchmark, batches: list[Batch], jobs: int, scheduler: str | None) -> Iterable[list[CellResult]]:
+    if not batches:
         return
     if scheduler is not None:
-        yield from _on_dask(benchmark, cells, scheduler)
+        yield from _on_dask(benchmark, batches, scheduler)
     elif jobs == 1:
-        for cell in cells:
-            yield run_cell(benchmark, cell)
+        for batch in batches:
+            yield run_batch(benchmark, batch)
     else:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(run_cell, benchmark, cell) for cell in cells]
+            futures = [pool.submit(run_batch, benchmark, batch) for batch in batches]
             try:
                 for future in as_completed(futures):
                     yield future.result()
@@ -110,7 +137,7 @@ def _execute(benchmark: Benchmark, cells: list[Cell], jobs: int, scheduler: str 
                     future.cancel()
 
 
-def _on_dask(benchmark: Benchmark, cells: list[Cell], scheduler: str) -> Iterable[CellResult]:
+def _on_dask(benchmark: Benchmark, batches: list[Batch], scheduler: str) -> Iterable[list[CellResult]]:
     try:
         from distributed import Client, as_completed as dask_completed
     except ImportError as error:
@@ -120,7 +147,7 @@ def _on_dask(benchmark: Benchmark, cells: list[Cell], scheduler: str) -> Iterabl
     except (OSError, TimeoutError) as error:
         raise InvalidArgument(f"scheduler={scheduler!r}: cannot connect to the Dask scheduler: {error}") from error
     try:
-        futures = client.map(run_cell, [benchmark] * len(cells), cells, pure=False)
+        futures = client.map(run_batch, [benchmark] * len(batches), batches, pure=False)
         for future in dask_completed(futures):  # type: ignore[no-untyped-call]
             yield future.result()
     finally:

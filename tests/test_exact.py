@@ -1,0 +1,50 @@
+"""ExactVector (multi-limb int64 sums) against Python's big integers, the oracle."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from budgetcheck import rounding
+from budgetcheck._exact import ExactVector
+
+RUNS = 3
+budgets = st.floats(min_value=0.0, max_value=1e300, allow_nan=False, allow_infinity=False)
+tiny = st.sampled_from([0.0, 5e-324, 2.0**-1022, 2.0**-600, 0.1, 1.0 / 3.0, 1.0, 2.0**60, 1.7e308])
+per_run = st.lists(st.one_of(budgets, tiny), min_size=RUNS, max_size=RUNS).map(lambda xs: np.array(xs))
+vectors = st.one_of(per_run, st.one_of(budgets, tiny).map(lambda x: np.full(RUNS, x)))  # constants take a shortcut
+
+
+def _oracle(values: np.ndarray) -> list[int]:
+    return [rounding.to_units(float(v)) for v in values]
+
+
+@given(vectors)
+def test_from_floats_is_exact(values: np.ndarray) -> None:
+    assert ExactVector.from_floats(values).tolist() == _oracle(values)
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(st.booleans(), vectors), min_size=1, max_size=12), st.one_of(budgets, tiny))
+def test_sums_and_comparisons_match_python_integers(steps: list[tuple[bool, np.ndarray]], bound: float) -> None:
+    exact, oracle = ExactVector.zeros(RUNS), [0] * RUNS
+    for add, values in steps:
+        term = ExactVector.from_floats(values)
+        exact = exact + term if add else exact - term
+        oracle = [a + b if add else a - b for a, b in zip(oracle, _oracle(values), strict=True)]
+        assert exact.tolist() == oracle
+        limit = rounding.to_units(bound)
+        assert exact.exceeds(ExactVector.from_int(limit)).tolist() == [v > limit for v in oracle]
+
+
+def test_a_window_at_its_bound_passes_and_one_unit_over_is_refused() -> None:
+    share = rounding.share(1.0, 120)
+    total = ExactVector.zeros(2)
+    for _ in range(120):
+        total = total + ExactVector.from_floats(np.array([share, 0.0]))
+    exact = 120 * rounding.to_units(share)
+    assert total.tolist() == [exact, 0]
+    assert total.exceeds(ExactVector.from_int(exact)).tolist() == [False, False]
+    assert total.exceeds(ExactVector.from_int(exact - 1)).tolist() == [True, False]
+    assert not total.exceeds(ExactVector.from_int(rounding.to_units(1.0))).any()
