@@ -80,3 +80,13 @@ def test_laplace_scale_never_undershoots(sensitivity: float, epsilon: float) -> 
 def test_units_to_float_down_array_matches_the_scalar_floor(units: list[int]) -> None:
     arr = np.array(units, dtype=object)
     assert rounding.units_to_float_down_array(arr).tolist() == [rounding.units_to_float_down(u) for u in units]
+
+
+@given(st.lists(st.one_of(st.floats(0.0, 1e6), st.lists(st.floats(0.0, 1e6), min_size=3, max_size=3)), max_size=40))
+def test_sum_up_terms_bounds_the_exact_sum_of_scalars_and_run_arrays(terms: list[float | list[float]]) -> None:
+    arrays = [np.asarray(term, dtype=np.float64) for term in terms]
+    bound = np.broadcast_to(rounding.sum_up_terms(arrays), (3,))
+    for run in range(3):
+        exact = sum((Fraction(float(np.broadcast_to(a, (3,))[run])) for a in arrays), Fraction(0))
+        assert Fraction(float(bound[run])) >= exact
+        assert float(bound[run]) <= float(exact) * (1 + 1e-12) + 1e-300

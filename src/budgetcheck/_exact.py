@@ -126,11 +126,7 @@ class ExactVector:
             out[b_base - base:b_base - base + len(b_limbs)] += b_limbs
         else:
             out[b_base - base:b_base - base + len(b_limbs)] -= b_limbs
-        for i in range(len(out) - 1):
-            carry = out[i] >> _BITS
-            out[i] &= _MASK
-            out[i + 1] += carry
-        return _trimmed(out, base, runs)
+        return _trimmed(_normalised(out), base, runs)
 
     def _as_limbs(self) -> tuple[IntArray, int]:
         """Limbs of shape (L, runs) or (L, 1) (a shared value, broadcast by the caller)."""
@@ -145,6 +141,23 @@ class ExactVector:
             value >>= _BITS
         digits.append(value)
         return np.array(digits, dtype=np.int64).reshape(-1, 1), base
+
+
+def _normalised(limbs: IntArray) -> IntArray:
+    """Carry until every limb but the top one lies in [0, 2**60) (in place; |limbs| < 2**62 on entry).
+
+    One pass moves every limb's carry up at once; another is needed only where a carry pushed a
+    limb out of range again (rare), so a sum costs a few numpy calls whatever the number of limbs.
+    """
+    if len(limbs) < 2:
+        return limbs
+    lower = limbs[:-1]
+    while True:
+        carry = lower >> _BITS
+        lower &= _MASK
+        limbs[1:] += carry
+        if not ((lower < 0) | (lower > _MASK)).any():
+            return limbs
 
 
 def _trimmed(limbs: IntArray, base: int, runs: int) -> ExactVector:
