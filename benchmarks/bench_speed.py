@@ -101,7 +101,7 @@ def main() -> None:
             print(f"  {name:<9} checked {checked * 1e3:7.0f} ms; unchecked run failed: {type(error).__name__}")
             continue
         print(f"  {name:<9} checked {checked * 1e3:7.0f} ms, unchecked {unchecked * 1e3:7.0f} ms: "
-              f"+{(checked / unchecked - 1) * 100:.0f}%")
+              f"{(checked / unchecked - 1) * 100:+.0f}%")
 
 
 
