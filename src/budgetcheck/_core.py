@@ -410,11 +410,13 @@ class LaplaceReleases(LedgerCore):
         """
         amounts = self._measurement_amounts(fn, epsilon, "measure")
         scale, delta = self._reserve(secret, amounts, amounts, check_sensitivity(sensitivity), purpose, integral=False)
+        stacked = bool(stacked_rows(secret))
         with charged(secret) as values:
-            if not stacked_rows(secret):
-                return self._noisy(_apply(fn, values, "measure"), amounts, scale, delta, integral=False)
-            rows = np.stack([_apply(fn, row, "measure") for row in values])  # fn sees one stream's payload
-        return self._noisy(np.repeat(rows, self._runs // len(rows), axis=0), amounts, scale, delta, per_run=True, integral=False)
+            if stacked:  # fn sees one stream's payload; each run gets its own stream's result
+                result = self._per_run(secret, np.stack([_apply(fn, row, "measure") for row in values]))
+            else:
+                result = _apply(fn, values, "measure")
+        return self._noisy(result, amounts, scale, delta, per_run=stacked, integral=False)
 
     # -- hooks and internals ------------------------------------------------------------------
     def _measurement_amounts(self, fn: object, epsilon: ArrayLike, what: str) -> FloatArray:
@@ -431,7 +433,8 @@ class LaplaceReleases(LedgerCore):
         return declared
 
     def _per_run(self, secret: Secret, values: FloatArray) -> FloatArray:
-        """The payload as every run reads it, shape (runs, *secret.shape) (a stacked secret: each run its stream's row)."""
+        """What every run reads of ``values`` (the payload, or anything with a leading axis of one row
+        per stacked stream), shape (runs, ...): a stacked secret gives each run its stream's row."""
         rows = stacked_rows(secret)
         if rows:
             return np.repeat(values, self._runs // rows, axis=0)

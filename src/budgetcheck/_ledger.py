@@ -2,8 +2,9 @@
 
 Every window of w consecutive timestamps may spend at most ε in total. The ledger keeps, per run,
 the exact total spent at each timestamp of the current window (integers in units of 2**-1127,
-held per run as int64 limbs by :class:`~budgetcheck._exact.ExactVector`, so sums are exact) and the exact window sum, updated incrementally: the cost of a spend
-is O(R) and does not grow with the stream length. A spend is checked *before* any noise is drawn
+held per run as int64 limbs by :class:`~budgetcheck._exact.ExactVector`, so sums are exact) and
+the exact window sum, updated incrementally: the cost of a spend is O(R) and does not grow with
+the stream length. A spend is checked *before* any noise is drawn
 (reserve -> draw -> commit); a refused spend raises :class:`BudgetExceeded` and changes nothing,
 not even the state of the noise generator.
 """

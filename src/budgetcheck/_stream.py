@@ -78,10 +78,12 @@ class GuardedStream(SecretSequence):
 
     __slots__ = ("_dimensions",)
 
-    def __init__(self, data: ArrayLike, *, _stacked: NDArray[np.float64] | None = None) -> None:
-        values: NDArray[np.float64] = check_stream(data) if _stacked is None else _stacked
-        self._dimensions = int(values.shape[-1])
-        super().__init__(values, rows=0 if _stacked is None else int(values.shape[1]))
+    def __init__(self, data: ArrayLike) -> None:
+        self._setup(check_stream(data), rows=0)
+
+    def _setup(self, payloads: NDArray[np.float64], *, rows: int) -> None:
+        self._dimensions = int(payloads.shape[-1])
+        super().__init__(payloads, rows=rows)
 
     @classmethod
     def stacked(cls, streams: Sequence[ArrayLike]) -> GuardedStream:
@@ -96,7 +98,9 @@ class GuardedStream(SecretSequence):
         shapes = sorted({values.shape for values in checked})
         if len(shapes) > 1:
             raise InvalidArgument(f"stacked streams must share one shape (T, d), got {shapes}")
-        return cls(checked[0], _stacked=np.stack(checked, axis=1))
+        stream = cls.__new__(cls)
+        stream._setup(np.stack(checked, axis=1), rows=len(checked))  # payload at t: (S, d)
+        return stream
 
     @property
     def dimensions(self) -> int:

@@ -137,7 +137,7 @@ class ThresholdTest:
             stamps = np.array([s for s, _ in self._history])
             stacked = np.stack([v for _, v in self._history])  # (L, *payload)
             rows = stacked_rows(secret)  # a stacked stream: (L, streams, *cells), to (runs, L, *cells)
-            per_run = np.repeat(np.moveaxis(stacked, 1, 0), ledger.runs // rows, axis=0) if rows else stacked[None]
+            per_run = ledger._per_run(secret, np.moveaxis(stacked, 1, 0) if rows else stacked)
             inside = stamps.reshape((1, -1) + (1,) * len(self._cells)) >= self._starts[:, None]
             masked = np.where(inside & tested[:, None], per_run, np.nan)
             masked.setflags(write=False)
