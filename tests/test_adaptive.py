@@ -28,7 +28,7 @@ from budgetcheck.proving import Verdict, prove_range
 from budgetcheck.strategies import VerificationCase, cases
 from mechanisms import AdaPub, DSATw, FASTw, FASTwAsPublished, PeGaSus, RescueDP, RescueDPAsPublished, Uniform
 from mechanisms._control import FastPID, Kalman, RescuePID
-from mechanisms._smoothing import smooth
+from mechanisms._smoothing import SMOOTHERS, GroupHistory, smooth
 from mechanisms.adapub import pivot_buckets
 from mechanisms.rescuedp import group_locations
 from mechanisms.rules import BlockRule, DistanceTestRule, RemainingFractionRule, SplitUniformRule
@@ -247,6 +247,37 @@ def test_smoothers_by_hand() -> None:
     assert smooth(rows, "average", 10.0).tolist() == [3.0, 8.0]
     # James–Stein: k = 4, mean 8, Σ(x − mean)² = 200, factor 1 − 10/200 = 0.95 → 8 + 0.95 · 12
     assert smooth(rows, "james-stein", 10.0).tolist() == pytest.approx([3.0, 19.4])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data(), st.integers(1, 6), st.integers(1, 5), st.sampled_from(SMOOTHERS))
+def test_sorted_group_history_matches_smoothing_the_group_in_time_order(data: Any, rows: int, capacity: int, smoother: str) -> None:
+    """The incremental sorted groups give what :func:`smooth` gives on the group's releases in time
+    order (the brute-force oracle): medians exactly, averages and James–Stein to rounding."""
+    history, groups = GroupHistory(capacity), [[] for _ in range(rows)]  # type: list[list[float]]
+    values = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False) | st.sampled_from([0.0, 1.0, -1.0])
+    for step in range(data.draw(st.integers(1, 12))):
+        new = np.array(data.draw(st.lists(values, min_size=rows, max_size=rows)))
+        restart = np.array([step == 0 or len(g) == capacity or data.draw(st.booleans()) for g in groups])
+        for row, group in enumerate(groups):
+            groups[row] = [new[row]] if restart[row] else [*group, new[row]]
+        history.add(new, restart)
+        width = max(len(g) for g in groups)
+        matrix = np.array([[np.nan] * (width - len(g)) + g for g in groups])
+        expected = smooth(matrix, smoother, 4.0)
+        got = history.smoothed(smoother, 4.0)
+        if smoother == "median":
+            assert got.tolist() == expected.tolist()
+        else:
+            np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-6)
+
+
+def test_group_history_refuses_a_group_beyond_its_capacity() -> None:
+    history = GroupHistory(2)
+    history.add(np.array([1.0]), np.array([True]))
+    history.add(np.array([2.0]), np.array([False]))
+    with pytest.raises(InvalidArgument, match="capacity=2"):
+        history.add(np.array([3.0]), np.array([False]))
 
 
 def test_pegasus_groups_and_medians_on_a_noiseless_ledger() -> None:

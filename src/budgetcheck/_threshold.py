@@ -26,6 +26,7 @@ from numpy.typing import ArrayLike, NDArray
 from budgetcheck import rounding
 from budgetcheck._core import SAMPLER
 from budgetcheck._errors import InvalidArgument
+from budgetcheck._recent import RecentRows
 from budgetcheck._records import SpendRecord
 from budgetcheck._secret import Secret, charged, stacked_rows
 from budgetcheck._validation import check_epsilon, check_label, check_positive_int, check_sensitivity
@@ -49,9 +50,11 @@ class ThresholdAnswer:
 
 def deviation(values: FloatArray) -> FloatArray:
     """PeGaSus's group deviation Σ_i |c_i − mean| along axis 1, NaN entries ignored (sensitivity < 2)."""
-    count = np.maximum((~np.isnan(values)).sum(axis=1, keepdims=True), 1)
-    mean = np.nansum(values, axis=1, keepdims=True) / count
-    return np.asarray(np.nansum(np.abs(values - mean), axis=1), dtype=np.float64)
+    inside = ~np.isnan(values)
+    filled = np.where(inside, values, 0.0)
+    mean = filled.sum(axis=1, keepdims=True) / np.maximum(inside.sum(axis=1, keepdims=True), 1)
+    spread = np.abs(np.subtract(filled, mean, out=filled), out=filled)
+    return np.asarray(np.where(inside, spread, 0.0).sum(axis=1), dtype=np.float64)
 
 
 @final
@@ -62,7 +65,7 @@ class ThresholdTest:
     that would read more timestamps is closed (a public decision) and a new one opens at t.
     """
 
-    __slots__ = ("_cells", "_epsilon", "_history", "_last_t", "_ledger", "_max", "_offsets", "_purpose", "_sensitivity", "_starts")
+    __slots__ = ("_cells", "_epsilon", "_recent", "_last_t", "_ledger", "_max", "_offsets", "_purpose", "_sensitivity", "_starts")
 
     def __init__(
         self, ledger: WindowLedger, *, epsilon: float, sensitivity: float, cells: tuple[int, ...], max_footprint: int | None, purpose: str
@@ -78,7 +81,7 @@ class ThresholdTest:
         shape = (ledger.runs, *cells)
         self._starts: IntArray = np.zeros(shape, dtype=np.int64)  # 0: no open instance
         self._offsets: FloatArray = np.zeros(shape)
-        self._history: list[tuple[int, FloatArray]] = []
+        self._recent = RecentRows()  # the true values of the open footprints
         self._last_t = 0
 
     @property
@@ -129,18 +132,11 @@ class ThresholdTest:
         opened = (self._starts == 0) | capped
         tested = ~opened
         with charged(secret) as values:
-            self._history.append((t, np.array(values, dtype=np.float64)))
-        oldest = int(self._starts[tested].min()) if tested.any() else t
-        self._history = [(s, v) for s, v in self._history if s >= oldest]
+            self._recent.append(t, values)
+        self._recent.keep_from(int(self._starts[tested].min()) if tested.any() else t)
         above = np.zeros(shape, dtype=bool)
         if tested.any():
-            stamps = np.array([s for s, _ in self._history])
-            stacked = np.stack([v for _, v in self._history])  # (L, *payload)
-            rows = stacked_rows(secret)  # a stacked stream: (L, streams, *cells), to (runs, L, *cells)
-            per_run = ledger._per_run(secret, np.moveaxis(stacked, 1, 0) if rows else stacked)
-            inside = stamps.reshape((1, -1) + (1,) * len(self._cells)) >= self._starts[:, None]
-            masked = np.where(inside & tested[:, None], per_run, np.nan)
-            masked.setflags(write=False)
+            masked = self._footprints(secret, tested)
             result = np.broadcast_to(np.asarray(statistic(masked), dtype=np.float64), shape)
             if not np.isfinite(result[tested]).all():
                 raise InvalidArgument("statistic returned non-finite values for tested cells")
@@ -153,3 +149,19 @@ class ThresholdTest:
         self._starts[opened] = t
         self._starts[above] = 0
         return ThresholdAnswer(above=above, opened=opened), self._starts
+
+    def _footprints(self, secret: Secret, tested: BoolArray) -> FloatArray:
+        """The true values of each tested cell's footprint, (runs, L, *cells), NaN outside it; read-only.
+
+        A stacked stream's rows are expanded to their runs by broadcasting inside the one ``where``."""
+        stamps, values = self._recent.view()  # (L, *payload)
+        runs, extra = self._ledger.runs, (1,) * len(self._cells)
+        inside = (stamps.reshape((1, -1) + extra) >= self._starts[:, None]) & tested[:, None]
+        rows = stacked_rows(secret)
+        if rows:  # payload (L, streams, *cells): run r reads stream r // (runs / streams)
+            per_stream = np.moveaxis(values, 1, 0)[:, None]
+            masked = np.where(inside.reshape((rows, runs // rows) + inside.shape[1:]), per_stream, np.nan).reshape(inside.shape)
+        else:
+            masked = np.where(inside, values[None], np.nan)
+        masked.setflags(write=False)
+        return np.asarray(masked, dtype=np.float64)

@@ -14,6 +14,7 @@ from budgetcheck import InvalidArgument, Secret, ThresholdAnswer, ThresholdTest,
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
+BoolArray = NDArray[np.bool_]
 
 SMOOTHERS = ("median", "average", "james-stein")
 
@@ -28,21 +29,26 @@ def smooth(values: FloatArray, smoother: str, noise_variance: float) -> FloatArr
     """Smooth the newest entry of each group along axis 1 (NaN = not in the group).
 
     median / average: of the group's perturbed values (Chen et al. 2017, §4.3). james-stein: the
-    newest value shrunk towards the group mean by the positive-part James–Stein factor
-    1 − (k − 3)σ²/Σ(x − mean)² with σ² the perturbation's noise variance (k <= 3: the mean).
+    newest value shrunk towards the group mean (:func:`shrunk`).
     """
     count = (~np.isnan(values)).sum(axis=1)
-    total = np.nansum(values, axis=1)
-    mean = total / np.maximum(count, 1)
-    if smoother == "average":
-        return np.asarray(mean, dtype=np.float64)
     if smoother == "median":
         ordered = np.sort(values, axis=1)  # NaN last
         low = np.take_along_axis(ordered, ((count - 1) // 2)[:, None], axis=1)[:, 0]
         high = np.take_along_axis(ordered, (count // 2)[:, None], axis=1)[:, 0]
         return np.asarray((low + high) / 2.0, dtype=np.float64)
-    newest = values[:, -1]
+    mean = np.nansum(values, axis=1) / np.maximum(count, 1)
     spread = np.nansum((values - mean[:, None]) ** 2, axis=1)
+    return shrunk(smoother, values[:, -1], count, mean, spread, noise_variance)
+
+
+def shrunk(smoother: str, newest: FloatArray, count: IntArray, mean: FloatArray, spread: FloatArray,
+           noise_variance: float) -> FloatArray:
+    """average: the group mean; james-stein: the newest value shrunk towards the mean by the
+    positive-part James–Stein factor 1 − (k − 3)σ²/Σ(x − mean)², σ² the perturbation's noise
+    variance (k <= 3: the mean)."""
+    if smoother == "average":
+        return np.asarray(mean, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         factor = np.clip(1.0 - (count - 3) * noise_variance / spread, 0.0, 1.0)
     factor = np.where((count > 3) & (spread > 0), factor, 0.0)
@@ -51,10 +57,17 @@ def smooth(values: FloatArray, smoother: str, noise_variance: float) -> FloatArr
 
 @attrs.define
 class GroupHistory:
-    """The perturbed releases of recent timestamps, shape (L, runs, d), to smooth over groups."""
+    """Per run and dimension, the perturbed releases of the group holding t, kept sorted.
 
-    stamps: list[int] = attrs.field(factory=list)
-    values: list[FloatArray] = attrs.field(factory=list)
+    Groups only grow by t or restart at t, so each step inserts one value per row (O(group length),
+    no sort and no stacking of the history); ``+inf`` pads the rows beyond a group's size.
+    ``capacity`` bounds a group's length (the AboveThreshold's ``max_footprint``).
+    """
+
+    capacity: int
+    ordered: FloatArray | None = None  # (runs · d, capacity), ascending, +inf padded
+    sizes: IntArray | None = None  # (runs · d,)
+    newest: FloatArray | None = None  # (runs · d,): t's releases
 
     def step(
         self, test: ThresholdTest, secret: Secret, perturbed: FloatArray, thresholds: ArrayLike, smoother: str, noise_variance: float
@@ -62,23 +75,39 @@ class GroupHistory:
         """One grouper step: query the AboveThreshold on the group deviation, then smooth over the
         group holding t (a positive answer leaves t alone; a new instance starts a group at t)."""
         answer = test.query(secret, deviation, thresholds)
-        starts = np.where(answer.above, secret.t, test.starts)
-        self.add(secret.t, perturbed, int(starts.min()))
-        return answer, self.smoothed(starts, smoother, noise_variance)
+        self.add(perturbed, answer.above | answer.opened)
+        return answer, self.smoothed(smoother, noise_variance).reshape(perturbed.shape)
 
-    def add(self, t: int, perturbed: FloatArray, oldest_needed: int) -> None:
-        self.stamps.append(t)
-        self.values.append(perturbed)
-        while self.stamps and self.stamps[0] < oldest_needed:
-            self.stamps.pop(0)
-            self.values.pop(0)
+    def add(self, perturbed: FloatArray, restart: BoolArray) -> None:
+        """Insert t's releases; rows where ``restart`` hold begin a new group {t}."""
+        values = np.asarray(perturbed, dtype=np.float64).reshape(-1)
+        if self.ordered is None or self.sizes is None:
+            self.ordered = np.full((values.size, self.capacity), np.inf)
+            self.sizes = np.zeros(values.size, dtype=np.int64)
+        ordered, restart, self.newest = self.ordered, restart.reshape(-1), values
+        if restart.any():
+            ordered[restart] = np.inf
+            self.sizes[restart] = 0
+        if (self.sizes >= self.capacity).any():
+            raise InvalidArgument(f"a group outgrew capacity={self.capacity}: the grouper must close groups at that length")
+        width = int(self.sizes.max()) + 1
+        head = ordered[:, :width]
+        position = (head < values[:, None]).sum(axis=1)
+        moved = np.arange(1, width) > position[:, None]  # entries at >= position move one place up
+        np.copyto(head[:, 1:], head[:, :-1].copy(), where=moved)
+        head[np.arange(values.size), position] = values
+        self.sizes += 1
 
-    def smoothed(self, starts: IntArray, smoother: str, noise_variance: float) -> FloatArray:
-        """Per (run, dim): smooth the releases of timestamps >= starts[run, dim] (the newest included)."""
-        stamps = np.array(self.stamps)
-        stacked = np.stack(self.values)  # (L, runs, d)
-        inside = stamps[:, None, None] >= starts[None]
-        masked = np.where(inside, stacked, np.nan)
-        runs, d = starts.shape
-        flat = np.moveaxis(masked, 0, -1).reshape(runs * d, -1)
-        return smooth(flat, smoother, noise_variance).reshape(runs, d)
+    def smoothed(self, smoother: str, noise_variance: float) -> FloatArray:
+        """The smoothed release of every row's group (see :func:`smooth`), shape (runs · d,)."""
+        if self.ordered is None or self.sizes is None or self.newest is None:
+            raise InvalidArgument("no group holds a release yet")
+        sizes, rows = self.sizes, np.arange(self.sizes.size)
+        if smoother == "median":
+            ordered = self.ordered
+            return np.asarray((ordered[rows, (sizes - 1) // 2] + ordered[rows, sizes // 2]) / 2.0, dtype=np.float64)
+        inside = np.arange(int(sizes.max())) < sizes[:, None]
+        head = np.where(inside, self.ordered[:, :inside.shape[1]], 0.0)
+        mean = head.sum(axis=1) / sizes
+        spread = np.where(inside, (head - mean[:, None]) ** 2, 0.0).sum(axis=1)
+        return shrunk(smoother, self.newest, sizes, mean, spread, noise_variance)

@@ -7,7 +7,8 @@ clustering ε_c = 0.2ε/w.
 - Dimension grouping (only the last release r_{t−1}): g = 20 random pivots in
   [min r_{t−1}, max r_{t−1}) plus a −∞ sentinel; a dimension joins the bucket of the largest pivot
   <= its last release; each bucket's sum gets Lap(1/ε_p) (``ledger.laplace_groups``: buckets are
-  disjoint, one charge) and every member receives sum/|G|.
+  disjoint, one charge) and every member receives sum/|G|. With one dimension that is its own
+  Laplace release, which is what runs (no pivots drawn, no empty buckets noised).
 - Time clustering per dimension: a PID threshold θ_t = max(1, δ_t²/ε) from the feedback
   E_t = |r_{t−1} − x_t|/max(x_t, 1), δ_t = K_p E_t + K_i mean(E since the cluster opened)
   + K_d (E_t − E_{t−1}). The open cluster is extended while its deviation (true counts) stays
@@ -69,7 +70,7 @@ class AdaPub:
         releases = empty_releases(runs, stream.length, d)
         test = ledger.above_threshold(epsilon=cluster_budget, sensitivity=2.0, cells=(d,), max_footprint=env.w,
                                       purpose="clustering") if self.clustering else None
-        history = GroupHistory()
+        history = GroupHistory(env.w)
         last = np.zeros((runs, d))
         feedback = np.zeros((3, runs, d))  # E_{t−1}, Σ E since the cluster opened, count
         for secret in stream:
@@ -89,8 +90,9 @@ class AdaPub:
 
     def _perturb(self, ledger: WindowLedger, secret: Secret, budget: float, last: FloatArray,
                  rng: np.random.Generator, t: int) -> FloatArray:
-        """x_t: per-dimension Laplace at t = 1 or without grouping; else pivot buckets on r_{t−1}."""
-        if not self.grouping or t == 1:
+        """x_t: per-dimension Laplace at t = 1, without grouping or with one dimension (which every
+        bucketing leaves alone in its bucket: its group sum is its value); else pivot buckets on r_{t−1}."""
+        if not self.grouping or t == 1 or last.shape[1] == 1:
             return ledger.laplace(secret, budget, purpose="perturbation")
         low, high = last.min(axis=1, keepdims=True), last.max(axis=1, keepdims=True)
         pivots = low + (high - low) * rng.random((ledger.runs, self.pivots))

@@ -57,7 +57,7 @@ class PeGaSus:
         cap = env.w if self.max_group is None else self.max_group
         test = ledger.above_threshold(epsilon=group_budget, sensitivity=2.0, cells=(d,), max_footprint=cap, purpose="grouping") \
             if self.grouping else None
-        history = GroupHistory()
+        history = GroupHistory(cap)
         noise_variance = 2.0 / perturb_budget**2
         for secret in stream:
             t = secret.t

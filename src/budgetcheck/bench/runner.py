@@ -25,6 +25,7 @@ from budgetcheck._mechanism import execute
 from budgetcheck._verify import load_mechanism
 from budgetcheck import GuardedStream
 from budgetcheck.bench.config import Batch, Benchmark, Cell, StreamSpec
+from budgetcheck.bench.memory import keep_freed_memory
 from budgetcheck.bench.metrics import errors, truncate
 from budgetcheck.bench.store import CellResult, ResultStore
 
@@ -65,6 +66,7 @@ def run_batch(benchmark: Benchmark, batch: Batch) -> list[CellResult]:
 
     Each cell is charged the batch's time divided by its number of cells.
     """
+    keep_freed_memory()
     start = time.perf_counter()
     releases = batch_releases(benchmark, batch)
     seconds = (time.perf_counter() - start) / len(batch.streams)
