@@ -36,7 +36,8 @@ class UncheckedLedger(WindowLedger):
     """The reference: the same operations with the composition check switched off."""
 
     def _charge(self, t, amounts, record):  # type: ignore[no-untyped-def]
-        self._windows.commit(t, ExactVector.zeros(self.runs), ExactVector.zeros(self.runs), self._windows.prospective(t)[1])
+        zero = ExactVector.zeros(self.runs)
+        self._windows.commit(t, np.zeros(self.runs), zero, zero, self._windows.prospective(t)[1])
         self._commit(t, record)
 
 

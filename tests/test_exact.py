@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from budgetcheck import rounding
 from budgetcheck._exact import ExactVector
+from budgetcheck._windows import _step_up
 
 RUNS = 3
 budgets = st.floats(min_value=0.0, max_value=1e300, allow_nan=False, allow_infinity=False)
@@ -48,3 +52,32 @@ def test_a_window_at_its_bound_passes_and_one_unit_over_is_refused() -> None:
     assert total.exceeds(ExactVector.from_int(exact)).tolist() == [False, False]
     assert total.exceeds(ExactVector.from_int(exact - 1)).tolist() == [True, False]
     assert not total.exceeds(ExactVector.from_int(rounding.to_units(1.0))).any()
+
+
+@settings(max_examples=300)
+@given(st.lists(st.tuples(st.booleans(), vectors), min_size=1, max_size=8))
+def test_float_bounds_enclose_the_exact_value(steps: list[tuple[bool, np.ndarray]]) -> None:
+    """lower <= value <= upper per run, against the exact Fraction, for sums and differences
+    (negative values included), subnormal parts and values beyond every double."""
+    exact, oracle = ExactVector.zeros(RUNS), [0] * RUNS
+    for add, values in steps:
+        term = ExactVector.from_floats(values)
+        exact = exact + term if add else exact - term
+        oracle = [a + b if add else a - b for a, b in zip(oracle, _oracle(values), strict=True)]
+        lower, upper = exact.float_bounds()
+        for low, high, units in zip(lower.tolist(), upper.tolist(), oracle, strict=True):
+            value = rounding.units_to_fraction(units)
+            assert (low == -math.inf or Fraction(low) <= value) and (high == math.inf or value <= Fraction(high))
+            if abs(value) < Fraction(2) ** 1000:  # tight: a few ulps, not just any bound
+                assert high - low <= 2.0**-38 * abs(float(value)) + 2.0**-1055
+
+
+def test_float_bounds_of_an_exact_double_are_that_double() -> None:
+    lower, upper = ExactVector.from_floats(np.full(2, 0.1)).float_bounds()
+    assert lower.tolist() == upper.tolist() == [0.1, 0.1]
+
+
+@given(st.floats(min_value=0.0, allow_nan=False))
+def test_step_up_is_nextafter_for_finite_non_negative_doubles(value: float) -> None:
+    got = float(_step_up(np.array([value]))[0])
+    assert (math.isnan(got) if value == math.inf else got == math.nextafter(value, math.inf))

@@ -87,6 +87,47 @@ def test_ledger_accepts_exactly_what_the_oracle_accepts(case: tuple[float, int, 
     assert report.ok
 
 
+@st.composite
+def long_sequences(draw: st.DrawFn) -> tuple[float, int, int, list[tuple[int, list[float], bool]]]:
+    """Many small spends (the float pre-check commits them without exact sums) with some near ε and
+    an occasional probe (remaining / window_sum, which catches the exact sums up)."""
+    epsilon = draw(st.sampled_from([1.0, 0.1, 1 / 3, 2.0**-20]))
+    w, runs = draw(st.integers(1, 6)), draw(st.integers(1, 3))
+    small = st.floats(0.0, 1.0).map(lambda x: x * epsilon / (4 * w))
+    near = st.sampled_from([epsilon / w, epsilon, epsilon / 2, 0.0]) | small
+    steps, t = [], 1
+    for _ in range(draw(st.integers(1, 80))):
+        t += draw(st.sampled_from([0, 1, 1, 1, 3]))
+        pick = near if draw(st.integers(0, 9)) == 0 else small
+        same = draw(st.booleans())
+        first = draw(pick)
+        spend = [first] * runs if same else [draw(pick) for _ in range(runs)]
+        steps.append((t, spend, draw(st.integers(0, 15)) == 0))
+    return epsilon, w, runs, steps
+
+
+@settings(max_examples=150, deadline=None)
+@given(long_sequences())
+def test_quick_commits_decide_as_the_oracle_and_catch_up_exactly(case: tuple[float, int, int, list[tuple[int, list[float], bool]]]) -> None:
+    """Long runs of quick (float pre-checked) commits, mixed with exact ones: every decision is the
+    oracle's, and the exact window sums asked for at the probes and at the end are the oracle's."""
+    epsilon, w, runs, steps = case
+    ledger = WindowLedger(WEventParams(epsilon, w), runs=runs)
+    oracle = Oracle(epsilon, w, runs)
+    for t, spend, probe in steps:
+        if oracle.allows(t, spend):
+            ledger.spend(t, spend, purpose="publication")
+            oracle.apply(t, spend)
+        else:
+            with pytest.raises(BudgetExceeded):
+                ledger.spend(t, spend, purpose="publication")
+        if probe:
+            assert [Fraction(u, 2**1127) for u in ledger.window_sum(t)] == [oracle.window(r, t) for r in range(runs)]
+    last = steps[-1][0]
+    assert [Fraction(u, 2**1127) for u in ledger.window_sum(last)] == [oracle.window(r, last) for r in range(runs)]
+    assert audit_windows(ledger.records, epsilon=epsilon, w=w, runs=runs).ok
+
+
 @given(spend_sequences(), st.integers(0, 2**31))
 def test_spending_remaining_or_a_fraction_is_never_refused(
     case: tuple[float, int, int, list[tuple[int, list[float]]]], fraction_bits: int

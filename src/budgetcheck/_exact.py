@@ -13,18 +13,22 @@ run, and is exact all the same.
 
 from __future__ import annotations
 
+import math
 from typing import final
 
 import numpy as np
 from numpy.typing import NDArray
 
 IntArray = NDArray[np.int64]
+FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
 ObjectArray = NDArray[np.object_]
 
 _BITS = 60
 _MASK = (1 << _BITS) - 1
 _SHIFT = 1074 + 53  # units of 2**-1127, as in budgetcheck.rounding
+_ONE = 1 << _SHIFT
+_MAX_DOUBLE = float(np.finfo(np.float64).max)
 
 
 @final
@@ -89,6 +93,37 @@ class ExactVector:
         top = limbs[-1]
         return np.asarray((top > 0) | ((top == 0) & limbs[:-1].any(axis=0)), dtype=np.bool_)
 
+    def float_bounds(self) -> tuple[FloatArray, FloatArray]:
+        """Doubles (lower, upper) per run with lower <= value <= upper (for a float pre-check).
+
+        A shared value is converted exactly (correctly rounded, then stepped to the side it
+        missed). Limbs are summed in floating point: each of the L limbs converts with relative
+        error 2**-53 and the sum adds L more, and limbs below 2**-1074 may flush to zero, so the
+        result is widened by a relative 2**-40 and an absolute 2**-1060 (only for values >= 0;
+        a negative value is converted run by run, exactly)."""
+        if self._value is not None:
+            try:
+                low = high = self._value / _ONE  # correctly rounded by CPython's int true division
+            except OverflowError:  # beyond every double
+                low, high = (_MAX_DOUBLE, math.inf) if self._value > 0 else (-math.inf, -_MAX_DOUBLE)
+                return np.full(self._runs, low), np.full(self._runs, high)
+            nearest = _units(low)
+            if nearest > self._value:
+                low = math.nextafter(low, -math.inf)
+            elif nearest < self._value:
+                high = math.nextafter(high, math.inf)
+            return np.full(self._runs, low), np.full(self._runs, high)
+        limbs = self._limbs
+        assert limbs is not None
+        if (limbs[-1] < 0).any():
+            return _exact_bounds([self[run] for run in range(self._runs)])
+        powers = np.arange(self._base, self._base + len(limbs), dtype=np.int64)[:, None] * _BITS - _SHIFT
+        with np.errstate(over="ignore"):
+            approx = np.ldexp(limbs.astype(np.float64), powers).sum(axis=0)
+            upper = np.nextafter(approx * (1.0 + 2.0**-40) + 2.0**-1060, np.inf)
+        lower = np.clip(np.nextafter(approx * (1.0 - 2.0**-40) - 2.0**-1060, -np.inf), 0.0, _MAX_DOUBLE)
+        return np.asarray(lower, dtype=np.float64), np.asarray(upper, dtype=np.float64)
+
     def __getitem__(self, run: int) -> int:
         """The exact value of one run (a Python integer in units of 2**-1127)."""
         if self._value is not None:
@@ -141,6 +176,16 @@ class ExactVector:
             value >>= _BITS
         digits.append(value)
         return np.array(digits, dtype=np.int64).reshape(-1, 1), base
+
+
+def _units(value: float) -> int:
+    numerator, denominator = value.as_integer_ratio()
+    return numerator << (_SHIFT - (denominator.bit_length() - 1))
+
+
+def _exact_bounds(values: list[int]) -> tuple[FloatArray, FloatArray]:
+    bounds = [ExactVector.from_int(value).float_bounds() for value in values]
+    return np.array([low[0] for low, _ in bounds]), np.array([high[0] for _, high in bounds])
 
 
 def _normalised(limbs: IntArray) -> IntArray:

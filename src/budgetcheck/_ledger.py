@@ -171,6 +171,11 @@ class WindowLedger(LaplaceReleases):
 
     def _charge(self, t: int, amounts: FloatArray, record: SpendRecord) -> None:
         """Check every run's window [t-w+1, t] exactly, then commit; refuse atomically."""
+        upper, leaving = self._windows.quick_upper(t, amounts)
+        if (upper <= self._params.epsilon).all():  # certainly within ε: no exact arithmetic needed
+            self._windows.commit_quick(t, amounts, upper, leaving)
+            self._commit(t, record)
+            return
         added = ExactVector.from_floats(amounts)
         window, leaving = self._windows.prospective(t)
         proposed = window + added
@@ -178,7 +183,7 @@ class WindowLedger(LaplaceReleases):
         if over.size:
             self._refusals += 1
             self._refuse(t, amounts, window, proposed, int(over[0]), record.purpose)
-        self._windows.commit(t, added, proposed, leaving)
+        self._windows.commit(t, amounts, added, proposed, leaving)
         self._commit(t, record)
 
     def _refuse(self, t: int, amounts: FloatArray, window: ExactVector, proposed: ExactVector, run: int, purpose: str) -> None:

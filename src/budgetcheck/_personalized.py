@@ -151,6 +151,12 @@ class PersonalizedLedger(LedgerCore):
 
     def _charge(self, t: int, amounts: FloatArray, record: SpendRecord) -> None:
         """Check every class's window [t−w_c+1, t] for every run exactly; commit all or nothing."""
+        quick = [win.quick_upper(t, amounts[:, c]) for c, win in enumerate(self._windows)]
+        if all((upper <= req.epsilon).all() for (upper, _), req in zip(quick, self._requirements.classes, strict=True)):
+            for c, (win, (upper, leaving)) in enumerate(zip(self._windows, quick, strict=True)):
+                win.commit_quick(t, amounts[:, c], upper, leaving)
+            self._commit(t, record)
+            return
         staged = []
         for c, (eps, win) in enumerate(zip(self._eps_units, self._windows, strict=True)):
             added = ExactVector.from_floats(amounts[:, c])
@@ -167,8 +173,8 @@ class PersonalizedLedger(LedgerCore):
                     t=t, w=req.w, epsilon=req.epsilon, eps_units=eps, window=int(window[run]),
                     proposed=int(proposed[run]), run=run, remaining_call=f"ledger.remaining({t})[{run}, {c}]",
                 )
-            staged.append((win, added, proposed, leaving))
-        for win, added, proposed, leaving in staged:
-            win.commit(t, added, proposed, leaving)
+            staged.append((win, amounts[:, c], added, proposed, leaving))
+        for win, column, added, proposed, leaving in staged:
+            win.commit(t, column, added, proposed, leaving)
         self._commit(t, record)
 

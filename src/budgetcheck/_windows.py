@@ -1,9 +1,17 @@
-"""Exact sliding-window sums per run (the arithmetic behind every window check).
+"""Exact sliding-window sums per run (the arithmetic behind every window check), with a float pre-check.
 
 Amounts are exact integers in units of 2**-1127 (:mod:`budgetcheck.rounding`), held per run as
 :class:`ExactVector` limbs, so sums are exact.
 The structure keeps, per run, the totals of the timestamps inside the current window and the
 window sum, updated incrementally: a check costs O(runs) and does not grow with the stream length.
+
+Pre-check (:meth:`ExactWindows.quick_upper`): besides the exact sum, every run keeps a double that
+is >= its exact window sum, moved with outward rounding (``nextafter`` after each addition and
+subtraction of a lower bound). When that bound with the new amounts is <= ε in every run, the spend
+is certainly allowed and is committed without exact arithmetic (:meth:`commit_quick`); the exact
+sum is then brought up to date only when something asks for it (a spend near ε, ``remaining``,
+a footprint). Decisions are the exact ones either way: the pre-check only ever says "allowed" when
+the exact check would.
 """
 
 from __future__ import annotations
@@ -11,26 +19,82 @@ from __future__ import annotations
 import collections
 from typing import final
 
+import numpy as np
+from numpy.typing import NDArray
+
 from budgetcheck._exact import ExactVector
 
+FloatArray = NDArray[np.float64]
 zeros = ExactVector.zeros
+
+
+def _step_up(values: FloatArray) -> FloatArray:
+    """The next double above each value >= 0 (``nextafter(x, inf)`` by the bit pattern, 10× cheaper;
+    +inf becomes NaN, which fails every ``<=`` check and so sends the spend to the exact check)."""
+    bits = np.asarray(values, dtype=np.float64).view(np.int64) + 1
+    return np.asarray(bits.view(np.float64))
+
+
+@final
+class _Entry:
+    """The spends at one timestamp: the amounts as charged (doubles) and, when known, their exact sum."""
+
+    __slots__ = ("_exact", "_low", "parts", "t")
+
+    def __init__(self, t: int, parts: list[FloatArray], exact: ExactVector | None) -> None:
+        self.t = t
+        self.parts = parts  # empty when only the exact sum is known (a footprint commit)
+        self._exact = exact
+        self._low: FloatArray | None = None
+
+    def add(self, part: FloatArray, exact: ExactVector | None) -> None:
+        """Another spend at t; its exact value is added now only if known or if the entry has no
+        doubles to recompute from (else the sum is recomputed when asked for)."""
+        if self._exact is not None and (exact is not None or not self.parts):
+            self._exact = self._exact + (exact if exact is not None else ExactVector.from_floats(part))
+        else:
+            self._exact = None
+        self.parts.append(part)
+        self._low = None
+
+    def exact(self) -> ExactVector:
+        if self._exact is None:
+            self._exact = sum((ExactVector.from_floats(part) for part in self.parts[1:]), ExactVector.from_floats(self.parts[0]))
+        return self._exact
+
+    def low(self) -> FloatArray:
+        """A double <= the exact total, per run."""
+        if self._low is None:
+            if len(self.parts) == 1:
+                self._low = self.parts[0]
+            elif self.parts:
+                total = self.parts[0]
+                for part in self.parts[1:]:
+                    total = np.nextafter(total + part, -np.inf)
+                self._low = np.asarray(total, dtype=np.float64)
+            else:
+                self._low = self.exact().float_bounds()[0]
+        return self._low
 
 
 @final
 class ExactWindows:
     """Σ_{k=t−w+1}^{t} ε_k for every run, exactly; propose first, commit after the check passes."""
 
-    __slots__ = ("_entries", "_past", "_runs", "_sum", "_w")
+    __slots__ = ("_entries", "_past", "_pending", "_runs", "_sum", "_upper", "_w")
 
     def __init__(self, w: int, runs: int) -> None:
         self._w = w
         self._runs = runs
-        # (timestamp, exact per-run totals) for the timestamps inside the current window with spends.
-        self._entries: collections.deque[tuple[int, ExactVector]] = collections.deque()
+        # The timestamps inside the current window with spends.
+        self._entries: collections.deque[_Entry] = collections.deque()
         # Entries that left the window, kept for w − 1 more timestamps: a footprint charge at a
         # timestamp of the current window changes windows that reach that far back.
-        self._past: collections.deque[tuple[int, ExactVector]] = collections.deque()
-        self._sum = zeros(runs)
+        self._past: collections.deque[_Entry] = collections.deque()
+        self._sum: ExactVector | None = zeros(runs)  # None: recompute from the entries
+        # Quick commits not yet in _sum: (+1, amounts) added, (−1, entry) left the window.
+        self._pending: list[tuple[int, FloatArray | _Entry]] = []
+        self._upper: FloatArray = np.zeros(runs)  # >= the exact window sum, per run
 
     @property
     def w(self) -> int:
@@ -38,24 +102,43 @@ class ExactWindows:
 
     def prospective(self, t: int) -> tuple[ExactVector, int]:
         """The exact sum of window [t−w+1, t−1] before a spend at t, and how many entries leave."""
-        window = self._sum
+        window = self._exact_sum()
         leaving = 0
-        for entry_t, totals in self._entries:
-            if entry_t > t - self._w:
+        for entry in self._entries:
+            if entry.t > t - self._w:
                 break
-            window = window - totals
+            window = window - entry.exact()
             leaving += 1
         return window, leaving
 
-    def commit(self, t: int, added: ExactVector, proposed: ExactVector, leaving: int) -> None:
-        """Record ``added`` at t; ``proposed``/``leaving`` come from :meth:`prospective` plus added."""
-        self._retire(t, leaving)
-        if self._entries and self._entries[-1][0] == t:
-            last_t, totals = self._entries.pop()
-            self._entries.append((last_t, totals + added))
-        else:
-            self._entries.append((t, added))
+    def commit(self, t: int, amounts: FloatArray, added: ExactVector, proposed: ExactVector, leaving: int) -> None:
+        """Record ``amounts`` (exactly ``added``) at t; ``proposed``/``leaving`` come from :meth:`prospective` plus added."""
+        self._retire(t, leaving, quick=False)
+        self._append(t, amounts, added)
         self._sum = proposed
+        self._upper = proposed.float_bounds()[1]
+
+    def quick_upper(self, t: int, amounts: FloatArray) -> tuple[FloatArray, int]:
+        """A double >= every run's exact window sum [t−w+1, t] after spending ``amounts`` at t
+        (outward rounding at each step), and how many entries leave. Changes nothing."""
+        upper = self._upper
+        leaving = 0
+        for entry in self._entries:
+            if entry.t > t - self._w:
+                break
+            upper = _step_up(upper - entry.low())  # upper >= the exact sum >= the entry >= its low: >= 0
+            leaving += 1
+        return _step_up(upper + amounts), leaving
+
+    def commit_quick(self, t: int, amounts: FloatArray, upper: FloatArray, leaving: int) -> None:
+        """Record ``amounts`` at t after :meth:`quick_upper` showed every window stays within ε."""
+        self._retire(t, leaving, quick=True)
+        self._append(t, amounts, None)
+        self._upper = upper
+        if self._sum is not None:
+            self._pending.append((1, amounts))
+            if len(self._pending) > 2 * self._w:  # catching up would cost more than a fresh sum
+                self._sum, self._pending = None, []
 
     def footprint(self, t: int, added: dict[int, ExactVector]) -> list[tuple[int, ExactVector, ExactVector]]:
         """Charges at several timestamps s <= t: (end, sum before, sum after) of every window that changes.
@@ -81,23 +164,48 @@ class ExactWindows:
     def commit_footprint(self, t: int, added: dict[int, ExactVector]) -> None:
         """Record charges at several timestamps (checked with :meth:`footprint`); t becomes the latest."""
         _, leaving = self.prospective(t)
-        self._retire(t, leaving)
-        merged = {s: totals for s, totals in self._entries}
+        self._retire(t, leaving, quick=False)
+        merged = {entry.t: entry.exact() for entry in self._entries}
         for s, units in added.items():
             merged[s] = merged.get(s, zeros(self._runs)) + units
-        self._entries = collections.deque(sorted(merged.items(), key=lambda item: item[0]))
-        self._sum = sum((totals for _, totals in self._entries), zeros(self._runs))
+        self._entries = collections.deque(_Entry(s, [], totals) for s, totals in sorted(merged.items()))
+        self._sum = sum((totals for _, totals in sorted(merged.items())), zeros(self._runs))
+        self._pending = []
+        self._upper = self._sum.float_bounds()[1]
 
-    def _retire(self, t: int, leaving: int) -> None:
+    def _exact_sum(self) -> ExactVector:
+        """The exact sum of the current window's entries (catching up on quick commits)."""
+        if self._sum is None:
+            self._sum = sum((entry.exact() for entry in self._entries), zeros(self._runs))
+        else:
+            for _, item in self._pending:
+                if isinstance(item, _Entry):
+                    self._sum = self._sum - item.exact()
+                else:
+                    self._sum = self._sum + ExactVector.from_floats(item)
+        self._pending = []
+        self._upper = np.minimum(self._upper, self._sum.float_bounds()[1])
+        return self._sum
+
+    def _append(self, t: int, amounts: FloatArray, exact: ExactVector | None) -> None:
+        if self._entries and self._entries[-1].t == t:
+            self._entries[-1].add(amounts, exact)
+        else:
+            self._entries.append(_Entry(t, [amounts], exact))
+
+    def _retire(self, t: int, leaving: int, *, quick: bool) -> None:
         for _ in range(leaving):
-            self._past.append(self._entries.popleft())
-        while self._past and self._past[0][0] <= t - 2 * self._w + 1:
+            entry = self._entries.popleft()
+            self._past.append(entry)
+            if quick and self._sum is not None:
+                self._pending.append((-1, entry))
+        while self._past and self._past[0].t <= t - 2 * self._w + 1:
             self._past.popleft()
 
     def _dense(self, lo: int, hi: int) -> list[ExactVector]:
         """Exact per-run totals of every timestamp in [lo, hi] (zeros where nothing was spent)."""
         dense = [zeros(self._runs) for _ in range(lo, hi + 1)]
-        for s, totals in (*self._past, *self._entries):
-            if lo <= s <= hi:
-                dense[s - lo] = totals
+        for entry in (*self._past, *self._entries):
+            if lo <= entry.t <= hi:
+                dense[entry.t - lo] = entry.exact()
         return dense
