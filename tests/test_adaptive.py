@@ -287,6 +287,27 @@ def test_pegasus_groups_and_medians_on_a_noiseless_ledger() -> None:
     np.testing.assert_allclose(execution.releases[0, :, 0], [5.0, 5.0, 5.0, 500.0, 500.0, 500.0], atol=1e-3)
 
 
+def test_kalman_takes_a_per_cell_measurement_noise() -> None:
+    kalman = Kalman.start((2,), initial_variance=100.0, process_noise=0.0, measurement_noise=100.0)
+    kalman.correct(np.array([10.0, 10.0]), np.array([True, True]))  # first observations: taken as they are
+    kalman.predict()
+    # K = 100/(100 + R): R = 100 halves the step, R = 9900 takes 1%
+    posterior = kalman.correct(np.array([20.0, 20.0]), np.array([True, True]), np.array([100.0, 9900.0]))
+    np.testing.assert_allclose(posterior, [15.0, 10.1])
+
+
+def test_rescuedp_does_not_follow_samples_its_shrinking_budget_made_noisy() -> None:
+    """With the paper's fixed R the filter follows samples of budget ~1e−10 and the release diverges
+    (a wave around 30,000 at ε = 1, w = 200); with R floored at each sample's own variance it stays
+    within a few thousand."""
+    data = np.full((400, 1), 30000.0) + 2000.0 * np.sin(np.arange(400) / 20.0)[:, None]
+    errors = {}
+    for sample_noise in (True, False):
+        ex = execute(RescueDP(sample_noise=sample_noise), data, epsilon=1.0, w=200, runs=10, seed=1)
+        errors[sample_noise] = float(np.abs(ex.releases[..., 0] - data[None, :, 0]).mean())
+    assert errors[True] < 10_000 and errors[False] > 1e6
+
+
 def test_rescuedp_grouping_by_hand() -> None:
     predictions = np.array([1.0, 5.0, 100.0, 3.0, 40.0, 2.0, 7.0])
     histories = np.array([[1, 2, 3], [2, 4, 6], [0, 0, 0], [3, 2, 1], [1, 1, 1], [np.nan, 1, 1], [1, 2, 3]], dtype=float)

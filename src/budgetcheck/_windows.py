@@ -37,43 +37,38 @@ def _step_up(values: FloatArray) -> FloatArray:
 
 @final
 class _Entry:
-    """The spends at one timestamp: the amounts as charged (doubles) and, when known, their exact sum."""
+    """The spends at one timestamp: an exact part without doubles (``base``: what footprint commits
+    merged in), the amounts charged since (doubles), and their exact total once computed."""
 
-    __slots__ = ("_exact", "_low", "parts", "t")
+    __slots__ = ("_exact", "_low", "base", "parts", "t")
 
-    def __init__(self, t: int, parts: list[FloatArray], exact: ExactVector | None) -> None:
+    def __init__(self, t: int, parts: list[FloatArray], exact: ExactVector | None, *, base: ExactVector | None = None) -> None:
         self.t = t
-        self.parts = parts  # empty when only the exact sum is known (a footprint commit)
-        self._exact = exact
+        self.base = base
+        self.parts = parts
+        self._exact = base if not parts else exact
         self._low: FloatArray | None = None
 
     def add(self, part: FloatArray, exact: ExactVector | None) -> None:
-        """Another spend at t; its exact value is added now only if known or if the entry has no
-        doubles to recompute from (else the sum is recomputed when asked for)."""
-        if self._exact is not None and (exact is not None or not self.parts):
-            self._exact = self._exact + (exact if exact is not None else ExactVector.from_floats(part))
-        else:
-            self._exact = None
+        """Another spend at t (``exact`` its exact value if known; else the total is recomputed when asked for)."""
+        self._exact = self._exact + exact if self._exact is not None and exact is not None else None
         self.parts.append(part)
         self._low = None
 
     def exact(self) -> ExactVector:
         if self._exact is None:
-            self._exact = sum((ExactVector.from_floats(part) for part in self.parts[1:]), ExactVector.from_floats(self.parts[0]))
+            total = self.base if self.base is not None else ExactVector.zeros(len(self.parts[0]))
+            self._exact = sum((ExactVector.from_floats(part) for part in self.parts), total)
         return self._exact
 
     def low(self) -> FloatArray:
-        """A double <= the exact total, per run."""
+        """A double <= the exact total, per run (rounded down at every addition)."""
         if self._low is None:
-            if len(self.parts) == 1:
-                self._low = self.parts[0]
-            elif self.parts:
-                total = self.parts[0]
-                for part in self.parts[1:]:
-                    total = np.nextafter(total + part, -np.inf)
-                self._low = np.asarray(total, dtype=np.float64)
-            else:
-                self._low = self.exact().float_bounds()[0]
+            terms = ([self.base.float_bounds()[0]] if self.base is not None else []) + self.parts
+            total = terms[0]
+            for term in terms[1:]:
+                total = np.nextafter(total + term, -np.inf)
+            self._low = np.asarray(total, dtype=np.float64)
         return self._low
 
 
@@ -168,7 +163,7 @@ class ExactWindows:
         merged = {entry.t: entry.exact() for entry in self._entries}
         for s, units in added.items():
             merged[s] = merged.get(s, zeros(self._runs)) + units
-        self._entries = collections.deque(_Entry(s, [], totals) for s, totals in sorted(merged.items()))
+        self._entries = collections.deque(_Entry(s, [], None, base=totals) for s, totals in sorted(merged.items()))
         self._sum = sum((totals for _, totals in sorted(merged.items())), zeros(self._runs))
         self._pending = []
         self._upper = self._sum.float_bounds()[1]

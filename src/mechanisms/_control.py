@@ -46,9 +46,12 @@ class Kalman:
         self.variance = self.variance + self.process_noise
         return self.estimate.copy()
 
-    def correct(self, observed: FloatArray, where: BoolArray) -> FloatArray:
-        """Fold the observations in where ``where`` holds; return the posterior everywhere."""
-        gain = np.where(self.seen, self.variance / (self.variance + self.measurement_noise), 1.0)
+    def correct(self, observed: FloatArray, where: BoolArray, measurement_noise: FloatArray | None = None) -> FloatArray:
+        """Fold the observations in where ``where`` holds; return the posterior everywhere.
+
+        ``measurement_noise`` (per cell) replaces R for this step, e.g. each sample's own noise variance."""
+        noise = self.measurement_noise if measurement_noise is None else measurement_noise
+        gain = np.where(self.seen, self.variance / (self.variance + noise), 1.0)
         self.estimate = np.where(where, self.estimate + gain * (observed - self.estimate), self.estimate)
         self.variance = np.where(where & self.seen, (1.0 - gain) * self.variance, self.variance)
         self.seen = self.seen | where

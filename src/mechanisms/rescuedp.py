@@ -13,6 +13,12 @@ Deviations from the paper and the public code, with reasons:
   the future, accounting rules §4): by default it is the running variance of the location's own
   releases (post-processing), floored at 1; a constant can be given.
 - Grouped releases feed the filter of every member (the harness discards them: stale value).
+- The Kalman measurement noise of a sample is R = max((Δw/ε)², 2(Δ/ε_t)²): the paper's fixed R,
+  unless the sample's own Laplace variance (an upper bound for a group mean) is larger. With the
+  fixed R alone, a location that keeps sampling while ε_rm shrinks geometrically gets budgets of
+  1e−10 and the filter follows their noise: on the electricity stream at ε = 1, w = 200 the mean
+  MAE was 6×10^7 (true values about 3×10^4). Where every sample has ε_t >= √2·ε/w nothing changes.
+  ``sample_noise=False`` keeps the fixed R.
 """
 
 from __future__ import annotations
@@ -104,6 +110,7 @@ class RescueDP:
     grouping: bool = True
     initial_variance: float = 100.0
     process_noise: float | None = None
+    sample_noise: bool = True
     name: str = attrs.field(default="RescueDP", init=False)
 
     def allocation_rule(self) -> RemainingFractionRule:
@@ -123,7 +130,7 @@ class RescueDPAsPublished:
     Locations are released one by one (no grouping). ``budgetcheck verify`` rejects it.
     """
 
-    config: RescueDP = attrs.field(factory=RescueDP)
+    config: RescueDP = attrs.field(factory=lambda: RescueDP(sample_noise=False))  # the paper's fixed R too
     name: str = attrs.field(default="RescueDP_as_published", init=False)
 
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
@@ -159,7 +166,12 @@ def _run(mech: RescueDP, stream: GuardedStream, ledger: WindowLedger, *, shared_
             else:
                 observed = ledger.laplace_bins(secret, budgets, purpose="publication")
         sampled = budgets > 0
-        posterior = kalman.correct(np.nan_to_num(observed), sampled)
+        if mech.sample_noise:
+            with np.errstate(divide="ignore"):
+                variance = np.where(sampled, 2.0 / np.where(sampled, budgets, 1.0) ** 2, 0.0)
+            posterior = kalman.correct(np.nan_to_num(observed), sampled, np.maximum(kalman.measurement_noise, variance))
+        else:
+            posterior = kalman.correct(np.nan_to_num(observed), sampled)
         if shared_window:
             state = rule.advance(FLOAT, env, state, due.any(axis=1), (budgets.max(axis=1),))  # what the ledger charged
             left = np.broadcast_to(rule.remaining(FLOAT, env, state), (runs,))[:, None]
