@@ -94,11 +94,11 @@ def test_footprint_cannot_end_before_the_ledger_clock() -> None:
     assert len(ledger.records) == 1
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(
     w=st.integers(1, 5),
     steps=st.lists(st.tuples(st.booleans(), st.integers(0, 2), st.sets(st.integers(0, 4), min_size=1, max_size=3),
-                             st.sampled_from([0.1, 0.2, 0.25, 0.3, 1 / 3])), max_size=14),
+                             st.sampled_from([0.1, 0.2, 0.25, 0.3, 1 / 3])), max_size=20),
 )
 def test_footprint_and_plain_spends_agree_with_a_brute_force_oracle(w: int, steps: list[tuple[bool, int, set[int], float]]) -> None:
     """Accepted iff every window of the resulting per-timestamp totals is <= ε (exact), else unchanged."""
