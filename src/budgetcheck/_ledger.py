@@ -171,9 +171,9 @@ class WindowLedger(LaplaceReleases):
 
     def _charge(self, t: int, amounts: FloatArray, record: SpendRecord) -> None:
         """Check every run's window [t-w+1, t] exactly, then commit; refuse atomically."""
-        upper, leaving = self._windows.quick_upper(t, amounts)
-        if (upper <= self._params.epsilon).all():  # certainly within ε: no exact arithmetic needed
-            self._windows.commit_quick(t, amounts, upper, leaving)
+        quick = self._windows.quick_check(t, amounts, self._params.epsilon)
+        if quick is not None:  # certainly within ε: no exact arithmetic needed
+            self._windows.commit_quick(t, amounts, *quick)
             self._commit(t, record)
             return
         added = ExactVector.from_floats(amounts)

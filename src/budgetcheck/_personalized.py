@@ -151,10 +151,12 @@ class PersonalizedLedger(LedgerCore):
 
     def _charge(self, t: int, amounts: FloatArray, record: SpendRecord) -> None:
         """Check every class's window [t−w_c+1, t] for every run exactly; commit all or nothing."""
-        quick = [win.quick_upper(t, amounts[:, c]) for c, win in enumerate(self._windows)]
-        if all((upper <= req.epsilon).all() for (upper, _), req in zip(quick, self._requirements.classes, strict=True)):
-            for c, (win, (upper, leaving)) in enumerate(zip(self._windows, quick, strict=True)):
-                win.commit_quick(t, amounts[:, c], upper, leaving)
+        quick = [win.quick_check(t, amounts[:, c], req.epsilon)
+                 for c, (win, req) in enumerate(zip(self._windows, self._requirements.classes, strict=True))]
+        if all(q is not None for q in quick):  # every class certainly within its ε
+            for c, (win, q) in enumerate(zip(self._windows, quick, strict=True)):
+                assert q is not None
+                win.commit_quick(t, amounts[:, c], *q)
             self._commit(t, record)
             return
         staged = []

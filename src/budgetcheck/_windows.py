@@ -5,13 +5,14 @@ Amounts are exact integers in units of 2**-1127 (:mod:`budgetcheck.rounding`), h
 The structure keeps, per run, the totals of the timestamps inside the current window and the
 window sum, updated incrementally: a check costs O(runs) and does not grow with the stream length.
 
-Pre-check (:meth:`ExactWindows.quick_upper`): besides the exact sum, every run keeps a double that
+Pre-check (:meth:`ExactWindows.quick_check`): besides the exact sum, every run keeps a double that
 is >= its exact window sum, moved with outward rounding (``nextafter`` after each addition and
 subtraction of a lower bound). When that bound with the new amounts is <= ε in every run, the spend
 is certainly allowed and is committed without exact arithmetic (:meth:`commit_quick`); the exact
 sum is then brought up to date only when something asks for it (a spend near ε, ``remaining``,
 a footprint). Decisions are the exact ones either way: the pre-check only ever says "allowed" when
-the exact check would.
+the exact check would. After a pre-check that could not decide, the next ``_SKIP`` spends go
+straight to the exact check (a mechanism that fills its windows to ε stays there).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from budgetcheck._exact import ExactVector
 
 FloatArray = NDArray[np.float64]
 zeros = ExactVector.zeros
+_SKIP = 8
 
 
 def _step_up(values: FloatArray) -> FloatArray:
@@ -76,7 +78,7 @@ class _Entry:
 class ExactWindows:
     """Σ_{k=t−w+1}^{t} ε_k for every run, exactly; propose first, commit after the check passes."""
 
-    __slots__ = ("_entries", "_past", "_pending", "_runs", "_sum", "_upper", "_w")
+    __slots__ = ("_entries", "_past", "_pending", "_runs", "_skip", "_sum", "_upper", "_w")
 
     def __init__(self, w: int, runs: int) -> None:
         self._w = w
@@ -89,7 +91,8 @@ class ExactWindows:
         self._sum: ExactVector | None = zeros(runs)  # None: recompute from the entries
         # Quick commits not yet in _sum: (+1, amounts) added, (−1, entry) left the window.
         self._pending: list[tuple[int, FloatArray | _Entry]] = []
-        self._upper: FloatArray = np.zeros(runs)  # >= the exact window sum, per run
+        self._upper: FloatArray | None = np.zeros(runs)  # >= the exact window sum, per run (None: from _sum)
+        self._skip = 0  # spends left that go straight to the exact check
 
     @property
     def w(self) -> int:
@@ -111,11 +114,17 @@ class ExactWindows:
         self._retire(t, leaving, quick=False)
         self._append(t, amounts, added)
         self._sum = proposed
-        self._upper = proposed.float_bounds()[1]
+        self._upper = None
 
-    def quick_upper(self, t: int, amounts: FloatArray) -> tuple[FloatArray, int]:
-        """A double >= every run's exact window sum [t−w+1, t] after spending ``amounts`` at t
-        (outward rounding at each step), and how many entries leave. Changes nothing."""
+    def quick_check(self, t: int, amounts: FloatArray, bound: float) -> tuple[FloatArray, int] | None:
+        """Whether spending ``amounts`` at t certainly keeps every run's window [t−w+1, t] <= bound:
+        then (the new upper bounds, how many entries leave) for :meth:`commit_quick`, else None
+        (undecided: use the exact check). Changes no window."""
+        if self._skip:
+            self._skip -= 1
+            return None
+        if self._upper is None:
+            self._upper = self._exact_sum().float_bounds()[1]
         upper = self._upper
         leaving = 0
         for entry in self._entries:
@@ -123,10 +132,14 @@ class ExactWindows:
                 break
             upper = _step_up(upper - entry.low())  # upper >= the exact sum >= the entry >= its low: >= 0
             leaving += 1
-        return _step_up(upper + amounts), leaving
+        upper = _step_up(upper + amounts)
+        if not (upper <= bound).all():
+            self._skip = _SKIP
+            return None
+        return upper, leaving
 
     def commit_quick(self, t: int, amounts: FloatArray, upper: FloatArray, leaving: int) -> None:
-        """Record ``amounts`` at t after :meth:`quick_upper` showed every window stays within ε."""
+        """Record ``amounts`` at t after :meth:`quick_check` showed every window stays within ε."""
         self._retire(t, leaving, quick=True)
         self._append(t, amounts, None)
         self._upper = upper
@@ -166,7 +179,7 @@ class ExactWindows:
         self._entries = collections.deque(_Entry(s, [], None, base=totals) for s, totals in sorted(merged.items()))
         self._sum = sum((totals for _, totals in sorted(merged.items())), zeros(self._runs))
         self._pending = []
-        self._upper = self._sum.float_bounds()[1]
+        self._upper = None
 
     def _exact_sum(self) -> ExactVector:
         """The exact sum of the current window's entries (catching up on quick commits)."""
@@ -179,7 +192,6 @@ class ExactWindows:
                 else:
                     self._sum = self._sum + ExactVector.from_floats(item)
         self._pending = []
-        self._upper = np.minimum(self._upper, self._sum.float_bounds()[1])
         return self._sum
 
     def _append(self, t: int, amounts: FloatArray, exact: ExactVector | None) -> None:
