@@ -49,7 +49,7 @@ def shrunk(smoother: str, newest: FloatArray, count: IntArray, mean: FloatArray,
     variance (k <= 3: the mean)."""
     if smoother == "average":
         return np.asarray(mean, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # a tiny spread: factor 0 after the clip
         factor = np.clip(1.0 - (count - 3) * noise_variance / spread, 0.0, 1.0)
     factor = np.where((count > 3) & (spread > 0), factor, 0.0)
     return np.asarray(mean + factor * (newest - mean), dtype=np.float64)
@@ -90,12 +90,19 @@ class GroupHistory:
             self.sizes[restart] = 0
         if (self.sizes >= self.capacity).any():
             raise InvalidArgument(f"a group outgrew capacity={self.capacity}: the grouper must close groups at that length")
-        width = int(self.sizes.max()) + 1
-        head = ordered[:, :width]
-        position = (head < values[:, None]).sum(axis=1)
-        moved = np.arange(1, width) > position[:, None]  # entries at >= position move one place up
-        np.copyto(head[:, 1:], head[:, :-1].copy(), where=moved)
-        head[np.arange(values.size), position] = values
+        # Rows in groups of similar size (up to 8, 16, 32, ... values): each insertion reads only
+        # its group's width, not the longest group's (most groups are short).
+        needed = self.sizes + 1
+        widths = np.maximum(8, 2 ** np.ceil(np.log2(needed))).astype(np.int64)
+        for width in np.unique(widths):
+            rows = np.flatnonzero(widths == width)
+            span = int(min(width, self.capacity))
+            head = ordered[rows, :span]
+            position = (head < values[rows, None]).sum(axis=1)
+            moved = np.arange(1, span) > position[:, None]  # entries at >= position move one place up
+            head[:, 1:] = np.where(moved, head[:, :-1], head[:, 1:])
+            head[np.arange(len(rows)), position] = values[rows]
+            ordered[rows, :span] = head
         self.sizes += 1
 
     def smoothed(self, smoother: str, noise_variance: float) -> FloatArray:
