@@ -57,6 +57,36 @@ def test_ledger_accepts_exactly_what_the_oracle_accepts(requirements: Requiremen
     assert audit_personalized(ledger.records, [(r.w, r.epsilon) for r in requirements.classes], runs=1).ok
 
 
+@settings(max_examples=100, deadline=None)
+@given(requirements=requirement_sets(max_classes=3, max_users=3, max_w=5), data=st.data())
+def test_long_quick_sequences_decide_as_the_oracle_per_class(requirements: RequirementSet, data: st.DataObject) -> None:
+    """Many small spends (committed by the float pre-check without exact sums), some near a class's
+    ε, and rare probes: every decision and every probed window sum is the oracle's."""
+    C = requirements.n_classes
+    ledger = PersonalizedLedger(requirements)
+    spent: dict[int, list[Fraction]] = {}
+    small = st.floats(0.0, 0.05)
+    t = 1
+    for _ in range(data.draw(st.integers(1, 60))):
+        t += data.draw(st.sampled_from([0, 1, 1, 2]))
+        row = [data.draw(small | AMOUNTS if data.draw(st.integers(0, 7)) == 0 else small) for _ in range(C)]
+        totals = spent.get(t, [Fraction(0)] * C)
+        ok = all(sum((spent.get(k, [Fraction(0)] * C)[c] for k in range(t - req.w + 1, t)), Fraction(0)) + totals[c] + Fraction(row[c])
+                 <= Fraction(req.epsilon) for c, req in enumerate(requirements.classes))
+        if ok:
+            ledger.spend(t, row, purpose="p")
+            spent[t] = [totals[c] + Fraction(row[c]) for c in range(C)]
+        else:
+            with pytest.raises(BudgetExceeded):
+                ledger.spend(t, row, purpose="p")
+        if data.draw(st.integers(0, 9)) == 0 or ok is False:
+            sums = ledger.window_sum(t)
+            for c, req in enumerate(requirements.classes):
+                expected = sum((spent.get(k, [Fraction(0)] * C)[c] for k in range(t - req.w + 1, t + 1)), Fraction(0))
+                assert Fraction(sums[c][0], 2**1127) == expected
+    assert audit_personalized(ledger.records, [(r.w, r.epsilon) for r in requirements.classes], runs=1).ok
+
+
 def test_ulp_boundary_and_remaining_is_spendable() -> None:
     requirements = RequirementSet([(3, 0.1 + 0.2), (2, 1.0)])
     ledger = PersonalizedLedger(requirements, runs=2)
