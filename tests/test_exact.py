@@ -81,3 +81,7 @@ def test_float_bounds_of_an_exact_double_are_that_double() -> None:
 def test_step_up_is_nextafter_for_finite_non_negative_doubles(value: float) -> None:
     got = float(_step_up(np.array([value]))[0])
     assert (math.isnan(got) if value == math.inf else got == math.nextafter(value, math.inf))
+
+
+def test_step_up_reads_negative_zero_as_zero() -> None:
+    assert _step_up(np.array([-0.0])).tolist() == [5e-324]

@@ -32,8 +32,9 @@ _SKIP = 8
 
 def _step_up(values: FloatArray) -> FloatArray:
     """The next double above each value >= 0 (``nextafter(x, inf)`` by the bit pattern, 10× cheaper;
-    +inf becomes NaN, which fails every ``<=`` check and so sends the spend to the exact check)."""
-    bits = np.asarray(values, dtype=np.float64).view(np.int64) + 1
+    −0.0 is read as +0.0; +inf becomes NaN, which fails every ``<=`` check and so sends the spend
+    to the exact check)."""
+    bits = (np.asarray(values, dtype=np.float64) + 0.0).view(np.int64) + 1
     return np.asarray(bits.view(np.float64))
 
 
@@ -89,8 +90,8 @@ class ExactWindows:
         # timestamp of the current window changes windows that reach that far back.
         self._past: collections.deque[_Entry] = collections.deque()
         self._sum: ExactVector | None = zeros(runs)  # None: recompute from the entries
-        # Quick commits not yet in _sum: (+1, amounts) added, (−1, entry) left the window.
-        self._pending: list[tuple[int, FloatArray | _Entry]] = []
+        # Quick commits not yet in _sum: amounts added, or an entry that left the window.
+        self._pending: list[FloatArray | _Entry] = []
         self._upper: FloatArray | None = np.zeros(runs)  # >= the exact window sum, per run (None: from _sum)
         self._skip = 0  # spends left that go straight to the exact check
 
@@ -144,7 +145,7 @@ class ExactWindows:
         self._append(t, amounts, None)
         self._upper = upper
         if self._sum is not None:
-            self._pending.append((1, amounts))
+            self._pending.append(amounts)
             if len(self._pending) > 2 * self._w:  # catching up would cost more than a fresh sum
                 self._sum, self._pending = None, []
 
@@ -186,7 +187,7 @@ class ExactWindows:
         if self._sum is None:
             self._sum = sum((entry.exact() for entry in self._entries), zeros(self._runs))
         else:
-            for _, item in self._pending:
+            for item in self._pending:
                 if isinstance(item, _Entry):
                     self._sum = self._sum - item.exact()
                 else:
@@ -205,7 +206,7 @@ class ExactWindows:
             entry = self._entries.popleft()
             self._past.append(entry)
             if quick and self._sum is not None:
-                self._pending.append((-1, entry))
+                self._pending.append(entry)
         while self._past and self._past[0].t <= t - 2 * self._w + 1:
             self._past.popleft()
 
