@@ -103,9 +103,11 @@ class ThresholdTest:
     def _query(self, secret: Secret, statistic: Callable[[FloatArray], ArrayLike], thresholds: ArrayLike) -> tuple[ThresholdAnswer, IntArray]:
         """Charge ε at the secret's t; open an instance where none is open; test the others.
 
-        ``statistic`` gets the true values of every cell's footprint as shape (runs, L, *cells)
-        (oldest first, NaN before each cell's instance opened) and must return (runs, *cells),
-        each cell computed from its own column only, with sensitivity Δ per changed timestamp.
+        ``statistic`` gets the true values of the cells' footprints as shape (n, L, *cells) for a
+        group of n runs (oldest first, NaN before each cell's instance opened and for cells not
+        tested) and must return (n, *cells), each run and cell computed from its own column only,
+        with sensitivity Δ per changed timestamp. It is called once per group of runs whose
+        footprints have similar lengths (L is the group's longest, rounded up to 8, 16, 32, …).
         ``thresholds`` (public, broadcast to (runs, *cells)) are the θ_k of the tested cells.
         """
         ledger = self._ledger
