@@ -432,13 +432,16 @@ class LaplaceReleases(LedgerCore):
     def _sensitivity_at(self, t: int, declared: float) -> float:
         return declared
 
-    def _per_run(self, secret: Secret, values: FloatArray) -> FloatArray:
-        """What every run reads of ``values`` (the payload, or anything with a leading axis of one row
-        per stacked stream), shape (runs, ...): a stacked secret gives each run its stream's row."""
+    def _per_run(self, secret: Secret, values: FloatArray, runs: NDArray[np.int64] | None = None) -> FloatArray:
+        """What every run (or the runs indexed by ``runs``) reads of ``values`` (the payload, or
+        anything with a leading axis of one row per stacked stream), shape (runs, ...): a stacked
+        secret gives run r the row of its stream, r // (runs / streams)."""
         rows = stacked_rows(secret)
+        if runs is None:
+            return np.repeat(values, self._runs // rows, axis=0) if rows else np.broadcast_to(values, (self._runs, *values.shape))
         if rows:
-            return np.repeat(values, self._runs // rows, axis=0)
-        return np.broadcast_to(values, (self._runs, *values.shape))
+            return np.asarray(values[runs // (self._runs // rows)], dtype=np.float64)
+        return np.broadcast_to(values, (len(runs), *values.shape))
 
     def _reserve(self, secret: Secret, amounts: FloatArray, budgets: FloatArray, sensitivity: float, purpose: str, *,
                  integral: bool = True) -> tuple[FloatArray, float]:

@@ -159,17 +159,13 @@ class ThresholdTest:
         """The true values of the footprints of the tested cells of ``rows`` (runs whose longest
         footprint is at most ``width``): shape (len(rows), width, *cells), NaN outside; read-only.
 
-        A stacked stream's rows are gathered for their runs inside the one ``where``."""
+        A stacked stream's payload (L, streams, *cells) is read per stream, (streams, L, *cells)."""
         stamps, values = self._recent.view()  # (L, *payload)
         stamps, values = stamps[-width:], values[-width:]
         extra = (1,) * len(self._cells)
         inside = (stamps.reshape((1, -1) + extra) >= self._starts[rows][:, None]) & tested[rows][:, None]
-        streams = stacked_rows(secret)
-        if streams:  # payload (L, streams, *cells): run r reads stream r // (runs / streams)
-            per_run = np.moveaxis(values, 1, 0)[rows // (self._ledger.runs // streams)]
-            masked = np.where(inside, per_run, np.nan)
-        else:
-            masked = np.where(inside, values[None], np.nan)
+        footprints = np.moveaxis(values, 1, 0) if stacked_rows(secret) else values
+        masked = np.where(inside, self._ledger._per_run(secret, footprints, rows), np.nan)
         masked.setflags(write=False)
         return np.asarray(masked, dtype=np.float64)
 

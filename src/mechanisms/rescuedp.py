@@ -167,7 +167,7 @@ def _run(mech: RescueDP, stream: GuardedStream, ledger: WindowLedger, *, shared_
                 observed = ledger.laplace_bins(secret, budgets, purpose="publication")
         sampled = budgets > 0
         if mech.sample_noise:
-            with np.errstate(divide="ignore"):
+            with np.errstate(divide="ignore", over="ignore"):  # a budget near 0 (its square may flush to 0): variance inf, gain 0
                 variance = np.where(sampled, 2.0 / np.where(sampled, budgets, 1.0) ** 2, 0.0)
             posterior = kalman.correct(np.nan_to_num(observed), sampled, np.maximum(kalman.measurement_noise, variance))
         else:

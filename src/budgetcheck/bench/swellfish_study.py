@@ -151,7 +151,7 @@ def run_study(*, zones: Sequence[float] = (500.0, 5000.0, 50000.0), households: 
     returns the rows of the whole study (resumable), other parameters are refused."""
     params = StudyParams(tuple(float(z) for z in zones), households, length, runs, epsilon, seed, tuple(mechanisms))
     log = _ProgressFile(Path(progress_file), params) if progress_file is not None else None
-    done = {(r.zone, r.household): r for r in (log.rows if log is not None else [])}
+    done = {(r.zone, r.household) for r in (log.rows if log is not None else [])}
     units = [(zone, household) for zone in params.zones for household in range(households) if (zone, household) not in done]
     rows = list(log.rows) if log is not None else []
 
