@@ -201,7 +201,7 @@ class _OneSampleTooMany(DistanceTestRule):
     """Budgets for C samples per window, cap at C + 1 (the harness's window sum one short)."""
 
     def grants(self, ops: Any, env: Any, state: Any, decision: Any) -> Any:
-        return ops.both(decision, sum(state[1:], 0) < self.samples(env) + 1)
+        return ops.both(decision, ops.count(state[1]) < self.samples(env) + 1)
 
 
 def test_a_rule_that_allows_one_more_sample_per_window_is_refuted() -> None:

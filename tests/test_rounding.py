@@ -90,3 +90,15 @@ def test_sum_up_terms_bounds_the_exact_sum_of_scalars_and_run_arrays(terms: list
         exact = sum((Fraction(float(np.broadcast_to(a, (3,))[run])) for a in arrays), Fraction(0))
         assert Fraction(float(bound[run])) >= exact
         assert float(bound[run]) <= float(exact) * (1 + 1e-12) + 1e-300
+
+
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=True), min_size=0, max_size=12),
+       st.sampled_from([(rounding.next_up, np.inf), (rounding.next_down, -np.inf)]))
+def test_next_up_and_down_are_nextafter_bit_for_bit(values: list[float], pair: tuple[object, float]) -> None:
+    fn, direction = pair
+    x = np.array(values, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        got = np.asarray(fn(x))  # type: ignore[operator]
+        expected = np.nextafter(x, direction)
+    assert got.shape == expected.shape
+    assert np.array_equal(got.view(np.int64), expected.view(np.int64), equal_nan=False) or np.array_equal(got, expected, equal_nan=True)

@@ -225,6 +225,15 @@ class Z3Ops:
         terms = list(values)
         return z3.Sum(terms) if terms else z3.RealVal(0)
 
+    def slide(self, window: Sequence[Any], newest: Any) -> tuple[Any, ...]:
+        return (*window[1:], newest) if window else ()
+
+    def count(self, values: Sequence[Any]) -> Any:
+        total: Any = 0
+        for value in values:
+            total = total + value
+        return total
+
     def sub_down(self, value: Any, subtrahend: Any) -> Any:
         return z3.If(value - subtrahend >= 0, value - subtrahend, z3.RealVal(0))
 

@@ -5,7 +5,8 @@ mechanism runs it with :data:`FLOAT` (numpy, vectorised over runs, every budget 
 tests run it with :data:`EXACT` (``fractions.Fraction``), and proofs run it with Z3 terms
 (:mod:`budgetcheck._z3`). Integer state (counters, share counts) uses plain operators, which
 numpy, Python and Z3 all support; only choice, minimum and the logical connectives go through
-``Ops``.
+``Ops``, and the window of a rule's last w − 1 values (``slide``, summed by ``sum_up`` or
+``count``), whose total the float back-end keeps running instead of re-adding w − 1 terms a step.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from budgetcheck import rounding
+from budgetcheck._sliding import SlidingValues
 
 
 class Ops(Protocol):
@@ -42,6 +44,18 @@ class Ops(Protocol):
 
     def sum_up(self, values: Any) -> Any:
         """Σ values (along the last axis for arrays); float back-ends round up."""
+        ...
+
+    def slide(self, window: Sequence[Any], newest: Any) -> tuple[Any, ...]:
+        """The window's values without the oldest, ``newest`` appended (a rule's last w − 1 values).
+
+        Back-ends may keep the window's total current (the float one does: :meth:`sum_up` and
+        :meth:`count` of a slid window then cost O(1), not O(w)).
+        """
+        ...
+
+    def count(self, values: Sequence[Any]) -> Any:
+        """Σ of integer counters, exactly."""
         ...
 
     def sub_down(self, value: Any, subtrahend: Any) -> Any:
@@ -91,9 +105,23 @@ class FloatOps:
         return term
 
     def sum_up(self, values: Any) -> Any:
+        if isinstance(values, SlidingValues) and not values.integral:
+            return values.total
         if isinstance(values, (list, tuple)):
             return rounding.sum_up_terms(values)
         return rounding.sum_up(values, axis=-1)
+
+    def slide(self, window: Sequence[Any], newest: Any) -> tuple[Any, ...]:
+        if not window:
+            return ()
+        if isinstance(window, SlidingValues):
+            return window.slid(newest)
+        return SlidingValues.of((*window[1:], newest))
+
+    def count(self, values: Sequence[Any]) -> Any:
+        if isinstance(values, SlidingValues) and values.integral:
+            return values.total
+        return _plain_sum(values)
 
     def sub_down(self, value: Any, subtrahend: Any) -> Any:
         return rounding.sub_down(value, subtrahend)
@@ -138,6 +166,12 @@ class ExactOps:
     def sum_up(self, values: Sequence[Fraction]) -> Fraction:
         return sum(values, Fraction(0))
 
+    def slide(self, window: Sequence[Any], newest: Any) -> tuple[Any, ...]:
+        return (*window[1:], newest) if window else ()
+
+    def count(self, values: Sequence[Any]) -> Any:
+        return _plain_sum(values)
+
     def sub_down(self, value: Any, subtrahend: Any) -> Any:
         return max(Fraction(value) - Fraction(subtrahend), Fraction(0))
 
@@ -152,6 +186,14 @@ class ExactOps:
 
     def fraction_down(self, value: Any, numerator: int, denominator: int) -> Any:
         return Fraction(value) * numerator / denominator
+
+
+def _plain_sum(values: Sequence[Any]) -> Any:
+    """Σ with plain + (ints, numpy arrays and Z3 integer terms all support it)."""
+    total: Any = 0
+    for value in values:
+        total = total + value
+    return total
 
 
 FLOAT = FloatOps()

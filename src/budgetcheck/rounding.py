@@ -117,7 +117,31 @@ def _near_underflow(values: FloatArray) -> NDArray[np.bool_]:
 
 
 def _down_where(values: FloatArray, mask: NDArray[np.bool_]) -> FloatArray:
-    return np.asarray(np.where(mask, np.nextafter(values, -np.inf), values), dtype=np.float64)
+    return np.asarray(np.where(mask, next_down(values), values), dtype=np.float64)
+
+
+def next_up(values: ArrayLike) -> FloatArray:
+    """``np.nextafter(values, inf)`` for float64 values, bit for bit, without the libm call per element
+    (several times cheaper): the neighbour of a finite non-zero double is its bit pattern ± 1."""
+    return _next(values, 1)
+
+
+def next_down(values: ArrayLike) -> FloatArray:
+    """``np.nextafter(values, -inf)`` for float64 values, bit for bit (see :func:`next_up`)."""
+    return _next(values, -1)
+
+
+def _next(values: ArrayLike, direction: int) -> FloatArray:
+    x = np.asarray(values, dtype=np.float64)
+    # Zeros, infinities and NaN take the library's rules (a sum that overflows only sends finite
+    # values there too); the common case costs a few whole-array operations.
+    if np.count_nonzero(x) != x.size or not np.isfinite(np.add.reduce(x, axis=None)):
+        return np.asarray(np.nextafter(x, direction * np.inf), dtype=np.float64)
+    bits = np.ascontiguousarray(x).view(np.int64)
+    # Positive doubles order like their bit patterns, negative ones in reverse.
+    step = np.sign(bits)
+    out = bits + step if direction > 0 else bits - step
+    return np.asarray(out.view(np.float64).reshape(x.shape), dtype=np.float64)
 
 
 def _split(a: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -159,11 +183,11 @@ def sum_up_terms(terms: Sequence[ArrayLike]) -> FloatArray:
 def _bound_sum(total: FloatArray, n: int) -> FloatArray:
     inflated = np.multiply(total, 1.0 + 2.0 * (n + 1) * _UNIT_ROUNDOFF)
     # A float sum of non-negative terms is 0 only when every term is 0: then it is exact.
-    return np.asarray(np.where(total == 0.0, 0.0, np.nextafter(inflated, np.inf)), dtype=np.float64)
+    return np.asarray(np.where(total == 0.0, 0.0, next_up(inflated)), dtype=np.float64)
 
 
 def scale_up(sensitivity: float, epsilon: FloatArray) -> FloatArray:
     """Laplace scale sensitivity/ε rounded up, so that the realised privacy loss is <= ε."""
     with np.errstate(divide="ignore"):
         scale = np.divide(sensitivity, epsilon, dtype=np.float64)
-    return np.asarray(np.nextafter(scale, np.inf), dtype=np.float64)
+    return next_up(scale)

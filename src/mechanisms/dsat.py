@@ -19,6 +19,8 @@ Deviations (accounting rules §4-5), with reasons:
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import numpy as np
 from numpy.typing import NDArray
@@ -54,7 +56,8 @@ class DSATw:
         rule, env = self.allocation_rule(), rule_env(ledger)
         runs = ledger.runs
         target = rule.samples(env) / env.w
-        state = tuple(np.full(runs, value) for value in rule.initial(FLOAT, env))
+        age, flags = rule.initial(FLOAT, env)
+        state: tuple[Any, ...] = (np.full(runs, age), tuple(np.full(runs, flag) for flag in flags))
         releases = empty_releases(runs, stream.length, stream.dimensions)
         last = np.zeros((runs, stream.dimensions))
         rows = np.ones(runs)

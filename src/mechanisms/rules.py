@@ -60,7 +60,7 @@ class BDRule:
         return (ops.share(env.epsilon, 2 * env.w), ops.where(decision, candidate, 0))
 
     def advance(self, ops: Ops, env: RuleEnv, state: State, decision: Any, spent: tuple[Any, ...]) -> State:
-        return (*state[1:], spent[1]) if env.w > 1 else ()
+        return ops.slide(state, spent[1])
 
     def invariant(self, ops: Ops, env: RuleEnv, state: State, recent: Sequence[Any]) -> Any:
         unit, half = ops.share(env.epsilon, 2 * env.w), ops.share(env.epsilon, 2)
@@ -174,14 +174,6 @@ class PeriodicRule:
         return ops.all_of(terms)
 
 
-def _int_sum(values: Sequence[Any]) -> Any:
-    """Σ of integer counters (plain + works on ints, numpy arrays and Z3 integer terms)."""
-    total: Any = 0
-    for value in values:
-        total = total + value
-    return total
-
-
 def _fraction_parts(value: float, name: str) -> tuple[int, int]:
     """A float in (0, 1] as an exact (numerator, denominator) with a small denominator."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
@@ -292,7 +284,7 @@ class RemainingFractionRule:
     purposes: tuple[str, ...] = ("publication",)
 
     def remaining(self, ops: Ops, env: RuleEnv, state: State) -> Any:
-        return ops.sub_down(env.epsilon, ops.sum_up(list(state)))
+        return ops.sub_down(env.epsilon, ops.sum_up(state))
 
     def initial(self, ops: Ops, env: RuleEnv) -> State:
         return tuple(0.0 for _ in range(env.w - 1))
@@ -309,7 +301,7 @@ class RemainingFractionRule:
         return (ops.where(decision, self.grant(ops, env, self.remaining(ops, env, state)), 0),)
 
     def advance(self, ops: Ops, env: RuleEnv, state: State, decision: Any, spent: tuple[Any, ...]) -> State:
-        return (*state[1:], spent[0]) if env.w > 1 else ()
+        return ops.slide(state, spent[0])
 
     def invariant(self, ops: Ops, env: RuleEnv, state: State, recent: Sequence[Any]) -> Any:
         terms = [s >= 0 for s in state] + [ops.sum_up(list(state)) <= env.epsilon]
@@ -325,7 +317,8 @@ class DistanceTestRule:
     With u = share(ε, 10w²): the row count takes w²·u <= ε/10 once, at t = 1; of the remaining
     ε' = 9w²·u the tests take ε₁ = (1 − C/w)ε' (9(w − C)·u each, w per window) and a sample ε'/w
     = 9w·u (the paper's Theorem 5.4 k saturates at 1 − C/w), at most C per window. State (a,
-    f_1..f_{w−1}): a = min(t − 1, w) and the sample flags of the last w − 1 timestamps. Invariant:
+    (f_1..f_{w−1})): a = min(t − 1, w) and the sample flags of the last w − 1 timestamps (a window
+the float back-end keeps a running count of: ``ops.slide``/``ops.count``). Invariant:
     flags in {0, 1} and 0 where the timestamp is before t = 1; recent totals bounded by their
     test, flagged sample and (at age a) the count.
     """
@@ -343,13 +336,13 @@ class DistanceTestRule:
         return ops.mul_down(unit, w * w), ops.mul_down(unit, 9 * (w - self.samples(env))), ops.mul_down(unit, 9 * w)
 
     def initial(self, ops: Ops, env: RuleEnv) -> State:
-        return (0, *(0 for _ in range(env.w - 1)))
+        return (0, tuple(0 for _ in range(env.w - 1)))
 
     def arbitrary(self, env: RuleEnv, tag: str) -> State:
-        return (symbol_int(f"{tag}_a"), *(symbol_int(f"{tag}_f{j}") for j in range(env.w - 1)))
+        return (symbol_int(f"{tag}_a"), tuple(symbol_int(f"{tag}_f{j}") for j in range(env.w - 1)))
 
     def grants(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> Any:
-        return ops.both(decision, _int_sum(state[1:]) < self.samples(env))
+        return ops.both(decision, ops.count(state[1]) < self.samples(env))
 
     def charges(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, ...]:
         count, test, sample = self.units(ops, env)
@@ -358,12 +351,12 @@ class DistanceTestRule:
     def advance(self, ops: Ops, env: RuleEnv, state: State, decision: Any, spent: tuple[Any, ...]) -> State:
         flag = ops.where(self.grants(ops, env, state, decision), 1, 0)
         age = ops.minimum(state[0] + 1, env.w)
-        return (age, *state[2:], flag) if env.w > 1 else (age,)
+        return (age, ops.slide(state[1], flag))
 
     def invariant(self, ops: Ops, env: RuleEnv, state: State, recent: Sequence[Any]) -> Any:
         count, test, sample = self.units(ops, env)
-        a, flags = state[0], state[1:]
-        terms = [a >= 0, a <= env.w, _int_sum(flags) <= self.samples(env)]
+        a, flags = state
+        terms = [a >= 0, a <= env.w, ops.count(flags) <= self.samples(env)]
         for m in range(1, env.w):
             flag, value = flags[env.w - 1 - m], recent[env.w - 1 - m]
             terms += [flag >= 0, flag <= 1, value >= 0]
