@@ -22,7 +22,7 @@ from budgetcheck import (
     sampling_error,
 )
 from budgetcheck._audit_notions import audit_personalized
-from budgetcheck.ops import FLOAT
+from budgetcheck.ops import FLOAT, per_run
 from budgetcheck.proving import RuleEnv
 from budgetcheck.strategies import requirement_sets
 from mechanisms.personalized import step_budgets
@@ -160,7 +160,7 @@ def test_sampling_mechanism_inclusion_frequencies() -> None:
 def _drive(rule: object, requirements: list[tuple[int, float]], decisions: list[bool]) -> list[tuple[list[float], list[float]]]:
     """Budgets per step for a scripted decision sequence, through the code PBD/PBA run."""
     envs = [RuleEnv(eps, w) for w, eps in requirements]
-    states = [tuple(np.full(1, v) for v in rule.initial(FLOAT, env)) for env in envs]  # type: ignore[attr-defined]
+    states = [per_run(rule.initial(FLOAT, env), 1) for env in envs]  # type: ignore[attr-defined]
     out = []
     for decision in decisions:
         diss, cand = step_budgets(rule, envs, states, 1)  # type: ignore[arg-type]

@@ -63,3 +63,22 @@ def test_a_long_stream_does_not_drift() -> None:
     exact = [3 * Fraction(0.1), 3 * Fraction(1 / 3)]
     for total, true in zip(FLOAT.sum_up(window), exact, strict=True):
         assert true <= Fraction(float(total)) <= true * (1 + Fraction(16, 2**52))
+
+
+def test_ghost_state_is_skipped_by_the_float_back_end_and_fails_loudly_if_read() -> None:
+    import pytest
+
+    from budgetcheck.ops import GHOST, per_run
+    from budgetcheck.proving import RuleEnv
+    from mechanisms.rules import BARule
+
+    rule, env = BARule(), RuleEnv(1.0, 4)
+    assert rule.initial(EXACT, env) == (1, 1, (0.0, 0.0, 0.0))
+    state = per_run(rule.initial(FLOAT, env), 3)
+    assert state[2] is GHOST and state[0].shape == (3,)
+    state = rule.advance(FLOAT, env, state, np.array([True, False, True]), rule.charges(FLOAT, env, state, np.full(3, True)))
+    assert state[2] is GHOST
+    with pytest.raises(TypeError, match="ghost"):
+        GHOST[0]
+    with pytest.raises(TypeError, match="ghost"):
+        bool(GHOST)

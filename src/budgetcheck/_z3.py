@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from fractions import Fraction
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import z3
@@ -233,6 +233,9 @@ class Z3Ops:
         for value in values:
             total = total + value
         return total
+
+    def ghost(self, make: Callable[[], Any]) -> Any:
+        return make()
 
     def sub_down(self, value: Any, subtrahend: Any) -> Any:
         return z3.If(value - subtrahend >= 0, value - subtrahend, z3.RealVal(0))

@@ -11,9 +11,9 @@ numpy, Python and Z3 all support; only choice, minimum and the logical connectiv
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
-from typing import Any, Protocol
+from typing import Any, Final, Protocol, final
 
 import numpy as np
 
@@ -56,6 +56,11 @@ class Ops(Protocol):
 
     def count(self, values: Sequence[Any]) -> Any:
         """Σ of integer counters, exactly."""
+        ...
+
+    def ghost(self, make: Callable[[], Any]) -> Any:
+        """A ghost state component, ``make()``: read by the invariant only, never by charges or
+        advance. Back-ends that only run the rule (float) skip computing it and hold :data:`GHOST`."""
         ...
 
     def sub_down(self, value: Any, subtrahend: Any) -> Any:
@@ -123,6 +128,9 @@ class FloatOps:
             return values.total
         return _plain_sum(values)
 
+    def ghost(self, make: Callable[[], Any]) -> Any:
+        return GHOST
+
     def sub_down(self, value: Any, subtrahend: Any) -> Any:
         return rounding.sub_down(value, subtrahend)
 
@@ -172,6 +180,9 @@ class ExactOps:
     def count(self, values: Sequence[Any]) -> Any:
         return _plain_sum(values)
 
+    def ghost(self, make: Callable[[], Any]) -> Any:
+        return make()
+
     def sub_down(self, value: Any, subtrahend: Any) -> Any:
         return max(Fraction(value) - Fraction(subtrahend), Fraction(0))
 
@@ -186,6 +197,33 @@ class ExactOps:
 
     def fraction_down(self, value: Any, numerator: int, denominator: int) -> Any:
         return Fraction(value) * numerator / denominator
+
+
+@final
+class _Ghost:
+    """What the float back-end holds for a ghost state component; any use of it is an error."""
+
+    def __repr__(self) -> str:
+        return "GHOST"
+
+    def __getitem__(self, index: object) -> Any:
+        raise TypeError("a rule read a ghost state component outside its invariant (the float back-end does not compute ghosts)")
+
+    def __bool__(self) -> bool:
+        raise TypeError("a rule read a ghost state component outside its invariant (the float back-end does not compute ghosts)")
+
+
+GHOST: Final = _Ghost()
+
+
+def per_run(state: Any, runs: int) -> Any:
+    """A rule's (initial) state with every number repeated once per run, shape (runs,) (nested
+    windows stay tuples; :data:`GHOST` stays as it is): the vectorised state a mechanism starts from."""
+    if isinstance(state, tuple):
+        return tuple(per_run(item, runs) for item in state)
+    if isinstance(state, _Ghost):
+        return state
+    return np.full(runs, state)
 
 
 def _plain_sum(values: Sequence[Any]) -> Any:

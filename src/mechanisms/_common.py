@@ -8,7 +8,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, LiveStream, SwellfishLedger, WindowLedger
-from budgetcheck.ops import FLOAT
+from budgetcheck.ops import FLOAT, per_run
 from budgetcheck.proving import AllocationRule, RuleEnv
 
 FloatArray = NDArray[np.float64]
@@ -92,7 +92,7 @@ def dissimilarity_framework(rule: AllocationRule, stream: Stream, ledger: Ledger
     """
     env = rule_env(ledger)
     runs = ledger.runs
-    state = tuple(np.full(runs, value) for value in rule.initial(FLOAT, env))  # ints stay int64
+    state = per_run(rule.initial(FLOAT, env), runs)  # ints stay int64
     wants = np.full(runs, True)
     last = np.zeros((runs, stream.dimensions))
     for secret in stream:

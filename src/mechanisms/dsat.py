@@ -26,7 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, WindowLedger
-from budgetcheck.ops import FLOAT
+from budgetcheck.ops import FLOAT, per_run
 from mechanisms._common import empty_releases, rule_env
 from mechanisms.rules import DistanceTestRule
 
@@ -56,8 +56,7 @@ class DSATw:
         rule, env = self.allocation_rule(), rule_env(ledger)
         runs = ledger.runs
         target = rule.samples(env) / env.w
-        age, flags = rule.initial(FLOAT, env)
-        state: tuple[Any, ...] = (np.full(runs, age), tuple(np.full(runs, flag) for flag in flags))
+        state: tuple[Any, ...] = per_run(rule.initial(FLOAT, env), runs)
         releases = empty_releases(runs, stream.length, stream.dimensions)
         last = np.zeros((runs, stream.dimensions))
         rows = np.ones(runs)

@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, InvalidArgument, WindowLedger
-from budgetcheck.ops import FLOAT
+from budgetcheck.ops import FLOAT, per_run
 from mechanisms._common import empty_releases, rule_env
 from mechanisms._control import FastPID, Kalman
 from mechanisms.rules import BlockRule
@@ -61,7 +61,7 @@ class FASTw:
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
         rule, env = self.allocation_rule(), rule_env(ledger)
         samples = rule.samples(env)
-        state = tuple(np.full(ledger.runs, value) for value in rule.initial(FLOAT, env))
+        state = per_run(rule.initial(FLOAT, env), ledger.runs)
         shape = (ledger.runs, stream.dimensions)
         releases = empty_releases(ledger.runs, stream.length, stream.dimensions)
         kalman, pid = self._fresh(shape), self._pid(shape)

@@ -31,7 +31,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import LiveStream, PersonalizedLedger, PersonalizedStream, Requirement
-from budgetcheck.ops import FLOAT
+from budgetcheck.ops import FLOAT, per_run
 from budgetcheck.proving import AllocationRule, RuleEnv
 from mechanisms._common import empty_releases, filtered
 from mechanisms.rules import BARule, BDRule
@@ -72,7 +72,7 @@ def personalized_releases(rule: AllocationRule, stream: PersonalizedStream | Liv
     chosen: list[Requirement] = [requirements.strictest()] * requirements.n_classes if strictest else list(requirements.classes)
     envs = [RuleEnv(r.epsilon, r.w) for r in chosen]
     runs = ledger.runs
-    states: list[Any] = [tuple(np.full(runs, v) for v in rule.initial(FLOAT, env)) for env in envs]
+    states: list[Any] = [per_run(rule.initial(FLOAT, env), runs) for env in envs]
     last = np.zeros((runs, stream.dimensions))
     for secret in stream:
         dissimilarity, candidate = step_budgets(rule, envs, states, runs)

@@ -28,7 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, Secret, WindowLedger
-from budgetcheck.ops import FLOAT
+from budgetcheck.ops import FLOAT, per_run
 from mechanisms._common import empty_releases, rule_env
 from mechanisms._control import Kalman, RescuePID, pushed
 from mechanisms.rules import RemainingFractionRule
@@ -142,7 +142,7 @@ def _run(mech: RescueDP, stream: GuardedStream, ledger: WindowLedger, *, shared_
     runs, d = ledger.runs, stream.dimensions
     shape = (runs, d)
     epsilon, w = float(env.epsilon), env.w
-    state = tuple(np.zeros(runs) for _ in rule.initial(FLOAT, env))
+    state = per_run(rule.initial(FLOAT, env), runs)
     local = np.zeros((runs, d, max(w - 1, 0)))  # per-location recent budgets, newest last (as published only)
     pid = RescuePID.start(shape, integral_window=mech.integral_window, kp=mech.kp, ki=mech.ki, kd=mech.kd, theta=mech.theta)
     noise = float((w / epsilon) ** 2)

@@ -74,8 +74,9 @@ class BARule:
     """BA (Kellaris et al. 2014, Fig. 4) with integer shares of u = share(ε, 2w).
 
     State (a, k, S): a = t − l for the last publication l (kept at most 2w: any a >= w + k − 1
-    behaves the same), k its share count, and a ghost S_m = the publication budget actually spent
-    at the last m timestamps, m = 1..w−1 (prefix sums keep the proof linear in w). Initially a
+    behaves the same), k its share count, and a ghost S = (S_1..S_{w−1}) (``ops.ghost``: only the
+    invariant reads it, the float back-end skips it), S_m = the publication budget actually spent
+    at the last m timestamps (prefix sums keep the proof linear in w). Initially a
     virtual publication at l = 0 with one share: (1, 1, 0, ...). Invariant (Kellaris Theorem 5,
     made inductive): 1 <= k <= w, 1 <= a <= 2w, 0 <= S_1 <= S_2 <= ...; S_m = 0 if m < a and
     S_m <= u·(m − a + k) otherwise; S_{w−1} <= u·w; the recent total at age m is at most
@@ -86,13 +87,13 @@ class BARule:
     purposes: tuple[str, ...] = ("dissimilarity", "publication")
 
     def initial(self, ops: Ops, env: RuleEnv) -> State:
-        return (1, 1, *(0.0 for _ in range(env.w - 1)))
+        return (1, 1, ops.ghost(lambda: tuple(0.0 for _ in range(env.w - 1))))
 
     def arbitrary(self, env: RuleEnv, tag: str) -> State:
         return (
             symbol_int(f"{tag}_a"),
             symbol_int(f"{tag}_k"),
-            *(symbol_real(f"{tag}_S{m}") for m in range(1, env.w)),
+            tuple(symbol_real(f"{tag}_S{m}") for m in range(1, env.w)),
         )
 
     def publishes(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, Any, Any]:
@@ -110,14 +111,14 @@ class BARule:
         _, shares, publish = self.publishes(ops, env, state, decision)
         age = ops.where(publish, 1, ops.minimum(state[0] + 1, 2 * env.w))
         last_shares = ops.where(publish, shares, state[1])
-        prefix = state[2:]
-        sums = tuple(spent[1] + previous for previous in (0, *prefix[:-1])) if env.w > 1 else ()
-        return (age, last_shares, *sums)
+        prefix = state[2]
+        sums = ops.ghost(lambda: tuple(spent[1] + previous for previous in (0, *prefix[:-1])) if env.w > 1 else ())
+        return (age, last_shares, sums)
 
     def invariant(self, ops: Ops, env: RuleEnv, state: State, recent: Sequence[Any]) -> Any:
         w = env.w
         unit = ops.share(env.epsilon, 2 * w)
-        age, last_shares, sums = state[0], state[1], state[2:]
+        age, last_shares, sums = state
         last_budget = ops.mul_down(unit, last_shares, at_most=w)
         age_budget = ops.mul_down(unit, age, at_most=2 * w)
         terms = [last_shares >= 1, last_shares <= w, age >= 1, age <= 2 * w]
