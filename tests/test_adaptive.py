@@ -250,15 +250,17 @@ def test_smoothers_by_hand() -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.data(), st.integers(1, 6), st.integers(1, 5), st.sampled_from(SMOOTHERS))
+@given(st.data(), st.integers(1, 6), st.sampled_from([1, 2, 3, 5, 8, 9, 17, 40]), st.sampled_from(SMOOTHERS))
 def test_sorted_group_history_matches_smoothing_the_group_in_time_order(data: Any, rows: int, capacity: int, smoother: str) -> None:
     """The incremental sorted groups give what :func:`smooth` gives on the group's releases in time
     order (the brute-force oracle): medians exactly, averages and James–Stein to rounding."""
     history, groups = GroupHistory(capacity), [[] for _ in range(rows)]  # type: list[list[float]]
     values = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False) | st.sampled_from([0.0, 1.0, -1.0])
-    for step in range(data.draw(st.integers(1, 12))):
+    sticky = data.draw(st.lists(st.booleans(), min_size=rows, max_size=rows), label="sticky")  # grow to capacity
+    for step in range(data.draw(st.integers(1, capacity + 4))):  # groups past 8 and 32 entries: the later tiers
         new = np.array(data.draw(st.lists(values, min_size=rows, max_size=rows)))
-        restart = np.array([step == 0 or len(g) == capacity or data.draw(st.booleans()) for g in groups])
+        restart = np.array([step == 0 or len(g) == capacity or not sticky[row] and data.draw(st.booleans(), label="restart")
+                            for row, g in enumerate(groups)])
         for row, group in enumerate(groups):
             groups[row] = [new[row]] if restart[row] else [*group, new[row]]
         history.add(new, restart)
