@@ -174,6 +174,8 @@ class LedgerCore(abc.ABC):
         extra = (1,) * (len(shape) - budgets.ndim)
         paid = (budgets > 0.0).reshape(budgets.shape + extra)
         full = np.broadcast_to(values, shape)
+        if paid.all():
+            return self._noise.perturb(full, scale.reshape(scale.shape + extra), sensitivity, integral=integral)
         out = self._noise.perturb(full, np.where(paid, scale.reshape(scale.shape + extra), 0.0), sensitivity, integral=integral)
         out[np.broadcast_to(~paid, shape)] = np.nan
         return out

@@ -77,6 +77,10 @@ class ExactVector:
     def runs(self) -> int:
         return self._runs
 
+    def shared(self) -> int | None:
+        """The value when it is held as one Python integer for every run, else None."""
+        return self._value
+
     def __add__(self, other: ExactVector) -> ExactVector:
         return self._combine(other, 1)
 

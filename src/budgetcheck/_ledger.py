@@ -26,7 +26,7 @@ from budgetcheck._params import WEventParams
 from budgetcheck._records import LedgerHeader, SpendRecord
 from budgetcheck._secret import Secret, charged, claim, stacked_rows
 from budgetcheck._threshold import ThresholdTest
-from budgetcheck._validation import check_label, check_sensitivity
+from budgetcheck._validation import check_amount_rows, check_label, check_sensitivity
 from budgetcheck._exact import ExactVector
 from budgetcheck._windows import ExactWindows
 
@@ -66,6 +66,95 @@ class WindowLedger(LaplaceReleases):
         """The exact sum of window [t-w+1, t] per run, in units of 2**-1127 (for auditors)."""
         window, _ = self._windows.prospective(self._check_t(t))
         return tuple(window.tolist())
+
+    @journaled
+    def laplace_series(self, secrets: Sequence[Secret], epsilon: ArrayLike, *, sensitivity: float = 1.0,
+                       purpose: str = "publication") -> FloatArray:
+        """Release several timestamps in one operation: secret k plus Laplace noise of scale Δ/ε_k
+        (rounded up), per run — what k calls of :meth:`laplace` in timestamp order release, bit for bit.
+
+        Each secret is charged at its own timestamp, and every charge is checked before any value is
+        read or any noise drawn: if one would break a window, the whole series is refused and the
+        ledger is exactly as it was. For offline streams whose release schedule does not depend on
+        earlier releases (Uniform, Sample): one noise draw instead of k. ``epsilon`` has shape (k,)
+        (one budget per secret, every run) or (k, runs). Returns shape (runs, k, *secret.shape);
+        NaN where ε = 0.
+        """
+        secrets = list(secrets)
+        if not secrets:
+            raise InvalidArgument("secrets must name at least one timestamp, got none")
+        if not all(isinstance(secret, Secret) for secret in secrets):
+            raise InvalidArgument(f"secrets must be Secrets from a guarded stream, got {sorted({type(x).__name__ for x in secrets})}")
+        stamps = [secret.t for secret in secrets]
+        if any(later <= earlier for earlier, later in zip(stamps, stamps[1:])):
+            raise InvalidArgument(f"secrets must have increasing timestamps, got {stamps if len(stamps) <= 10 else stamps[:10] + ['...']}")
+        if len({(tuple(secret.shape), stacked_rows(secret)) for secret in secrets}) != 1:
+            raise InvalidArgument("secrets must come from one stream (one shape)")
+        budgets = check_amount_rows(epsilon, len(secrets), self._runs)  # (k, 1) or (k, runs)
+        purpose = check_label(purpose)
+        sensitivity = check_sensitivity(sensitivity)
+        for secret in secrets:
+            self._check_secret(secret)
+        scales = self._noise.scale(sensitivity, budgets, integral=True)
+        scales.setflags(write=False)
+        amounts = np.broadcast_to(budgets, (len(secrets), self._runs))  # read-only views, shared by the records
+        noise_scales = np.broadcast_to(scales, (len(secrets), self._runs))
+        records = [SpendRecord(t=t, purpose=purpose, amounts=amounts[k], sensitivity=sensitivity, noise_scale=noise_scales[k],
+                               sampler=self._noise.name) for k, t in enumerate(stamps)]
+        self._charge_each(stamps, amounts, records)
+        with contextlib.ExitStack() as stack:
+            payloads = np.stack([stack.enter_context(charged(secret)) for secret in secrets])
+        # Runs [s·R/S, (s+1)·R/S) read stream s of S (S = 1 for a plain stream): values, budgets and
+        # scales of shape (k, S, R/S, …) broadcast without copies; noise drawn over that shape is
+        # drawn in the order of k draws of (runs, *shape): the numbers of k laplace calls.
+        streams = stacked_rows(secrets[0]) or 1
+        if not stacked_rows(secrets[0]):
+            payloads = payloads[:, None]
+        k, shape = len(secrets), tuple(secrets[0].shape)
+        grouped = (k, streams, self._runs // streams)
+        values = np.broadcast_to(payloads[:, :, None], (*grouped, *shape))
+        per_run = (k, 1, 1) if budgets.shape[1] == 1 else grouped
+        out = self._noisy(values, budgets.reshape(per_run), scales.reshape(per_run), sensitivity, per_run=True)
+        return np.moveaxis(out.reshape(k, self._runs, *shape), 0, 1)
+
+    def _charge_each(self, stamps: list[int], amounts: FloatArray, records: list[SpendRecord]) -> None:
+        """Charge amounts[k] at stamps[k] in turn, all or nothing: if one is refused, the ledger is
+        restored and the refusal raised."""
+        totals = self._windows.shared_totals() if not any(amounts.strides[1:]) else None
+        if totals is not None:  # every run spends alike: one exact check in Python integers
+            self._charge_shared(stamps, amounts[:, 0], records, totals)
+            return
+        windows, t, kept, pending = self._windows.copy(), self._t, len(self._records), len(self._pending)
+        try:
+            for stamp, row, record in zip(stamps, amounts, records, strict=True):
+                self._charge(stamp, row, record)
+        except BudgetExceeded:
+            self._windows, self._t = windows, t
+            del self._records[kept:], self._pending[pending:]
+            raise
+
+    def _charge_shared(self, stamps: list[int], amounts: FloatArray, records: list[SpendRecord], totals: dict[int, int]) -> None:
+        """:meth:`_charge_each` when the spends and every kept total are the same in every run: the
+        window [s−w+1, s] of every stamp s is summed exactly from the totals, then all are committed."""
+        w, limit = self._params.w, self._eps_units
+        for stamp, amount in zip(stamps, amounts, strict=True):
+            totals[stamp] = totals.get(stamp, 0) + rounding.to_units(float(amount))
+        timeline = sorted(totals.items())
+        window, oldest = 0, 0  # the sum of totals in (s − w, s], and the index of its oldest timestamp
+        ends = set(stamps)
+        for s, units in timeline:
+            window += units
+            while timeline[oldest][0] <= s - w:
+                window -= timeline[oldest][1]
+                oldest += 1
+            if s in ends and window > limit:
+                k = stamps.index(s)
+                self._refusals += 1
+                self._refuse(s, np.broadcast_to(amounts[k], (self._runs,)), ExactVector.from_int(window - rounding.to_units(float(amounts[k]))),
+                             ExactVector.from_int(window), 0, records[k].purpose)
+        self._windows.replace(stamps[-1], totals)
+        for stamp, record in zip(stamps, records, strict=True):
+            self._commit(stamp, record)
 
     @journaled
     def measure_footprint(

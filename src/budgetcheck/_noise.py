@@ -61,7 +61,9 @@ class NumpyLaplace:
 
     def perturb(self, values: FloatArray, scale: FloatArray, sensitivity: float, *, integral: bool) -> FloatArray:
         noise = self._rng.laplace(0.0, 1.0, size=values.shape)
-        return np.asarray(values + noise * scale, dtype=np.float64)
+        noise *= scale  # in place: the same numbers as values + noise * scale, without temporaries
+        noise += values
+        return noise
 
 
 def granularity(sensitivity: float, *, integral: bool = True) -> Fraction:

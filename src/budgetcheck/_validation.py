@@ -64,6 +64,29 @@ def check_amounts(value: object, runs: int, name: str = "epsilon") -> FloatArray
     return arr
 
 
+def check_amount_rows(value: object, rows: int, runs: int, name: str = "epsilon") -> FloatArray:
+    """Budgets of ``rows`` spends: shape (rows,) (one per spend, for every run) or (rows, runs),
+    each finite and >= 0. Returns a fresh read-only array of shape (rows, 1) (the same for every
+    run: broadcast it) or (rows, runs)."""
+    if isinstance(value, bool):
+        raise InvalidArgument(f"{name}={value!r} must be an array of finite numbers >= 0")
+    try:
+        arr = np.array(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"{name}={value!r} must be an array of finite numbers >= 0") from exc
+    if arr.shape == (rows,):
+        arr = arr[:, None]
+    if arr.shape not in ((rows, 1), (rows, runs)):
+        raise InvalidArgument(f"{name} has shape {arr.shape}; expected ({rows},) or ({rows}, {runs}) for {rows} spends and {runs} runs")
+    bad = ~np.isfinite(arr) | (arr < 0.0)
+    if bad.any():
+        row, column = (int(i) for i in np.argwhere(bad)[0])
+        where = f"[{row}]" if arr.shape[1] == 1 and runs != 1 else f"[{row}, {column}]"
+        raise InvalidArgument(f"{name}{where}={float(arr[row, column])!r} must be a finite number >= 0")
+    arr.setflags(write=False)
+    return arr
+
+
 def check_bin_amounts(value: object, runs: int, bins: int, name: str = "epsilon", *, scalar: bool = False) -> FloatArray:
     """Per-run, per-bin (or per-class) budgets: shape (runs, bins) or (bins,) (or a scalar if
     ``scalar``), each finite and >= 0 (read-only)."""

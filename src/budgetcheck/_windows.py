@@ -58,6 +58,11 @@ class _Entry:
         self.parts.append(part)
         self._low = None
 
+    def copy(self) -> _Entry:
+        entry = _Entry(self.t, list(self.parts), self._exact, base=self.base)
+        entry._exact, entry._low = self._exact, self._low
+        return entry
+
     def exact(self) -> ExactVector:
         if self._exact is None:
             total = self.base if self.base is not None else ExactVector.zeros(len(self.parts[0]))
@@ -98,6 +103,16 @@ class ExactWindows:
     @property
     def w(self) -> int:
         return self._w
+
+    def copy(self) -> ExactWindows:
+        """An independent copy (what a transaction of several spends restores if one is refused)."""
+        other = ExactWindows(self._w, self._runs)
+        copies = {id(entry): entry.copy() for entry in (*self._past, *self._entries)}
+        other._entries = collections.deque(copies[id(entry)] for entry in self._entries)
+        other._past = collections.deque(copies[id(entry)] for entry in self._past)
+        other._sum, other._upper, other._skip = self._sum, self._upper, self._skip
+        other._pending = [copies.get(id(item), item) if isinstance(item, _Entry) else item for item in self._pending]
+        return other
 
     def prospective(self, t: int) -> tuple[ExactVector, int]:
         """The exact sum of window [t−w+1, t−1] before a spend at t, and how many entries leave."""
@@ -181,6 +196,26 @@ class ExactWindows:
         self._sum = sum((totals for _, totals in sorted(merged.items())), zeros(self._runs))
         self._pending = []
         self._upper = None
+
+    def shared_totals(self) -> dict[int, int] | None:
+        """The exact total of every timestamp kept (current window and the w − 1 before it), when each
+        is the same in every run (a fixed schedule's spends): {t: units}; else None."""
+        totals: dict[int, int] = {}
+        for entry in (*self._past, *self._entries):
+            value = entry.exact().shared()
+            if value is None:
+                return None
+            totals[entry.t] = value
+        return totals
+
+    def replace(self, t: int, totals: dict[int, int]) -> None:
+        """Make the state that of exact totals {s: units, the same in every run} with t the latest
+        timestamp (what :meth:`shared_totals` and a checked series of spends give)."""
+        kept = {s: ExactVector.from_int(units, self._runs) for s, units in sorted(totals.items()) if s > t - 2 * self._w + 1}
+        self._past = collections.deque(_Entry(s, [], None, base=units) for s, units in kept.items() if s <= t - self._w)
+        self._entries = collections.deque(_Entry(s, [], None, base=units) for s, units in kept.items() if s > t - self._w)
+        self._sum = sum((entry.exact() for entry in self._entries), zeros(self._runs))
+        self._pending, self._upper, self._skip = [], None, 0
 
     def _exact_sum(self) -> ExactVector:
         """The exact sum of the current window's entries (catching up on quick commits)."""

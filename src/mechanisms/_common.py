@@ -52,8 +52,29 @@ def collect(releases: Iterator[FloatArray], stream: GuardedStream, runs: int) ->
 
 
 def run_fixed_schedule(rule: AllocationRule, stream: GuardedStream, ledger: Ledger, filtering: bool) -> FloatArray:
-    """:func:`fixed_schedule` over a whole stream."""
-    return collect(fixed_schedule(rule, stream, ledger, filtering), stream, ledger.runs)
+    """:func:`fixed_schedule` over a whole stream: on a w-event ledger the schedule's releases are
+    one ``laplace_series`` (the same records and releases, bit for bit, as the step-by-step run)."""
+    if not isinstance(ledger, WindowLedger):
+        return collect(fixed_schedule(rule, stream, ledger, filtering), stream, ledger.runs)
+    env = rule_env(ledger)
+    state = rule.initial(FLOAT, env)
+    secrets, budgets = [], []
+    released = np.zeros(stream.length, dtype=np.int64)
+    for secret in stream:
+        (budget,) = rule.charges(FLOAT, env, state, True)
+        if budget > 0:
+            secrets.append(secret)
+            budgets.append(float(budget))
+            released[secret.t - 1] = 1
+        state = rule.advance(FLOAT, env, state, True, (budget,))
+    latest = np.cumsum(released)  # per t: how many releases so far (its latest is the last of them)
+    if not secrets:
+        return empty_releases(ledger.runs, stream.length, stream.dimensions)
+    noisy = filtered(ledger.laplace_series(secrets, np.array(budgets), purpose="publication"), filtering)
+    if latest[0] == 0:  # before the first release: zeros
+        noisy = np.concatenate([empty_releases(ledger.runs, 1, stream.dimensions), noisy], axis=1)
+        latest = latest + 1
+    return noisy if len(secrets) == stream.length else np.asarray(noisy[:, latest - 1], dtype=np.float64)
 
 
 def run_dissimilarity_framework(rule: AllocationRule, stream: GuardedStream, ledger: Ledger, filtering: bool) -> FloatArray:
