@@ -41,6 +41,10 @@ class UncheckedLedger(WindowLedger):
         self._windows.commit(t, np.zeros(self.runs), zero, zero, self._windows.prospective(t)[1])
         self._commit(t, record)
 
+    def _charge_each(self, stamps, amounts, records):  # type: ignore[no-untyped-def]
+        for t, row, record in zip(stamps, amounts, records):  # a series: the same, spend by spend
+            self._charge(t, row, record)
+
 
 def _timed_run(mechanism: str, data: list[np.ndarray], epsilon: float, w: int, runs: int, ledger_type: type[WindowLedger]) -> float:
     stream = GuardedStream.stacked(data)

@@ -1,0 +1,174 @@
+"""WindowLedger.laplace_series against step-by-step laplace calls (the oracle), and its refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import budgetcheck as bc
+from budgetcheck.ops import Ops
+from budgetcheck.proving import RuleEnv, State
+from mechanisms._common import fixed_schedule, run_fixed_schedule
+from mechanisms.rules import PeriodicRule
+
+budget = st.sampled_from([0.0, 0.05, 0.1, 0.125, 1 / 3, 0.25, 0.5, 1.0])
+
+
+@st.composite
+def series_cases(draw: Any) -> dict[str, Any]:
+    runs = draw(st.sampled_from([1, 2, 4]))
+    length = draw(st.integers(2, 14))
+    prior = draw(st.integers(0, length - 1))
+    per_run = draw(st.booleans())
+    shape = (length - prior, runs) if per_run else (length - prior,)
+    return {
+        "w": draw(st.integers(1, 5)),
+        "epsilon": draw(st.sampled_from([0.5, 1.0])),
+        "runs": runs,
+        "length": length,
+        "streams": draw(st.sampled_from([1, 2])) if runs % 2 == 0 else 1,
+        "prior": [draw(st.lists(budget, min_size=runs, max_size=runs)) if draw(st.booleans()) else [draw(budget)] * runs
+                  for _ in range(prior)],
+        "series": np.array(draw(st.lists(budget, min_size=int(np.prod(shape)), max_size=int(np.prod(shape))))).reshape(shape),
+    }
+
+
+def _ledger(case: dict[str, Any]) -> tuple[bc.WindowLedger, list[bc.Secret]]:
+    rng = np.random.default_rng(7)
+    data = [rng.integers(0, 50, (case["length"], 2)).astype(float) for _ in range(case["streams"])]
+    stream = bc.GuardedStream.stacked(data) if case["streams"] > 1 else bc.GuardedStream(data[0])
+    ledger = bc.WindowLedger(bc.WEventParams(case["epsilon"], case["w"]), runs=case["runs"], seed=11)
+    ledger.bind(stream)
+    return ledger, list(stream)
+
+
+def _state(ledger: bc.WindowLedger) -> tuple[Any, ...]:
+    t = max(ledger.t, 1)
+    return (list(ledger.jsonl()), ledger.t, ledger.window_sum(t), ledger.refusals, ledger._rng.bit_generator.state)
+
+
+@settings(max_examples=300, deadline=None)
+@given(series_cases())
+def test_a_series_releases_and_records_what_step_by_step_calls_do_or_is_refused_as_a_whole(case: dict[str, Any]) -> None:
+    stepwise, secrets = _ledger(case)
+    bulk, bulk_secrets = _ledger(case)
+    prior = len(case["prior"])
+    for ledger, items in ((stepwise, secrets), (bulk, bulk_secrets)):
+        for secret, amounts in zip(items, case["prior"]):
+            try:
+                ledger.laplace(secret, amounts)
+            except bc.BudgetExceeded:
+                return  # the prior spends alone overspend: nothing to compare
+    before = _state(bulk)
+    refusal: bc.BudgetExceeded | None = None
+    releases = []
+    try:
+        for secret, amounts in zip(secrets[prior:], case["series"]):
+            releases.append(stepwise.laplace(secret, amounts))
+    except bc.BudgetExceeded as exc:
+        refusal = exc
+    if refusal is None:
+        out = bulk.laplace_series(bulk_secrets[prior:], case["series"])
+        np.testing.assert_array_equal(out, np.stack(releases, axis=1))
+        assert list(bulk.jsonl()) == list(stepwise.jsonl())
+        t = bulk.t + 1
+        assert bulk.window_sum(t) == stepwise.window_sum(t)
+        np.testing.assert_array_equal(bulk.remaining(t), stepwise.remaining(t))
+    else:
+        with pytest.raises(bc.BudgetExceeded) as caught:
+            bulk.laplace_series(bulk_secrets[prior:], case["series"])
+        assert caught.value.window == refusal.window  # the first spend step by step refuses
+        after = _state(bulk)
+        assert after[:3] == before[:3] and after[4] == before[4] and after[3] == before[3] + 1
+
+
+def test_a_series_checks_its_arguments_before_it_charges() -> None:
+    ledger = bc.WindowLedger(bc.WEventParams(1.0, 3), runs=2)
+    stream = bc.GuardedStream(np.ones((5, 1)))
+    ledger.bind(stream)
+    secrets = list(stream)
+    with pytest.raises(bc.InvalidArgument, match="at least one"):
+        ledger.laplace_series([], [])
+    with pytest.raises(bc.InvalidArgument, match="increasing"):
+        ledger.laplace_series([secrets[1], secrets[0]], [0.1, 0.1])
+    with pytest.raises(bc.InvalidArgument, match=r"shape \(3,\)"):
+        ledger.laplace_series(secrets[:2], [0.1, 0.1, 0.1])
+    with pytest.raises(bc.InvalidArgument, match=r"epsilon\[1\]=nan"):
+        ledger.laplace_series(secrets[:2], [0.1, float("nan")])
+    with pytest.raises(bc.InvalidArgument, match=r"epsilon\[0, 1\]=-0.1"):
+        ledger.laplace_series(secrets[:2], [[0.1, -0.1], [0.1, 0.1]])
+    with pytest.raises(bc.InvalidArgument, match="Secrets"):
+        ledger.laplace_series([secrets[0], 3], [0.1, 0.1])  # type: ignore[list-item]
+    assert ledger.records == ()
+    ledger.laplace(secrets[2], 0.1)
+    with pytest.raises(bc.TimestampOrder):
+        ledger.laplace_series(secrets[1:3], [0.1, 0.1])
+    assert len(ledger.records) == 1
+
+
+@attrs.frozen
+class _FirstReleaseLater(PeriodicRule):
+    """A fixed schedule whose first release is at t = 3 (before it, the release is all zeros)."""
+
+    def initial(self, ops: Ops, env: RuleEnv) -> State:
+        return (self.period(env) - 2,)
+
+
+@pytest.mark.parametrize("rule", [PeriodicRule(every=1), PeriodicRule(every=None), _FirstReleaseLater(every=None)])
+def test_the_whole_stream_run_of_a_fixed_schedule_is_the_step_by_step_run(rule: PeriodicRule) -> None:
+    data = np.arange(40.0).reshape(20, 2)
+    outs, files = [], []
+    for whole in (True, False):
+        stream = bc.GuardedStream(data)
+        ledger = bc.WindowLedger(bc.WEventParams(1.0, 4), runs=3, seed=5)
+        ledger.bind(stream)
+        outs.append(run_fixed_schedule(rule, stream, ledger, False) if whole
+                    else np.stack(list(fixed_schedule(rule, stream, ledger, False)), axis=1))
+        files.append(list(ledger.jsonl()))
+    np.testing.assert_array_equal(outs[0], outs[1])
+    assert files[0] == files[1]
+    if isinstance(rule, _FirstReleaseLater):
+        assert (outs[0][:, :2] == 0).all() and not (outs[0][:, 2] == 0).all()
+
+
+def test_a_series_on_a_ledger_file_persists_and_a_refused_one_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "series.db"
+    params = bc.WEventParams(1.0, 4)
+    ledger = bc.open_ledger(path, bc.WindowLedger(params, runs=2, seed=3), durability="process")
+    stream = bc.GuardedStream(np.arange(16.0).reshape(8, 2))
+    ledger.bind(stream)
+    secrets = list(stream)
+    ledger.laplace_series(secrets[:4], [0.25, 0.25, 0.25, 0.25])
+    journal = ledger.journal
+    assert journal is not None
+    head = journal.head()
+    with pytest.raises(bc.BudgetExceeded):
+        ledger.laplace_series(secrets[4:6], [0.25, 0.5])
+    assert journal.head() == head and ledger.t == 4
+    ledger.close()
+    again = bc.open_ledger(path, bc.WindowLedger(params, runs=2, seed=3), durability="process")
+    assert again.t == 4 and len(again.records) == 4
+    assert again.window_sum(4) == (bc.rounding.to_units(1.0),) * 2
+    assert bc.audit_file(path).ok
+
+
+@pytest.mark.parametrize("runs", [1, 3])
+def test_a_series_is_checked_exactly_at_the_boundary(runs: int) -> None:
+    """0.1 + 0.2 exceeds the double 0.3 by 2.8e-17 (refused) and fits in 0.1 + 0.2 rounded (allowed)."""
+    for epsilon, allowed in ((0.3, False), (0.1 + 0.2, True)):
+        ledger = bc.WindowLedger(bc.WEventParams(epsilon, 2), runs=runs)
+        stream = bc.GuardedStream(np.ones((2, 1)))
+        ledger.bind(stream)
+        if allowed:
+            ledger.laplace_series(list(stream), [0.1, 0.2])
+            assert len(ledger.records) == 2
+        else:
+            with pytest.raises(bc.BudgetExceeded, match=r"window \[1, 2\]"):
+                ledger.laplace_series(list(stream), [0.1, 0.2])
+            assert ledger.records == () and ledger.refusals == 1
