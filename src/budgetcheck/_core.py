@@ -173,7 +173,7 @@ class LedgerCore(abc.ABC):
             return np.zeros(shape)  # replaced by the stored output (see _replayed)
         extra = (1,) * (len(shape) - budgets.ndim)
         paid = (budgets > 0.0).reshape(budgets.shape + extra)
-        full = np.broadcast_to(values, shape)
+        full = values if values.shape == shape else np.broadcast_to(values, shape)
         if paid.all():
             return self._noise.perturb(full, scale.reshape(scale.shape + extra), sensitivity, integral=integral)
         out = self._noise.perturb(full, np.where(paid, scale.reshape(scale.shape + extra), 0.0), sensitivity, integral=integral)
@@ -456,6 +456,7 @@ class LaplaceReleases(LedgerCore):
         purpose = check_label(purpose)
         sensitivity = self._sensitivity_at(t, sensitivity)
         scale = self._noise.scale(sensitivity, budgets, integral=integral)
+        scale.setflags(write=False)  # shared with the record, not copied
         record = SpendRecord(t=t, purpose=purpose, amounts=amounts, sensitivity=sensitivity, noise_scale=scale, sampler=self._noise.name)
         self._charge(t, amounts, record)
         return scale, sensitivity

@@ -46,6 +46,10 @@ def check_amounts(value: object, runs: int, name: str = "epsilon") -> FloatArray
 
     Zero means "this run spends nothing here". Returns a fresh read-only float64 array.
     """
+    if type(value) is float and math.isfinite(value) and value >= 0.0:  # the common scalar: no array checks
+        arr = np.full(runs, value)
+        arr.setflags(write=False)
+        return arr
     if isinstance(value, bool):
         raise InvalidArgument(f"{name}={value!r} must be a finite number >= 0 or an array of them")
     try:
