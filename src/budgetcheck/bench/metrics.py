@@ -25,13 +25,16 @@ def errors(truth: FloatArray, releases: FloatArray, mre_bound: float) -> tuple[F
     truth = np.asarray(truth, dtype=np.float64)
     if releases.ndim != 3 or releases.shape[1:] != truth.shape:
         raise InvalidArgument(f"releases must have shape (runs, {truth.shape[0]}, {truth.shape[1]}), got {releases.shape}")
-    absolute = np.abs(releases - truth)
     gamma = mre_bound * truth.sum(axis=0)
     denominator = np.maximum(truth, gamma)
     # A dimension that is 0 everywhere has γ_d = 0: its relative error is undefined; such a
     # dimension falls back to γ_d = 1 (a count stream's smallest positive value).
     denominator = np.where(denominator > 0.0, denominator, 1.0)
-    return absolute.mean(axis=(1, 2)), (absolute / denominator).mean(axis=(1, 2))
+    error = np.subtract(releases, truth, dtype=np.float64)
+    np.abs(error, out=error)
+    mae = error.mean(axis=(1, 2))
+    error /= denominator  # in place: one (runs, T, d) temporary for both metrics
+    return mae, error.mean(axis=(1, 2))
 
 
 def deterioration(mae: FloatArray) -> FloatArray:
