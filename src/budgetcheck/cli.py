@@ -397,14 +397,15 @@ def bench_swellfish(paper: bool, out: Path, seed: int, jobs: int) -> None:
     from budgetcheck._errors import BudgetcheckError
     from budgetcheck.bench import swellfish_study as study
 
-    scale = dict(households=55, runs=100, length=2000) if paper else dict(zones=(500.0, 50000.0), households=2, length=1000, runs=5)
+    length = 2000 if paper else 1000
+    scale = dict(households=55, runs=100) if paper else dict(zones=(500.0, 50000.0), households=2, runs=5)
     try:
-        rows = study.run_study(**scale, seed=seed, jobs=jobs, progress_file=out / "progress.jsonl",
+        rows = study.run_study(**scale, length=length, seed=seed, jobs=jobs, progress_file=out / "progress.jsonl",
                                progress=lambda line: click.echo(line, err=True))
     except BudgetcheckError as exc:
         raise InputError(str(exc)) from exc
-    files = study.write_study(rows, out)
-    click.echo(study.study_table(rows))
+    files = study.write_study(rows, out, length=length, seed=seed)
+    click.echo(study.study_table(rows, length=length, seed=seed))
     click.echo(f"wrote {', '.join(str(p) for p in files)}")
 
 

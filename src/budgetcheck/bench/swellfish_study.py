@@ -203,13 +203,34 @@ class _ProgressFile:
             handle.flush()
 
 
-def _mean_mre(rows: Sequence[SwellfishRow], zone: float, name: str) -> float:
-    values = [r.mre for r in rows if r.zone == zone and r.mechanism == name]
+def predicted_ratios(length: int, seed: int, household: int) -> tuple[float, float]:
+    """The MAE ratios TSUniform / Uniform and TINARUniform / Uniform that Tex et al.'s Theorems 6.1
+    and 6.2 predict from a household's policies (expected |Lap(b)| = b): mean_t Δ_Q^t / ΔQ, and
+    mean_t of max_t' Δ_Q^t' · max_{φ∈Φ_t} δ(J) / (ΔQ · w), 0 where no policy is relevant (the
+    true value is released there). ΔQ = all appliances' power (the w-event mechanisms' sensitivity)."""
+    policies = PolicyCollection(household_policies(length, np.random.default_rng(stable_seed(seed, "household", household))))
+    appliances = sum(a.power for a in APPLIANCES)
+    w, policy_sensitivity = policies.max_interval, policies.global_sensitivity()
+    teas, tinar = [], []
+    for t in range(1, length + 1):
+        relevant = policies.relevant(t)
+        teas.append(policies.temporal_sensitivity(t) / appliances)
+        tinar.append(policy_sensitivity * max(policies.delta(i) for i in relevant) / (appliances * w) if relevant else 0.0)
+    return float(np.mean(teas)), float(np.mean(tinar))
+
+
+def _mean_of(rows: Sequence[SwellfishRow], zone: float, name: str, metric: str = "mre") -> float:
+    values = [getattr(r, metric) for r in rows if r.zone == zone and r.mechanism == name]
     return float(np.mean(values)) if values else float("nan")
 
 
-def study_table(rows: Sequence[SwellfishRow]) -> str:
-    """Intrinsic MRE ratios (TEAS, TINAR) and the extrinsic MRE, per zone (mean over households)."""
+def _mean_mre(rows: Sequence[SwellfishRow], zone: float, name: str) -> float:
+    return _mean_of(rows, zone, name)
+
+
+def study_table(rows: Sequence[SwellfishRow], *, length: int | None = None, seed: int = 0) -> str:
+    """Intrinsic MRE ratios (TEAS, TINAR) and the extrinsic MRE, per zone (mean over households);
+    with the study's ``length`` and ``seed``, also the MAE ratios Theorems 6.1 and 6.2 predict."""
     zones = sorted({r.zone for r in rows})
     head = f"{'':<28}" + "".join(f"{f'zone {z:g} kW':>16}" for z in zones)
     lines = ["Intrinsic: MRE(Swellfish) / MRE(w-event), < 1 = the effect helps (Table 2; cf. Figures 4 and 5)", head]
@@ -217,20 +238,28 @@ def study_table(rows: Sequence[SwellfishRow]) -> str:
         for base, improved in pairs:
             ratios = "".join(f"{_mean_mre(rows, z, improved) / _mean_mre(rows, z, base):>16.3g}" for z in zones)
             lines.append(f"{effect + ': ' + improved + ' / ' + base:<28}{ratios}")
+    households = sorted({r.household for r in rows})
+    if length is not None and households:
+        predicted = np.mean([predicted_ratios(length, seed, h) for h in households], axis=0)
+        lines += ["", f"MAE ratio measured vs predicted by Theorems 6.1 (TEAS) and 6.2 (TINAR) from the "
+                      f"{len(households)} households' policies", head + f"{'predicted':>16}"]
+        for (base, improved), value in ((("Uniform", "TSUniform")), predicted[0]), (("Uniform", "TINARUniform"), predicted[1]):
+            ratios = "".join(f"{_mean_of(rows, z, improved, 'mae') / _mean_of(rows, z, base, 'mae'):>16.3g}" for z in zones)
+            lines.append(f"{improved + ' / ' + base:<28}{ratios}{value:>16.3g}")
     lines += ["", "Extrinsic: mean MRE (cf. Figure 6)", head]
     for name in EXTRINSIC:
         lines.append(f"{name:<28}" + "".join(f"{_mean_mre(rows, z, name):>16.3g}" for z in zones))
     return "\n".join(lines)
 
 
-def write_study(rows: Sequence[SwellfishRow], out: str | Path) -> list[Path]:
+def write_study(rows: Sequence[SwellfishRow], out: str | Path, *, length: int | None = None, seed: int = 0) -> list[Path]:
     """swellfish.csv, swellfish.txt and the MRE figure (PNG, PDF) into ``out``."""
     from budgetcheck.bench.figures import study_curves
 
     from budgetcheck.bench.store import write_study_tables
 
     target = Path(out)
-    files = write_study_tables(rows, study_table(rows), target, "swellfish")
+    files = write_study_tables(rows, study_table(rows, length=length, seed=seed), target, "swellfish")
     zones = sorted({r.zone for r in rows})
     points = []
     for panel, names in (("TEAS", [m for pair in TEAS_PAIRS for m in pair]), ("TINAR", [m for pair in TINAR_PAIRS for m in pair]),
