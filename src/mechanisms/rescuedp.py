@@ -92,7 +92,8 @@ class RescueDP:
     """RescueDP with the max-rule window (see the module docstring); defaults of Wang et al.
 
     PID K_p, K_i, K_d = 0.9, 0.1, 0, π = 3, θ = 10; φ = 0.2, p_max = 0.6, ε_max = ε/5; grouping
-    τ₁, τ₂, τ₃ = 30, 0.5, 25, κ = 3; Kalman P₀ = 100, R = (w/ε)².
+    τ₁, τ₂, τ₃ = 30, 0.5, 25, κ = 3; Kalman P₀ = 100, R = (w/ε)². With one location (d = 1) a group
+    is that location alone, released by ``laplace_bins`` (the same noise distribution and charge).
     """
 
     phi: float = 0.2
@@ -161,7 +162,7 @@ def _run(mech: RescueDP, stream: GuardedStream, ledger: WindowLedger, *, shared_
         budgets = np.where(due, np.minimum(FLOAT.mul_down(remaining, fraction), rule.grant(FLOAT, env, remaining)), 0.0)
         observed = np.full(shape, np.nan)
         if (budgets > 0).any():
-            if shared_window and mech.grouping:
+            if shared_window and mech.grouping and d > 1:  # one location (d = 1) is its own group: laplace_bins
                 observed, budgets = _grouped_release(mech, ledger, secret, budgets, recent)
             else:
                 observed = ledger.laplace_bins(secret, budgets, purpose="publication")
