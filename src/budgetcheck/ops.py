@@ -206,11 +206,13 @@ class _Ghost:
     def __repr__(self) -> str:
         return "GHOST"
 
+    _MISUSE = "a rule read a ghost state component outside its invariant (the float back-end does not compute ghosts)"
+
     def __getitem__(self, index: object) -> Any:
-        raise TypeError("a rule read a ghost state component outside its invariant (the float back-end does not compute ghosts)")
+        raise TypeError(self._MISUSE)
 
     def __bool__(self) -> bool:
-        raise TypeError("a rule read a ghost state component outside its invariant (the float back-end does not compute ghosts)")
+        raise TypeError(self._MISUSE)
 
 
 GHOST: Final = _Ghost()
