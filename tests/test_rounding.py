@@ -102,3 +102,16 @@ def test_next_up_and_down_are_nextafter_bit_for_bit(values: list[float], pair: t
         expected = np.nextafter(x, direction)
     assert got.shape == expected.shape
     assert np.array_equal(got.view(np.int64), expected.view(np.int64), equal_nan=False) or np.array_equal(got, expected, equal_nan=True)
+
+
+@given(st.lists(st.floats(min_value=0.0, max_value=1e300, allow_subnormal=True) | st.sampled_from([0.0, 5e-324, 2.0**-1021, 2.0**-1022]),
+                min_size=0, max_size=8))
+def test_half_down_is_the_exact_half_or_div_down_where_the_half_is_subnormal(values: list[float]) -> None:
+    x = np.array(values, dtype=np.float64)
+    half = rounding.half_down(x)
+    for value, got in zip(values, half.tolist(), strict=True):
+        assert Fraction(got) <= Fraction(value) / 2
+        if value >= 2.0**-1021 or value == 0.0:
+            assert Fraction(got) == Fraction(value) / 2
+    tiny = (x > 0) & (x < 2.0**-1021)
+    np.testing.assert_array_equal(half[tiny].view(np.int64), rounding.div_down(x, 2.0)[tiny].view(np.int64))

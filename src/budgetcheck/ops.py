@@ -135,7 +135,7 @@ class FloatOps:
         return rounding.sub_down(value, subtrahend)
 
     def half_down(self, value: Any) -> Any:
-        return rounding.div_down(value, 2.0)
+        return rounding.half_down(value)
 
     def mul_down(self, value: Any, count: Any, at_most: int | None = None) -> Any:
         return rounding.mul_down(value, count)

@@ -101,6 +101,15 @@ def div_down(value: ArrayLike, divisor: ArrayLike) -> FloatArray:
     return _down_where(quotient, too_big | _near_underflow(quotient))
 
 
+def half_down(value: ArrayLike) -> FloatArray:
+    """value / 2 rounded down (:func:`div_down` by 2): halving is exact unless the half is subnormal,
+    so only then is the general division needed."""
+    a = np.asarray(value, dtype=np.float64)
+    half = np.asarray(a * 0.5, dtype=np.float64)
+    tiny = (np.abs(a) < 2.0**-1021) & (a != 0.0)
+    return np.asarray(np.where(tiny, div_down(a, 2.0), half), dtype=np.float64) if tiny.any() else half
+
+
 def sub_down(value: ArrayLike, subtrahend: ArrayLike) -> FloatArray:
     """max(value - subtrahend, 0) rounded down (Knuth's TwoSum finds the exact error)."""
     a = np.asarray(value, dtype=np.float64)
@@ -133,9 +142,8 @@ def next_down(values: ArrayLike) -> FloatArray:
 
 def _next(values: ArrayLike, direction: int) -> FloatArray:
     x = np.asarray(values, dtype=np.float64)
-    # Zeros, infinities and NaN take the library's rules (a sum that overflows only sends finite
-    # values there too); the common case costs a few whole-array operations.
-    if np.count_nonzero(x) != x.size or not np.isfinite(np.add.reduce(x, axis=None)):
+    # Zeros, infinities and NaN take the library's rules; the common case costs a few whole-array operations.
+    if np.count_nonzero(x) != x.size or not np.isfinite(x).all():
         return np.asarray(np.nextafter(x, direction * np.inf), dtype=np.float64)
     bits = np.ascontiguousarray(x).view(np.int64)
     # Positive doubles order like their bit patterns, negative ones in reverse.
