@@ -11,6 +11,7 @@ numpy, Python and Z3 all support; only choice, minimum and the logical connectiv
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any, Final, Protocol, final
@@ -138,6 +139,8 @@ class FloatOps:
         return rounding.half_down(value)
 
     def mul_down(self, value: Any, count: Any, at_most: int | None = None) -> Any:
+        if type(value) in _SCALARS and type(count) in _SCALARS:  # a rule's constant (e.g. DSAT_w's units): once
+            return _scalar_mul_down(float(value), float(count))
         return rounding.mul_down(value, count)
 
     def share(self, total: Any, parts: int) -> Any:
@@ -226,6 +229,15 @@ def per_run(state: Any, runs: int) -> Any:
     if isinstance(state, _Ghost):
         return state
     return np.full(runs, state)
+
+
+_SCALARS = (float, int, np.float64, np.int64)
+
+
+@functools.lru_cache(maxsize=4096)
+def _scalar_mul_down(value: float, count: float) -> np.float64:
+    """:func:`rounding.mul_down` of two scalars, remembered (the same exact result every time)."""
+    return np.float64(rounding.mul_down(value, count))
 
 
 def _plain_sum(values: Sequence[Any]) -> Any:
