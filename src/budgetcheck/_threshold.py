@@ -65,7 +65,8 @@ class ThresholdTest:
     that would read more timestamps is closed (a public decision) and a new one opens at t.
     """
 
-    __slots__ = ("_cells", "_epsilon", "_recent", "_last_t", "_ledger", "_max", "_offsets", "_purpose", "_sensitivity", "_starts")
+    __slots__ = ("_amounts", "_cells", "_epsilon", "_offset_scale", "_query_scale", "_recent", "_last_t", "_ledger", "_max", "_offsets",
+                 "_purpose", "_sensitivity", "_starts")
 
     def __init__(
         self, ledger: WindowLedger, *, epsilon: float, sensitivity: float, cells: tuple[int, ...], max_footprint: int | None, purpose: str
@@ -83,6 +84,12 @@ class ThresholdTest:
         self._offsets: FloatArray = np.zeros(shape)
         self._recent = RecentRows()  # the true values of the open footprints
         self._last_t = 0
+        # Every query charges ε in every run, with the same noise scales: computed once, read-only.
+        self._amounts = np.full(ledger.runs, self._epsilon)
+        self._query_scale = rounding.scale_up(self._sensitivity * 4.0, self._amounts)
+        self._offset_scale = float(rounding.scale_up(self._sensitivity * 2.0, np.array([self._epsilon]))[0])
+        self._amounts.setflags(write=False)
+        self._query_scale.setflags(write=False)
 
     @property
     def epsilon(self) -> float:
@@ -122,8 +129,7 @@ class ThresholdTest:
         if not np.isfinite(theta).all():
             raise InvalidArgument(f"thresholds must be finite, got {np.asarray(thresholds)!r}")
         t = secret.t
-        amounts = np.full(ledger.runs, self._epsilon)
-        query_scale = rounding.scale_up(self._sensitivity * 4.0, amounts)
+        amounts, query_scale = self._amounts, self._query_scale
         record = SpendRecord(t=t, purpose=self._purpose, amounts=amounts, sensitivity=self._sensitivity,
                              noise_scale=query_scale, sampler=SAMPLER)
         ledger._check_secret(secret)
@@ -149,8 +155,7 @@ class ThresholdTest:
             above = tested & (result + noise >= theta + self._offsets)
         fresh = opened.sum()
         if fresh:
-            offset_scale = rounding.scale_up(self._sensitivity * 2.0, np.array([self._epsilon]))[0]
-            self._offsets[opened] = rng.laplace(0.0, offset_scale, size=int(fresh))
+            self._offsets[opened] = rng.laplace(0.0, self._offset_scale, size=int(fresh))
         self._starts[opened] = t
         self._starts[above] = 0
         return ThresholdAnswer(above=above, opened=opened), self._starts
