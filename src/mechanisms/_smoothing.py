@@ -106,7 +106,7 @@ class GroupHistory:
         while low <= longest:  # some group reaches rank `low` once t is inserted
             tiers.append((low, min(4 * low, self.capacity)))
             low *= 4
-        edges = [ranked[low - 1].copy() for low, _ in tiers]  # each tier's rank above, before any insertion
+        edges = [ranked[low - 1].copy() for low, _ in tiers]  # the rank before each tier, before any insertion
         _insert(ranked[:_FIRST_RANKS], values, np.full(values.size, -np.inf))
         for (low, high), edge in zip(tiers, edges, strict=True):
             rows = np.flatnonzero(sizes >= low)
@@ -132,7 +132,7 @@ class GroupHistory:
 
 def _insert(block: FloatArray, values: FloatArray, before: FloatArray) -> None:
     """Insert ``values`` (one per column) into the ascending columns of ``block`` (ranks × rows)
-    in place; ``before`` is, per column, the entry ranked just above the block (−inf for rank 0).
+    in place; ``before`` is, per column, the entry of the rank just before the block's first (−inf for rank 0).
     The last entry of a full block falls off (the caller's block is deep enough for every group)."""
     previous = np.empty_like(block)
     previous[0] = before
