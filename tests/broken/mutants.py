@@ -372,6 +372,30 @@ class UniformHalfSensitivity:
 
 
 @attrs.frozen
+class SeriesOverWMinusOne:
+    """Uniform as one laplace_series of ε/(w − 1) per timestamp: the whole series is refused."""
+
+    name: str = "series-eps-over-w-1"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        budget = rounding.share(ledger.params.epsilon, max(1, ledger.params.w - 1))
+        secrets = list(stream)
+        return ledger.laplace_series(secrets, np.full(len(secrets), budget))
+
+
+@attrs.frozen
+class SeriesHalfSensitivity:
+    """Uniform as one laplace_series that declares sensitivity 1/2 for counts (sensitivity 1)."""
+
+    name: str = "series-half-sensitivity"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        budget = rounding.share(ledger.params.epsilon, ledger.params.w)
+        secrets = list(stream)
+        return ledger.laplace_series(secrets, np.full(len(secrets), budget), sensitivity=0.5)
+
+
+@attrs.frozen
 class MeasureTinySensitivity:
     """Releases the counts through measure() with a made-up sensitivity of 0.01."""
 
@@ -692,4 +716,6 @@ CORPUS: list[tuple[Callable[[], object], str]] = [
     (GreedyTwice, "ledger replay"),
     (UniformHalfSensitivity, "statistical audit"),
     (MeasureTinySensitivity, "statistical audit"),
+    (SeriesOverWMinusOne, "ledger replay"),
+    (SeriesHalfSensitivity, "statistical audit"),
 ]
