@@ -115,3 +115,11 @@ def test_half_down_is_the_exact_half_or_div_down_where_the_half_is_subnormal(val
             assert Fraction(got) == Fraction(value) / 2
     tiny = (x > 0) & (x < 2.0**-1021)
     np.testing.assert_array_equal(half[tiny].view(np.int64), rounding.div_down(x, 2.0)[tiny].view(np.int64))
+
+
+@given(st.floats(min_value=1e-6, max_value=1e6), st.lists(st.floats(min_value=0.0, max_value=1e6, allow_subnormal=True), min_size=1, max_size=6))
+def test_scale_up_is_the_next_double_above_the_quotient(sensitivity: float, budgets: list[float]) -> None:
+    eps = np.array(budgets)
+    with np.errstate(divide="ignore", over="ignore"):
+        expected = np.nextafter(sensitivity / eps, np.inf)
+    np.testing.assert_array_equal(rounding.scale_up(sensitivity, eps).view(np.int64), expected.view(np.int64))

@@ -177,7 +177,7 @@ class LedgerCore(abc.ABC):
         if paid.all():
             return self._noise.perturb(full, scale.reshape(scale.shape + extra), sensitivity, integral=integral)
         out = self._noise.perturb(full, np.where(paid, scale.reshape(scale.shape + extra), 0.0), sensitivity, integral=integral)
-        out[np.broadcast_to(~paid, shape)] = np.nan
+        np.copyto(out, np.nan, where=np.broadcast_to(~paid, shape))
         return out
 
     def close(self) -> None:

@@ -196,6 +196,11 @@ def _bound_sum(total: FloatArray, n: int) -> FloatArray:
 
 def scale_up(sensitivity: float, epsilon: FloatArray) -> FloatArray:
     """Laplace scale sensitivity/ε rounded up, so that the realised privacy loss is <= ε."""
-    with np.errstate(divide="ignore"):
-        scale = np.divide(sensitivity, epsilon, dtype=np.float64)
-    return next_up(scale)
+    with np.errstate(divide="ignore", over="ignore"):  # ε = 0, or so small the scale overflows: an infinite scale
+        scale = np.asarray(np.divide(sensitivity, epsilon, dtype=np.float64))
+    if not (sensitivity > 0.0 and math.isfinite(sensitivity)) or (scale < 0.0).any():
+        return next_up(scale)
+    # scale >= 0 (inf where ε = 0): the next double up of a finite non-negative value is its bit
+    # pattern + 1 (0 → the smallest subnormal); inf stays inf.
+    up = (np.ascontiguousarray(scale).view(np.int64) + 1).view(np.float64).reshape(scale.shape)
+    return np.asarray(np.where(scale == np.inf, np.inf, up), dtype=np.float64)
