@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -50,64 +51,56 @@ def check_amounts(value: object, runs: int, name: str = "epsilon") -> FloatArray
         arr = np.full(runs, value)
         arr.setflags(write=False)
         return arr
-    if isinstance(value, bool):
-        raise InvalidArgument(f"{name}={value!r} must be a finite number >= 0 or an array of them")
-    try:
-        arr = np.array(value, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgument(f"{name}={value!r} must be a finite number >= 0 or an array of them") from exc
+    arr = _float_array(value, name, "a finite number >= 0 or an array of them")
     if arr.ndim == 0:
         arr = np.full(runs, float(arr))
     if arr.shape != (runs,):
         raise InvalidArgument(f"{name} has shape {arr.shape}; the ledger accounts for {runs} runs, so it must be a scalar or have shape ({runs},)")
-    bad = ~np.isfinite(arr) | (arr < 0.0)
-    if bad.any():
-        index = int(np.flatnonzero(bad)[0])
-        raise InvalidArgument(f"{name}[{index}]={float(arr[index])!r} must be a finite number >= 0")
-    arr.setflags(write=False)
-    return arr
+    return _finite_nonnegative(arr, name)
 
 
 def check_amount_rows(value: object, rows: int, runs: int, name: str = "epsilon") -> FloatArray:
     """Budgets of ``rows`` spends: shape (rows,) (one per spend, for every run) or (rows, runs),
     each finite and >= 0. Returns a fresh read-only array of shape (rows, 1) (the same for every
     run: broadcast it) or (rows, runs)."""
-    if isinstance(value, bool):
-        raise InvalidArgument(f"{name}={value!r} must be an array of finite numbers >= 0")
-    try:
-        arr = np.array(value, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgument(f"{name}={value!r} must be an array of finite numbers >= 0") from exc
+    arr = _float_array(value, name, "an array of finite numbers >= 0")
     if arr.shape == (rows,):
         arr = arr[:, None]
     if arr.shape not in ((rows, 1), (rows, runs)):
         raise InvalidArgument(f"{name} has shape {arr.shape}; expected ({rows},) or ({rows}, {runs}) for {rows} spends and {runs} runs")
-    bad = ~np.isfinite(arr) | (arr < 0.0)
-    if bad.any():
-        row, column = (int(i) for i in np.argwhere(bad)[0])
-        where = f"[{row}]" if arr.shape[1] == 1 and runs != 1 else f"[{row}, {column}]"
-        raise InvalidArgument(f"{name}{where}={float(arr[row, column])!r} must be a finite number >= 0")
-    arr.setflags(write=False)
-    return arr
+    one_column = arr.shape[1] == 1 and runs != 1  # named by the spend alone, as it was given
+    return _finite_nonnegative(arr, name, (lambda index: index[:1]) if one_column else None)
 
 
 def check_bin_amounts(value: object, runs: int, bins: int, name: str = "epsilon", *, scalar: bool = False) -> FloatArray:
     """Per-run, per-bin (or per-class) budgets: shape (runs, bins) or (bins,) (or a scalar if
     ``scalar``), each finite and >= 0 (read-only)."""
-    if isinstance(value, bool):
-        raise InvalidArgument(f"{name}={value!r} must be an array of finite numbers >= 0")
-    try:
-        arr = np.array(value, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgument(f"{name}={value!r} must be an array of finite numbers >= 0") from exc
+    arr = _float_array(value, name, "an array of finite numbers >= 0")
     if arr.shape == (bins,) or (scalar and arr.ndim == 0):
         arr = np.broadcast_to(arr, (runs, bins)).copy()
     if arr.shape != (runs, bins):
         raise InvalidArgument(f"{name} has shape {arr.shape}; expected ({runs}, {bins}) or ({bins},)")
+    return _finite_nonnegative(arr, name)
+
+
+def _float_array(value: object, name: str, expected: str) -> FloatArray:
+    """A fresh float64 array of ``value`` (booleans and non-numbers refused, naming ``expected``)."""
+    if isinstance(value, bool):
+        raise InvalidArgument(f"{name}={value!r} must be {expected}")
+    try:
+        return np.array(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"{name}={value!r} must be {expected}") from exc
+
+
+def _finite_nonnegative(arr: FloatArray, name: str, shown: Callable[[tuple[int, ...]], tuple[int, ...]] | None = None) -> FloatArray:
+    """``arr``, read-only, when every entry is finite and >= 0; else the first bad entry, by its index
+    (``shown`` picks the part of the index to print)."""
     bad = ~np.isfinite(arr) | (arr < 0.0)
     if bad.any():
-        run, index = (int(i) for i in np.argwhere(bad)[0])
-        raise InvalidArgument(f"{name}[{run}, {index}]={float(arr[run, index])!r} must be a finite number >= 0")
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        label = ", ".join(str(i) for i in (shown(index) if shown else index))
+        raise InvalidArgument(f"{name}[{label}]={float(arr[index])!r} must be a finite number >= 0")
     arr.setflags(write=False)
     return arr
 
