@@ -123,3 +123,4 @@ def test_scale_up_is_the_next_double_above_the_quotient(sensitivity: float, budg
     with np.errstate(divide="ignore", over="ignore"):
         expected = np.nextafter(sensitivity / eps, np.inf)
     np.testing.assert_array_equal(rounding.scale_up(sensitivity, eps).view(np.int64), expected.view(np.int64))
+

@@ -19,6 +19,8 @@ from typing import final
 import numpy as np
 from numpy.typing import NDArray
 
+from budgetcheck.rounding import to_units
+
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
@@ -58,8 +60,7 @@ class ExactVector:
         values = np.asarray(values, dtype=np.float64)
         runs = int(values.shape[0])
         if values.min() == values.max():
-            numerator, denominator = float(values[0]).as_integer_ratio()
-            return cls(runs, value=numerator << (_SHIFT - (denominator.bit_length() - 1)))
+            return cls(runs, value=to_units(float(values[0])))
         mantissa, exponent = np.frexp(values)
         ints = (mantissa * 2.0**53).astype(np.int64)
         position = exponent.astype(np.int64) + (_SHIFT - 53)  # where each mantissa's lowest bit sits
@@ -111,7 +112,7 @@ class ExactVector:
             except OverflowError:  # beyond every double
                 low, high = (_MAX_DOUBLE, math.inf) if self._value > 0 else (-math.inf, -_MAX_DOUBLE)
                 return np.full(self._runs, low), np.full(self._runs, high)
-            nearest = _units(low)
+            nearest = to_units(low)
             if nearest > self._value:
                 low = math.nextafter(low, -math.inf)
             elif nearest < self._value:
@@ -180,11 +181,6 @@ class ExactVector:
             value >>= _BITS
         digits.append(value)
         return np.array(digits, dtype=np.int64).reshape(-1, 1), base
-
-
-def _units(value: float) -> int:
-    numerator, denominator = value.as_integer_ratio()
-    return numerator << (_SHIFT - (denominator.bit_length() - 1))
 
 
 def _exact_bounds(values: list[int]) -> tuple[FloatArray, FloatArray]:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from budgetcheck import rounding
+from budgetcheck.rounding import step_up
 
 
 class SlidingValues(tuple[Any, ...]):
@@ -59,15 +60,8 @@ class SlidingValues(tuple[Any, ...]):
         if self.fresh + 1 >= len(self):
             return SlidingValues.of(items)
         # total >= the exact sum >= the oldest item (all >= 0), so the difference is >= 0.
-        total = _step_up(_step_up(self.total - self[0]) + newest)
+        total = step_up(step_up(self.total - self[0]) + newest)
         return SlidingValues._made(items, total, False, self.fresh + 1)
-
-
-def _step_up(values: Any) -> Any:
-    """The next double above each value >= 0 (−0.0 read as +0.0); +inf and NaN give NaN."""
-    array = np.asarray(values, dtype=np.float64) + 0.0
-    stepped = (array.view(np.int64) + 1).view(np.float64)
-    return stepped if stepped.ndim else np.float64(stepped)
 
 
 def _is_counter(item: Any) -> bool:

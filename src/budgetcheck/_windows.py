@@ -24,18 +24,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck._exact import ExactVector
+from budgetcheck.rounding import step_up
 
 FloatArray = NDArray[np.float64]
 zeros = ExactVector.zeros
 _SKIP = 8
-
-
-def _step_up(values: FloatArray) -> FloatArray:
-    """The next double above each value >= 0 (``nextafter(x, inf)`` by the bit pattern, 10× cheaper;
-    −0.0 is read as +0.0; +inf becomes NaN, which fails every ``<=`` check and so sends the spend
-    to the exact check)."""
-    bits = (np.asarray(values, dtype=np.float64) + 0.0).view(np.int64) + 1
-    return np.asarray(bits.view(np.float64))
 
 
 @final
@@ -146,9 +139,9 @@ class ExactWindows:
         for entry in self._entries:
             if entry.t > t - self._w:
                 break
-            upper = _step_up(upper - entry.low())  # upper >= the exact sum >= the entry >= its low: >= 0
+            upper = step_up(upper - entry.low())  # upper >= the exact sum >= the entry >= its low: >= 0
             leaving += 1
-        upper = _step_up(upper + amounts)
+        upper = step_up(upper + amounts)
         if not (upper <= bound).all():
             self._skip = _SKIP
             return None

@@ -129,6 +129,15 @@ def _down_where(values: FloatArray, mask: NDArray[np.bool_]) -> FloatArray:
     return np.asarray(np.where(mask, next_down(values), values), dtype=np.float64)
 
 
+def step_up(values: ArrayLike) -> Any:
+    """The next double above each value >= 0, from its bit pattern (cheaper than ``nextafter``;
+    −0.0 is read as +0.0, 0 gives the smallest subnormal). +inf and NaN give NaN, which fails every
+    ``<=`` check. A 0-d input gives a numpy scalar."""
+    array = np.asarray(values, dtype=np.float64) + 0.0
+    stepped = (array.view(np.int64) + 1).view(np.float64)
+    return stepped if stepped.ndim else np.float64(stepped)
+
+
 def next_up(values: ArrayLike) -> FloatArray:
     """``np.nextafter(values, inf)`` for float64 values, bit for bit, without the libm call per element
     (several times cheaper): the neighbour of a finite non-zero double is its bit pattern ± 1."""
@@ -200,7 +209,4 @@ def scale_up(sensitivity: float, epsilon: FloatArray) -> FloatArray:
         scale = np.asarray(np.divide(sensitivity, epsilon, dtype=np.float64))
     if not (sensitivity > 0.0 and math.isfinite(sensitivity)) or (scale < 0.0).any():
         return next_up(scale)
-    # scale >= 0 (inf where ε = 0): the next double up of a finite non-negative value is its bit
-    # pattern + 1 (0 → the smallest subnormal); inf stays inf.
-    up = (np.ascontiguousarray(scale).view(np.int64) + 1).view(np.float64).reshape(scale.shape)
-    return np.asarray(np.where(scale == np.inf, np.inf, up), dtype=np.float64)
+    return np.asarray(np.where(scale == np.inf, np.inf, step_up(scale)), dtype=np.float64)  # scale >= 0, inf where ε = 0
