@@ -180,15 +180,10 @@ class ExactWindows:
 
     def commit_footprint(self, t: int, added: dict[int, ExactVector]) -> None:
         """Record charges at several timestamps (checked with :meth:`footprint`); t becomes the latest."""
-        _, leaving = self.prospective(t)
-        self._retire(t, leaving, quick=False)
-        merged = {entry.t: entry.exact() for entry in self._entries}
+        merged = {entry.t: entry.exact() for entry in (*self._past, *self._entries)}
         for s, units in added.items():
             merged[s] = merged.get(s, zeros(self._runs)) + units
-        self._entries = collections.deque(_Entry(s, [], None, base=totals) for s, totals in sorted(merged.items()))
-        self._sum = sum((totals for _, totals in sorted(merged.items())), zeros(self._runs))
-        self._pending = []
-        self._upper = None
+        self._rebuild(t, merged)
 
     def shared_totals(self) -> dict[int, int] | None:
         """The exact total of every timestamp kept (current window and the w − 1 before it), when each
@@ -204,9 +199,14 @@ class ExactWindows:
     def replace(self, t: int, totals: dict[int, int]) -> None:
         """Make the state that of exact totals {s: units, the same in every run} with t the latest
         timestamp (what :meth:`shared_totals` and a checked series of spends give)."""
-        kept = {s: ExactVector.from_int(units, self._runs) for s, units in sorted(totals.items()) if s > t - 2 * self._w + 1}
-        self._past = collections.deque(_Entry(s, [], None, base=units) for s, units in kept.items() if s <= t - self._w)
-        self._entries = collections.deque(_Entry(s, [], None, base=units) for s, units in kept.items() if s > t - self._w)
+        self._rebuild(t, {s: ExactVector.from_int(units, self._runs) for s, units in totals.items()})
+
+    def _rebuild(self, t: int, totals: dict[int, ExactVector]) -> None:
+        """The state of exact per-timestamp totals with t the latest: the window (t − w, t] and the
+        w − 1 timestamps kept before it."""
+        kept = sorted((s, units) for s, units in totals.items() if s > t - 2 * self._w + 1)
+        self._past = collections.deque(_Entry(s, [], None, base=units) for s, units in kept if s <= t - self._w)
+        self._entries = collections.deque(_Entry(s, [], None, base=units) for s, units in kept if s > t - self._w)
         self._sum = sum((entry.exact() for entry in self._entries), zeros(self._runs))
         self._pending, self._upper, self._skip = [], None, 0
 

@@ -152,12 +152,20 @@ def _run(mech: RescueDP, stream: GuardedStream, ledger: WindowLedger, *, shared_
     recent = np.full((runs, d, mech.history), np.nan)  # the last κ releases of each location
     moments = np.zeros((3, runs, d))  # count, sum, sum of squares of releases (for q)
     releases = empty_releases(runs, stream.length, d)
+
+    def remainder() -> FloatArray:
+        """ε_rm for the next timestamp: the shared window's remainder (the rule's state), or, as
+        published, each location's own."""
+        if shared_window:
+            return np.broadcast_to(rule.remaining(FLOAT, env, state), (runs,))[:, None]
+        return _own(local, epsilon)
+
+    left = remainder()
     for secret in stream:
         t = secret.t
         due = pid.due(t)
         prior = kalman.predict()
-        # ε_rm: the shared window's remainder (the rule's state), or, as published, each location's own
-        remaining = np.broadcast_to(rule.remaining(FLOAT, env, state), (runs,))[:, None] if shared_window else _own(local, epsilon)
+        remaining = left  # ε_rm, computed after the last step
         fraction = np.minimum(mech.phi * np.log(pid.interval + 1.0), mech.max_fraction)
         budgets = np.where(due, np.minimum(FLOAT.mul_down(remaining, fraction), rule.grant(FLOAT, env, remaining)), 0.0)
         observed = np.full(shape, np.nan)
@@ -175,10 +183,9 @@ def _run(mech: RescueDP, stream: GuardedStream, ledger: WindowLedger, *, shared_
             posterior = kalman.correct(np.nan_to_num(observed), sampled)
         if shared_window:
             state = rule.advance(FLOAT, env, state, due.any(axis=1), (budgets.max(axis=1),))  # what the ledger charged
-            left = np.broadcast_to(rule.remaining(FLOAT, env, state), (runs,))[:, None]
         else:
             local = pushed(local, budgets) if w > 1 else local
-            left = _own(local, epsilon)
+        left = remainder()
         with np.errstate(divide="ignore"):
             pid.update(t, posterior, sampled, np.where(left > 0, 1.0 / left, np.inf))
         recent = np.where(sampled[..., None], pushed(recent, posterior), recent)
