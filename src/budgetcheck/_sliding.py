@@ -14,6 +14,7 @@ so the upward drift stays within a few hundred ulps however long the stream.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -38,10 +39,7 @@ class SlidingValues(tuple[Any, ...]):
     def of(cls, items: tuple[Any, ...]) -> SlidingValues:
         """``items`` with their total taken afresh."""
         if all(_is_counter(item) for item in items):
-            total: Any = 0
-            for item in items:
-                total = total + item
-            return cls._made(items, total, True, 0)
+            return cls._made(items, plain_sum(items), True, 0)
         return cls._made(items, rounding.sum_up_terms(items), False, 0)
 
     @classmethod
@@ -62,6 +60,14 @@ class SlidingValues(tuple[Any, ...]):
         # total >= the exact sum >= the oldest item (all >= 0), so the difference is >= 0.
         total = step_up(step_up(self.total - self[0]) + newest)
         return SlidingValues._made(items, total, False, self.fresh + 1)
+
+
+def plain_sum(values: Sequence[Any]) -> Any:
+    """Σ with plain + (ints, numpy arrays and Z3 integer terms all support it)."""
+    total: Any = 0
+    for value in values:
+        total = total + value
+    return total
 
 
 def _is_counter(item: Any) -> bool:

@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck._exact import ExactVector
-from budgetcheck.rounding import step_up
+from budgetcheck.rounding import next_down, step_up
 
 FloatArray = NDArray[np.float64]
 zeros = ExactVector.zeros
@@ -68,7 +68,7 @@ class _Entry:
             terms = ([self.base.float_bounds()[0]] if self.base is not None else []) + self.parts
             total = terms[0]
             for term in terms[1:]:
-                total = np.nextafter(total + term, -np.inf)
+                total = next_down(total + term)
             self._low = np.asarray(total, dtype=np.float64)
         return self._low
 

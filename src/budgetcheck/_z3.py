@@ -13,6 +13,8 @@ from typing import Any
 
 import z3
 
+from budgetcheck._sliding import plain_sum
+
 
 class Answer(enum.Enum):
     """What one satisfiability query returned."""
@@ -229,10 +231,7 @@ class Z3Ops:
         return (*window[1:], newest) if window else ()
 
     def count(self, values: Sequence[Any]) -> Any:
-        total: Any = 0
-        for value in values:
-            total = total + value
-        return total
+        return plain_sum(values)
 
     def ghost(self, make: Callable[[], Any]) -> Any:
         return make()

@@ -19,7 +19,7 @@ from typing import Any, Final, Protocol, final
 import numpy as np
 
 from budgetcheck import rounding
-from budgetcheck._sliding import SlidingValues
+from budgetcheck._sliding import SlidingValues, plain_sum
 
 
 class Ops(Protocol):
@@ -127,7 +127,7 @@ class FloatOps:
     def count(self, values: Sequence[Any]) -> Any:
         if isinstance(values, SlidingValues) and values.integral:
             return values.total
-        return _plain_sum(values)
+        return plain_sum(values)
 
     def ghost(self, make: Callable[[], Any]) -> Any:
         return GHOST
@@ -181,7 +181,7 @@ class ExactOps:
         return (*window[1:], newest) if window else ()
 
     def count(self, values: Sequence[Any]) -> Any:
-        return _plain_sum(values)
+        return plain_sum(values)
 
     def ghost(self, make: Callable[[], Any]) -> Any:
         return make()
@@ -238,14 +238,6 @@ _SCALARS = (float, int, np.float64, np.int64)
 def _scalar_mul_down(value: float, count: float) -> np.float64:
     """:func:`rounding.mul_down` of two scalars, remembered (the same exact result every time)."""
     return np.float64(rounding.mul_down(value, count))
-
-
-def _plain_sum(values: Sequence[Any]) -> Any:
-    """Σ with plain + (ints, numpy arrays and Z3 integer terms all support it)."""
-    total: Any = 0
-    for value in values:
-        total = total + value
-    return total
 
 
 FLOAT = FloatOps()
