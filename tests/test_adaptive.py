@@ -15,6 +15,7 @@ from budgetcheck import (
     BudgetExceeded,
     GuardedStream,
     InvalidArgument,
+    RankedRows,
     StreamMechanism,
     TimestampOrder,
     WEventParams,
@@ -176,6 +177,60 @@ def test_above_threshold_caps_footprints_and_is_refused_atomically() -> None:
     capped = wide.above_threshold(epsilon=1.0, sensitivity=1.0, cells=(1,), max_footprint=2)
     opened = [bool(capped.query(s, deviation, 1e9).opened[0, 0]) for s in stream]
     assert opened == [True, False, True, False, True]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([1, 3]), st.sampled_from([2, 9, 40]), st.booleans(), st.floats(1.0, 1e4))
+def test_above_threshold_keeps_deviation_up_to_date_with_the_answers_of_reading_the_footprints(
+        seed: int, streams: int, cap: int, close_often: bool, scale: float) -> None:
+    """``deviation`` queries on a capped test use the kept sorted footprints (RankedRows); any other
+    statistic reads the footprints. Both give the same answers, instances and records, on plain and
+    stacked streams (the two deviations agree to rounding; a tie within an ulp is never drawn)."""
+    rng = np.random.default_rng(seed)
+    data = np.round(rng.normal(0.0, scale, size=(streams, 60, 2)), 1)
+    threshold = (0.5 if close_often else 6.0) * scale
+    outcomes = []
+    for statistic in (deviation, lambda values: deviation(values)):
+        ledger = WindowLedger(WEventParams(1e6, 50), runs=6, seed=seed)
+        stream = GuardedStream.stacked(list(data)) if streams > 1 else GuardedStream(data[0])
+        ledger.bind(stream)
+        test = ledger.above_threshold(epsilon=100.0, sensitivity=2.0, cells=(2,), max_footprint=cap)
+        answers = [test.query(secret, statistic, threshold) for secret in stream]
+        outcomes.append(([a.above.tolist() for a in answers], [a.opened.tolist() for a in answers], test.starts.tolist(),
+                         [r.amounts.tolist() for r in ledger.records]))
+    assert outcomes[0] == outcomes[1]
+    assert any(any(map(any, above)) for above in outcomes[0][0]) or not close_often  # instances closed on their deviation
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data(), st.integers(1, 6), st.sampled_from([1, 2, 3, 5, 8, 9, 17, 40]))
+def test_ranked_rows_deviation_matches_the_deviation_of_each_group(data: Any, rows: int, capacity: int) -> None:
+    """RankedRows.deviation against :func:`deviation` of the groups written out in time order (the
+    brute-force oracle), with groups that grow past ranks 8 and 32 and restart at any size."""
+    ranked, groups = RankedRows(capacity), [[] for _ in range(rows)]  # type: list[list[float]]
+    values = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False) | st.sampled_from([0.0, 1.0, -1.0])
+    sticky = data.draw(st.lists(st.booleans(), min_size=rows, max_size=rows), label="sticky")
+    for step in range(data.draw(st.integers(1, 2 * capacity + 4))):
+        new = np.array(data.draw(st.lists(values, min_size=rows, max_size=rows)))
+        restart = np.array([step == 0 or len(g) == capacity or not sticky[row] and data.draw(st.booleans(), label="restart")
+                            for row, g in enumerate(groups)])
+        for row, group in enumerate(groups):
+            groups[row] = [new[row]] if restart[row] else [*group, new[row]]
+        ranked.insert(new, restart)
+        width = max(len(g) for g in groups)
+        matrix = np.array([[np.nan] * (width - len(g)) + g for g in groups])
+        np.testing.assert_allclose(ranked.deviation(), deviation(matrix), rtol=1e-9, atol=1e-6)
+        assert ranked.median().tolist() == smooth(matrix, "median", 0.0).tolist()
+        assert ranked.sizes.tolist() == [len(g) for g in groups]
+
+
+def test_ranked_rows_bad_inputs() -> None:
+    with pytest.raises(InvalidArgument, match="capacity"):
+        RankedRows(0)
+    ranked = RankedRows(3)
+    ranked.insert(np.zeros(2), np.array([True, True]))
+    with pytest.raises(InvalidArgument, match="3 rows"):
+        ranked.insert(np.zeros(3), np.array([False, False, False]))
 
 
 def test_above_threshold_bad_inputs() -> None:

@@ -25,6 +25,7 @@ from budgetcheck._durable import open_ledger as open_ledger
 from budgetcheck._errors import LedgerCorrupt as LedgerCorrupt
 from budgetcheck._ledger import WindowLedger as WindowLedger
 from budgetcheck._live import LiveStream as LiveStream
+from budgetcheck._ranked import RankedRows as RankedRows
 from budgetcheck._publish import PublishSummary as PublishSummary
 from budgetcheck._publish import publish as publish
 from budgetcheck._mechanism import Execution as Execution
@@ -78,6 +79,7 @@ __all__ = [
     "PersonalizedStream",
     "PolicyCollection",
     "PublishSummary",
+    "RankedRows",
     "Requirement",
     "RequirementSet",
     "Secret",

@@ -26,6 +26,7 @@ from numpy.typing import ArrayLike, NDArray
 from budgetcheck import rounding
 from budgetcheck._core import SAMPLER
 from budgetcheck._errors import InvalidArgument
+from budgetcheck._ranked import RankedRows
 from budgetcheck._recent import RecentRows
 from budgetcheck._records import SpendRecord
 from budgetcheck._secret import Secret, charged, stacked_rows
@@ -65,7 +66,7 @@ class ThresholdTest:
     that would read more timestamps is closed (a public decision) and a new one opens at t.
     """
 
-    __slots__ = ("_amounts", "_cells", "_epsilon", "_offset_scale", "_query_scale", "_recent", "_last_t", "_ledger", "_max", "_offsets",
+    __slots__ = ("_amounts", "_cells", "_epsilon", "_groups", "_offset_scale", "_query_scale", "_recent", "_last_t", "_ledger", "_max", "_offsets",
                  "_purpose", "_sensitivity", "_starts")
 
     def __init__(
@@ -83,6 +84,7 @@ class ThresholdTest:
         self._starts: IntArray = np.zeros(shape, dtype=np.int64)  # 0: no open instance
         self._offsets: FloatArray = np.zeros(shape)
         self._recent = RecentRows()  # the true values of the open footprints
+        self._groups: RankedRows | None = None  # the same, sorted per run and cell, when the statistic is `deviation`
         self._last_t = 0
         # Every query charges ε in every run, with the same noise scales: computed once, read-only.
         self._amounts = np.full(ledger.runs, self._epsilon)
@@ -116,6 +118,9 @@ class ThresholdTest:
         with sensitivity Δ per changed timestamp. It is called once per group of runs whose
         footprints have similar lengths (L is the group's longest, rounded up to 8, 16, 32, …).
         ``thresholds`` (public, broadcast to (runs, *cells)) are the θ_k of the tested cells.
+        When ``statistic`` is :func:`deviation` on a test with ``max_footprint`` from its first
+        query on, the footprints are also kept sorted per run and cell (:class:`RankedRows`), and
+        the deviation comes from them (the same value to rounding, without re-reading the footprints).
         """
         ledger = self._ledger
         if not isinstance(secret, Secret):
@@ -134,21 +139,28 @@ class ThresholdTest:
                              noise_scale=query_scale, sampler=SAMPLER)
         ledger._check_secret(secret)
         ledger._charge(t, amounts, record)  # raises, changing nothing, before anything is read
-        self._last_t = t
+        first, self._last_t = self._last_t == 0, t
         rng = ledger._rng
         capped = (self._starts > 0) & (t - self._starts + 1 > self._max) if self._max is not None else np.zeros(shape, dtype=bool)
         opened = (self._starts == 0) | capped
         tested = ~opened
+        if first and statistic is deviation and self._max is not None:
+            self._groups = RankedRows(self._max)  # sees every query from the first on
         with charged(secret) as values:
             self._recent.append(t, values)
+            if self._groups is not None:
+                self._groups.insert(ledger._per_run(secret, values), opened)
         self._recent.keep_from(int(self._starts[tested].min()) if tested.any() else t)
         above = np.zeros(shape, dtype=bool)
         if tested.any():
-            result = np.zeros(shape)
-            lengths = np.where(tested, t - self._starts + 1, 0).reshape(ledger.runs, -1).max(axis=1)
-            for rows, width in _buckets(lengths):
-                masked = self._footprints(secret, tested, rows, width)
-                result[rows] = np.broadcast_to(np.asarray(statistic(masked), dtype=np.float64), (len(rows), *self._cells))
+            if self._groups is not None and statistic is deviation:
+                result = self._groups.deviation().reshape(shape)  # the footprints' deviation, kept up to date
+            else:
+                result = np.zeros(shape)
+                lengths = np.where(tested, t - self._starts + 1, 0).reshape(ledger.runs, -1).max(axis=1)
+                for rows, width in _buckets(lengths):
+                    masked = self._footprints(secret, tested, rows, width)
+                    result[rows] = np.broadcast_to(np.asarray(statistic(masked), dtype=np.float64), (len(rows), *self._cells))
             if not np.isfinite(result[tested]).all():
                 raise InvalidArgument("statistic returned non-finite values for tested cells")
             noise = rng.laplace(0.0, 1.0, size=shape) * query_scale.reshape((-1,) + (1,) * len(self._cells))

@@ -10,16 +10,13 @@ import attrs
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from budgetcheck import InvalidArgument, Secret, ThresholdAnswer, ThresholdTest, deviation
+from budgetcheck import InvalidArgument, RankedRows, Secret, ThresholdAnswer, ThresholdTest, deviation
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
 
 SMOOTHERS = ("median", "average", "james-stein")
-# Ranks [0, 8) of the history are updated for every row (most groups are shorter); the tiers
-# [8, 32), [32, 128), … for the rows whose group reaches them.
-_FIRST_RANKS = 8
 
 
 def check_smoother(value: object) -> str:
@@ -60,18 +57,13 @@ def shrunk(smoother: str, newest: FloatArray, count: IntArray, mean: FloatArray,
 
 @attrs.define
 class GroupHistory:
-    """Per run and dimension, the perturbed releases of the group holding t, kept sorted.
-
-    Groups only grow by t or restart at t, so each step inserts one value per row (O(group length),
-    no sort and no stacking of the history); ``+inf`` pads each group beyond its size. The history
-    is stored rank-major, (capacity, rows): the k-th smallest value of every row is one contiguous
-    array, so an insertion works on whole contiguous blocks. ``capacity`` bounds a group's length
-    (the AboveThreshold's ``max_footprint``).
+    """Per run and dimension, the perturbed releases of the group holding t, kept sorted
+    (:class:`budgetcheck.RankedRows`: one insertion per row and step, no sort and no stacking of
+    the history). ``capacity`` bounds a group's length (the AboveThreshold's ``max_footprint``).
     """
 
     capacity: int
-    ranked: FloatArray | None = None  # (capacity, runs · d): ranked[k, row] = the row's k-th smallest, +inf padded
-    sizes: IntArray | None = None  # (runs · d,)
+    groups: RankedRows | None = None
     newest: FloatArray | None = None  # (runs · d,): t's releases
 
     def step(
@@ -84,58 +76,21 @@ class GroupHistory:
         return answer, self.smoothed(smoother, noise_variance).reshape(perturbed.shape)
 
     def add(self, perturbed: FloatArray, restart: BoolArray) -> None:
-        """Insert t's releases; rows where ``restart`` hold begin a new group {t}.
-
-        Inserting v into an ascending row is, rank by rank, new[k] = max(min(old[k], v),
-        old[k − 1]) (old[−1] = −inf): three whole-block operations, no search. Applied beyond a
-        row's size it keeps the +inf padding, so ranks 0-7 are done for every row at once, ranks
-        8-31 for the rows whose group is that long, ranks 32-127 for fewer rows still, and so on.
-        """
-        values = np.asarray(perturbed, dtype=np.float64).reshape(-1)
-        if self.ranked is None or self.sizes is None:
-            self.ranked = np.full((self.capacity, values.size), np.inf)
-            self.sizes = np.zeros(values.size, dtype=np.int64)
-        ranked, sizes, self.newest = self.ranked, self.sizes, values
-        restarted = np.flatnonzero(restart.reshape(-1))
-        if restarted.size:
-            ranked[: int(sizes[restarted].max()), restarted] = np.inf  # beyond a group's size it is +inf already
-            sizes[restarted] = 0
-        if (sizes >= self.capacity).any():
-            raise InvalidArgument(f"a group outgrew capacity={self.capacity}: the grouper must close groups at that length")
-        tiers, low, longest = [], _FIRST_RANKS, int(sizes.max())
-        while low <= longest:  # some group reaches rank `low` once t is inserted
-            tiers.append((low, min(4 * low, self.capacity)))
-            low *= 4
-        edges = [ranked[low - 1].copy() for low, _ in tiers]  # the rank before each tier, before any insertion
-        _insert(ranked[:_FIRST_RANKS], values, np.full(values.size, -np.inf))
-        for (low, high), edge in zip(tiers, edges, strict=True):
-            rows = np.flatnonzero(sizes >= low)
-            block = ranked[low:high, rows]
-            _insert(block, values[rows], edge[rows])
-            ranked[low:high, rows] = block
-        sizes += 1
+        """Insert t's releases; rows where ``restart`` hold begin a new group {t}."""
+        if self.groups is None:
+            self.groups = RankedRows(self.capacity)
+        self.newest = np.asarray(perturbed, dtype=np.float64).reshape(-1)
+        self.groups.insert(self.newest, restart)
 
     def smoothed(self, smoother: str, noise_variance: float) -> FloatArray:
         """The smoothed release of every row's group (see :func:`smooth`), shape (runs · d,)."""
-        if self.ranked is None or self.sizes is None or self.newest is None:
+        if self.groups is None or self.newest is None:
             raise InvalidArgument("no group holds a release yet")
-        sizes, rows = self.sizes, np.arange(self.sizes.size)
         if smoother == "median":
-            ranked = self.ranked
-            return np.asarray((ranked[(sizes - 1) // 2, rows] + ranked[sizes // 2, rows]) / 2.0, dtype=np.float64)
+            return self.groups.median()
+        sizes = self.groups.sizes
         inside = np.arange(int(sizes.max()))[:, None] < sizes
-        head = np.where(inside, self.ranked[: inside.shape[0]], 0.0)
+        head = np.where(inside, self.groups.ranked[: inside.shape[0]], 0.0)
         mean = head.sum(axis=0) / sizes
         spread = np.where(inside, (head - mean) ** 2, 0.0).sum(axis=0)
         return shrunk(smoother, self.newest, sizes, mean, spread, noise_variance)
-
-
-def _insert(block: FloatArray, values: FloatArray, before: FloatArray) -> None:
-    """Insert ``values`` (one per column) into the ascending columns of ``block`` (ranks × rows)
-    in place; ``before`` is, per column, the entry of the rank just before the block's first (−inf for rank 0).
-    The last entry of a full block falls off (the caller's block is deep enough for every group)."""
-    previous = np.empty_like(block)
-    previous[0] = before
-    previous[1:] = block[:-1]
-    np.minimum(block, values, out=block)
-    np.maximum(block, previous, out=block)

@@ -1,0 +1,117 @@
+"""Growing groups of values kept sorted per row: PeGaSus's and AdaPub's groups (Chen et al. 2017, §4.2-4.3).
+
+Each row (a run and cell) holds one group, which only grows by one value a step or restarts with
+it. The values are stored rank-major, (capacity, rows), ascending and padded with +inf, so that
+the k-th smallest value of every row is one contiguous array and every update works on whole
+blocks: ranks [0, 8) for every row, the tiers [8, 32), [32, 128), … only for the rows whose
+group reaches them (groups are mostly short). Used for the smoother's medians over released
+values (post-processing) and, inside :class:`budgetcheck.ThresholdTest`, for the group deviation
+of true values without re-reading the whole group at every step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import attrs
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from budgetcheck._errors import InvalidArgument
+from budgetcheck._validation import check_positive_int
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+_FIRST_RANKS = 8
+
+
+def _capacity(value: object) -> int:
+    return check_positive_int(value, "capacity")
+
+
+@attrs.define
+class RankedRows:
+    """Per row, the values of its current group in ascending order (see the module docstring).
+
+    ``ranked[k, row]`` is the row's k-th smallest value for k < ``sizes[row]`` and +inf beyond, up to
+    the end of the last tier the group reaches (later ranks may keep an earlier group's values);
+    ``totals[row]`` is the group's sum. ``capacity`` bounds a group's size.
+    """
+
+    capacity: int = attrs.field(converter=_capacity)
+    ranked: FloatArray = attrs.field(init=False, factory=lambda: np.empty((0, 0)))
+    sizes: IntArray = attrs.field(init=False, factory=lambda: np.zeros(0, dtype=np.int64))
+    totals: FloatArray = attrs.field(init=False, factory=lambda: np.zeros(0))
+    _tier_rows: list[tuple[int, int, IntArray]] = attrs.field(init=False, factory=list)
+
+    def insert(self, values: ArrayLike, restart: ArrayLike) -> None:
+        """Add one value to every row's group; rows where ``restart`` holds begin a new group with it.
+
+        Inserting v into an ascending row is, rank by rank, new[k] = max(min(old[k], v), old[k − 1])
+        (old[−1] = −inf): three block operations and no search. Beyond a row's size this keeps
+        the +inf padding, so a tier is updated only for the rows whose group reaches it.
+        """
+        flat = np.asarray(values, dtype=np.float64).reshape(-1)
+        again = np.asarray(restart, dtype=np.bool_).reshape(-1)
+        if self.sizes.size == 0:
+            self.ranked = np.full((self.capacity, flat.size), np.inf)
+            self.sizes, self.totals = np.zeros(flat.size, dtype=np.int64), np.zeros(flat.size)
+        if flat.size != self.sizes.size or again.size != flat.size:
+            raise InvalidArgument(f"values of {flat.size} rows and restart of {again.size} for {self.sizes.size} rows")
+        ranked, sizes = self.ranked, self.sizes
+        restarted = np.flatnonzero(again)
+        ranked[:_FIRST_RANKS, restarted] = np.inf  # later tiers are cleared when a group next reaches them
+        sizes[restarted] = 0
+        if (sizes >= self.capacity).any():
+            raise InvalidArgument(f"a group outgrew capacity={self.capacity}: close groups at that length")
+        self._tier_rows = tiers = list(self._tiers(sizes))
+        edges = [ranked[low - 1, rows] for low, _, rows in tiers[1:]]  # the rank before each later tier, before any insertion
+        _insert(ranked[: tiers[0][1]], flat, np.full(flat.size, -np.inf))
+        for (low, high, rows), edge in zip(tiers[1:], edges, strict=True):
+            block = ranked[low:high, rows]
+            block[:, sizes[rows] == low] = np.inf  # entering the tier: what an earlier group left there goes
+            _insert(block, flat[rows], edge)
+            ranked[low:high, rows] = block
+        sizes += 1
+        self.totals = np.where(again, flat, self.totals + flat)
+
+    def median(self) -> FloatArray:
+        """Every row's group median (the mean of the two middle values of an even group), shape (rows,)."""
+        sizes, rows = self.sizes, np.arange(self.sizes.size)
+        return np.asarray((self.ranked[(sizes - 1) // 2, rows] + self.ranked[sizes // 2, rows]) / 2.0, dtype=np.float64)
+
+    def deviation(self) -> FloatArray:
+        """Every row's Σ_i |c_i − mean| over its group (PeGaSus's deviation), shape (rows,).
+
+        With m the mean, Σ_i |c_i − m| = 2 Σ_{c_i < m} (m − c_i) (the parts above and below m
+        balance), so each tier costs a subtraction, a maximum and a sum; +inf padding adds 0.
+        """
+        mean = self.totals / np.maximum(self.sizes, 1)
+        result = np.zeros(self.sizes.size)
+        for low, high, rows in self._tier_rows:  # the rows whose group reaches each tier (from the last insertion)
+            if low == 0:
+                result += np.maximum(mean - self.ranked[:high], 0.0).sum(axis=0)
+            else:
+                result[rows] += np.maximum(mean[rows] - self.ranked[low:high, rows], 0.0).sum(axis=0)
+        return 2.0 * result
+
+    def _tiers(self, sizes: IntArray) -> Iterator[tuple[int, int, IntArray]]:
+        """(low, high, rows) of every tier of ranks [low, high) that some row with ``sizes`` reaches once
+        one more value is in: [0, 8) for every row (rows unused), then the rows with size >= low."""
+        yield 0, min(_FIRST_RANKS, self.capacity), np.arange(0)
+        low, longest = _FIRST_RANKS, int(sizes.max()) if sizes.size else 0
+        while low <= longest and low < self.capacity:
+            yield low, min(4 * low, self.capacity), np.flatnonzero(sizes >= low)
+            low *= 4
+
+
+def _insert(block: FloatArray, values: FloatArray, before: FloatArray) -> None:
+    """Insert ``values`` (one per column) into the ascending columns of ``block`` (ranks × rows)
+    in place; ``before`` is, per column, the entry of the rank just before the block's first (−inf for rank 0).
+    The last entry of a full block falls off (the caller's block is deep enough for every group)."""
+    previous = np.empty_like(block)
+    previous[0] = before
+    previous[1:] = block[:-1]
+    np.minimum(block, values, out=block)
+    np.maximum(block, previous, out=block)
