@@ -63,11 +63,9 @@ class RankedRows:
         restarted = np.flatnonzero(again)
         ranked[:_FIRST_RANKS, restarted] = np.inf  # later tiers are cleared when a group next reaches them
         sizes[restarted] = 0
-        if (sizes >= self.capacity).any():
-            raise InvalidArgument(f"a group outgrew capacity={self.capacity}: close groups at that length")
         self._tier_rows = tiers = list(self._tiers(sizes))
         edges = [ranked[low - 1, rows] for low, _, rows in tiers[1:]]  # the rank before each later tier, before any insertion
-        _insert(ranked[: tiers[0][1]], flat, np.full(flat.size, -np.inf))
+        _insert(ranked[: tiers[0][1]], flat, None)
         for (low, high, rows), edge in zip(tiers[1:], edges, strict=True):
             block = ranked[low:high, rows]
             block[:, sizes[rows] == low] = np.inf  # entering the tier: what an earlier group left there goes
@@ -99,19 +97,22 @@ class RankedRows:
     def _tiers(self, sizes: IntArray) -> Iterator[tuple[int, int, IntArray]]:
         """(low, high, rows) of every tier of ranks [low, high) that some row with ``sizes`` reaches once
         one more value is in: [0, 8) for every row (rows unused), then the rows with size >= low."""
-        yield 0, min(_FIRST_RANKS, self.capacity), np.arange(0)
         low, longest = _FIRST_RANKS, int(sizes.max()) if sizes.size else 0
+        if longest >= self.capacity:
+            raise InvalidArgument(f"a group outgrew capacity={self.capacity}: close groups at that length")
+        yield 0, min(_FIRST_RANKS, self.capacity), np.arange(0)
         while low <= longest and low < self.capacity:
             yield low, min(4 * low, self.capacity), np.flatnonzero(sizes >= low)
             low *= 4
 
 
-def _insert(block: FloatArray, values: FloatArray, before: FloatArray) -> None:
+def _insert(block: FloatArray, values: FloatArray, before: FloatArray | None) -> None:
     """Insert ``values`` (one per column) into the ascending columns of ``block`` (ranks × rows)
-    in place; ``before`` is, per column, the entry of the rank just before the block's first (−inf for rank 0).
-    The last entry of a full block falls off (the caller's block is deep enough for every group)."""
-    previous = np.empty_like(block)
-    previous[0] = before
-    previous[1:] = block[:-1]
+    in place; ``before`` is, per column, the entry of the rank just before the block's first (None:
+    the block starts at rank 0). The last entry of a full block falls off (the caller's block is
+    deep enough for every group)."""
+    previous = block[:-1].copy()
     np.minimum(block, values, out=block)
-    np.maximum(block, previous, out=block)
+    np.maximum(block[1:], previous, out=block[1:])
+    if before is not None:
+        np.maximum(block[0], before, out=block[0])
