@@ -19,6 +19,7 @@ Deviations (accounting rules §4-5), with reasons:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
@@ -27,7 +28,7 @@ from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, WindowLedger
 from budgetcheck.ops import FLOAT, per_run
-from mechanisms._common import empty_releases, rule_env
+from mechanisms._common import Stream, collect, rule_env
 from mechanisms.rules import DistanceTestRule
 
 FloatArray = NDArray[np.float64]
@@ -53,11 +54,14 @@ class DSATw:
         return DistanceTestRule(self.sample_rate)
 
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        return collect(self.releases(stream, ledger), stream, ledger.runs)
+
+    def releases(self, stream: Stream, ledger: WindowLedger) -> Iterator[FloatArray]:
+        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         rule, env = self.allocation_rule(), rule_env(ledger)
         runs = ledger.runs
         target = rule.samples(env) / env.w
         state: tuple[Any, ...] = per_run(rule.initial(FLOAT, env), runs)
-        releases = empty_releases(runs, stream.length, stream.dimensions)
         last = np.zeros((runs, stream.dimensions))
         rows = np.ones(runs)
         threshold = np.full(runs, self.threshold)
@@ -79,8 +83,7 @@ class DSATw:
             taken += sampled
             threshold = self._feedback(threshold, taken / t, target)
             state = rule.advance(FLOAT, env, state, wants, (np.where(t == 1, count_budget, 0.0), test_budget, sample_budget))
-            releases[:, t - 1] = last
-        return releases
+            yield last
 
     def _feedback(self, threshold: FloatArray, rate: FloatArray, target: float) -> FloatArray:
         """Li et al. 2015, §5.2: E = |rate − C/w|, e = |E − δ|/δ, u = θe; lower T̃ by u when sampling

@@ -16,13 +16,15 @@ column's filter and controller take the sample.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import attrs
 import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, InvalidArgument, WindowLedger
 from budgetcheck.ops import FLOAT, per_run
-from mechanisms._common import empty_releases, rule_env
+from mechanisms._common import Stream, collect, empty_releases, rule_env
 from mechanisms._control import FastPID, Kalman
 from mechanisms.rules import BlockRule
 
@@ -59,11 +61,14 @@ class FASTw:
         return BlockRule(self.sampling_ratio)
 
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        return collect(self.releases(stream, ledger), stream, ledger.runs)
+
+    def releases(self, stream: Stream, ledger: WindowLedger) -> Iterator[FloatArray]:
+        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         rule, env = self.allocation_rule(), rule_env(ledger)
         samples = rule.samples(env)
         state = per_run(rule.initial(FLOAT, env), ledger.runs)
         shape = (ledger.runs, stream.dimensions)
-        releases = empty_releases(ledger.runs, stream.length, stream.dimensions)
         kalman, pid = self._fresh(shape), self._pid(shape)
         for secret in stream:
             t = secret.t
@@ -75,15 +80,14 @@ class FASTw:
             (budget,) = rule.charges(FLOAT, env, state, wants)
             budget = np.broadcast_to(budget, (ledger.runs,))
             sampled = budget > 0
-            if sampled.any():
-                noisy = np.nan_to_num(ledger.laplace(secret, budget, purpose="publication"))
-                posterior = kalman.correct(noisy, np.broadcast_to(sampled[:, None], shape))
-                pid.update(t, prior, posterior, np.broadcast_to(sampled[:, None], shape))
-                releases[:, t - 1] = posterior
-            else:
-                releases[:, t - 1] = prior
             state = rule.advance(FLOAT, env, state, wants, (budget,))
-        return releases
+            if not sampled.any():
+                yield prior
+                continue
+            noisy = np.nan_to_num(ledger.laplace(secret, budget, purpose="publication"))
+            posterior = kalman.correct(noisy, np.broadcast_to(sampled[:, None], shape))
+            pid.update(t, prior, posterior, np.broadcast_to(sampled[:, None], shape))
+            yield posterior
 
     def _fresh(self, shape: tuple[int, ...]) -> Kalman:
         return Kalman.start(shape, initial_variance=self.initial_variance, process_noise=self.process_noise,

@@ -23,13 +23,15 @@ Deviations from the paper and the public code, with reasons:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import attrs
 import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, Secret, WindowLedger
 from budgetcheck.ops import FLOAT, per_run
-from mechanisms._common import empty_releases, rule_env
+from mechanisms._common import Stream, collect, rule_env
 from mechanisms._control import Kalman, RescuePID, pushed
 from mechanisms.rules import RemainingFractionRule
 
@@ -118,7 +120,11 @@ class RescueDP:
         return RemainingFractionRule(self.max_fraction, self.cap_parts)
 
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
-        return _run(self, stream, ledger, shared_window=True)
+        return collect(self.releases(stream, ledger), stream, ledger.runs)
+
+    def releases(self, stream: Stream, ledger: WindowLedger) -> Iterator[FloatArray]:
+        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
+        return _releases(self, stream, ledger, shared_window=True)
 
 
 @attrs.frozen
@@ -135,10 +141,10 @@ class RescueDPAsPublished:
     name: str = attrs.field(default="RescueDP_as_published", init=False)
 
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
-        return _run(self.config, stream, ledger, shared_window=False)
+        return collect(_releases(self.config, stream, ledger, shared_window=False), stream, ledger.runs)
 
 
-def _run(mech: RescueDP, stream: GuardedStream, ledger: WindowLedger, *, shared_window: bool) -> FloatArray:
+def _releases(mech: RescueDP, stream: Stream, ledger: WindowLedger, *, shared_window: bool) -> Iterator[FloatArray]:
     rule, env = mech.allocation_rule(), rule_env(ledger)
     runs, d = ledger.runs, stream.dimensions
     shape = (runs, d)
@@ -151,7 +157,6 @@ def _run(mech: RescueDP, stream: GuardedStream, ledger: WindowLedger, *, shared_
                           process_noise=1.0 if mech.process_noise is None else mech.process_noise, measurement_noise=noise)
     recent = np.full((runs, d, mech.history), np.nan)  # the last κ releases of each location
     moments = np.zeros((3, runs, d))  # count, sum, sum of squares of releases (for q)
-    releases = empty_releases(runs, stream.length, d)
 
     def remainder() -> FloatArray:
         """ε_rm for the next timestamp: the shared window's remainder (the rule's state), or, as
@@ -193,8 +198,7 @@ def _run(mech: RescueDP, stream: GuardedStream, ledger: WindowLedger, *, shared_
         if mech.process_noise is None:
             count = np.maximum(moments[0], 1.0)
             kalman.process_noise = np.maximum(moments[2] / count - (moments[1] / count) ** 2, 1.0)
-        releases[:, t - 1] = np.where(sampled, posterior, prior)
-    return releases
+        yield np.where(sampled, posterior, prior)
 
 
 def _own(local: FloatArray, epsilon: float) -> FloatArray:
