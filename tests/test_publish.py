@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from click.testing import CliRunner
 import budgetcheck as bc
 from budgetcheck._noise import DiscreteLaplace, bernoulli_exp, discrete_laplace
 from budgetcheck.cli import main
-from mechanisms import BA, BD, DSATw, FASTw, RescueDP, Uniform
+from mechanisms import BA, BD, AdaPub, DSATw, FASTw, PeGaSus, RescueDP, Uniform
 
 ARGS = ["--epsilon", "1", "--w", "5", "-d", "2"]
 
@@ -69,15 +70,49 @@ def test_a_restart_resumes_at_the_next_timestamp_in_the_same_state(tmp_path: Pat
     assert result.exit_code == 2 and "epsilon=2.0" in result.output
 
 
-@pytest.mark.parametrize("mechanism", ["FASTw", "DSATw", "RescueDP"])
+@pytest.mark.parametrize("mechanism", ["FASTw", "DSATw", "RescueDP", "AdaPub", "PeGaSus"])
 def test_adaptive_mechanisms_publish_live_and_resume_from_their_stored_outputs(tmp_path: Path, mechanism: str) -> None:
-    """Their Kalman filters, controllers and groupings are rebuilt from the replayed outputs on a restart."""
-    assert invoke(tmp_path, rows(12), mechanism=mechanism)[0] == 0
-    code, output = invoke(tmp_path, rows(40), mechanism=mechanism)
+    """Their Kalman filters, controllers, groupings and AboveThreshold answers are rebuilt from the
+    replayed outputs on a restart (publish checks that every replayed release equals the stored one)."""
+    sampler = ["--sampler", "numpy-laplace"] if mechanism in ("AdaPub", "PeGaSus") else []  # AboveThreshold: continuous noise
+    assert invoke(tmp_path, rows(12), *sampler, mechanism=mechanism)[0] == 0
+    code, output = invoke(tmp_path, rows(40), *sampler, mechanism=mechanism)
     assert code == 0, output
     assert "replayed 12" in output
     assert [int(line[0]) for line in released(tmp_path)] == list(range(1, 41))
     assert bc.audit_file(tmp_path / "l.db").ok
+
+
+class _Grouper:
+    """A live mechanism that publishes an AboveThreshold's answers (its openings) as its releases."""
+
+    name = "opened-grouper"
+
+    def __init__(self) -> None:
+        self.opened: list[list[bool]] = []
+
+    def releases(self, stream: bc.LiveStream, ledger: bc.WindowLedger) -> Iterator[np.ndarray]:
+        test = ledger.above_threshold(epsilon=0.1, sensitivity=2.0, cells=(2,), max_footprint=4)
+        for secret in stream:
+            answer = test.query(secret, bc.deviation, 1e9)  # never above: instances run to the cap
+            self.opened.append(answer.opened[0].tolist())
+            yield np.where(answer.opened, 1.0, 0.0)
+
+
+def test_a_restart_replays_the_threshold_answers_and_then_opens_every_instance_afresh(tmp_path: Path) -> None:
+    """Replayed queries get the stored answers (the releases built on them match the file); the first
+    live query after them opens every instance, whose noisy threshold and footprint are not in the file."""
+    text = rows(40)
+    lines = text.splitlines(keepends=True)
+    first = _Grouper()
+    bc.publish(first, lines[:6], tmp_path / "l.db", dimensions=2, epsilon=1.0, w=5, out_path=tmp_path / "o.csv", sampler="numpy-laplace")
+    assert first.opened == [[True, True], [False, False], [False, False], [False, False], [True, True], [False, False]]
+    second = _Grouper()
+    summary = bc.publish(second, lines[:9], tmp_path / "l.db", dimensions=2, epsilon=1.0, w=5, out_path=tmp_path / "o.csv",
+                         sampler="numpy-laplace")
+    assert second.opened[:6] == first.opened  # replayed from the file
+    assert second.opened[6:] == [[True, True], [False, False], [False, False]]  # t = 7 opens afresh, though t = 5's were open
+    assert summary.published == 3 and bc.audit_file(tmp_path / "l.db").ok
 
 
 @pytest.mark.parametrize(("bad", "message"), [
@@ -105,13 +140,14 @@ def test_jsonl_input_and_output_and_the_numpy_sampler(tmp_path: Path) -> None:
 
 
 def test_only_mechanisms_with_a_release_generator_publish(tmp_path: Path) -> None:
-    code, output = invoke(tmp_path, rows(3), mechanism="PeGaSus")
+    code, output = invoke(tmp_path, rows(3), mechanism="mechanisms:FASTwAsPublished")
     assert code == 2 and "cannot publish live" in output
 
 
 def test_release_generators_match_the_batch_runs() -> None:
     data = np.abs(np.random.default_rng(0).normal(50, 10, size=(40, 3)))
-    for mechanism in (Uniform(), BD(), BA(), FASTw(), DSATw(sample_rate=0.15), RescueDP(), RescueDP(grouping=False)):
+    for mechanism in (Uniform(), BD(), BA(), FASTw(), DSATw(sample_rate=0.15), RescueDP(), RescueDP(grouping=False), AdaPub(),
+                      PeGaSus(), PeGaSus(smoother="james-stein", grouping=False)):
         batch = bc.execute(mechanism, data, epsilon=1.0, w=8, runs=3, seed=5).releases
         ledger = bc.WindowLedger(bc.WEventParams(1.0, 8), runs=3, seed=5)
         stream = bc.LiveStream(((t + 1, row) for t, row in enumerate(data)), dimensions=3)

@@ -29,7 +29,7 @@ from budgetcheck._errors import InvalidArgument
 from budgetcheck._ranked import RankedRows
 from budgetcheck._recent import RecentRows
 from budgetcheck._records import SpendRecord
-from budgetcheck._secret import Secret, charged, stacked_rows
+from budgetcheck._secret import Secret, charged, is_placeholder, stacked_rows
 from budgetcheck._validation import check_epsilon, check_label, check_positive_int, check_sensitivity
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ class ThresholdTest:
     that would read more timestamps is closed (a public decision) and a new one opens at t.
     """
 
-    __slots__ = ("_amounts", "_cells", "_epsilon", "_groups", "_offset_scale", "_query_scale", "_recent", "_last_t", "_ledger", "_max", "_offsets",
+    __slots__ = ("_amounts", "_cells", "_epsilon", "_groups", "_offset_scale", "_restarted", "_query_scale", "_recent", "_last_t", "_ledger", "_max", "_offsets",
                  "_purpose", "_sensitivity", "_starts")
 
     def __init__(
@@ -84,6 +84,7 @@ class ThresholdTest:
         self._starts: IntArray = np.zeros(shape, dtype=np.int64)  # 0: no open instance
         self._offsets: FloatArray = np.zeros(shape)
         self._recent = RecentRows()  # the true values of the open footprints
+        self._restarted = False  # replayed queries since the last live one
         self._groups: RankedRows | None = None  # the same, sorted per run and cell, when the statistic is `deviation`
         self._last_t = 0
         # Every query charges ε in every run, with the same noise scales: computed once, read-only.
@@ -104,13 +105,17 @@ class ThresholdTest:
 
     def query(self, secret: Secret, statistic: Callable[[FloatArray], ArrayLike], thresholds: ArrayLike) -> ThresholdAnswer:
         """Charge ε at the secret's t and test (one charged operation of the ledger; see :meth:`_query`)."""
-        answer: ThresholdAnswer
-        answer, starts = self._ledger._operation(self._query, secret, statistic, thresholds)
-        self._starts = starts  # the instances that go with the answer (one output, for the ledger's tap)
-        return answer
+        outcome = np.asarray(self._ledger._operation(self._query, secret, statistic, thresholds))
+        self._starts = outcome[2].astype(np.int64)  # the instances that go with the answer
+        return ThresholdAnswer(above=outcome[0] != 0.0, opened=outcome[1] != 0.0)
 
-    def _query(self, secret: Secret, statistic: Callable[[FloatArray], ArrayLike], thresholds: ArrayLike) -> tuple[ThresholdAnswer, IntArray]:
+    def _query(self, secret: Secret, statistic: Callable[[FloatArray], ArrayLike], thresholds: ArrayLike) -> FloatArray:
         """Charge ε at the secret's t; open an instance where none is open; test the others.
+
+        Returns (above, opened, starts) stacked as one float array: the output a ledger file
+        stores, a restarted publisher replays (a replayed timestamp reads and draws nothing; the
+        first live query after it opens every instance afresh, since the open instances' noisy
+        thresholds and footprints are not in the file) and the verifier's tap sees.
 
         ``statistic`` gets the true values of the cells' footprints as shape (n, L, *cells) for a
         group of n runs (oldest first, NaN before each cell's instance opened and for cells not
@@ -140,12 +145,17 @@ class ThresholdTest:
         ledger._check_secret(secret)
         ledger._charge(t, amounts, record)  # raises, changing nothing, before anything is read
         first, self._last_t = self._last_t == 0, t
-        rng = ledger._rng
-        capped = (self._starts > 0) & (t - self._starts + 1 > self._max) if self._max is not None else np.zeros(shape, dtype=bool)
-        opened = (self._starts == 0) | capped
-        tested = ~opened
         if first and statistic is deviation and self._max is not None:
             self._groups = RankedRows(self._max)  # sees every query from the first on
+        if is_placeholder(secret):  # replayed from a ledger file, which holds the outcome (query() gets it)
+            self._restarted = True
+            return np.zeros((3, *shape))
+        rng = ledger._rng
+        capped = (self._starts > 0) & (t - self._starts + 1 > self._max) if self._max is not None else np.zeros(shape, dtype=bool)
+        if self._restarted:  # the first live query after a replay: every instance opens afresh
+            capped, self._restarted = self._starts > 0, False
+        opened = (self._starts == 0) | capped
+        tested = ~opened
         with charged(secret) as values:
             self._recent.append(t, values)
             if self._groups is not None:
@@ -170,7 +180,7 @@ class ThresholdTest:
             self._offsets[opened] = rng.laplace(0.0, self._offset_scale, size=int(fresh))
         self._starts[opened] = t
         self._starts[above] = 0
-        return ThresholdAnswer(above=above, opened=opened), self._starts
+        return np.stack([above, opened, self._starts]).astype(np.float64)
 
     def _footprints(self, secret: Secret, tested: BoolArray, rows: IntArray, width: int) -> FloatArray:
         """The true values of the footprints of the tested cells of ``rows`` (runs whose longest

@@ -24,13 +24,15 @@ stands alone (as in PeGaSus); the next timestamp opens a new cluster. Clusters a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import attrs
 import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, Secret, WindowLedger
 from budgetcheck.ops import FLOAT
-from mechanisms._common import empty_releases, rule_env
+from mechanisms._common import Stream, collect, rule_env
 from mechanisms._smoothing import GroupHistory
 from mechanisms.rules import SplitUniformRule
 
@@ -63,11 +65,14 @@ class AdaPub:
         return SplitUniformRule((self.perturbation_weight, self.clustering_weight), ("perturbation", "clustering"))
 
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        return collect(self.releases(stream, ledger), stream, ledger.runs)
+
+    def releases(self, stream: Stream, ledger: WindowLedger) -> Iterator[FloatArray]:
+        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         rule, env = self.allocation_rule(), rule_env(ledger)
         perturb_budget, cluster_budget = (float(b) for b in rule.charges(FLOAT, env, (), None))
         runs, d = ledger.runs, stream.dimensions
         rng = np.random.default_rng(self.seed)
-        releases = empty_releases(runs, stream.length, d)
         test = ledger.above_threshold(epsilon=cluster_budget, sensitivity=2.0, cells=(d,), max_footprint=env.w,
                                       purpose="clustering") if self.clustering else None
         history = GroupHistory(env.w)
@@ -84,9 +89,8 @@ class AdaPub:
                 answer, x = history.step(test, secret, x, threshold, "median", 0.0)
                 fresh = answer.opened | answer.above
                 feedback = np.stack([error, np.where(fresh, error, total), np.where(fresh, 1.0, count)])
-            releases[:, t - 1] = x
             last = x
-        return releases
+            yield x
 
     def _perturb(self, ledger: WindowLedger, secret: Secret, budget: float, last: FloatArray,
                  rng: np.random.Generator, t: int) -> FloatArray:

@@ -21,13 +21,15 @@ closed by that public rule.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import attrs
 import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, WindowLedger
 from budgetcheck.ops import FLOAT
-from mechanisms._common import empty_releases, rule_env
+from mechanisms._common import Stream, collect, rule_env
 from mechanisms._smoothing import GroupHistory, check_smoother
 from mechanisms.rules import SplitUniformRule
 
@@ -50,20 +52,20 @@ class PeGaSus:
         return SplitUniformRule((self.perturbation_weight, self.grouping_weight), ("perturbation", "grouping"))
 
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        return collect(self.releases(stream, ledger), stream, ledger.runs)
+
+    def releases(self, stream: Stream, ledger: WindowLedger) -> Iterator[FloatArray]:
+        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         rule, env = self.allocation_rule(), rule_env(ledger)
         perturb_budget, group_budget = (float(b) for b in rule.charges(FLOAT, env, (), None))
-        runs, d = ledger.runs, stream.dimensions
-        releases = empty_releases(runs, stream.length, d)
         cap = env.w if self.max_group is None else self.max_group
-        test = ledger.above_threshold(epsilon=group_budget, sensitivity=2.0, cells=(d,), max_footprint=cap, purpose="grouping") \
-            if self.grouping else None
+        test = ledger.above_threshold(epsilon=group_budget, sensitivity=2.0, cells=(stream.dimensions,), max_footprint=cap,
+                                      purpose="grouping") if self.grouping else None
         history = GroupHistory(cap)
         noise_variance = 2.0 / perturb_budget**2
         for secret in stream:
-            t = secret.t
             perturbed = ledger.laplace(secret, perturb_budget, purpose="perturbation")
             if test is None:
-                releases[:, t - 1] = perturbed
-                continue
-            _, releases[:, t - 1] = history.step(test, secret, perturbed, self.threshold_factor / group_budget, self.smoother, noise_variance)
-        return releases
+                yield perturbed
+            else:
+                yield history.step(test, secret, perturbed, self.threshold_factor / group_budget, self.smoother, noise_variance)[1]
