@@ -124,3 +124,17 @@ def test_scale_up_is_the_next_double_above_the_quotient(sensitivity: float, budg
         expected = np.nextafter(sensitivity / eps, np.inf)
     np.testing.assert_array_equal(rounding.scale_up(sensitivity, eps).view(np.int64), expected.view(np.int64))
 
+
+
+@given(st.floats(min_value=0.0, max_value=1e300) | st.sampled_from([5e-324, 2.0**-1000, 1 / 240]),
+       st.integers(1, 300), st.lists(st.integers(-2, 305), min_size=1, max_size=12))
+def test_float_ops_mul_down_by_small_integer_counts_is_rounding_mul_down_bit_for_bit(value: float, at_most: int, counts: list[int]) -> None:
+    """FLOAT.mul_down(u, k, at_most) looks integer counts up in a table of the at_most + 1 products;
+    counts outside [0, at_most] (a caller's bug) take the direct computation; either way the doubles
+    are those of rounding.mul_down, element by element."""
+    from budgetcheck.ops import FLOAT
+
+    array = np.array(counts, dtype=np.int64)
+    got = np.asarray(FLOAT.mul_down(value, array, at_most=at_most))
+    expected = np.asarray(rounding.mul_down(value, array.astype(np.float64)))
+    assert got.tobytes() == expected.tobytes()

@@ -17,6 +17,7 @@ from fractions import Fraction
 from typing import Any, Final, Protocol, final
 
 import numpy as np
+from numpy.typing import NDArray
 
 from budgetcheck import rounding
 from budgetcheck._sliding import SlidingValues, plain_sum
@@ -141,6 +142,9 @@ class FloatOps:
     def mul_down(self, value: Any, count: Any, at_most: int | None = None) -> Any:
         if type(value) in _SCALARS and type(count) in _SCALARS:  # a rule's constant (e.g. DSAT_w's units): once
             return _scalar_mul_down(float(value), float(count))
+        if (at_most is not None and at_most <= _TABLE_LIMIT and type(value) in _SCALARS and isinstance(count, np.ndarray)
+                and count.dtype.kind in "iu" and count.size and 0 <= count.min() and count.max() <= at_most):
+            return _products(float(value), at_most)[count]  # BA's u·k per run: a look-up of the w + 1 products
         return rounding.mul_down(value, count)
 
     def share(self, total: Any, parts: int) -> Any:
@@ -238,6 +242,18 @@ _SCALARS = (float, int, np.float64, np.int64)
 def _scalar_mul_down(value: float, count: float) -> np.float64:
     """:func:`rounding.mul_down` of two scalars, remembered (the same exact result every time)."""
     return np.float64(rounding.mul_down(value, count))
+
+
+FloatArray = NDArray[np.float64]
+_TABLE_LIMIT = 1 << 16
+
+
+@functools.lru_cache(maxsize=64)
+def _products(value: float, at_most: int) -> FloatArray:
+    """[:func:`rounding.mul_down` (value, k) for k = 0..at_most], read-only (the same doubles, element by element)."""
+    table = np.asarray(rounding.mul_down(value, np.arange(at_most + 1, dtype=np.float64)), dtype=np.float64)
+    table.setflags(write=False)
+    return table
 
 
 FLOAT = FloatOps()
