@@ -83,6 +83,13 @@ def test_step_up_is_nextafter_for_finite_non_negative_doubles(value: float) -> N
     assert (math.isnan(got) if value == math.inf else got == math.nextafter(value, math.inf))
 
 
+@given(st.lists(st.floats(min_value=0.0) | st.sampled_from([-0.0, 5e-324, math.inf, math.nan]), min_size=1, max_size=8))
+def test_step_up_in_place_on_a_scratch_array_gives_the_same_bits(values: list[float]) -> None:
+    fresh = np.array(values)
+    got = _step_up(fresh, scratch=True)
+    assert got is fresh and got.tobytes() == _step_up(np.array(values)).tobytes()
+
+
 def test_step_up_reads_negative_zero_as_zero() -> None:
     assert _step_up(np.array([-0.0])).tolist() == [5e-324]
     assert np.isnan(_step_up(np.inf))  # +inf fails every <= check

@@ -58,7 +58,7 @@ class SlidingValues(tuple[Any, ...]):
         if self.fresh + 1 >= len(self):
             return SlidingValues.of(items)
         # total >= the exact sum >= the oldest item (all >= 0), so the difference is >= 0.
-        total = step_up(step_up(self.total - self[0]) + newest)
+        total = step_up(step_up(self.total - self[0]) + newest, scratch=True)
         return SlidingValues._made(items, total, False, self.fresh + 1)
 
 

@@ -139,9 +139,9 @@ class ExactWindows:
         for entry in self._entries:
             if entry.t > t - self._w:
                 break
-            upper = step_up(upper - entry.low())  # upper >= the exact sum >= the entry >= its low: >= 0
+            upper = step_up(upper - entry.low(), scratch=True)  # upper >= the exact sum >= the entry >= its low: >= 0
             leaving += 1
-        upper = step_up(upper + amounts)
+        upper = step_up(upper + amounts, scratch=True)
         if not (upper <= bound).all():
             self._skip = _SKIP
             return None

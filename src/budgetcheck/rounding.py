@@ -129,10 +129,16 @@ def _down_where(values: FloatArray, mask: NDArray[np.bool_]) -> FloatArray:
     return np.asarray(np.where(mask, next_down(values), values), dtype=np.float64)
 
 
-def step_up(values: ArrayLike) -> Any:
+def step_up(values: ArrayLike, *, scratch: bool = False) -> Any:
     """The next double above each value >= 0, from its bit pattern (cheaper than ``nextafter``;
     −0.0 is read as +0.0, 0 gives the smallest subnormal). +inf and NaN give NaN, which fails every
-    ``<=`` check. A 0-d input gives a numpy scalar."""
+    ``<=`` check. A 0-d input gives a numpy scalar. ``scratch``: ``values`` is a writable float64
+    array the caller no longer needs (a fresh sum), stepped in place and returned."""
+    if scratch and isinstance(values, np.ndarray) and values.ndim and values.dtype == np.float64 and values.flags.writeable:
+        values += 0.0
+        bits = values.view(np.int64)
+        bits += 1
+        return values
     array = np.asarray(values, dtype=np.float64) + 0.0
     stepped = (array.view(np.int64) + 1).view(np.float64)
     return stepped if stepped.ndim else np.float64(stepped)
@@ -205,6 +211,11 @@ def _bound_sum(total: FloatArray, n: int) -> FloatArray:
 
 def scale_up(sensitivity: float, epsilon: FloatArray) -> FloatArray:
     """Laplace scale sensitivity/ε rounded up, so that the realised privacy loss is <= ε."""
+    if isinstance(epsilon, np.ndarray) and epsilon.ndim and epsilon.size and epsilon.dtype == np.float64 \
+            and 0.0 < sensitivity < math.inf:
+        low, high = float(epsilon.min()), float(epsilon.max())
+        if 0.0 < low and high < math.inf and sensitivity / low < math.inf:  # no zero, no overflow: every quotient >= 0 is finite
+            return np.asarray(step_up(np.divide(sensitivity, epsilon), scratch=True), dtype=np.float64)
     with np.errstate(divide="ignore", over="ignore"):  # ε = 0, or so small the scale overflows: an infinite scale
         scale = np.asarray(np.divide(sensitivity, epsilon, dtype=np.float64))
     if not (sensitivity > 0.0 and math.isfinite(sensitivity)) or (scale < 0.0).any():
