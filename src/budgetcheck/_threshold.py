@@ -66,8 +66,8 @@ class ThresholdTest:
     that would read more timestamps is closed (a public decision) and a new one opens at t.
     """
 
-    __slots__ = ("_amounts", "_cells", "_epsilon", "_groups", "_offset_scale", "_restarted", "_query_scale", "_recent", "_last_t", "_ledger", "_max", "_offsets",
-                 "_purpose", "_sensitivity", "_starts")
+    __slots__ = ("_amounts", "_cells", "_epsilon", "_groups", "_last_t", "_ledger", "_max", "_offset_scale", "_offsets", "_purpose",
+                 "_query_scale", "_recent", "_restarted", "_sensitivity", "_starts")
 
     def __init__(
         self, ledger: WindowLedger, *, epsilon: float, sensitivity: float, cells: tuple[int, ...], max_footprint: int | None, purpose: str
