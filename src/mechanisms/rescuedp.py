@@ -157,6 +157,7 @@ def _releases(mech: RescueDP, stream: Stream, ledger: WindowLedger, *, shared_wi
                           process_noise=1.0 if mech.process_noise is None else mech.process_noise, measurement_noise=noise)
     recent = np.full((runs, d, mech.history), np.nan)  # the last κ releases of each location
     moments = np.zeros((3, runs, d))  # count, sum, sum of squares of releases (for q)
+    grouped = shared_window and mech.grouping and d > 1  # one location (d = 1) is its own group: laplace_bins
 
     def remainder() -> FloatArray:
         """ε_rm for the next timestamp: the shared window's remainder (the rule's state), or, as
@@ -175,7 +176,7 @@ def _releases(mech: RescueDP, stream: Stream, ledger: WindowLedger, *, shared_wi
         budgets = np.where(due, np.minimum(FLOAT.mul_down(remaining, fraction), rule.grant(FLOAT, env, remaining)), 0.0)
         observed = np.full(shape, np.nan)
         if (budgets > 0).any():
-            if shared_window and mech.grouping and d > 1:  # one location (d = 1) is its own group: laplace_bins
+            if grouped:
                 observed, budgets = _grouped_release(mech, ledger, secret, budgets, recent)
             else:
                 observed = ledger.laplace_bins(secret, budgets, purpose="publication")
@@ -193,8 +194,12 @@ def _releases(mech: RescueDP, stream: Stream, ledger: WindowLedger, *, shared_wi
         left = remainder()
         with np.errstate(divide="ignore"):
             pid.update(t, posterior, sampled, np.where(left > 0, 1.0 / left, np.inf))
-        recent = np.where(sampled[..., None], pushed(recent, posterior), recent)
-        moments = moments + np.stack([sampled, np.where(sampled, posterior, 0.0), np.where(sampled, posterior**2, 0.0)])
+        if grouped:  # only the grouping reads the last κ releases
+            recent = np.where(sampled[..., None], pushed(recent, posterior), recent)
+        taken = np.where(sampled, posterior, 0.0)
+        moments[0] += sampled
+        moments[1] += taken
+        moments[2] += taken * taken
         if mech.process_noise is None:
             count = np.maximum(moments[0], 1.0)
             kalman.process_noise = np.maximum(moments[2] / count - (moments[1] / count) ** 2, 1.0)

@@ -8,6 +8,7 @@ also writes down the strengthened invariant that makes 1-induction go through.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from fractions import Fraction
@@ -175,6 +176,7 @@ class PeriodicRule:
         return ops.all_of(terms)
 
 
+@functools.lru_cache(maxsize=256)
 def _fraction_parts(value: float, name: str) -> tuple[int, int]:
     """A float in (0, 1] as an exact (numerator, denominator) with a small denominator."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
