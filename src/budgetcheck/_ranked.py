@@ -3,7 +3,7 @@
 Each row (a run and cell) holds one group, which only grows by one value a step or restarts with
 it. The values are stored rank-major, (capacity, rows), ascending and padded with +inf, so that
 the k-th smallest value of every row is one contiguous array and every update works on whole
-blocks: ranks [0, 8) for every row, the tiers [8, 32), [32, 128), … only for the rows whose
+blocks: ranks [0, 16) for every row, the tiers [16, 64), [64, 256), … only for the rows whose
 group reaches them (groups are mostly short). Used for the smoother's medians over released
 values (post-processing) and, inside :class:`budgetcheck.ThresholdTest`, for the group deviation
 of true values without re-reading the whole group at every step.
@@ -23,7 +23,7 @@ from budgetcheck._validation import check_positive_int
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
-_FIRST_RANKS = 8
+_FIRST_RANKS = 16
 
 
 def _capacity(value: object) -> int:
@@ -96,7 +96,7 @@ class RankedRows:
 
     def _tiers(self, sizes: IntArray) -> Iterator[tuple[int, int, IntArray]]:
         """(low, high, rows) of every tier of ranks [low, high) that some row with ``sizes`` reaches once
-        one more value is in: [0, 8) for every row (rows unused), then the rows with size >= low."""
+        one more value is in: [0, 16) for every row (rows unused), then the rows with size >= low."""
         low, longest = _FIRST_RANKS, int(sizes.max()) if sizes.size else 0
         if longest >= self.capacity:
             raise InvalidArgument(f"a group outgrew capacity={self.capacity}: close groups at that length")
