@@ -115,6 +115,63 @@ def test_a_restart_replays_the_threshold_answers_and_then_opens_every_instance_a
     assert summary.published == 3 and bc.audit_file(tmp_path / "l.db").ok
 
 
+POLICIES = "start,end,thresholds\n3,10,50,20\n8,20,30\n"
+
+
+def invoke_swellfish(tmp_path: Path, text: str, mechanism: str, *extra: str, policies: str = POLICIES) -> tuple[int, str]:
+    (tmp_path / "policies.csv").write_text(policies)
+    (tmp_path / "in.csv").write_text(text)
+    result = CliRunner().invoke(main, ["publish", mechanism, "--ledger", str(tmp_path / "l.db"), "--epsilon", "1", "--policies",
+                                       str(tmp_path / "policies.csv"), "-d", "2", "--input", str(tmp_path / "in.csv"),
+                                       "--out", str(tmp_path / "out.csv"), "--durability", "process", *extra])
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize("mechanism", ["TSUniform", "TSBD", "TSBA", "UnicornPS", "UnicornIS", "Unicorn"])
+def test_swellfish_mechanisms_publish_live_and_resume(tmp_path: Path, mechanism: str) -> None:
+    """Policies from a file; timestamps no policy covers (1, 2 and after 20) are released exactly."""
+    assert invoke_swellfish(tmp_path, rows(9), mechanism)[0] == 0
+    code, output = invoke_swellfish(tmp_path, rows(24), mechanism)
+    assert code == 0, output
+    assert "replayed 9" in output
+    lines = released(tmp_path)
+    assert [int(line[0]) for line in lines] == list(range(1, 25))
+    exact = {int(row.split(",")[0]): row.strip().split(",")[1:] for row in rows(24).splitlines()}
+    assert all(line[1:] == exact[int(line[0])] for line in lines if int(line[0]) in (1, 2, 21, 22, 23, 24))
+    assert bc.audit_file(tmp_path / "l.db").ok
+    # Other policies on the same file are refused: they would change every past window's meaning.
+    code, output = invoke_swellfish(tmp_path, rows(25), mechanism, policies="3,10,50\n")
+    assert code in (2, 4) and "polic" in output.lower()
+
+
+def test_swellfish_publisher_arguments_are_checked(tmp_path: Path) -> None:
+    code, output = invoke_swellfish(tmp_path, rows(3), "TSBD", "--w", "5")
+    assert code == 2 and "w comes from them" in output
+    code, output = invoke(tmp_path, rows(3), mechanism="TSBD")
+    assert code == 2 and "is a swellfish mechanism: give it epsilon and policies" in output
+    code, output = invoke_swellfish(tmp_path, rows(3), "BD")
+    assert code == 2 and "is a w-event mechanism: give it epsilon and w" in output
+    for text, message in (("3,10\n", "line 1: expected start,end,theta_1"), ("# none\n", "lists no policies"),
+                          ("x,10,5\n", "start='x' and end='10' must be integers"), ("5,3,1\n", "line 1: policy interval")):
+        code, output = invoke_swellfish(tmp_path, rows(3), "TSBD", policies=text)
+        assert code == 2 and message in output, output
+
+
+def test_swellfish_release_generators_match_the_batch_runs() -> None:
+    from budgetcheck._policies import load_policies
+    from mechanisms import TSBA, TSBD, TSSample, TSUniform, Unicorn, UnicornIS, UnicornPS
+
+    data = np.abs(np.random.default_rng(1).normal(50, 10, size=(30, 2)))
+    policies = load_policies(POLICIES.splitlines())
+    for mechanism in (TSUniform(), TSSample(), TSBD(), TSBA(), UnicornPS(), UnicornIS(), Unicorn()):
+        batch = bc.execute_swellfish(mechanism, policies, data, epsilon=1.0, runs=3, seed=5).releases
+        ledger = bc.SwellfishLedger(policies, epsilon=1.0, runs=3, seed=5)
+        stream = bc.LiveStream(((t + 1, row) for t, row in enumerate(data)), dimensions=2)
+        ledger.bind(stream)
+        live = np.stack(list(mechanism.releases(stream, ledger)), axis=1)
+        np.testing.assert_array_equal(live, batch)
+
+
 @pytest.mark.parametrize(("bad", "message"), [
     ("3,1\n", "expected t and 2 counts, got 2 fields"),
     ("3,nan,1\n", "counts must be finite"),

@@ -22,10 +22,13 @@ EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_CORRUPT = 0, 1, 2, 4
 @click.argument("mechanism")
 @click.option("--ledger", "ledger_path", required=True, type=FilePath(dir_okay=False, path_type=Path),
               help="The ledger file (created if missing; a restart resumes from it).")
-@click.option("--epsilon", type=float, default=None, help="The w-event budget ε (w-event mechanisms).")
+@click.option("--epsilon", type=float, default=None, help="The budget ε (w-event and Swellfish mechanisms).")
 @click.option("--w", type=int, default=None, help="The window length w (w-event mechanisms).")
 @click.option("--requirements", "requirements_path", default=None, type=FilePath(exists=True, dir_okay=False, path_type=Path),
               help="Personalized mechanisms: a file of user,w,epsilon lines (each user's w_i and ε_i).")
+@click.option("--policies", "policies_path", default=None, type=FilePath(exists=True, dir_okay=False, path_type=Path),
+              help="Swellfish mechanisms: a file of start,end,theta_1[,theta_2,...] lines (each policy's relevance interval "
+                   "and pattern thresholds); timestamps no policy covers are released exactly.")
 @click.option("-d", "--dimensions", type=int, default=1, show_default=True, help="Counts per row (w-event) or bins (personalized).")
 @click.option("--input", "input_path", default="-", type=FilePath(dir_okay=False, allow_dash=True, path_type=Path),
               help="w-event: rows t,c_1..c_d (CSV) or JSON lines {'t':..,'counts':[..]}. Personalized: rows t,user,bin "
@@ -40,10 +43,12 @@ EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_CORRUPT = 0, 1, 2, 4
 @click.option("--durability", type=click.Choice(sorted(DURABILITY)), default="full", show_default=True,
               help="full: fsync every commit (power loss); process: survives a killed process, faster.")
 @click.option("--skip-bad-rows", is_flag=True, help="Report malformed rows on stderr and go on (default: stop at the first).")
-def publish(mechanism: str, ledger_path: Path, epsilon: float | None, w: int | None, requirements_path: Path | None, dimensions: int,
-            input_path: Path, out_path: Path | None, fmt: str, sampler: str | None, seed: int, durability: str, skip_bad_rows: bool) -> None:
+def publish(mechanism: str, ledger_path: Path, epsilon: float | None, w: int | None, requirements_path: Path | None,
+            policies_path: Path | None, dimensions: int, input_path: Path, out_path: Path | None, fmt: str, sampler: str | None,
+            seed: int, durability: str, skip_bad_rows: bool) -> None:
     """Publish a live stream through MECHANISM on a durable ledger, one timestamp at a time."""
     from budgetcheck._events import load_requirements
+    from budgetcheck._policies import load_policies
     from budgetcheck._publish import publish as run
     from budgetcheck._verify import load_mechanism
 
@@ -53,11 +58,15 @@ def publish(mechanism: str, ledger_path: Path, epsilon: float | None, w: int | N
         if requirements_path is not None:
             with open(requirements_path, encoding="utf-8") as handle:
                 requirements = load_requirements(handle, source=str(requirements_path))
+        policies = None
+        if policies_path is not None:
+            with open(policies_path, encoding="utf-8") as handle:
+                policies = load_policies(handle, source=str(policies_path))
         if sampler is None:
             sampler = NUMPY if requirements is not None else DISCRETE
         stdout = sys.stdout
         with click.open_file(str(input_path), encoding="utf-8") as lines:
-            summary = run(mech, lines, ledger_path, epsilon=epsilon, w=w, requirements=requirements, dimensions=dimensions,
+            summary = run(mech, lines, ledger_path, epsilon=epsilon, w=w, requirements=requirements, policies=policies, dimensions=dimensions,
                           out=None if out_path else stdout, out_path=out_path, fmt=fmt, sampler=sampler,
                           seed=seed, durability=durability, skip_bad_rows=skip_bad_rows,
                           on_reject=lambda message: click.echo(f"rejected {message}", err=True))

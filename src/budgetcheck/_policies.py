@@ -190,3 +190,28 @@ def goal_affected_sets(policies: Sequence[StreamPolicy], index: int) -> Iterator
 def goal_affected_maximum(policies: Sequence[StreamPolicy], index: int) -> int:
     """The exact max number of goal-affected timestamps in J (the quantity δ(J) bounds)."""
     return max(len(s) for s in goal_affected_sets(policies, index))
+
+
+def load_policies(lines: Iterable[str], *, source: str = "policies") -> PolicyCollection:
+    """``start,end,θ_1[,θ_2,…]`` lines (a policy's relevance interval J = [start, end] and its
+    pattern's thresholds) as a :class:`PolicyCollection`; ``#`` comments, blank lines and a
+    ``start,end,thresholds`` header are skipped."""
+    policies: list[StreamPolicy] = []
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text or text.startswith("#") or (number == 1 and text.replace(" ", "").lower().startswith("start,end")):
+            continue
+        fields = [part.strip() for part in text.split(",")]
+        if len(fields) < 3:
+            raise InvalidArgument(f"{source} line {number}: expected start,end,theta_1[,theta_2,...], got {text[:80]!r}")
+        try:
+            start, end = int(fields[0]), int(fields[1])
+        except ValueError:
+            raise InvalidArgument(f"{source} line {number}: start={fields[0]!r} and end={fields[1]!r} must be integers") from None
+        try:
+            policies.append(StreamPolicy(start, end, fields[2:]))
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"{source} line {number}: {exc}") from None
+    if not policies:
+        raise InvalidArgument(f"{source} lists no policies: a Swellfish publisher needs at least one")
+    return PolicyCollection(policies)

@@ -1,6 +1,6 @@
-"""``budgetcheck publish``: a live publisher on a durable ledger (w-event or personalized).
+"""``budgetcheck publish``: a live publisher on a durable ledger (w-event, personalized or Swellfish).
 
-w-event: one timestamp per row (CSV ``t,c_1,...,c_d`` or JSON lines ``{"t": t, "counts": [...]}``).
+w-event and Swellfish: one timestamp per row (CSV ``t,c_1,...,c_d`` or JSON lines ``{"t": t, "counts": [...]}``).
 Personalized: per-user rows (see :mod:`budgetcheck._events`) and a requirement per user. It
 runs a mechanism's release generator over a :class:`LiveStream` through a ledger kept in a file,
 and writes each release as soon as it is final. Order per timestamp: spends committed to the file
@@ -32,7 +32,9 @@ from budgetcheck._live import LiveStream
 from budgetcheck._noise import DISCRETE, NUMPY
 from budgetcheck._params import WEventParams
 from budgetcheck._personalized import PersonalizedLedger
+from budgetcheck._policies import PolicyCollection
 from budgetcheck._requirements import RequirementSet
+from budgetcheck._swellfish import SwellfishLedger
 
 FloatArray = NDArray[np.float64]
 
@@ -97,6 +99,7 @@ def publish(
     epsilon: float | None = None,
     w: int | None = None,
     requirements: RequirementSet | None = None,
+    policies: PolicyCollection | None = None,
     out: IO[str] | None = None,
     out_path: str | Path | None = None,
     fmt: str = "csv",
@@ -109,7 +112,9 @@ def publish(
     """Publish ``lines`` through ``mechanism`` on the ledger file (see the module docstring).
 
     w-event mechanisms take ``epsilon`` and ``w``; personalized ones take ``requirements`` (each
-    user's (w_i, ε_i)) and per-user rows, and draw with numpy (the Sampling Mechanism's sampler).
+    user's (w_i, ε_i)) and per-user rows, and draw with numpy (the Sampling Mechanism's sampler);
+    Swellfish ones take ``epsilon`` and ``policies`` (a timestamp no policy is relevant at has
+    Δ_Q^t = 0 and is released exactly, as the notion allows).
     Exactly one of ``out`` (e.g. stdout: at least once — a restart first writes the last stored
     release again, the only one a crash can have kept from the stream, so a consumer that keeps
     one line per t sees every release) and ``out_path`` (a file: reconciled with the ledger at
@@ -119,7 +124,7 @@ def publish(
         raise InvalidArgument(f"mechanism {getattr(mechanism, 'name', mechanism)!r} cannot publish live: it has no releases(stream, ledger) generator")
     if (out is None) == (out_path is None):
         raise InvalidArgument("give exactly one of out (a stream) and out_path (a file)")
-    ledger = _ledger(mechanism, epsilon=epsilon, w=w, requirements=requirements, sampler=sampler, seed=seed)
+    ledger = _ledger(mechanism, epsilon=epsilon, w=w, requirements=requirements, policies=policies, sampler=sampler, seed=seed)
     replay_ledger(ledger_path, ledger, durability=durability)
     journal = ledger.journal
     assert journal is not None
@@ -185,13 +190,19 @@ def publish(
 
 
 def _ledger(mechanism: Any, *, epsilon: float | None, w: int | None, requirements: RequirementSet | None,
-            sampler: str, seed: int) -> WindowLedger | PersonalizedLedger:
+            policies: PolicyCollection | None, sampler: str, seed: int) -> WindowLedger | PersonalizedLedger | SwellfishLedger:
     """The in-memory ledger the file is replayed into, for the mechanism's notion."""
     notion = getattr(mechanism, "notion", "w-event")
-    wanted = "w-event" if requirements is None else "personalized"
+    wanted = "personalized" if requirements is not None else "swellfish" if policies is not None else "w-event"
     if notion != wanted:
-        how = "requirements (per-user w and epsilon)" if notion == "personalized" else "epsilon and w, not requirements"
+        how = {"personalized": "requirements (per-user w and epsilon)", "swellfish": "epsilon and policies",
+               "w-event": "epsilon and w"}.get(notion, "its notion's parameters")
         raise InvalidArgument(f"mechanism {mechanism.name!r} is a {notion} mechanism: give it {how}")
+    if notion == "swellfish":
+        assert policies is not None
+        if epsilon is None or w is not None:
+            raise InvalidArgument(f"a Swellfish publisher needs epsilon and policies (w comes from them), got epsilon={epsilon!r}, w={w!r}")
+        return SwellfishLedger(policies, epsilon=epsilon, runs=1, seed=seed, sampler=sampler)
     if requirements is None:
         if epsilon is None or w is None:
             raise InvalidArgument(f"a w-event publisher needs epsilon and w, got epsilon={epsilon!r}, w={w!r}")

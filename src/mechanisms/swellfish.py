@@ -28,7 +28,7 @@ the tests check that the cap only ever trims rounding, i.e. the paper's rule is 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -37,7 +37,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, PolicyCollection, StreamPolicy, SwellfishLedger
-from mechanisms._common import empty_releases, filtered
+from mechanisms._common import Stream, collect, filtered
 from mechanisms.ba import BA
 from mechanisms.bd import BD
 from mechanisms.rules import BARule, BDRule, PeriodicRule
@@ -60,6 +60,10 @@ class TemporalSensitivity:
 
     def run(self, stream: GuardedStream, ledger: SwellfishLedger) -> FloatArray:
         return self.base.run(stream, ledger)
+
+    def releases(self, stream: Stream, ledger: SwellfishLedger) -> Iterator[FloatArray]:
+        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
+        return self.base.releases(stream, ledger)
 
 
 def TSUniform() -> TemporalSensitivity:
@@ -202,19 +206,22 @@ class UnicornPS(_BoundedProof):
         return self.label
 
     def run(self, stream: GuardedStream, ledger: SwellfishLedger) -> FloatArray:
+        return collect(self.releases(stream, ledger), stream, ledger.runs)
+
+    def releases(self, stream: Stream, ledger: SwellfishLedger) -> Iterator[FloatArray]:
+        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         tops = _OpBudgets(ledger)
-        releases = empty_releases(ledger.runs, stream.length, stream.dimensions)
         for secret in stream:
             t = secret.t
             delta = ledger.temporal_sensitivity(t)
             if delta == 0.0:
-                releases[:, t - 1] = ledger.release_exact(secret)
+                yield ledger.release_exact(secret)
                 continue
             budget = _capped(ledger, t, tops.allocation(ledger, t, ledger.epsilon, self.uniform_only))
             sensitivity = _noise_sensitivity(ledger, delta, self.global_sensitivity)
-            releases[:, t - 1] = np.nan_to_num(ledger.laplace(secret, budget, sensitivity=sensitivity))
+            released = np.nan_to_num(ledger.laplace(secret, budget, sensitivity=sensitivity))
             tops.record(ledger.policies.relevant(t), budget)
-        return releases
+            yield released
 
 
 @attrs.frozen
@@ -234,9 +241,12 @@ class UnicornIS(_BoundedProof):
         return self.label
 
     def run(self, stream: GuardedStream, ledger: SwellfishLedger) -> FloatArray:
+        return collect(self.releases(stream, ledger), stream, ledger.runs)
+
+    def releases(self, stream: Stream, ledger: SwellfishLedger) -> Iterator[FloatArray]:
+        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         sampled: set[int] = set()
         last = np.zeros((ledger.runs, stream.dimensions))
-        releases = empty_releases(ledger.runs, stream.length, stream.dimensions)
         for secret in stream:
             t = secret.t
             relevant = ledger.policies.relevant(t)
@@ -248,8 +258,7 @@ class UnicornIS(_BoundedProof):
                 sensitivity = _noise_sensitivity(ledger, delta, self.global_sensitivity)
                 last = np.nan_to_num(ledger.laplace(secret, budget, sensitivity=sensitivity))
                 sampled.update(relevant)
-            releases[:, t - 1] = last
-        return releases
+            yield last
 
 
 @attrs.frozen
@@ -266,17 +275,20 @@ class Unicorn(_BoundedProof):
     name: str = attrs.field(default="Unicorn", init=False)
 
     def run(self, stream: GuardedStream, ledger: SwellfishLedger) -> FloatArray:
+        return collect(self.releases(stream, ledger), stream, ledger.runs)
+
+    def releases(self, stream: Stream, ledger: SwellfishLedger) -> Iterator[FloatArray]:
+        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         tops = _OpBudgets(ledger)
         half = ledger.epsilon / 2.0
         last = np.zeros((ledger.runs, stream.dimensions))
-        releases = empty_releases(ledger.runs, stream.length, stream.dimensions)
         for secret in stream:
             t = secret.t
             relevant = ledger.policies.relevant(t)
             delta = ledger.temporal_sensitivity(t)
             if delta == 0.0:
                 last = ledger.release_exact(secret)
-                releases[:, t - 1] = last
+                yield last
                 continue
             sampling = half / max(tops.deltas[i] for i in relevant)
             dis = ledger.dissimilarity(secret, last, _capped(ledger, t, np.full(ledger.runs, sampling)))
@@ -288,8 +300,7 @@ class Unicorn(_BoundedProof):
                 noisy = ledger.laplace(secret, spent)
                 last = np.where(publish[:, None], filtered(np.nan_to_num(noisy), self.filtering), last)
                 tops.record(relevant, spent)
-            releases[:, t - 1] = last
-        return releases
+            yield last
 
 
 def TINARUniform() -> UnicornPS:
