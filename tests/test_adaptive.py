@@ -231,6 +231,12 @@ def test_ranked_rows_bad_inputs() -> None:
     ranked.insert(np.zeros(2), np.array([True, True]))
     with pytest.raises(InvalidArgument, match="3 rows"):
         ranked.insert(np.zeros(3), np.array([False, False, False]))
+    ranked.insert(np.ones(2), np.array([False, False]))
+    ranked.insert(np.full(2, 2.0), np.array([True, False]))
+    before = (ranked.ranked.copy(), ranked.sizes.copy(), ranked.totals.copy())
+    with pytest.raises(InvalidArgument, match="capacity=3"):
+        ranked.insert(np.full(2, 5.0), np.array([True, False]))  # the second group would hold 4
+    assert all(np.array_equal(a, b) for a, b in zip(before, (ranked.ranked, ranked.sizes, ranked.totals), strict=True))
 
 
 def test_above_threshold_bad_inputs() -> None:

@@ -61,9 +61,10 @@ class RankedRows:
             raise InvalidArgument(f"values of {flat.size} rows and restart of {again.size} for {self.sizes.size} rows")
         ranked, sizes = self.ranked, self.sizes
         restarted = np.flatnonzero(again)
+        tiers = list(self._tiers(np.where(again, 0, sizes)))  # refuses a group beyond capacity before anything changes
         ranked[:_FIRST_RANKS, restarted] = np.inf  # later tiers are cleared when a group next reaches them
         sizes[restarted] = 0
-        self._tier_rows = tiers = list(self._tiers(sizes))
+        self._tier_rows = tiers
         edges = [ranked[low - 1, rows] for low, _, rows in tiers[1:]]  # the rank before each later tier, before any insertion
         _insert(ranked[: tiers[0][1]], flat, None)
         for (low, high, rows), edge in zip(tiers[1:], edges, strict=True):
