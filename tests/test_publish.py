@@ -151,6 +151,9 @@ def test_swellfish_publisher_arguments_are_checked(tmp_path: Path) -> None:
     assert code == 2 and "is a swellfish mechanism: give it epsilon and policies" in output
     code, output = invoke_swellfish(tmp_path, rows(3), "BD")
     assert code == 2 and "is a w-event mechanism: give it epsilon and w" in output
+    (tmp_path / "users.csv").write_text("a,5,1.0\n")
+    code, output = invoke_swellfish(tmp_path, rows(3), "PBD", "--requirements", str(tmp_path / "users.csv"))
+    assert code == 2 and "not both" in output
     for text, message in (("3,10\n", "line 1: expected start,end,theta_1"), ("# none\n", "lists no policies"),
                           ("x,10,5\n", "start='x' and end='10' must be integers"), ("5,3,1\n", "line 1: policy interval")):
         code, output = invoke_swellfish(tmp_path, rows(3), "TSBD", policies=text)

@@ -66,8 +66,8 @@ def publish(mechanism: str, ledger_path: Path, epsilon: float | None, w: int | N
             sampler = NUMPY if requirements is not None else DISCRETE
         stdout = sys.stdout
         with click.open_file(str(input_path), encoding="utf-8") as lines:
-            summary = run(mech, lines, ledger_path, epsilon=epsilon, w=w, requirements=requirements, policies=policies, dimensions=dimensions,
-                          out=None if out_path else stdout, out_path=out_path, fmt=fmt, sampler=sampler,
+            summary = run(mech, lines, ledger_path, epsilon=epsilon, w=w, requirements=requirements, policies=policies,
+                          dimensions=dimensions, out=None if out_path else stdout, out_path=out_path, fmt=fmt, sampler=sampler,
                           seed=seed, durability=durability, skip_bad_rows=skip_bad_rows,
                           on_reject=lambda message: click.echo(f"rejected {message}", err=True))
     except LedgerCorrupt as exc:

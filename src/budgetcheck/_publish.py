@@ -193,6 +193,8 @@ def _ledger(mechanism: Any, *, epsilon: float | None, w: int | None, requirement
             policies: PolicyCollection | None, sampler: str, seed: int) -> WindowLedger | PersonalizedLedger | SwellfishLedger:
     """The in-memory ledger the file is replayed into, for the mechanism's notion."""
     notion = getattr(mechanism, "notion", "w-event")
+    if requirements is not None and policies is not None:
+        raise InvalidArgument("give requirements (a personalized publisher) or policies (a Swellfish publisher), not both")
     wanted = "personalized" if requirements is not None else "swellfish" if policies is not None else "w-event"
     if notion != wanted:
         how = {"personalized": "requirements (per-user w and epsilon)", "swellfish": "epsilon and policies",
