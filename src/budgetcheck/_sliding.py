@@ -14,7 +14,7 @@ so the upward drift stays within a few hundred ulps however long the stream.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -68,6 +68,20 @@ def plain_sum(values: Sequence[Any]) -> Any:
     for value in values:
         total = total + value
     return total
+
+
+class PlainWindows:
+    """``slide``, ``count`` and ``ghost`` of the back-ends that keep windows as plain tuples and
+    compute everything (the exact and the Z3 back-ends: what the proofs and oracles read)."""
+
+    def slide(self, window: Sequence[Any], newest: Any) -> tuple[Any, ...]:
+        return (*window[1:], newest) if window else ()
+
+    def count(self, values: Sequence[Any]) -> Any:
+        return plain_sum(values)
+
+    def ghost(self, make: Callable[[], Any]) -> Any:
+        return make()
 
 
 def _is_counter(item: Any) -> bool:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import enum
 from fractions import Fraction
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import z3
 
-from budgetcheck._sliding import plain_sum
+from budgetcheck._sliding import PlainWindows
 
 
 class Answer(enum.Enum):
@@ -185,7 +185,7 @@ def evaluate_number(model: Any, term: Any) -> float:
     return float(value.as_fraction())
 
 
-class Z3Ops:
+class Z3Ops(PlainWindows):
     """The Z3 back-end of ``Ops``: exact real arithmetic on symbolic terms.
 
     ``share(total, parts)`` introduces a fresh real u with 0 < u and parts·u <= total (what the
@@ -226,15 +226,6 @@ class Z3Ops:
     def sum_up(self, values: Any) -> Any:
         terms = list(values)
         return z3.Sum(terms) if terms else z3.RealVal(0)
-
-    def slide(self, window: Sequence[Any], newest: Any) -> tuple[Any, ...]:
-        return (*window[1:], newest) if window else ()
-
-    def count(self, values: Sequence[Any]) -> Any:
-        return plain_sum(values)
-
-    def ghost(self, make: Callable[[], Any]) -> Any:
-        return make()
 
     def sub_down(self, value: Any, subtrahend: Any) -> Any:
         return z3.If(value - subtrahend >= 0, value - subtrahend, z3.RealVal(0))

@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import rounding
-from budgetcheck._sliding import SlidingValues, plain_sum
+from budgetcheck._sliding import PlainWindows, SlidingValues, plain_sum
 
 
 class Ops(Protocol):
@@ -154,7 +154,7 @@ class FloatOps:
         return rounding.div_down(rounding.mul_down(value, float(numerator)), float(denominator))
 
 
-class ExactOps:
+class ExactOps(PlainWindows):
     """Exact rationals, one run at a time (sequences are Python lists of Fractions)."""
 
     def where(self, condition: Any, if_true: Any, if_false: Any) -> Any:
@@ -180,15 +180,6 @@ class ExactOps:
 
     def sum_up(self, values: Sequence[Fraction]) -> Fraction:
         return sum(values, Fraction(0))
-
-    def slide(self, window: Sequence[Any], newest: Any) -> tuple[Any, ...]:
-        return (*window[1:], newest) if window else ()
-
-    def count(self, values: Sequence[Any]) -> Any:
-        return plain_sum(values)
-
-    def ghost(self, make: Callable[[], Any]) -> Any:
-        return make()
 
     def sub_down(self, value: Any, subtrahend: Any) -> Any:
         return max(Fraction(value) - Fraction(subtrahend), Fraction(0))
