@@ -3,6 +3,7 @@ they need: footprint measurements, AboveThreshold, grouped releases."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from fractions import Fraction
 from typing import Any
 
@@ -202,23 +203,32 @@ def test_above_threshold_keeps_deviation_up_to_date_with_the_answers_of_reading_
     assert any(any(map(any, above)) for above in outcomes[0][0]) or not close_often  # instances closed on their deviation
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.data(), st.integers(1, 6), st.sampled_from([1, 2, 3, 5, 8, 9, 16, 17, 40, 70]))
-def test_ranked_rows_deviation_matches_the_deviation_of_each_group(data: Any, rows: int, capacity: int) -> None:
-    """RankedRows.deviation against :func:`deviation` of the groups written out in time order (the
-    brute-force oracle), with groups that grow past ranks 16 and 64 and restart at any size."""
-    ranked, groups = RankedRows(capacity), [[] for _ in range(rows)]  # type: list[list[float]]
+def _growing_groups(data: Any, rows: int, capacity: int,
+                    most_steps: int) -> Iterator[tuple[np.ndarray, np.ndarray, list[list[float]], np.ndarray]]:
+    """Drawn steps of groups that grow by one value a row or restart (at the first step, at capacity,
+    and at random in the rows that are not sticky, so some grow past ranks 16 and 64): (values,
+    restart, the groups in time order, those groups as a NaN-padded matrix) after each step."""
+    groups: list[list[float]] = [[] for _ in range(rows)]
     values = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False) | st.sampled_from([0.0, 1.0, -1.0])
     sticky = data.draw(st.lists(st.booleans(), min_size=rows, max_size=rows), label="sticky")
-    for step in range(data.draw(st.integers(1, 2 * capacity + 4))):
+    for step in range(data.draw(st.integers(1, most_steps))):
         new = np.array(data.draw(st.lists(values, min_size=rows, max_size=rows)))
         restart = np.array([step == 0 or len(g) == capacity or not sticky[row] and data.draw(st.booleans(), label="restart")
                             for row, g in enumerate(groups)])
         for row, group in enumerate(groups):
             groups[row] = [new[row]] if restart[row] else [*group, new[row]]
-        ranked.insert(new, restart)
         width = max(len(g) for g in groups)
-        matrix = np.array([[np.nan] * (width - len(g)) + g for g in groups])
+        yield new, restart, groups, np.array([[np.nan] * (width - len(g)) + g for g in groups])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data(), st.integers(1, 6), st.sampled_from([1, 2, 3, 5, 8, 9, 16, 17, 40, 70]))
+def test_ranked_rows_deviation_matches_the_deviation_of_each_group(data: Any, rows: int, capacity: int) -> None:
+    """RankedRows.deviation against :func:`deviation` of the groups written out in time order (the
+    brute-force oracle), with groups that grow past ranks 16 and 64 and restart at any size."""
+    ranked = RankedRows(capacity)
+    for new, restart, groups, matrix in _growing_groups(data, rows, capacity, 2 * capacity + 4):
+        ranked.insert(new, restart)
         np.testing.assert_allclose(ranked.deviation(), deviation(matrix), rtol=1e-9, atol=1e-6)
         assert ranked.median().tolist() == smooth(matrix, "median", 0.0).tolist()
         assert ranked.sizes.tolist() == [len(g) for g in groups]
@@ -315,18 +325,9 @@ def test_smoothers_by_hand() -> None:
 def test_sorted_group_history_matches_smoothing_the_group_in_time_order(data: Any, rows: int, capacity: int, smoother: str) -> None:
     """The incremental sorted groups give what :func:`smooth` gives on the group's releases in time
     order (the brute-force oracle): medians exactly, averages and James–Stein to rounding."""
-    history, groups = GroupHistory(capacity), [[] for _ in range(rows)]  # type: list[list[float]]
-    values = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False) | st.sampled_from([0.0, 1.0, -1.0])
-    sticky = data.draw(st.lists(st.booleans(), min_size=rows, max_size=rows), label="sticky")  # grow to capacity
-    for step in range(data.draw(st.integers(1, capacity + 4))):  # groups past 16 and 64 entries: the later tiers
-        new = np.array(data.draw(st.lists(values, min_size=rows, max_size=rows)))
-        restart = np.array([step == 0 or len(g) == capacity or not sticky[row] and data.draw(st.booleans(), label="restart")
-                            for row, g in enumerate(groups)])
-        for row, group in enumerate(groups):
-            groups[row] = [new[row]] if restart[row] else [*group, new[row]]
+    history = GroupHistory(capacity)
+    for new, restart, _, matrix in _growing_groups(data, rows, capacity, capacity + 4):
         history.add(new, restart)
-        width = max(len(g) for g in groups)
-        matrix = np.array([[np.nan] * (width - len(g)) + g for g in groups])
         expected = smooth(matrix, smoother, 4.0)
         got = history.smoothed(smoother, 4.0)
         if smoother == "median":
