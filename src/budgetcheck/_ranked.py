@@ -59,11 +59,9 @@ class RankedRows:
             self.sizes, self.totals = np.zeros(flat.size, dtype=np.int64), np.zeros(flat.size)
         if flat.size != self.sizes.size or again.size != flat.size:
             raise InvalidArgument(f"values of {flat.size} rows and restart of {again.size} for {self.sizes.size} rows")
-        ranked, sizes = self.ranked, self.sizes
-        restarted = np.flatnonzero(again)
-        tiers = list(self._tiers(np.where(again, 0, sizes)))  # refuses a group beyond capacity before anything changes
-        ranked[:_FIRST_RANKS, restarted] = np.inf  # later tiers are cleared when a group next reaches them
-        sizes[restarted] = 0
+        ranked, sizes = self.ranked, np.where(again, 0, self.sizes)
+        tiers = list(self._tiers(sizes))  # refuses a group beyond capacity before anything changes
+        ranked[:_FIRST_RANKS, np.flatnonzero(again)] = np.inf  # later tiers are cleared when a group next reaches them
         self._tier_rows = tiers
         edges = [ranked[low - 1, rows] for low, _, rows in tiers[1:]]  # the rank before each later tier, before any insertion
         _insert(ranked[: tiers[0][1]], flat, None)
@@ -72,7 +70,7 @@ class RankedRows:
             block[:, sizes[rows] == low] = np.inf  # entering the tier: what an earlier group left there goes
             _insert(block, flat[rows], edge)
             ranked[low:high, rows] = block
-        sizes += 1
+        self.sizes = sizes + 1
         self.totals = np.where(again, flat, self.totals + flat)
 
     def median(self) -> FloatArray:
