@@ -206,6 +206,12 @@ def test_pba_nullifies_by_the_maximum_over_classes() -> None:
         (lambda: PersonalizedStream.from_events(RequirementSet({"ann": (2, 1.0)}), [(1, "bob", 0)], length=2, dimensions=2), "'bob' is unknown"),
         (lambda: PersonalizedStream(RequirementSet([(2, 1.0)]), [[3]], dimensions=2), "must be in [0, 2)"),
         (lambda: PersonalizedStream(RequirementSet([(2, 1.0)]), [[0.5]], dimensions=2), "must be an integer"),
+        # Found by the fuzz test: strings, booleans and values beyond int64 are refused, not cast.
+        (lambda: PersonalizedStream(RequirementSet([(2, 1.0)] * 2), [[False, ""]], dimensions=2), "dtype <U5"),
+        (lambda: PersonalizedStream(RequirementSet([(2, 1.0)]), [[True]], dimensions=2), "dtype bool"),
+        (lambda: PersonalizedStream(RequirementSet([(2, 1.0)]), [[1e300]], dimensions=2), "=1e.300 must be in [0, 2)"),
+        (lambda: PersonalizedStream(RequirementSet([(2, 1.0)]), np.array([[2**63 + 5]], dtype=np.uint64), dimensions=2),
+         "=9223372036854775813 must be in [0, 2)"),
         (lambda: PersonalizedStream(RequirementSet([(2, 1.0), (2, 1.0)]), [[0]], dimensions=2), "shape"),
     ],
 )

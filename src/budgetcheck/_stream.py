@@ -183,15 +183,15 @@ def _check_bins(bins: ArrayLike, users: int, d: int) -> NDArray[np.int64]:
         raise InvalidArgument(f"bins must be an integer array of shape (T, {users}): {exc}") from exc
     if raw.dtype == object or raw.ndim != 2 or raw.shape[1] != users or raw.shape[0] < 1:
         raise InvalidArgument(f"bins must have shape (T, {users}) (one column per user, T >= 1), got shape {raw.shape}")
-    if not np.issubdtype(raw.dtype, np.integer):
-        as_float = raw.astype(np.float64)
-        bad = ~np.isfinite(as_float) | (as_float != np.round(as_float))
+    if raw.dtype.kind not in "iuf":  # strings, booleans, …: not bin numbers
+        raise InvalidArgument(f"bins must hold integer bins (-1: absent), got an array of dtype {raw.dtype}")
+    if raw.dtype.kind == "f":
+        bad = ~np.isfinite(raw) | (raw != np.round(raw))
         if bad.any():
             t, i = (int(x) for x in np.argwhere(bad)[0])
             raise InvalidArgument(f"bins[t={t + 1}, user {i}]={raw[t, i]!r} must be an integer bin or -1")
-    data = raw.astype(np.int64)
-    bad = (data < -1) | (data >= d)
+    bad = (raw < -1) | (raw >= d)  # before the cast: values beyond int64 are refused, not wrapped
     if bad.any():
         t, i = (int(x) for x in np.argwhere(bad)[0])
-        raise InvalidArgument(f"bins[t={t + 1}, user {i}]={int(data[t, i])} must be in [0, {d}) or -1 (absent)")
-    return data
+        raise InvalidArgument(f"bins[t={t + 1}, user {i}]={raw[t, i].item()!r} must be in [0, {d}) or -1 (absent)")
+    return raw.astype(np.int64)
