@@ -8,6 +8,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
+import attrs
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -106,6 +107,44 @@ def test_select_filters_and_names_what_is_missing() -> None:
         Benchmark(["Uniform"], [ArtificialStream(4, 1.0), ArtificialStream(4, 1.0)], grid.settings)
 
 
+def test_every_epsilon_of_a_w_shares_one_pass_whatever_is_selected(tmp_path: Path) -> None:
+    """The ε of the settings pool that share a w run in one batch (streams first, then ε), with one
+    seed; a sub-grid of one ε keeps the pool, so its cells' numbers are the full grid's."""
+    grid = Benchmark(("Uniform", "BD"), [ArtificialStream(20, 10.0, 60), ArtificialStream(40, 1000.0, 60)],
+                     [Setting(1.0, 10), Setting(0.5, 10), Setting(1.0, 20)], runs=6)
+    cell = Cell("BD", "s40-a1000-p60", 0.5, 10)
+    batch = grid.batch(cell)
+    assert batch.epsilons == (0.5, 1.0) and batch.streams == ("s20-a10-p60", "s40-a1000-p60")
+    assert batch.cells()[:2] == [Cell("BD", "s20-a10-p60", 0.5, 10), Cell("BD", "s20-a10-p60", 1.0, 10)]
+    assert grid.batch(Cell("BD", "s20-a10-p60", 1.0, 20)).epsilons == (1.0,)
+    sub = grid.select(mechanisms=["BD"], streams=["s40-a1000-p60"], epsilons=[0.5])
+    assert sub.cells() == [cell] and sub.batch(cell) == batch
+    assert np.array_equal(run_cell(sub, cell).mae, run_cell(grid, cell).mae)
+    with pytest.raises(InvalidArgument, match="not in the benchmark's settings pool"):
+        attrs.evolve(sub, settings=[Setting(0.7, 10)])
+
+
+def test_a_mechanism_that_reads_params_runs_one_epsilon_per_pass() -> None:
+    """A third-party mechanism that does not declare ``epsilon_per_run`` (it reads ledger.params)
+    still runs in the grid: each of its settings is a pass of its own."""
+    grid = attrs.evolve(tiny(), mechanisms=["plain_mechanisms:UniformWithoutRule", "Uniform"])
+    cells = [c for c in grid.cells() if c.mechanism.startswith("plain")]
+    assert {grid.batch(c).epsilons for c in cells} == {(0.5,), (1.0,)}
+    assert grid.batch(Cell("Uniform", "s20-a10-p60", 1.0, 10)).epsilons == (0.5, 1.0)
+    for cell in cells:
+        assert run_cell(grid, cell).mae.mean() == pytest.approx(cell.w / cell.epsilon, rel=0.3)  # Uniform: w/ε
+
+
+def test_a_results_file_of_an_earlier_batching_is_refused(tmp_path: Path) -> None:
+    grid = tiny()
+    path = tmp_path / "old.sqlite"
+    identity = {k: v for k, v in grid.identity().items() if k != "batches"}  # as the last version wrote it
+    with ResultStore(path, identity):
+        pass
+    with pytest.raises(InvalidArgument, match="written with no batches but this benchmark has batches=streams-and-epsilons"):
+        run_benchmark(grid, path, progress=False)
+
+
 # -- metrics ------------------------------------------------------------------------------------------
 
 def test_errors_match_hand_computed_values() -> None:
@@ -141,7 +180,7 @@ def test_interrupted_benchmark_resumes_without_double_counting(tmp_path: Path, m
 
     def dying(benchmark: Benchmark, batch: Batch) -> list[CellResult]:
         calls["n"] += 1
-        if calls["n"] == 3:
+        if calls["n"] == 2:
             raise KeyboardInterrupt
         return real_run(benchmark, batch)
 
@@ -149,7 +188,7 @@ def test_interrupted_benchmark_resumes_without_double_counting(tmp_path: Path, m
     with pytest.raises(KeyboardInterrupt):
         run_benchmark(grid, path, progress=False)
     with ResultStore(path) as store:
-        assert len(store.done()) == 4  # two batches of two streams each
+        assert len(store.done()) == 4  # one batch: two streams, each under both ε
     monkeypatch.setattr(runner_module, "run_batch", real_run)
     assert run_benchmark(grid, path, progress=False) == (4, 4)
     assert run_benchmark(grid, path, progress=False) == (0, 8)

@@ -26,11 +26,12 @@ from budgetcheck._params import WEventParams
 from budgetcheck._records import LedgerHeader, SpendRecord
 from budgetcheck._secret import Secret, charged, claim, stacked_rows
 from budgetcheck._threshold import ThresholdTest
-from budgetcheck._validation import check_amount_rows, check_label, check_sensitivity
+from budgetcheck._validation import check_amount_rows, check_epsilon, check_label, check_sensitivity
 from budgetcheck._exact import ExactVector
 from budgetcheck._windows import ExactWindows
 
 FloatArray = NDArray[np.float64]
+ObjectArray = NDArray[np.object_]
 
 
 @final
@@ -41,7 +42,7 @@ class WindowLedger(LaplaceReleases):
     nothing. All noise comes from one ``numpy.random.Generator`` seeded with ``seed``.
     """
 
-    __slots__ = ("_eps_bound", "_eps_units", "_params", "_windows")
+    __slots__ = ("_eps_bound", "_eps_units", "_epsilon", "_params", "_windows")
     _stacking = True
 
     def __init__(self, params: WEventParams, *, runs: int = 1, seed: int = 0, sampler: str = NUMPY) -> None:
@@ -49,13 +50,46 @@ class WindowLedger(LaplaceReleases):
             raise InvalidArgument(f"params={params!r} must be a WEventParams(epsilon=..., w=...)")
         super().__init__(runs=runs, seed=seed, sampler=sampler)
         self._params = params
-        self._eps_units = rounding.to_units(params.epsilon)
-        self._eps_bound = ExactVector.from_int(self._eps_units)
+        self._epsilon: float | FloatArray = params.epsilon
+        self._eps_units: int | ObjectArray = rounding.to_units(params.epsilon)
+        self._eps_bound = ExactVector.from_int(rounding.to_units(params.epsilon))
         self._windows = ExactWindows(params.w, self._runs)
+
+    @classmethod
+    def with_epsilons(cls, epsilons: ArrayLike, w: int, *, seed: int = 0, sampler: str = NUMPY) -> WindowLedger:
+        """A ledger of ``len(epsilons)`` runs in which run r is held to w-event ``epsilons[r]``-privacy
+        (the benchmark runs the ε of several settings in one pass). Every check is the same as
+        for one ε, run by run; :attr:`epsilon` is then the per-run array (a float when all agree).
+        """
+        values = np.asarray(epsilons, dtype=object)  # the values as given: True is refused, not read as 1.0
+        if values.ndim != 1 or values.size == 0:
+            raise InvalidArgument(f"epsilons={epsilons!r} must be a non-empty 1-d sequence of budgets, one per run")
+        budgets = np.array([check_epsilon(value, f"epsilons[{r}]") for r, value in enumerate(values.tolist())], dtype=np.float64)
+        ledger = cls(WEventParams(float(budgets.max()), w), runs=budgets.size, seed=seed, sampler=sampler)
+        if (budgets != budgets[0]).any():
+            budgets.setflags(write=False)
+            ledger._epsilon = budgets
+            ledger._eps_units = rounding.to_units_array(budgets)
+            ledger._eps_bound = ExactVector.from_floats(budgets)
+        return ledger
 
     @property
     def params(self) -> WEventParams:
+        """(ε, w); refused on a ledger whose runs have different ε (read :attr:`epsilon` and :attr:`w`)."""
+        if not isinstance(self._epsilon, float):
+            raise InvalidArgument(
+                f"params: this ledger holds its runs to different budgets {sorted(set(self._epsilon.tolist()))}; "
+                "read ledger.epsilon (one per run) and ledger.w")
         return self._params
+
+    @property
+    def epsilon(self) -> float | FloatArray:
+        """The ε every run is held to: a float, or shape (runs,) (read-only) on a ledger of several ε."""
+        return self._epsilon
+
+    @property
+    def w(self) -> int:
+        return self._params.w
 
     def remaining(self, t: int) -> FloatArray:
         """What each run can still spend at timestamp t, rounded down (safe to spend in full)."""
@@ -120,7 +154,8 @@ class WindowLedger(LaplaceReleases):
     def _charge_each(self, stamps: list[int], amounts: FloatArray, records: list[SpendRecord]) -> None:
         """Charge amounts[k] at stamps[k] in turn, all or nothing: if one is refused, the ledger is
         restored and the refusal raised."""
-        totals = self._windows.shared_totals() if not any(amounts.strides[1:]) else None
+        alike = isinstance(self._epsilon, float) and not any(amounts.strides[1:])
+        totals = self._windows.shared_totals() if alike else None
         if totals is not None:  # every run spends alike: one exact check in Python integers
             self._charge_shared(stamps, amounts[:, 0], records, totals)
             return
@@ -136,7 +171,7 @@ class WindowLedger(LaplaceReleases):
     def _charge_shared(self, stamps: list[int], amounts: FloatArray, records: list[SpendRecord], totals: dict[int, int]) -> None:
         """:meth:`_charge_each` when the spends and every kept total are the same in every run: the
         window [s−w+1, s] of every stamp s is summed exactly from the totals, then all are committed."""
-        w, limit = self._params.w, self._eps_units
+        w, limit = self._params.w, self._run_units(0)  # one ε for every run (checked by the caller)
         for stamp, amount in zip(stamps, amounts, strict=True):
             totals[stamp] = totals.get(stamp, 0) + rounding.to_units(float(amount))
         timeline = sorted(totals.items())
@@ -203,7 +238,7 @@ class WindowLedger(LaplaceReleases):
                 run = int(over[0])
                 raise window_exceeded(
                     what=f"footprint measurement of {float(amounts[run])!r} at each of t={sorted(stamps)} (purpose {purpose!r}{_run_text(run, self._runs)})",
-                    t=end, w=w, epsilon=self._params.epsilon, eps_units=self._eps_units, window=int(before[run]),
+                    t=end, w=w, epsilon=self._run_epsilon(run), eps_units=self._run_units(run), window=int(before[run]),
                     proposed=int(after[run]), run=run, remaining_call="what that window had left",
                 )
         scale = self._noise.scale(sensitivity, amounts, integral=False)
@@ -218,7 +253,7 @@ class WindowLedger(LaplaceReleases):
     def above_threshold(
         self,
         *,
-        epsilon: float,
+        epsilon: float | FloatArray,
         sensitivity: float,
         cells: tuple[int, ...] = (),
         max_footprint: int | None = None,
@@ -227,18 +262,25 @@ class WindowLedger(LaplaceReleases):
         """An AboveThreshold test per run and cell, restarted after each positive answer.
 
         See :class:`ThresholdTest`: every query at t charges ``epsilon`` at t (the one timestamp
-        each open instance adds to its footprint).
+        each open instance adds to its footprint); ``epsilon`` is a float or one per run.
         """
         if self._noise.name != NUMPY:
             raise InvalidArgument(f"above_threshold draws continuous noise; it is not available with sampler={self._noise.name!r}")
         return ThresholdTest(self, epsilon=epsilon, sensitivity=sensitivity, cells=cells, max_footprint=max_footprint, purpose=purpose)
 
     def header(self) -> LedgerHeader:
-        return LedgerHeader(notion="w-event", epsilon=self._params.epsilon, w=self._params.w, runs=self._runs)
+        """The stored ledger's first line; a ledger of several ε has no file format and is refused."""
+        return LedgerHeader(notion="w-event", epsilon=self.params.epsilon, w=self._params.w, runs=self._runs)
 
     def __repr__(self) -> str:
-        p = self._params
-        return f"WindowLedger(epsilon={p.epsilon!r}, w={p.w}, runs={self._runs}, t={self._t}, records={len(self._records)})"
+        eps = self._epsilon if isinstance(self._epsilon, float) else sorted(set(self._epsilon.tolist()))
+        return f"WindowLedger(epsilon={eps!r}, w={self._params.w}, runs={self._runs}, t={self._t}, records={len(self._records)})"
+
+    def _run_epsilon(self, run: int) -> float:
+        return self._epsilon if isinstance(self._epsilon, float) else float(self._epsilon[run])
+
+    def _run_units(self, run: int) -> int:
+        return self._eps_units if isinstance(self._eps_units, int) else int(self._eps_units[run])
 
     def _reset(self) -> None:
         self._windows = ExactWindows(self._params.w, self._runs)
@@ -260,7 +302,7 @@ class WindowLedger(LaplaceReleases):
 
     def _charge(self, t: int, amounts: FloatArray, record: SpendRecord) -> None:
         """Check every run's window [t-w+1, t] exactly, then commit; refuse atomically."""
-        quick = self._windows.quick_check(t, amounts, self._params.epsilon)
+        quick = self._windows.quick_check(t, amounts, self._epsilon)
         if quick is not None:  # certainly within ε: no exact arithmetic needed
             self._windows.commit_quick(t, amounts, *quick)
             self._commit(t, record)
@@ -276,10 +318,9 @@ class WindowLedger(LaplaceReleases):
         self._commit(t, record)
 
     def _refuse(self, t: int, amounts: FloatArray, window: ExactVector, proposed: ExactVector, run: int, purpose: str) -> None:
-        w, eps = self._params.w, self._params.epsilon
         raise window_exceeded(
             what=f"spend of {float(amounts[run])!r} at t={t} (purpose {purpose!r}{_run_text(run, self._runs)})",
-            t=t, w=w, epsilon=eps, eps_units=self._eps_units, window=int(window[run]), proposed=int(proposed[run]), run=run,
+            t=t, w=self._params.w, epsilon=self._run_epsilon(run), eps_units=self._run_units(run), window=int(window[run]), proposed=int(proposed[run]), run=run,
             remaining_call=f"ledger.remaining({t})",
         )
 

@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck._core import LedgerCore
-from budgetcheck._errors import MechanismContractError
+from budgetcheck._errors import InvalidArgument, MechanismContractError
 from budgetcheck._ledger import WindowLedger
 from budgetcheck._params import WEventParams
 from budgetcheck._personalized import PersonalizedLedger
@@ -32,7 +32,9 @@ class StreamMechanism(Protocol):
     """A w-event mechanism: reads the stream only through the ledger, returns every release.
 
     ``run`` returns an array of shape (ledger.runs, stream.length, stream.dimensions): the value
-    published (or approximated) at every timestamp of every run.
+    published (or approximated) at every timestamp of every run. A mechanism that reads the budget
+    as ``ledger.epsilon`` (a float, or one per run) and declares ``epsilon_per_run = True`` also runs
+    on a ledger of several ε (:func:`epsilon_per_run`).
     """
 
     @property
@@ -69,6 +71,13 @@ class SwellfishMechanism(Protocol):
     def run(self, stream: GuardedStream, ledger: SwellfishLedger) -> FloatArray: ...
 
 
+def epsilon_per_run(mechanism: object) -> bool:
+    """Whether a w-event mechanism runs on a ledger of several ε (``WindowLedger.with_epsilons``):
+    it declares ``epsilon_per_run = True`` because it reads ``ledger.epsilon`` (a float, or one per
+    run), never ``ledger.params``. The benchmark then runs every ε of one w in one pass."""
+    return getattr(mechanism, "epsilon_per_run", False) is True
+
+
 def notion_of(mechanism: object) -> str:
     """'w-event' unless the mechanism declares ``notion`` 'personalized' or 'swellfish'."""
     return str(getattr(mechanism, "notion", "w-event"))
@@ -102,15 +111,20 @@ def execute(
     mechanism: StreamMechanism,
     data: ArrayLike | GuardedStream,
     *,
-    epsilon: float,
+    epsilon: float | ArrayLike,
     w: int,
     runs: int = 1,
     seed: int = 0,
 ) -> Execution[WindowLedger]:
     """Run ``mechanism`` on ``data`` (shape (T, d), or a GuardedStream, stacked or not) under (ε, w)
-    for ``runs`` seeded runs."""
+    for ``runs`` seeded runs; ``epsilon`` may give one ε per run (``WindowLedger.with_epsilons``)."""
     stream = data if isinstance(data, GuardedStream) else GuardedStream(data)
-    return _run(mechanism, stream, WindowLedger(WEventParams(epsilon=epsilon, w=w), runs=runs, seed=seed))
+    if np.ndim(epsilon) == 0:
+        return _run(mechanism, stream, WindowLedger(WEventParams(epsilon=epsilon, w=w), runs=runs, seed=seed))
+    ledger = WindowLedger.with_epsilons(epsilon, w, seed=seed)
+    if ledger.runs != runs:
+        raise InvalidArgument(f"epsilon has {ledger.runs} budgets but runs={runs!r}; give one ε per run")
+    return _run(mechanism, stream, ledger)
 
 
 def execute_personalized(

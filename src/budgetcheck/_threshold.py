@@ -70,10 +70,11 @@ class ThresholdTest:
                  "_query_scale", "_recent", "_restarted", "_sensitivity", "_starts")
 
     def __init__(
-        self, ledger: WindowLedger, *, epsilon: float, sensitivity: float, cells: tuple[int, ...], max_footprint: int | None, purpose: str
+        self, ledger: WindowLedger, *, epsilon: float | FloatArray, sensitivity: float, cells: tuple[int, ...], max_footprint: int | None,
+        purpose: str
     ) -> None:
         self._ledger = ledger
-        self._epsilon = check_epsilon(epsilon)
+        self._epsilon = _budget(epsilon, ledger.runs)
         self._sensitivity = check_sensitivity(sensitivity)
         if not isinstance(cells, tuple) or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in cells):
             raise InvalidArgument(f"cells={cells!r} must be a tuple of positive ints (the shape of one timestamp's cells)")
@@ -87,15 +88,18 @@ class ThresholdTest:
         self._restarted = False  # replayed queries since the last live one
         self._groups: RankedRows | None = None  # the same, sorted per run and cell, when the statistic is `deviation`
         self._last_t = 0
-        # Every query charges ε in every run, with the same noise scales: computed once, read-only.
-        self._amounts = np.full(ledger.runs, self._epsilon)
+        # Every query charges ε (per run) with the same noise scales: computed once, read-only.
+        self._amounts = np.array(np.broadcast_to(self._epsilon, (ledger.runs,)), dtype=np.float64)
         self._query_scale = rounding.scale_up(self._sensitivity * 4.0, self._amounts)
-        self._offset_scale = float(rounding.scale_up(self._sensitivity * 2.0, np.array([self._epsilon]))[0])
+        self._offset_scale: float | FloatArray = (
+            float(rounding.scale_up(self._sensitivity * 2.0, np.array([self._epsilon]))[0]) if isinstance(self._epsilon, float)
+            else rounding.scale_up(self._sensitivity * 2.0, self._amounts).reshape((-1,) + (1,) * len(cells)))
         self._amounts.setflags(write=False)
         self._query_scale.setflags(write=False)
 
     @property
-    def epsilon(self) -> float:
+    def epsilon(self) -> float | FloatArray:
+        """What every query charges: a float, or one per run (shape (runs,))."""
         return self._epsilon
 
     @property
@@ -177,7 +181,10 @@ class ThresholdTest:
             above = tested & (result + noise >= theta + self._offsets)
         fresh = opened.sum()
         if fresh:
-            self._offsets[opened] = rng.laplace(0.0, self._offset_scale, size=int(fresh))
+            if isinstance(self._offset_scale, float):
+                self._offsets[opened] = rng.laplace(0.0, self._offset_scale, size=int(fresh))
+            else:  # one scale per run
+                self._offsets[opened] = rng.laplace(0.0, 1.0, size=int(fresh)) * np.broadcast_to(self._offset_scale, shape)[opened]
         self._starts[opened] = t
         self._starts[above] = 0
         return np.stack([above, opened, self._starts]).astype(np.float64)
@@ -195,6 +202,17 @@ class ThresholdTest:
         masked = np.where(inside, self._ledger._per_run(secret, footprints, rows), np.nan)
         masked.setflags(write=False)
         return np.asarray(masked, dtype=np.float64)
+
+
+def _budget(epsilon: object, runs: int) -> float | FloatArray:
+    """A query's ε: a number, or an array of shape (runs,) (a ledger of several ε), each finite and > 0."""
+    if not isinstance(epsilon, np.ndarray) or epsilon.ndim == 0:
+        return check_epsilon(epsilon.item() if isinstance(epsilon, np.ndarray) else epsilon)
+    if epsilon.shape != (runs,) or epsilon.dtype.kind not in "fiu" or not (np.isfinite(epsilon) & (epsilon > 0)).all():
+        raise InvalidArgument(f"epsilon={epsilon!r} must be a finite number > 0 or an array of {runs} of them (one per run)")
+    budgets = np.array(epsilon, dtype=np.float64)
+    budgets.setflags(write=False)
+    return budgets
 
 
 def _buckets(lengths: IntArray) -> list[tuple[IntArray, int]]:

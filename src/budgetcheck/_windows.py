@@ -125,7 +125,7 @@ class ExactWindows:
         self._sum = proposed
         self._upper = None
 
-    def quick_check(self, t: int, amounts: FloatArray, bound: float) -> tuple[FloatArray, int] | None:
+    def quick_check(self, t: int, amounts: FloatArray, bound: float | FloatArray) -> tuple[FloatArray, int] | None:
         """Whether spending ``amounts`` at t certainly keeps every run's window [t−w+1, t] <= bound:
         then (the new upper bounds, how many entries leave) for :meth:`commit_quick`, else None
         (undecided: use the exact check). Changes no window."""

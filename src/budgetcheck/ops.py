@@ -22,6 +22,8 @@ from numpy.typing import NDArray
 from budgetcheck import rounding
 from budgetcheck._sliding import PlainWindows, SlidingValues, plain_sum
 
+FloatArray = NDArray[np.float64]
+
 
 class Ops(Protocol):
     """The operations an allocation rule may use (types are back-end specific, hence Any)."""
@@ -148,10 +150,36 @@ class FloatOps:
         return rounding.mul_down(value, count)
 
     def share(self, total: Any, parts: int) -> Any:
+        if isinstance(total, np.ndarray):  # one ε per run (WindowLedger.with_epsilons)
+            return _shares(total, parts)
         return rounding.share(float(total), parts)
 
     def fraction_down(self, value: Any, numerator: int, denominator: int) -> Any:
         return rounding.div_down(rounding.mul_down(value, float(numerator)), float(denominator))
+
+
+_SHARE_CACHE: dict[tuple[int, int], tuple[FloatArray, FloatArray]] = {}
+
+
+def _shares(totals: FloatArray, parts: int) -> FloatArray:
+    """Elementwise :func:`rounding.share` of a per-run budget array (computed once per distinct value).
+
+    A read-only array (a ledger's per-run ε) is remembered with its result, so a rule asking for
+    the same share at every timestamp pays for it once; the entry holds the array, so its id
+    cannot be reused while cached.
+    """
+    key = (id(totals), parts)
+    cached = _SHARE_CACHE.get(key)
+    if cached is not None and cached[0] is totals:
+        return cached[1]
+    values, inverse = np.unique(totals, return_inverse=True)
+    result = np.array([rounding.share(float(value), parts) for value in values], dtype=np.float64)[inverse.reshape(totals.shape)]
+    if not totals.flags.writeable:
+        result.setflags(write=False)
+        if len(_SHARE_CACHE) >= 64:
+            _SHARE_CACHE.clear()
+        _SHARE_CACHE[key] = (totals, result)
+    return result
 
 
 class ExactOps(PlainWindows):
@@ -235,7 +263,6 @@ def _scalar_mul_down(value: float, count: float) -> np.float64:
     return np.float64(rounding.mul_down(value, count))
 
 
-FloatArray = NDArray[np.float64]
 _TABLE_LIMIT = 1 << 16
 
 

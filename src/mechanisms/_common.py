@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck import GuardedStream, LiveStream, SwellfishLedger, WindowLedger
+from budgetcheck import GuardedStream, InvalidArgument, LiveStream, SwellfishLedger, WindowLedger
 from budgetcheck.ops import FLOAT, per_run
 from budgetcheck.proving import AllocationRule, RuleEnv
 
@@ -20,7 +21,17 @@ def rule_env(ledger: Ledger) -> RuleEnv:
     """(ε, w) of the rule: the ledger's; for Swellfish the w-event baseline w = max |J| (Theorem 4.3)."""
     if isinstance(ledger, SwellfishLedger):
         return RuleEnv(ledger.epsilon, ledger.policies.max_interval)
-    return RuleEnv(ledger.params.epsilon, ledger.params.w)
+    return RuleEnv(ledger.epsilon, ledger.w)  # ε per run on a ledger of several ε (WindowLedger.with_epsilons)
+
+
+def per_run_budget(value: Any) -> float | FloatArray:
+    """A budget a rule computed from ε: a float, or (on a ledger of several ε) the per-run array (runs,)."""
+    return np.asarray(value, dtype=np.float64).reshape(-1) if np.ndim(value) else float(value)
+
+
+def per_run_column(value: float | FloatArray) -> float | FloatArray:
+    """A per-run value shaped to broadcast against (runs, d) arrays: a float stays a float."""
+    return value if isinstance(value, float) else value.reshape(-1, 1)
 
 
 def sensitivity_at(ledger: Ledger, t: int) -> float:
@@ -62,9 +73,9 @@ def run_fixed_schedule(rule: AllocationRule, stream: GuardedStream, ledger: Ledg
     released = np.zeros(stream.length, dtype=np.int64)
     for secret in stream:
         (budget,) = rule.charges(FLOAT, env, state, True)
-        if budget > 0:
+        if _scheduled(budget):
             secrets.append(secret)
-            budgets.append(float(budget))
+            budgets.append(_budget(budget))
             released[secret.t - 1] = 1
         state = rule.advance(FLOAT, env, state, True, (budget,))
     latest = np.cumsum(released)  # per t: how many releases so far (its latest is the last of them)
@@ -75,6 +86,19 @@ def run_fixed_schedule(rule: AllocationRule, stream: GuardedStream, ledger: Ledg
         noisy = np.concatenate([empty_releases(ledger.runs, 1, stream.dimensions), noisy], axis=1)
         latest = latest + 1
     return noisy if len(secrets) == stream.length else np.asarray(noisy[:, latest - 1], dtype=np.float64)
+
+
+def _scheduled(budget: Any) -> bool:
+    """Whether a data-independent rule releases now: its budget is > 0 in every run (or in none)."""
+    positive = np.asarray(budget) > 0
+    if positive.any() and not positive.all():
+        raise InvalidArgument("a fixed schedule must release in every run or in none; its budget is 0 in some runs only")
+    return bool(positive.all())
+
+
+def _budget(budget: Any) -> float | FloatArray:
+    """A rule's budget for the ledger: a float, or one per run (a ledger of several ε)."""
+    return np.asarray(budget, dtype=np.float64) if np.ndim(budget) else float(budget)
 
 
 def run_dissimilarity_framework(rule: AllocationRule, stream: GuardedStream, ledger: Ledger, filtering: bool) -> FloatArray:
@@ -96,8 +120,8 @@ def fixed_schedule(rule: AllocationRule, stream: Stream, ledger: Ledger, filteri
         if sensitivity_at(ledger, secret.t) == 0.0:
             assert isinstance(ledger, SwellfishLedger)
             last, budget = ledger.release_exact(secret), 0.0
-        elif budget > 0:
-            last = filtered(ledger.laplace(secret, float(budget), purpose="publication"), filtering)
+        elif _scheduled(budget):
+            last = filtered(ledger.laplace(secret, _budget(budget), purpose="publication"), filtering)
         state = rule.advance(FLOAT, env, state, True, (budget,))
         yield last
 

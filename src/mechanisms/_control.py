@@ -32,13 +32,15 @@ class Kalman:
     estimate: FloatArray
     variance: FloatArray
     process_noise: FloatArray | float
-    measurement_noise: float
+    measurement_noise: FloatArray | float
     seen: BoolArray
 
     @classmethod
     def start(cls, shape: tuple[int, ...], *, initial_variance: float, process_noise: FloatArray | float,
-              measurement_noise: float) -> Kalman:
-        return cls(np.zeros(shape), np.full(shape, float(initial_variance)), process_noise, float(measurement_noise),
+              measurement_noise: FloatArray | float) -> Kalman:
+        """R may be a float or broadcast to ``shape`` (e.g. per run, on a ledger of several ε)."""
+        noise = measurement_noise if isinstance(measurement_noise, np.ndarray) else float(measurement_noise)
+        return cls(np.zeros(shape), np.full(shape, float(initial_variance)), process_noise, noise,
                    np.zeros(shape, dtype=bool))
 
     def predict(self) -> FloatArray:

@@ -25,7 +25,7 @@ def check_smoother(value: object) -> str:
     return str(value)
 
 
-def smooth(values: FloatArray, smoother: str, noise_variance: float) -> FloatArray:
+def smooth(values: FloatArray, smoother: str, noise_variance: float | FloatArray) -> FloatArray:
     """Smooth the newest entry of each group along axis 1 (NaN = not in the group).
 
     median / average: of the group's perturbed values (Chen et al. 2017, §4.3). james-stein: the
@@ -43,7 +43,7 @@ def smooth(values: FloatArray, smoother: str, noise_variance: float) -> FloatArr
 
 
 def shrunk(smoother: str, newest: FloatArray, count: IntArray, mean: FloatArray, spread: FloatArray,
-           noise_variance: float) -> FloatArray:
+           noise_variance: float | FloatArray) -> FloatArray:
     """average: the group mean; james-stein: the newest value shrunk towards the mean by the
     positive-part James–Stein factor 1 − (k − 3)σ²/Σ(x − mean)², σ² the perturbation's noise
     variance (k <= 3: the mean)."""
@@ -67,7 +67,7 @@ class GroupHistory:
     newest: FloatArray | None = None  # (runs · d,): t's releases
 
     def step(
-        self, test: ThresholdTest, secret: Secret, perturbed: FloatArray, thresholds: ArrayLike, smoother: str, noise_variance: float
+        self, test: ThresholdTest, secret: Secret, perturbed: FloatArray, thresholds: ArrayLike, smoother: str, noise_variance: float | FloatArray
     ) -> tuple[ThresholdAnswer, FloatArray]:
         """One grouper step: query the AboveThreshold on the group deviation, then smooth over the
         group holding t (a positive answer leaves t alone; a new instance starts a group at t)."""
@@ -82,7 +82,7 @@ class GroupHistory:
         self.newest = np.asarray(perturbed, dtype=np.float64).reshape(-1)
         self.groups.insert(self.newest, restart)
 
-    def smoothed(self, smoother: str, noise_variance: float) -> FloatArray:
+    def smoothed(self, smoother: str, noise_variance: float | FloatArray) -> FloatArray:
         """The smoothed release of every row's group (see :func:`smooth`), shape (runs · d,)."""
         if self.groups is None or self.newest is None:
             raise InvalidArgument("no group holds a release yet")

@@ -24,6 +24,7 @@ stands alone (as in PeGaSus); the next timestamp opens a new cluster. Clusters a
 
 from __future__ import annotations
 
+from typing import ClassVar
 from collections.abc import Iterator
 
 import attrs
@@ -32,7 +33,7 @@ from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, Secret, WindowLedger
 from budgetcheck.ops import FLOAT
-from mechanisms._common import Stream, collect, rule_env
+from mechanisms._common import Stream, collect, per_run_budget, per_run_column, rule_env
 from mechanisms._smoothing import GroupHistory
 from mechanisms.rules import SplitUniformRule
 
@@ -60,6 +61,7 @@ class AdaPub:
     perturbation_weight: int = 4
     clustering_weight: int = 1
     name: str = attrs.field(default="AdaPub", init=False)
+    epsilon_per_run: ClassVar[bool] = True  # reads ledger.epsilon: runs under several ε in one pass
 
     def allocation_rule(self) -> SplitUniformRule:
         return SplitUniformRule((self.perturbation_weight, self.clustering_weight), ("perturbation", "clustering"))
@@ -70,7 +72,8 @@ class AdaPub:
     def releases(self, stream: Stream, ledger: WindowLedger) -> Iterator[FloatArray]:
         """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         rule, env = self.allocation_rule(), rule_env(ledger)
-        perturb_budget, cluster_budget = (float(b) for b in rule.charges(FLOAT, env, (), None))
+        perturb_budget, cluster_budget = (per_run_budget(b) for b in rule.charges(FLOAT, env, (), None))
+        epsilon = per_run_column(per_run_budget(env.epsilon))
         runs, d = ledger.runs, stream.dimensions
         rng = np.random.default_rng(self.seed)
         test = ledger.above_threshold(epsilon=cluster_budget, sensitivity=2.0, cells=(d,), max_footprint=env.w,
@@ -85,14 +88,14 @@ class AdaPub:
                 error = np.abs(last - x) / np.maximum(x, 1.0)
                 total, count = feedback[1] + error, feedback[2] + 1.0
                 control = self.kp * error + self.ki * total / count + self.kd * (error - feedback[0])
-                threshold = np.maximum(1.0, control**2 / float(env.epsilon))
+                threshold = np.maximum(1.0, control**2 / epsilon)
                 answer, x = history.step(test, secret, x, threshold, "median", 0.0)
                 fresh = answer.opened | answer.above
                 feedback = np.stack([error, np.where(fresh, error, total), np.where(fresh, 1.0, count)])
             last = x
             yield x
 
-    def _perturb(self, ledger: WindowLedger, secret: Secret, budget: float, last: FloatArray,
+    def _perturb(self, ledger: WindowLedger, secret: Secret, budget: float | FloatArray, last: FloatArray,
                  rng: np.random.Generator, t: int) -> FloatArray:
         """x_t: per-dimension Laplace at t = 1, without grouping or with one dimension (which every
         bucketing leaves alone in its bucket: its group sum is its value); else pivot buckets on r_{t−1}."""
@@ -101,6 +104,8 @@ class AdaPub:
         low, high = last.min(axis=1, keepdims=True), last.max(axis=1, keepdims=True)
         pivots = low + (high - low) * rng.random((ledger.runs, self.pivots))
         labels = pivot_buckets(last, pivots)
-        sums = ledger.laplace_groups(secret, labels, np.full(self.pivots + 1, budget), purpose="perturbation")
+        groups = self.pivots + 1  # ε per group: (G,), or (runs, G) with one ε per run
+        group_budgets = np.full(groups, budget) if isinstance(budget, float) else np.repeat(budget[:, None], groups, axis=1)
+        sums = ledger.laplace_groups(secret, labels, group_budgets, purpose="perturbation")
         sizes = (labels[:, :, None] == np.arange(self.pivots + 1)).sum(axis=1)
         return np.asarray(np.take_along_axis(sums / np.maximum(sizes, 1.0), labels, axis=1), dtype=np.float64)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
 from collections.abc import Iterator
 
 import attrs
@@ -33,6 +34,7 @@ class BA:
     filtering: bool = False
     dissimilarity_when_nullified: bool = True
     name: str = attrs.field(default="BA", init=False)
+    epsilon_per_run: ClassVar[bool] = True  # reads ledger.epsilon: runs under several ε in one pass
 
     def allocation_rule(self) -> BARule:
         return BARule(dissimilarity_when_nullified=self.dissimilarity_when_nullified)

@@ -20,7 +20,7 @@ Deviations (accounting rules §4-5), with reasons:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import numpy as np
@@ -49,6 +49,7 @@ class DSATw:
     feedback_gain: float = 0.5
     warm_up: int = 2
     name: str = attrs.field(default="DSATw", init=False)
+    epsilon_per_run: ClassVar[bool] = True  # reads ledger.epsilon: runs under several ε in one pass
 
     def allocation_rule(self) -> DistanceTestRule:
         return DistanceTestRule(self.sample_rate)

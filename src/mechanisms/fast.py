@@ -16,6 +16,7 @@ column's filter and controller take the sample.
 
 from __future__ import annotations
 
+from typing import ClassVar
 from collections.abc import Iterator
 
 import attrs
@@ -56,6 +57,7 @@ class FASTw:
     theta: float = 5.0
     xi: float = 0.1
     name: str = attrs.field(default="FASTw", init=False)
+    epsilon_per_run: ClassVar[bool] = True  # reads ledger.epsilon: runs under several ε in one pass
 
     def allocation_rule(self) -> BlockRule:
         return BlockRule(self.sampling_ratio)

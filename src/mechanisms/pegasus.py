@@ -21,6 +21,7 @@ closed by that public rule.
 
 from __future__ import annotations
 
+from typing import ClassVar
 from collections.abc import Iterator
 
 import attrs
@@ -29,7 +30,7 @@ from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, WindowLedger
 from budgetcheck.ops import FLOAT
-from mechanisms._common import Stream, collect, rule_env
+from mechanisms._common import Stream, collect, per_run_budget, per_run_column, rule_env
 from mechanisms._smoothing import GroupHistory, check_smoother
 from mechanisms.rules import SplitUniformRule
 
@@ -47,6 +48,7 @@ class PeGaSus:
     perturbation_weight: int = 4
     grouping_weight: int = 1
     name: str = attrs.field(default="PeGaSus", init=False)
+    epsilon_per_run: ClassVar[bool] = True  # reads ledger.epsilon: runs under several ε in one pass
 
     def allocation_rule(self) -> SplitUniformRule:
         return SplitUniformRule((self.perturbation_weight, self.grouping_weight), ("perturbation", "grouping"))
@@ -57,15 +59,17 @@ class PeGaSus:
     def releases(self, stream: Stream, ledger: WindowLedger) -> Iterator[FloatArray]:
         """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         rule, env = self.allocation_rule(), rule_env(ledger)
-        perturb_budget, group_budget = (float(b) for b in rule.charges(FLOAT, env, (), None))
+        perturb_budget, group_budget = (per_run_budget(b) for b in rule.charges(FLOAT, env, (), None))
         cap = env.w if self.max_group is None else self.max_group
         test = ledger.above_threshold(epsilon=group_budget, sensitivity=2.0, cells=(stream.dimensions,), max_footprint=cap,
                                       purpose="grouping") if self.grouping else None
         history = GroupHistory(cap)
-        noise_variance = 2.0 / perturb_budget**2
+        thresholds = self.threshold_factor / per_run_column(group_budget)
+        noise_variance = 2.0 / perturb_budget**2  # per run: repeated over the d rows of each run
+        variances = noise_variance if isinstance(noise_variance, float) else np.repeat(noise_variance, stream.dimensions)
         for secret in stream:
             perturbed = ledger.laplace(secret, perturb_budget, purpose="perturbation")
             if test is None:
                 yield perturbed
             else:
-                yield history.step(test, secret, perturbed, self.threshold_factor / group_budget, self.smoother, noise_variance)[1]
+                yield history.step(test, secret, perturbed, thresholds, self.smoother, variances)[1]

@@ -23,6 +23,7 @@ Deviations from the paper and the public code, with reasons:
 
 from __future__ import annotations
 
+from typing import ClassVar
 from collections.abc import Iterator
 
 import attrs
@@ -31,7 +32,8 @@ from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, Secret, WindowLedger
 from budgetcheck.ops import FLOAT, per_run
-from mechanisms._common import Stream, collect, rule_env
+from budgetcheck.proving import RuleEnv
+from mechanisms._common import Stream, collect, per_run_budget, per_run_column, rule_env
 from mechanisms._control import Kalman, RescuePID, pushed
 from mechanisms.rules import RemainingFractionRule
 
@@ -115,6 +117,7 @@ class RescueDP:
     process_noise: float | None = None
     sample_noise: bool = True
     name: str = attrs.field(default="RescueDP", init=False)
+    epsilon_per_run: ClassVar[bool] = True  # reads ledger.epsilon: runs under several ε in one pass
 
     def allocation_rule(self) -> RemainingFractionRule:
         return RemainingFractionRule(self.max_fraction, self.cap_parts)
@@ -148,11 +151,13 @@ def _releases(mech: RescueDP, stream: Stream, ledger: WindowLedger, *, shared_wi
     rule, env = mech.allocation_rule(), rule_env(ledger)
     runs, d = ledger.runs, stream.dimensions
     shape = (runs, d)
-    epsilon, w = float(env.epsilon), env.w
+    epsilon, w = env.epsilon, env.w  # ε: a float, or one per run (a ledger of several ε)
+    per_run_epsilon = per_run_column(per_run_budget(epsilon))
+    cell_env = RuleEnv(per_run_epsilon, w)  # ε against (runs, d) arrays
     state = per_run(rule.initial(FLOAT, env), runs)
     local = np.zeros((runs, d, max(w - 1, 0)))  # per-location recent budgets, newest last (as published only)
     pid = RescuePID.start(shape, integral_window=mech.integral_window, kp=mech.kp, ki=mech.ki, kd=mech.kd, theta=mech.theta)
-    noise = float((w / epsilon) ** 2)
+    noise = (w / per_run_epsilon) ** 2
     kalman = Kalman.start(shape, initial_variance=mech.initial_variance,
                           process_noise=1.0 if mech.process_noise is None else mech.process_noise, measurement_noise=noise)
     recent = np.full((runs, d, mech.history), np.nan)  # the last κ releases of each location
@@ -164,7 +169,7 @@ def _releases(mech: RescueDP, stream: Stream, ledger: WindowLedger, *, shared_wi
         published, each location's own."""
         if shared_window:
             return np.broadcast_to(rule.remaining(FLOAT, env, state), (runs,))[:, None]
-        return _own(local, epsilon)
+        return _own(local, per_run_epsilon)
 
     left = remainder()
     for secret in stream:
@@ -173,7 +178,7 @@ def _releases(mech: RescueDP, stream: Stream, ledger: WindowLedger, *, shared_wi
         prior = kalman.predict()
         remaining = left  # ε_rm, computed after the last step
         fraction = np.minimum(mech.phi * np.log(pid.interval + 1.0), mech.max_fraction)
-        budgets = np.where(due, np.minimum(FLOAT.mul_down(remaining, fraction), rule.grant(FLOAT, env, remaining)), 0.0)
+        budgets = np.where(due, np.minimum(FLOAT.mul_down(remaining, fraction), rule.grant(FLOAT, cell_env, remaining)), 0.0)
         observed = np.full(shape, np.nan)
         if (budgets > 0).any():
             if grouped:
@@ -206,9 +211,12 @@ def _releases(mech: RescueDP, stream: Stream, ledger: WindowLedger, *, shared_wi
         yield np.where(sampled, posterior, prior)
 
 
-def _own(local: FloatArray, epsilon: float) -> FloatArray:
-    """Each location's own window remainder ε − Σ its last w − 1 budgets (the published accounting)."""
-    return np.asarray(FLOAT.sub_down(epsilon, FLOAT.sum_up(local)) if local.shape[-1] else np.full(local.shape[:-1], epsilon))
+def _own(local: FloatArray, epsilon: float | FloatArray) -> FloatArray:
+    """Each location's own window remainder ε − Σ its last w − 1 budgets (the published accounting);
+    ``epsilon`` a float or shape (runs, 1)."""
+    if not local.shape[-1]:
+        return np.asarray(np.broadcast_to(epsilon, local.shape[:-1]), dtype=np.float64)
+    return np.asarray(FLOAT.sub_down(epsilon, FLOAT.sum_up(local)))
 
 
 def _grouped_release(

@@ -10,6 +10,7 @@ that finishes in under a minute, ``Benchmark.from_toml(path)`` reads a file (see
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import tomllib
@@ -80,6 +81,10 @@ def _streams(value: Iterable[StreamSpec]) -> tuple[StreamSpec, ...]:
 
 def _pool(value: Iterable[StreamSpec]) -> tuple[StreamSpec, ...]:
     return tuple(value)
+
+
+def _setting_pool(value: Iterable[Setting]) -> tuple[Setting, ...]:
+    return tuple(sorted(set(value)))
 
 
 def _mechanisms(value: Iterable[str]) -> tuple[str, ...]:
@@ -166,16 +171,26 @@ class Cell:
 
 @attrs.frozen
 class Batch:
-    """Cells of one mechanism and setting whose streams (of one shape) run stacked, with one seed."""
+    """Cells of one mechanism and w run in one pass with one seed: its streams (of one shape)
+    stacked, each under every ε of ``epsilons`` (``runs`` runs per stream and ε)."""
 
     mechanism: str
-    epsilon: float
+    epsilons: tuple[float, ...]
     w: int
     streams: tuple[str, ...]
     seed: int
 
     def cells(self) -> list[Cell]:
-        return [Cell(self.mechanism, stream, self.epsilon, self.w) for stream in self.streams]
+        """Stream-major, then ε: the order of the pass's row blocks."""
+        return [Cell(self.mechanism, stream, epsilon, self.w) for stream in self.streams for epsilon in self.epsilons]
+
+
+@functools.lru_cache(maxsize=None)
+def _epsilon_per_run(mechanism: str) -> bool:
+    from budgetcheck._mechanism import epsilon_per_run
+    from budgetcheck._verify import load_mechanism
+
+    return epsilon_per_run(load_mechanism(mechanism))
 
 
 def _unique(values: Iterable[Any]) -> tuple[Any, ...]:
@@ -224,6 +239,8 @@ class Benchmark:
     # The streams batches are formed from (empty: ``streams``). ``select`` keeps its parent's, so a
     # cell run in any sub-grid shares its batch, seed and numbers with the full grid.
     pool: tuple[StreamSpec, ...] = attrs.field(default=(), converter=_pool)
+    # The same for the settings whose ε share a pass (every ε of one w).
+    settings_pool: tuple[Setting, ...] = attrs.field(default=(), converter=_setting_pool)
 
     def __attrs_post_init__(self) -> None:
         names = [stream.name for stream in self.streams]
@@ -233,6 +250,9 @@ class Benchmark:
         outside = [stream.name for stream in self.streams if self.pool and stream not in self.pool]
         if outside:
             raise InvalidArgument(f"streams {outside} are not in the benchmark's pool {[s.name for s in self.pool]}")
+        unpooled = [s for s in self.settings if self.settings_pool and s not in self.settings_pool]
+        if unpooled:
+            raise InvalidArgument(f"settings {unpooled} are not in the benchmark's settings pool {list(self.settings_pool)}")
 
     # -- instantiations ---------------------------------------------------------------------
     @classmethod
@@ -308,6 +328,7 @@ class Benchmark:
             settings=[s for s in self.settings if (not epsilons or s.epsilon in epsilons) and (not ws or s.w in ws)],
             runs=self.runs if runs is None else runs,
             pool=self.batch_pool,
+            settings_pool=self.settings_pool or self.settings,
         )
 
     @property
@@ -331,21 +352,27 @@ class Benchmark:
     def batch(self, cell: Cell) -> Batch:
         """The cells run with ``cell`` in one vectorised pass, and their seed.
 
-        Artificial streams of one length in the pool are stacked (``GuardedStream.stacked``) under
-        one mechanism and setting; a real stream runs alone. The batch, and so every number of the
-        cell, depends on the benchmark's pool and the cell only, not on which cells are selected.
+        Artificial streams of one length in the pool are stacked (``GuardedStream.stacked``); a real
+        stream runs alone. Either way every ε of the pool's settings with the cell's w runs in the
+        same pass (``WindowLedger.with_epsilons``), under one mechanism. The batch, and so every
+        number of the cell, depends on the benchmark's pools and the cell only, not on which cells
+        are selected.
         """
         spec = self.stream(cell.stream)
+        epsilons: tuple[float, ...] = (cell.epsilon,)
+        if _epsilon_per_run(cell.mechanism):
+            epsilons = tuple(sorted({s.epsilon for s in self.settings_pool or self.settings if s.w == cell.w}))
         if isinstance(spec, ArtificialStream):
             members = tuple(s.name for s in self.batch_pool if isinstance(s, ArtificialStream) and s.length == spec.length)
-            seed = stable_seed(self.seed, "batch", cell.mechanism, repr(cell.epsilon), cell.w, *members)
         else:
-            members, seed = (cell.stream,), stable_seed(self.seed, cell.key)
-        return Batch(cell.mechanism, cell.epsilon, cell.w, members, seed)
+            members = (cell.stream,)
+        seed = stable_seed(self.seed, "batch", cell.mechanism, cell.w, *map(repr, epsilons), *members)
+        return Batch(cell.mechanism, epsilons, cell.w, members, seed)
 
     def identity(self) -> dict[str, str]:
-        """What makes stored results comparable: runs, seed, γ and each stream's definition."""
-        out = {"runs": str(self.runs), "seed": str(self.seed), "mre_bound": repr(self.mre_bound)}
+        """What makes stored results comparable: runs, seed, γ, each stream's definition, and how
+        cells share a pass (which fixes their noise)."""
+        out = {"runs": str(self.runs), "seed": str(self.seed), "mre_bound": repr(self.mre_bound), "batches": "streams-and-epsilons"}
         for stream in self.streams:
             out[f"stream:{stream.name}"] = json.dumps(attrs.asdict(stream), sort_keys=True)
         return out

@@ -41,24 +41,27 @@ def stream_data(stream: StreamSpec, seed: int) -> FloatArray:
 
 
 def batch_releases(benchmark: Benchmark, batch: Batch) -> list[FloatArray]:
-    """The releases of every cell of a batch, each (runs, T, d), truncated on real streams.
+    """The releases of every cell of a batch (in ``batch.cells()`` order), each (runs, T, d),
+    truncated on real streams.
 
-    The batch's streams run stacked through one ``WindowLedger`` of runs × streams runs (stream s
-    owns runs [s·runs, (s+1)·runs)), so Python's per-timestamp cost is paid once per batch.
+    The batch's S streams run stacked through one ``WindowLedger`` of S × E × runs runs, E the
+    batch's ε: stream s owns runs [s·E·runs, (s+1)·E·runs), and within them ε_e the block
+    [e·runs, (e+1)·runs) (``WindowLedger.with_epsilons``), so Python's per-timestamp cost is
+    paid once per batch.
     """
     specs = [benchmark.stream(name) for name in batch.streams]
     data = [stream_data(spec, benchmark.seed) for spec in specs]
     stream = GuardedStream(data[0]) if len(data) == 1 else GuardedStream.stacked(data)
-    execution = execute(load_mechanism(batch.mechanism), stream, epsilon=batch.epsilon, w=batch.w,
-                        runs=benchmark.runs * len(data), seed=batch.seed)
-    blocks = execution.releases.reshape(len(data), benchmark.runs, *execution.releases.shape[1:])
-    return [truncate(block) if spec.truncated else block for spec, block in zip(specs, blocks, strict=True)]
+    epsilons = np.tile(np.repeat(batch.epsilons, benchmark.runs), len(data))
+    execution = execute(load_mechanism(batch.mechanism), stream, epsilon=epsilons, w=batch.w, runs=epsilons.size, seed=batch.seed)
+    blocks = execution.releases.reshape(len(data), len(batch.epsilons), benchmark.runs, *execution.releases.shape[1:])
+    return [truncate(block) if spec.truncated else block for spec, per_stream in zip(specs, blocks, strict=True) for block in per_stream]
 
 
 def run_releases(benchmark: Benchmark, cell: Cell) -> FloatArray:
     """The releases of one cell, shape (runs, T, d) (its batch runs; the others' are dropped)."""
     batch = benchmark.batch(cell)
-    return batch_releases(benchmark, batch)[batch.streams.index(cell.stream)]
+    return batch_releases(benchmark, batch)[batch.cells().index(cell)]
 
 
 def run_batch(benchmark: Benchmark, batch: Batch) -> list[CellResult]:
@@ -69,7 +72,7 @@ def run_batch(benchmark: Benchmark, batch: Batch) -> list[CellResult]:
     keep_freed_memory()
     start = time.perf_counter()
     releases = batch_releases(benchmark, batch)
-    seconds = (time.perf_counter() - start) / len(batch.streams)
+    seconds = (time.perf_counter() - start) / len(releases)
     results = []
     for cell, block in zip(batch.cells(), releases, strict=True):
         stream = benchmark.stream(cell.stream)
@@ -81,7 +84,7 @@ def run_batch(benchmark: Benchmark, batch: Batch) -> list[CellResult]:
 def run_cell(benchmark: Benchmark, cell: Cell) -> CellResult:
     """One cell's result: its batch runs, the cell's share is returned (the same numbers as in any grid)."""
     batch = benchmark.batch(cell)
-    return run_batch(benchmark, batch)[batch.streams.index(cell.stream)]
+    return run_batch(benchmark, batch)[batch.cells().index(cell)]
 
 
 def check_data(benchmark: Benchmark) -> None:

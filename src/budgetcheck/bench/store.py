@@ -81,9 +81,10 @@ class ResultStore:
 
     def _adopt(self, stored: dict[str, str], identity: Mapping[str, str]) -> None:
         for key, value in identity.items():
-            if key in stored and stored[key] != value:
+            if stored and stored.get(key) != value:  # a key the file lacks: written by an earlier version
+                written = f"{key}={stored[key]}" if key in stored else f"no {key}"
                 raise InvalidArgument(
-                    f"results file {str(self._path)!r} was written with {key}={stored[key]} but this benchmark has "
+                    f"results file {str(self._path)!r} was written with {written} but this benchmark has "
                     f"{key}={value}; use another results file (results of different grids are never mixed)")
         with self._db:
             self._db.executemany("INSERT OR IGNORE INTO meta VALUES (?, ?)", identity.items())
