@@ -130,7 +130,8 @@ def test_a_mechanism_that_reads_params_runs_one_epsilon_per_pass() -> None:
     grid = attrs.evolve(tiny(), mechanisms=["plain_mechanisms:UniformWithoutRule", "Uniform"])
     cells = [c for c in grid.cells() if c.mechanism.startswith("plain")]
     assert {grid.batch(c).epsilons for c in cells} == {(0.5,), (1.0,)}
-    assert grid.batch(Cell("Uniform", "s20-a10-p60", 1.0, 10)).epsilons == (0.5, 1.0)
+    assert grid.batch(Cell("Uniform", "s20-a10-p60", 1.0, 10)).epsilons == (1.0,)  # gains nothing: one ε per pass
+    assert attrs.evolve(grid, mechanisms=["BD"]).batch(Cell("BD", "s20-a10-p60", 1.0, 10)).epsilons == (0.5, 1.0)
     for cell in cells:
         assert run_cell(grid, cell).mae.mean() == pytest.approx(cell.w / cell.epsilon, rel=0.3)  # Uniform: w/ε
 
@@ -180,7 +181,7 @@ def test_interrupted_benchmark_resumes_without_double_counting(tmp_path: Path, m
 
     def dying(benchmark: Benchmark, batch: Batch) -> list[CellResult]:
         calls["n"] += 1
-        if calls["n"] == 2:
+        if calls["n"] == 3:
             raise KeyboardInterrupt
         return real_run(benchmark, batch)
 
@@ -188,7 +189,7 @@ def test_interrupted_benchmark_resumes_without_double_counting(tmp_path: Path, m
     with pytest.raises(KeyboardInterrupt):
         run_benchmark(grid, path, progress=False)
     with ResultStore(path) as store:
-        assert len(store.done()) == 4  # one batch: two streams, each under both ε
+        assert len(store.done()) == 4  # two batches of two streams each (Uniform and Sample: one ε per pass)
     monkeypatch.setattr(runner_module, "run_batch", real_run)
     assert run_benchmark(grid, path, progress=False) == (4, 4)
     assert run_benchmark(grid, path, progress=False) == (0, 8)

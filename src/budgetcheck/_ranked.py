@@ -3,8 +3,8 @@
 Each row (a run and cell) holds one group, which only grows by one value a step or restarts with
 it. The values are stored rank-major, (capacity, rows), ascending and padded with +inf, so that
 the k-th smallest value of every row is one contiguous array and every update works on whole
-blocks: ranks [0, 16) for every row, the tiers [16, 64), [64, 256), … only for the rows whose
-group reaches them (groups are mostly short). Used for the smoother's medians over released
+blocks: ranks [0, 16) for every row, the tiers [16, 64), [64, 256), … as one slice when a third
+of the rows or more reach them, else only for the rows that do (groups are mostly short). Used for the smoother's medians over released
 values (post-processing) and, inside :class:`budgetcheck.ThresholdTest`, for the group deviation
 of true values without re-reading the whole group at every step.
 """
@@ -43,14 +43,15 @@ class RankedRows:
     ranked: FloatArray = attrs.field(init=False, factory=lambda: np.empty((0, 0)))
     sizes: IntArray = attrs.field(init=False, factory=lambda: np.zeros(0, dtype=np.int64))
     totals: FloatArray = attrs.field(init=False, factory=lambda: np.zeros(0))
-    _tier_rows: list[tuple[int, int, IntArray]] = attrs.field(init=False, factory=list)
+    _tier_rows: list[tuple[int, int, IntArray | None]] = attrs.field(init=False, factory=list)
 
     def insert(self, values: ArrayLike, restart: ArrayLike) -> None:
         """Add one value to every row's group; rows where ``restart`` holds begin a new group with it.
 
         Inserting v into an ascending row is, rank by rank, new[k] = max(min(old[k], v), old[k − 1])
         (old[−1] = −inf): three block operations and no search. Beyond a row's size this keeps
-        the +inf padding, so a tier is updated only for the rows whose group reaches it.
+        the +inf padding. A tier is cleared for a row when its group enters it; a tier that a third
+        of the rows or more reach is updated as one slice, else only for the rows that reach it.
         """
         flat = np.asarray(values, dtype=np.float64).reshape(-1)
         again = np.asarray(restart, dtype=np.bool_).reshape(-1)
@@ -63,13 +64,18 @@ class RankedRows:
         tiers = list(self._tiers(sizes))  # refuses a group beyond capacity before anything changes
         ranked[:_FIRST_RANKS, np.flatnonzero(again)] = np.inf  # later tiers are cleared when a group next reaches them
         self._tier_rows = tiers
-        edges = [ranked[low - 1, rows] for low, _, rows in tiers[1:]]  # the rank before each later tier, before any insertion
+        # the rank before each later tier, before any insertion
+        edges = [ranked[low - 1].copy() if rows is None else ranked[low - 1, rows] for low, _, rows in tiers[1:]]
         _insert(ranked[: tiers[0][1]], flat, None)
         for (low, high, rows), edge in zip(tiers[1:], edges, strict=True):
-            block = ranked[low:high, rows]
-            block[:, sizes[rows] == low] = np.inf  # entering the tier: what an earlier group left there goes
-            _insert(block, flat[rows], edge)
-            ranked[low:high, rows] = block
+            if rows is None:  # as one slice: the rows short of the tier shuffle values no one reads
+                ranked[low:high, np.flatnonzero(sizes == low)] = np.inf  # entering: what an earlier group left goes
+                _insert(ranked[low:high], flat, edge)
+            else:
+                block = ranked[low:high, rows]
+                block[:, sizes[rows] == low] = np.inf
+                _insert(block, flat[rows], edge)
+                ranked[low:high, rows] = block
         self.sizes = sizes + 1
         self.totals = np.where(again, flat, self.totals + flat)
 
@@ -86,22 +92,25 @@ class RankedRows:
         """
         mean = self.totals / np.maximum(self.sizes, 1)
         result = np.zeros(self.sizes.size)
-        for low, high, rows in self._tier_rows:  # the rows whose group reaches each tier (from the last insertion)
-            if low == 0:
-                result += np.maximum(mean - self.ranked[:high], 0.0).sum(axis=0)
+        for low, high, rows in self._tier_rows:  # the rows whose group reaches each tier (None: as one slice)
+            if rows is None:  # every row; the rows short of the tier (which may hold old values) add nothing
+                part = np.maximum(mean - self.ranked[low:high], 0.0).sum(axis=0)
+                result += part if low == 0 else np.where(self.sizes > low, part, 0.0)
             else:
                 result[rows] += np.maximum(mean[rows] - self.ranked[low:high, rows], 0.0).sum(axis=0)
         return 2.0 * result
 
-    def _tiers(self, sizes: IntArray) -> Iterator[tuple[int, int, IntArray]]:
+    def _tiers(self, sizes: IntArray) -> Iterator[tuple[int, int, IntArray | None]]:
         """(low, high, rows) of every tier of ranks [low, high) that some row with ``sizes`` reaches once
-        one more value is in: [0, 16) for every row (rows unused), then the rows with size >= low."""
+        one more value is in: [0, 16), then [16, 64), [64, 256), … with the rows of size >= low, or
+        None when a third of the rows or more reach it: the tier is then one slice."""
         low, longest = _FIRST_RANKS, int(sizes.max()) if sizes.size else 0
         if longest >= self.capacity:
             raise InvalidArgument(f"a group outgrew capacity={self.capacity}: close groups at that length")
-        yield 0, min(_FIRST_RANKS, self.capacity), np.arange(0)
+        yield 0, min(_FIRST_RANKS, self.capacity), None
         while low <= longest and low < self.capacity:
-            yield low, min(4 * low, self.capacity), np.flatnonzero(sizes >= low)
+            rows = np.flatnonzero(sizes >= low)
+            yield low, min(4 * low, self.capacity), None if 3 * rows.size >= sizes.size else rows
             low *= 4
 
 

@@ -24,7 +24,6 @@ stands alone (as in PeGaSus); the next timestamp opens a new cluster. Clusters a
 
 from __future__ import annotations
 
-from typing import ClassVar
 from collections.abc import Iterator
 
 import attrs
@@ -61,7 +60,6 @@ class AdaPub:
     perturbation_weight: int = 4
     clustering_weight: int = 1
     name: str = attrs.field(default="AdaPub", init=False)
-    epsilon_per_run: ClassVar[bool] = True  # reads ledger.epsilon: runs under several ε in one pass
 
     def allocation_rule(self) -> SplitUniformRule:
         return SplitUniformRule((self.perturbation_weight, self.clustering_weight), ("perturbation", "clustering"))

@@ -30,7 +30,7 @@ class BD:
 
     filtering: bool = False
     name: str = attrs.field(default="BD", init=False)
-    epsilon_per_run: ClassVar[bool] = True  # reads ledger.epsilon: runs under several ε in one pass
+    epsilon_per_run: ClassVar[bool] = True  # the benchmark runs the ε of one w in one pass
 
     def allocation_rule(self) -> BDRule:
         return BDRule()

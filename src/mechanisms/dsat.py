@@ -49,7 +49,7 @@ class DSATw:
     feedback_gain: float = 0.5
     warm_up: int = 2
     name: str = attrs.field(default="DSATw", init=False)
-    epsilon_per_run: ClassVar[bool] = True  # reads ledger.epsilon: runs under several ε in one pass
+    epsilon_per_run: ClassVar[bool] = True  # the benchmark runs the ε of one w in one pass
 
     def allocation_rule(self) -> DistanceTestRule:
         return DistanceTestRule(self.sample_rate)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
 from collections.abc import Iterator
 
 import attrs
@@ -30,7 +29,6 @@ class Hybrid:
     every: int = attrs.field(default=2, converter=_every)
     filtering: bool = False
     name: str = attrs.field(default="Hybrid", init=False)
-    epsilon_per_run: ClassVar[bool] = True  # reads ledger.epsilon: runs under several ε in one pass
 
     def allocation_rule(self) -> PeriodicRule:
         return PeriodicRule(self.every)

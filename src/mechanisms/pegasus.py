@@ -21,7 +21,6 @@ closed by that public rule.
 
 from __future__ import annotations
 
-from typing import ClassVar
 from collections.abc import Iterator
 
 import attrs
@@ -48,7 +47,6 @@ class PeGaSus:
     perturbation_weight: int = 4
     grouping_weight: int = 1
     name: str = attrs.field(default="PeGaSus", init=False)
-    epsilon_per_run: ClassVar[bool] = True  # reads ledger.epsilon: runs under several ε in one pass
 
     def allocation_rule(self) -> SplitUniformRule:
         return SplitUniformRule((self.perturbation_weight, self.grouping_weight), ("perturbation", "grouping"))

@@ -117,7 +117,7 @@ class RescueDP:
     process_noise: float | None = None
     sample_noise: bool = True
     name: str = attrs.field(default="RescueDP", init=False)
-    epsilon_per_run: ClassVar[bool] = True  # reads ledger.epsilon: runs under several ε in one pass
+    epsilon_per_run: ClassVar[bool] = True  # the benchmark runs the ε of one w in one pass
 
     def allocation_rule(self) -> RemainingFractionRule:
         return RemainingFractionRule(self.max_fraction, self.cap_parts)

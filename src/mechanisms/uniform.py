@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
 from collections.abc import Iterator
 
 import attrs
@@ -20,7 +19,6 @@ class Uniform:
 
     filtering: bool = False
     name: str = attrs.field(default="Uniform", init=False)
-    epsilon_per_run: ClassVar[bool] = True  # reads ledger.epsilon: runs under several ε in one pass
 
     def allocation_rule(self) -> PeriodicRule:
         return PeriodicRule(every=1)
