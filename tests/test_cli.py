@@ -35,6 +35,22 @@ def test_verify_rejects_a_broken_mechanism_with_a_reproducible_call(runner: CliR
     assert "reproduce: budgetcheck.execute(budgetcheck.load_mechanism('broken.mutants:UniformOverWMinusOne')" in result.output
 
 
+@pytest.mark.parametrize(("mutant", "error"), [("DeclaresEpsilonPerRunSpendsTheLargest", "BudgetExceeded"),
+                                               ("DeclaresEpsilonPerRunReadsParams", "InvalidArgument")])
+def test_a_mechanism_that_declares_epsilon_per_run_is_replayed_on_a_ledger_of_several_epsilon(
+        runner: CliRunner, mutant: str, error: str) -> None:
+    """Its replay also runs each case under two ε in one ledger; the printed call reproduces the failure."""
+    import budgetcheck
+
+    result = runner.invoke(main, ["verify", f"broken.mutants:{mutant}", "--stages", "a"])
+    assert result.exit_code == 1, result.output
+    assert "(on a ledger of several ε)" in result.output
+    call = result.output.split("reproduce: ", 1)[1].strip()
+    assert "epsilon=[" in call
+    with pytest.raises(getattr(budgetcheck, error)):
+        eval(call, {"budgetcheck": budgetcheck})  # noqa: S307 - the call verify printed
+
+
 def test_verify_writes_junit_xml(runner: CliRunner, tmp_path: Path) -> None:
     report = tmp_path / "verify.xml"
     result = runner.invoke(main, ["verify", "broken.mutants:ReadsSecret", "--stages", "ab", "--junit-xml", str(report)])

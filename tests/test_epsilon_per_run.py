@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from pathlib import Path
 
 import attrs
 import numpy as np
@@ -12,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from budgetcheck import BudgetExceeded, GuardedStream, InvalidArgument, WEventParams, WindowLedger, audit_windows, deviation, rounding
+from budgetcheck import (BudgetExceeded, GuardedStream, InvalidArgument, WEventParams, WindowLedger, audit_windows, deviation,
+                         open_ledger, rounding)
 from budgetcheck.ops import FLOAT
 from budgetcheck._verify import load_mechanism
 from budgetcheck.bench.config import builtin_w_event
@@ -98,7 +100,7 @@ def test_one_ulp_over_its_own_epsilon_is_refused_and_named() -> None:
     assert len(ledger.records) == 2
 
 
-def test_what_a_ledger_of_several_epsilon_says_about_itself() -> None:
+def test_what_a_ledger_of_several_epsilon_says_about_itself(tmp_path: Path) -> None:
     ledger = WindowLedger.with_epsilons([0.5, 0.5, 1.0], 4, seed=3)
     assert ledger.runs == 3 and ledger.w == 4
     assert isinstance(ledger.epsilon, np.ndarray) and ledger.epsilon.tolist() == [0.5, 0.5, 1.0]
@@ -106,8 +108,11 @@ def test_what_a_ledger_of_several_epsilon_says_about_itself() -> None:
         ledger.epsilon[0] = 2.0  # read-only
     with pytest.raises(InvalidArgument, match=r"params: .*\[0\.5, 1\.0\].*ledger\.epsilon"):
         ledger.params
-    with pytest.raises(InvalidArgument, match="different budgets"):
+    with pytest.raises(InvalidArgument, match="a ledger file or dump holds one epsilon"):
         ledger.header()  # no stored format
+    with pytest.raises(InvalidArgument, match="a ledger file or dump holds one epsilon"):
+        open_ledger(tmp_path / "several.db", ledger)
+    assert not (tmp_path / "several.db").exists()
     assert "epsilon=[0.5, 1.0]" in repr(ledger)
     alike = WindowLedger.with_epsilons([0.5, 0.5], 4)  # one ε: an ordinary ledger
     assert alike.epsilon == 0.5 and alike.params == WEventParams(0.5, 4)

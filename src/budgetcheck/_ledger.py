@@ -270,7 +270,10 @@ class WindowLedger(LaplaceReleases):
 
     def header(self) -> LedgerHeader:
         """The stored ledger's first line; a ledger of several ε has no file format and is refused."""
-        return LedgerHeader(notion="w-event", epsilon=self.params.epsilon, w=self._params.w, runs=self._runs)
+        if not isinstance(self._epsilon, float):
+            raise InvalidArgument(f"{self!r} holds its runs to different budgets; a ledger file or dump holds one epsilon: "
+                                  "store one WindowLedger per epsilon")
+        return LedgerHeader(notion="w-event", epsilon=self._epsilon, w=self._params.w, runs=self._runs)
 
     def __repr__(self) -> str:
         eps = self._epsilon if isinstance(self._epsilon, float) else sorted(set(self._epsilon.tolist()))

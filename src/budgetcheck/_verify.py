@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import traceback
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any, cast
 
@@ -27,6 +28,7 @@ from budgetcheck._mechanism import (
     PersonalizedMechanism,
     StreamMechanism,
     SwellfishMechanism,
+    epsilon_per_run,
     execute,
     execute_personalized,
     execute_swellfish,
@@ -52,6 +54,7 @@ class Counterexample:
     reason: str
     detail: str
     case: AnyCase
+    several_epsilons: bool = False  # found on a ledger of several ε (the case's ε and a third of it)
 
     def call(self, reference: str) -> str:
         """Python that reproduces the failure."""
@@ -65,6 +68,9 @@ class Counterexample:
             policies = ", ".join(f"budgetcheck.StreamPolicy({p.start}, {p.end}, {list(p.thresholds)!r})" for p in case.policies.policies)
             return (f"budgetcheck.execute_swellfish({mech}, budgetcheck.PolicyCollection([{policies}]), {data!r}, "
                     f"epsilon={case.epsilon!r}, runs={case.runs}, seed={case.seed})")
+        if self.several_epsilons:
+            return (f"budgetcheck.execute({mech}, {data!r}, epsilon=[{case.epsilon!r}] * {case.runs} + [{case.epsilon / 3!r}] * "
+                    f"{case.runs}, w={case.w}, runs={2 * case.runs}, seed={case.seed})")
         return f"budgetcheck.execute({mech}, {data!r}, epsilon={case.epsilon!r}, w={case.w}, runs={case.runs}, seed={case.seed})"
 
 
@@ -137,10 +143,11 @@ class VerifyResult:
 
 
 class _Violation(Exception):
-    def __init__(self, reason: str, detail: str) -> None:
+    def __init__(self, reason: str, detail: str, *, several_epsilons: bool = False) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+        self.several_epsilons = several_epsilons
 
 
 def load_mechanism(reference: str) -> Any:
@@ -321,7 +328,8 @@ def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Re
             if worst[0] > before or not worst_case:
                 worst_case[:] = [case]
         except _Violation as violation:
-            failures.append(Counterexample(reason=violation.reason, detail=violation.detail, case=case))
+            failures.append(Counterexample(reason=violation.reason, detail=violation.detail, case=case,
+                                           several_epsilons=violation.several_epsilons))
             raise
 
     runner: Any = settings(
@@ -364,23 +372,45 @@ def _run_case(mechanism: Any, case: AnyCase) -> tuple[Any, Fraction, tuple[str, 
     return ex.ledger, report.worst_ratio, tuple(v.describe(case.epsilon) for v in report.violations)
 
 
+def _run_several_epsilons(mechanism: Any, case: VerificationCase) -> tuple[Any, Fraction, tuple[str, ...]]:
+    """A mechanism that declares ``epsilon_per_run`` (the benchmark then runs several ε in one
+    pass): the case again on a ledger of twice its runs, the first half under its ε and the second
+    under a third of it, each half audited under its own ε."""
+    epsilons = [case.epsilon] * case.runs + [case.epsilon / 3] * case.runs
+    ex = execute(mechanism, case.data, epsilon=epsilons, w=case.w, runs=2 * case.runs, seed=case.seed)
+    ratio, violations = Fraction(0), []
+    for half, epsilon in ((slice(0, case.runs), case.epsilon), (slice(case.runs, None), case.epsilon / 3)):
+        records = [attrs.evolve(record, amounts=record.amounts[half], noise_scale=None) for record in ex.ledger.records]
+        report = audit_windows(records, epsilon=epsilon, w=case.w, runs=case.runs)
+        ratio = max(ratio, report.worst_ratio)
+        violations += [f"on a ledger of several ε (runs under ε = {epsilon!r}): {v.describe(epsilon)}" for v in report.violations]
+    return ex.ledger, ratio, tuple(violations)
+
+
 def _check_case(mechanism: Any, case: AnyCase, worst: list[Fraction]) -> None:
-    try:
-        ledger, ratio, violations = _run_case(mechanism, case)
-    except BudgetExceeded as exc:
-        raise _Violation("overspend refused by the ledger", str(exc)) from exc
-    except SecretAccess as exc:
-        raise _Violation("secret access", _located(exc)) from exc
-    except Exception as exc:  # a crash is a finding, with its location
-        raise _Violation("crash", f"{type(exc).__name__}: {exc} ({_located(exc)})") from exc
-    if ledger.refusals:
-        raise _Violation(
-            "overspend attempted",
-            f"the mechanism asked for more than a window allows {ledger.refusals} time(s) and swallowed the refusal",
-        )
-    worst[0] = max(worst[0], ratio)
-    if violations:
-        raise _Violation("window over epsilon", violations[0])
+    runs: list[Callable[[Any, Any], tuple[Any, Fraction, tuple[str, ...]]]] = [_run_case]
+    if isinstance(case, VerificationCase) and epsilon_per_run(mechanism):
+        runs.append(_run_several_epsilons)
+    for run in runs:
+        several = run is _run_several_epsilons
+        where = " (on a ledger of several ε)" if several else ""
+        try:
+            ledger, ratio, violations = run(mechanism, case)
+        except BudgetExceeded as exc:
+            raise _Violation(f"overspend refused by the ledger{where}", str(exc), several_epsilons=several) from exc
+        except SecretAccess as exc:
+            raise _Violation("secret access", _located(exc), several_epsilons=several) from exc
+        except Exception as exc:  # a crash is a finding, with its location
+            raise _Violation(f"crash{where}", f"{type(exc).__name__}: {exc} ({_located(exc)})", several_epsilons=several) from exc
+        if ledger.refusals:
+            raise _Violation(
+                "overspend attempted",
+                f"the mechanism asked for more than a window allows {ledger.refusals} time(s) and swallowed the refusal{where}",
+                several_epsilons=several,
+            )
+        worst[0] = max(worst[0], ratio)
+        if violations:
+            raise _Violation("window over epsilon", violations[0], several_epsilons=several)
 
 
 def _located(exc: BaseException) -> str:

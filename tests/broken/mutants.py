@@ -67,6 +67,36 @@ class UniformFullEpsilon:
 
 
 @attrs.frozen
+class DeclaresEpsilonPerRunReadsParams:
+    """Uniform that asks the benchmark for a ledger of several ε but reads ``ledger.params``."""
+
+    name: str = "Uniform-declares-several-eps-reads-params"
+    epsilon_per_run = True
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        budget = rounding.share(ledger.params.epsilon, ledger.params.w)
+        for secret in stream:
+            out[:, secret.t - 1] = ledger.laplace(secret, budget)
+        return out
+
+
+@attrs.frozen
+class DeclaresEpsilonPerRunSpendsTheLargest:
+    """Uniform that declares ``epsilon_per_run`` and spends the largest run's ε/w in every run."""
+
+    name: str = "Uniform-several-eps-largest"
+    epsilon_per_run = True
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        budget = rounding.share(float(np.max(ledger.epsilon)), ledger.w)
+        for secret in stream:
+            out[:, secret.t - 1] = ledger.laplace(secret, budget)
+        return out
+
+
+@attrs.frozen
 class SwallowsRefusals:
     """Asks for ε at every timestamp and silently repeats the last release when refused."""
 
@@ -698,6 +728,8 @@ CORPUS: list[tuple[Callable[[], object], str]] = [
     (PBDMostGenerous, "ledger replay"),
     (BAAsPublished, "ledger replay"),
     (UniformFullEpsilon, "ledger replay"),
+    (DeclaresEpsilonPerRunReadsParams, "ledger replay"),
+    (DeclaresEpsilonPerRunSpendsTheLargest, "ledger replay"),
     (SwallowsRefusals, "ledger replay"),
     (ReadsSecret, "secret access"),
     (SecondLedger, "secret access"),
