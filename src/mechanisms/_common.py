@@ -55,11 +55,12 @@ def empty_releases(runs: int, length: int, dimensions: int) -> FloatArray:
 
 
 def collect(releases: Iterator[FloatArray], stream: GuardedStream, runs: int) -> FloatArray:
-    """The (runs, T, d) array of a mechanism's per-timestamp releases."""
-    out = empty_releases(runs, stream.length, stream.dimensions)
+    """The (runs, T, d) array of a mechanism's per-timestamp releases: a view of a time-major
+    (T, runs, d) array, so that each timestamp's releases are written as one contiguous block."""
+    out = np.zeros((stream.length, runs, stream.dimensions), dtype=np.float64)
     for t, values in enumerate(releases):
-        out[:, t] = values
-    return out
+        out[t] = values
+    return np.asarray(out.transpose(1, 0, 2), dtype=np.float64)
 
 
 def run_fixed_schedule(rule: AllocationRule, stream: GuardedStream, ledger: Ledger, filtering: bool) -> FloatArray:
