@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from budgetcheck._mechanism import max_stacked_runs
 from budgetcheck import InvalidArgument
 from budgetcheck._errors import DataUnavailable
 from budgetcheck.bench import ArtificialStream, Benchmark, Cell, RealStream, ResultStore, Setting, run_benchmark, run_cell
@@ -124,16 +125,33 @@ def test_every_epsilon_of_a_w_shares_one_pass_whatever_is_selected(tmp_path: Pat
         attrs.evolve(sub, settings=[Setting(0.7, 10)])
 
 
-def test_a_mechanism_that_reads_params_runs_one_epsilon_per_pass() -> None:
-    """A third-party mechanism that does not declare ``epsilon_per_run`` (it reads ledger.params)
-    still runs in the grid: each of its settings is a pass of its own."""
-    grid = attrs.evolve(tiny(), mechanisms=["plain_mechanisms:UniformWithoutRule", "Uniform"])
-    cells = [c for c in grid.cells() if c.mechanism.startswith("plain")]
-    assert {grid.batch(c).epsilons for c in cells} == {(0.5,), (1.0,)}
-    assert grid.batch(Cell("Uniform", "s20-a10-p60", 1.0, 10)).epsilons == (1.0,)  # gains nothing: one ε per pass
-    assert attrs.evolve(grid, mechanisms=["BD"]).batch(Cell("BD", "s20-a10-p60", 1.0, 10)).epsilons == (0.5, 1.0)
-    for cell in cells:
-        assert run_cell(grid, cell).mae.mean() == pytest.approx(cell.w / cell.epsilon, rel=0.3)  # Uniform: w/ε
+def test_a_pass_holds_as_many_epsilon_as_the_mechanisms_max_stacked_runs_allows() -> None:
+    """Ascending ε of one w fill passes of at most ``max_stacked_runs`` runs (at least one ε each);
+    a third-party mechanism that does not declare it (it reads ledger.params) runs one ε per pass."""
+    settings = [Setting(e, 10) for e in (0.2, 0.4, 0.6, 0.8, 1.0)]
+    grid = Benchmark(("Uniform",), [ArtificialStream(20, 10.0, 60), ArtificialStream(40, 1000.0, 60)], settings, runs=4)
+    def passes(mechanism: str, runs: int = 4) -> set[tuple[float, ...]]:
+        chosen = attrs.evolve(grid, mechanisms=[mechanism], runs=runs)
+        return {chosen.batch(c).epsilons for c in chosen.cells()}
+    assert passes("Uniform") == {(0.2, 0.4, 0.6, 0.8, 1.0)}  # 2 streams × 4 runs × 5 ε = 40 runs <= 1,000
+    assert passes("Uniform", runs=200) == {(0.2, 0.4), (0.6, 0.8), (1.0,)}  # 400 runs per ε: two fit
+    assert passes("Uniform", runs=600) == {(e,) for e in (0.2, 0.4, 0.6, 0.8, 1.0)}  # one ε is already 1,200 runs
+    assert passes("BD", runs=600) == {(0.2, 0.4, 0.6, 0.8, 1.0)}  # BD: up to 100,000
+    assert passes("plain_mechanisms:UniformWithoutRule") == {(e,) for e in (0.2, 0.4, 0.6, 0.8, 1.0)}
+    plain = attrs.evolve(tiny(), mechanisms=["plain_mechanisms:UniformWithoutRule"])
+    for cell in plain.cells():
+        assert run_cell(plain, cell).mae.mean() == pytest.approx(cell.w / cell.epsilon, rel=0.3)  # Uniform: w/ε
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, True, "100"])
+def test_a_bad_max_stacked_runs_is_refused_by_name(value: object) -> None:
+    @attrs.frozen
+    class Declares:
+        name: str = "declares"
+        max_stacked_runs = value
+
+    with pytest.raises(InvalidArgument, match=r"'declares' declares max_stacked_runs=.*must be an int >= 0"):
+        max_stacked_runs(Declares())
 
 
 def test_a_results_file_of_an_earlier_batching_is_refused(tmp_path: Path) -> None:
@@ -181,7 +199,7 @@ def test_interrupted_benchmark_resumes_without_double_counting(tmp_path: Path, m
 
     def dying(benchmark: Benchmark, batch: Batch) -> list[CellResult]:
         calls["n"] += 1
-        if calls["n"] == 3:
+        if calls["n"] == 2:
             raise KeyboardInterrupt
         return real_run(benchmark, batch)
 
@@ -189,7 +207,7 @@ def test_interrupted_benchmark_resumes_without_double_counting(tmp_path: Path, m
     with pytest.raises(KeyboardInterrupt):
         run_benchmark(grid, path, progress=False)
     with ResultStore(path) as store:
-        assert len(store.done()) == 4  # two batches of two streams each (Uniform and Sample: one ε per pass)
+        assert len(store.done()) == 4  # one batch: two streams, each under both ε
     monkeypatch.setattr(runner_module, "run_batch", real_run)
     assert run_benchmark(grid, path, progress=False) == (4, 4)
     assert run_benchmark(grid, path, progress=False) == (0, 8)

@@ -37,7 +37,7 @@ def test_verify_rejects_a_broken_mechanism_with_a_reproducible_call(runner: CliR
 
 @pytest.mark.parametrize(("mutant", "error"), [("DeclaresEpsilonPerRunSpendsTheLargest", "BudgetExceeded"),
                                                ("DeclaresEpsilonPerRunReadsParams", "InvalidArgument")])
-def test_a_mechanism_that_declares_epsilon_per_run_is_replayed_on_a_ledger_of_several_epsilon(
+def test_a_mechanism_that_declares_max_stacked_runs_is_replayed_on_a_ledger_of_several_epsilon(
         runner: CliRunner, mutant: str, error: str) -> None:
     """Its replay also runs each case under two ε in one ledger; the printed call reproduces the failure."""
     import budgetcheck

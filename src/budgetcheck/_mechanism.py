@@ -34,7 +34,7 @@ class StreamMechanism(Protocol):
     ``run`` returns an array of shape (ledger.runs, stream.length, stream.dimensions): the value
     published (or approximated) at every timestamp of every run. A mechanism that reads the budget
     as ``ledger.epsilon`` (a float, or one per run) also runs on a ledger of several ε; declaring
-    ``epsilon_per_run = True`` lets the benchmark use one (:func:`epsilon_per_run`).
+    ``max_stacked_runs`` lets the benchmark use one (:func:`max_stacked_runs`).
     """
 
     @property
@@ -71,16 +71,20 @@ class SwellfishMechanism(Protocol):
     def run(self, stream: GuardedStream, ledger: SwellfishLedger) -> FloatArray: ...
 
 
-def epsilon_per_run(mechanism: object) -> bool:
-    """Whether the benchmark should run every ε of one w in one pass, on a ledger of several ε
-    (``WindowLedger.with_epsilons``): the mechanism declares ``epsilon_per_run = True``.
+def max_stacked_runs(mechanism: object) -> int:
+    """How many runs the benchmark may put in one pass by running several ε of one w together, on
+    a ledger of several ε (``WindowLedger.with_epsilons``); 0 (the default): one ε per pass.
 
-    Any mechanism that reads ``ledger.epsilon`` (a float, or one per run), never ``ledger.params``,
-    runs on such a ledger; declaring it pays where Python's per-timestamp cost dominates (BD, BA,
-    FASTw, DSATw, RescueDP: a pass of six ε costs two to three of one). The built-in fixed
-    schedules (one noise draw for the whole stream) and AdaPub and PeGaSus (whose cost grows with
-    the runs) run on it too but gain nothing, so they run one ε per pass."""
-    return getattr(mechanism, "epsilon_per_run", False) is True
+    A mechanism declares it as a class attribute ``max_stacked_runs`` when it reads its budget as
+    ``ledger.epsilon`` (a float, or one per run), never ``ledger.params``. The value is where a
+    bigger pass stops paying: Python's per-timestamp cost is shared by every run of a pass, but a
+    mechanism whose per-run work outgrows the caches gains nothing beyond some size (measured in
+    benchmarks/bench_speed.py and noted on each built-in).
+    """
+    value = getattr(mechanism, "max_stacked_runs", 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgument(f"{getattr(mechanism, 'name', mechanism)!r} declares max_stacked_runs={value!r}; it must be an int >= 0")
+    return value
 
 
 def notion_of(mechanism: object) -> str:

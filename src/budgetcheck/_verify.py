@@ -28,7 +28,7 @@ from budgetcheck._mechanism import (
     PersonalizedMechanism,
     StreamMechanism,
     SwellfishMechanism,
-    epsilon_per_run,
+    max_stacked_runs,
     execute,
     execute_personalized,
     execute_swellfish,
@@ -373,7 +373,7 @@ def _run_case(mechanism: Any, case: AnyCase) -> tuple[Any, Fraction, tuple[str, 
 
 
 def _run_several_epsilons(mechanism: Any, case: VerificationCase) -> tuple[Any, Fraction, tuple[str, ...]]:
-    """A mechanism that declares ``epsilon_per_run`` (the benchmark then runs several ε in one
+    """A mechanism that declares ``max_stacked_runs`` (the benchmark then runs several ε in one
     pass): the case again on a ledger of twice its runs, the first half under its ε and the second
     under a third of it, each half audited under its own ε."""
     epsilons = [case.epsilon] * case.runs + [case.epsilon / 3] * case.runs
@@ -389,7 +389,7 @@ def _run_several_epsilons(mechanism: Any, case: VerificationCase) -> tuple[Any, 
 
 def _check_case(mechanism: Any, case: AnyCase, worst: list[Fraction]) -> None:
     runs: list[Callable[[Any, Any], tuple[Any, Fraction, tuple[str, ...]]]] = [_run_case]
-    if isinstance(case, VerificationCase) and epsilon_per_run(mechanism):
+    if isinstance(case, VerificationCase) and max_stacked_runs(mechanism) > 0:
         runs.append(_run_several_epsilons)
     for run in runs:
         several = run is _run_several_epsilons

@@ -24,6 +24,7 @@ stands alone (as in PeGaSus); the next timestamp opens a new cluster. Clusters a
 
 from __future__ import annotations
 
+from typing import ClassVar
 from collections.abc import Iterator
 
 import attrs
@@ -60,6 +61,7 @@ class AdaPub:
     perturbation_weight: int = 4
     clustering_weight: int = 1
     name: str = attrs.field(default="AdaPub", init=False)
+    max_stacked_runs: ClassVar[int] = 1_000  # its groups cost O(length) per run and step: past ~2,000 runs a bigger pass gains nothing
 
     def allocation_rule(self) -> SplitUniformRule:
         return SplitUniformRule((self.perturbation_weight, self.clustering_weight), ("perturbation", "clustering"))

@@ -21,6 +21,7 @@ closed by that public rule.
 
 from __future__ import annotations
 
+from typing import ClassVar
 from collections.abc import Iterator
 
 import attrs
@@ -47,6 +48,7 @@ class PeGaSus:
     perturbation_weight: int = 4
     grouping_weight: int = 1
     name: str = attrs.field(default="PeGaSus", init=False)
+    max_stacked_runs: ClassVar[int] = 1_000  # its groups cost O(length) per run and step: past ~2,000 runs a bigger pass gains nothing
 
     def allocation_rule(self) -> SplitUniformRule:
         return SplitUniformRule((self.perturbation_weight, self.grouping_weight), ("perturbation", "grouping"))

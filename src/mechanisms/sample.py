@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
 from collections.abc import Iterator
 
 import attrs
@@ -22,6 +23,7 @@ class Sample:
 
     filtering: bool = False
     name: str = attrs.field(default="Sample", init=False)
+    max_stacked_runs: ClassVar[int] = 1_000  # one laplace_series: runs of several ε are checked per timestamp and run
 
     def allocation_rule(self) -> PeriodicRule:
         return PeriodicRule()

@@ -71,7 +71,7 @@ class DeclaresEpsilonPerRunReadsParams:
     """Uniform that asks the benchmark for a ledger of several ε but reads ``ledger.params``."""
 
     name: str = "Uniform-declares-several-eps-reads-params"
-    epsilon_per_run = True
+    max_stacked_runs = 1_000
 
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
         out = np.zeros((ledger.runs, stream.length, stream.dimensions))
@@ -83,10 +83,10 @@ class DeclaresEpsilonPerRunReadsParams:
 
 @attrs.frozen
 class DeclaresEpsilonPerRunSpendsTheLargest:
-    """Uniform that declares ``epsilon_per_run`` and spends the largest run's ε/w in every run."""
+    """Uniform that declares ``max_stacked_runs`` and spends the largest run's ε/w in every run."""
 
     name: str = "Uniform-several-eps-largest"
-    epsilon_per_run = True
+    max_stacked_runs = 1_000
 
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
         out = np.zeros((ledger.runs, stream.length, stream.dimensions))

@@ -186,11 +186,11 @@ class Batch:
 
 
 @functools.lru_cache(maxsize=None)
-def _epsilon_per_run(mechanism: str) -> bool:
-    from budgetcheck._mechanism import epsilon_per_run
+def _max_stacked_runs(mechanism: str) -> int:
+    from budgetcheck._mechanism import max_stacked_runs
     from budgetcheck._verify import load_mechanism
 
-    return epsilon_per_run(load_mechanism(mechanism))
+    return max_stacked_runs(load_mechanism(mechanism))
 
 
 def _unique(values: Iterable[Any]) -> tuple[Any, ...]:
@@ -353,19 +353,21 @@ class Benchmark:
         """The cells run with ``cell`` in one vectorised pass, and their seed.
 
         Artificial streams of one length in the pool are stacked (``GuardedStream.stacked``); a real
-        stream runs alone. Either way every ε of the pool's settings with the cell's w runs in the
-        same pass (``WindowLedger.with_epsilons``), under one mechanism. The batch, and so every
+        stream runs alone. The ε of the pool's settings with the cell's w, in ascending order, share
+        passes (``WindowLedger.with_epsilons``) as far as the mechanism's ``max_stacked_runs``
+        allows (at least one ε per pass). The batch, and so every
         number of the cell, depends on the benchmark's pools and the cell only, not on which cells
         are selected.
         """
         spec = self.stream(cell.stream)
-        epsilons: tuple[float, ...] = (cell.epsilon,)
-        if _epsilon_per_run(cell.mechanism):
-            epsilons = tuple(sorted({s.epsilon for s in self.settings_pool or self.settings if s.w == cell.w}))
         if isinstance(spec, ArtificialStream):
             members = tuple(s.name for s in self.batch_pool if isinstance(s, ArtificialStream) and s.length == spec.length)
         else:
             members = (cell.stream,)
+        pooled = sorted({s.epsilon for s in self.settings_pool or self.settings if s.w == cell.w})
+        per_pass = max(1, _max_stacked_runs(cell.mechanism) // (len(members) * self.runs))  # ε in one pass
+        chunks = [tuple(pooled[i:i + per_pass]) for i in range(0, len(pooled), per_pass)]
+        epsilons = next(chunk for chunk in chunks if cell.epsilon in chunk)
         seed = stable_seed(self.seed, "batch", cell.mechanism, cell.w, *map(repr, epsilons), *members)
         return Batch(cell.mechanism, epsilons, cell.w, members, seed)
 
