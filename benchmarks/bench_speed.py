@@ -92,7 +92,8 @@ def main() -> None:
     kind = "measured" if not args.quick else "w = 80, 160, 200 extrapolated from w = 40"
     cells = len(paper.mechanisms) * streams * len(paper.settings)
     print(f"artificial grid ({cells} cells, {cells * 1000 * grid.runs:.2e} timestep-runs): {total:.0f} s {kind} "
-          f"on one core, about {total / 2:.0f} s with --jobs 2; the harness: {HARNESS_SECONDS:.0f} s "
+          f"on one core (with --jobs 2 the two workers share memory bandwidth: time it with budgetcheck bench); "
+          f"the harness: {HARNESS_SECONDS:.0f} s "
           f"({HARNESS_SHIPPED_SECONDS:.0f} s as shipped); target 12 s")
 
     stream = grid.streams[0]
