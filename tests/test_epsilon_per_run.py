@@ -130,6 +130,10 @@ def test_what_a_ledger_of_several_epsilon_says_about_itself(tmp_path: Path) -> N
 def test_bad_per_run_budgets_are_refused_by_name(epsilons: object, message: str) -> None:
     with pytest.raises(InvalidArgument, match=message):
         WindowLedger.with_epsilons(epsilons, 3)  # type: ignore[arg-type]
+    as_floats = np.array(epsilons, dtype=object)
+    if as_floats.ndim == 1 and as_floats.size and all(type(v) is float for v in as_floats):  # a float array: one vectorised check
+        with pytest.raises(InvalidArgument, match=message):
+            WindowLedger.with_epsilons(np.array(epsilons, dtype=np.float64), 3)
     with pytest.raises(InvalidArgument, match="w=0"):
         WindowLedger.with_epsilons([0.1], 0)
 

@@ -61,10 +61,7 @@ class WindowLedger(LaplaceReleases):
         (the benchmark runs the ε of several settings in one pass). Every check is the same as
         for one ε, run by run; :attr:`epsilon` is then the per-run array (a float when all agree).
         """
-        values = np.asarray(epsilons, dtype=object)  # the values as given: True is refused, not read as 1.0
-        if values.ndim != 1 or values.size == 0:
-            raise InvalidArgument(f"epsilons={epsilons!r} must be a non-empty 1-d sequence of budgets, one per run")
-        budgets = np.array([check_epsilon(value, f"epsilons[{r}]") for r, value in enumerate(values.tolist())], dtype=np.float64)
+        budgets = _per_run_budgets(epsilons)
         ledger = cls(WEventParams(float(budgets.max()), w), runs=budgets.size, seed=seed, sampler=sampler)
         if (budgets != budgets[0]).any():
             budgets.setflags(write=False)
@@ -326,6 +323,19 @@ class WindowLedger(LaplaceReleases):
             t=t, w=self._params.w, epsilon=self._run_epsilon(run), eps_units=self._run_units(run), window=int(window[run]), proposed=int(proposed[run]), run=run,
             remaining_call=f"ledger.remaining({t})",
         )
+
+
+def _per_run_budgets(epsilons: ArrayLike) -> FloatArray:
+    """``epsilons`` as a fresh float array, each finite and > 0, shape (runs,) with runs >= 1."""
+    if isinstance(epsilons, np.ndarray) and epsilons.dtype.kind == "f" and epsilons.ndim == 1 and epsilons.size:
+        bad = np.flatnonzero(~(np.isfinite(epsilons) & (epsilons > 0.0)))  # a float array: checked at once
+        if bad.size:
+            check_epsilon(float(epsilons[bad[0]]), f"epsilons[{int(bad[0])}]")
+        return np.array(epsilons, dtype=np.float64)
+    values = np.asarray(epsilons, dtype=object)  # the values as given: True is refused, not read as 1.0
+    if values.ndim != 1 or values.size == 0:
+        raise InvalidArgument(f"epsilons={epsilons!r} must be a non-empty 1-d sequence of budgets, one per run")
+    return np.array([check_epsilon(value, f"epsilons[{r}]") for r, value in enumerate(values.tolist())], dtype=np.float64)
 
 
 def _run_text(run: int, runs: int) -> str:
