@@ -13,6 +13,7 @@ from budgetcheck import rounding as rounding
 from budgetcheck._audit import AuditReport as AuditReport
 from budgetcheck._audit import WindowFinding as WindowFinding
 from budgetcheck._audit import audit_windows as audit_windows
+from budgetcheck._audit import audit_windows_per_epsilon as audit_windows_per_epsilon
 from budgetcheck._errors import BudgetcheckError as BudgetcheckError
 from budgetcheck._errors import BudgetExceeded as BudgetExceeded
 from budgetcheck._errors import InvalidArgument as InvalidArgument
@@ -98,6 +99,7 @@ __all__ = [
     "WindowLedger",
     "audit_file",
     "audit_windows",
+    "audit_windows_per_epsilon",
     "calc_delta_j",
     "deviation",
     "execute",

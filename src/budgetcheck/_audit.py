@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from fractions import Fraction
 
 import attrs
+import numpy as np
 
 from budgetcheck._records import SpendRecord
 from budgetcheck._validation import check_epsilon, check_positive_int
@@ -90,6 +91,18 @@ def audit_windows(
         worst=worst,
         violations=tuple(violations),
     )
+
+
+def audit_windows_per_epsilon(records: Sequence[SpendRecord], *, epsilons: Sequence[float], w: int) -> dict[float, AuditReport]:
+    """:func:`audit_windows` for a ledger of several ε (``WindowLedger.with_epsilons``): the runs
+    held to each distinct ε, audited under it (each record restricted to those runs)."""
+    budgets = np.array([check_epsilon(e, "epsilons") for e in epsilons], dtype=np.float64)
+    reports = {}
+    for epsilon in sorted(set(budgets.tolist())):
+        runs = np.flatnonzero(budgets == epsilon)
+        mine = [attrs.evolve(record, amounts=record.amounts[runs], noise_scale=None) for record in records]
+        reports[epsilon] = audit_windows(mine, epsilon=epsilon, w=w, runs=runs.size)
+    return reports
 
 
 def _prefix_sums(values: Iterable[Fraction]) -> list[Fraction]:

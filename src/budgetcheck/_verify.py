@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.strategies import SearchStrategy
 
-from budgetcheck._audit import audit_windows
+from budgetcheck._audit import audit_windows, audit_windows_per_epsilon
 from budgetcheck._audit_notions import audit_personalized, audit_swellfish
 from budgetcheck._errors import BudgetExceeded, InvalidArgument, SecretAccess
 from budgetcheck._mechanism import (
@@ -378,12 +378,10 @@ def _run_several_epsilons(mechanism: Any, case: VerificationCase) -> tuple[Any, 
     under a third of it, each half audited under its own ε."""
     epsilons = [case.epsilon] * case.runs + [case.epsilon / 3] * case.runs
     ex = execute(mechanism, case.data, epsilon=epsilons, w=case.w, runs=2 * case.runs, seed=case.seed)
-    ratio, violations = Fraction(0), []
-    for half, epsilon in ((slice(0, case.runs), case.epsilon), (slice(case.runs, None), case.epsilon / 3)):
-        records = [attrs.evolve(record, amounts=record.amounts[half], noise_scale=None) for record in ex.ledger.records]
-        report = audit_windows(records, epsilon=epsilon, w=case.w, runs=case.runs)
-        ratio = max(ratio, report.worst_ratio)
-        violations += [f"on a ledger of several ε (runs under ε = {epsilon!r}): {v.describe(epsilon)}" for v in report.violations]
+    reports = audit_windows_per_epsilon(ex.ledger.records, epsilons=epsilons, w=case.w)
+    ratio = max(report.worst_ratio for report in reports.values())
+    violations = [f"on a ledger of several ε (runs under ε = {epsilon!r}): {v.describe(epsilon)}"
+                  for epsilon, report in reports.items() for v in report.violations]
     return ex.ledger, ratio, tuple(violations)
 
 

@@ -76,7 +76,7 @@ def run_fixed_schedule(rule: AllocationRule, stream: GuardedStream, ledger: Ledg
         (budget,) = rule.charges(FLOAT, env, state, True)
         if _scheduled(budget):
             secrets.append(secret)
-            budgets.append(_budget(budget))
+            budgets.append(per_run_budget(budget))
             released[secret.t - 1] = 1
         state = rule.advance(FLOAT, env, state, True, (budget,))
     latest = np.cumsum(released)  # per t: how many releases so far (its latest is the last of them)
@@ -95,11 +95,6 @@ def _scheduled(budget: Any) -> bool:
     if positive.any() and not positive.all():
         raise InvalidArgument("a fixed schedule must release in every run or in none; its budget is 0 in some runs only")
     return bool(positive.all())
-
-
-def _budget(budget: Any) -> float | FloatArray:
-    """A rule's budget for the ledger: a float, or one per run (a ledger of several ε)."""
-    return np.asarray(budget, dtype=np.float64) if np.ndim(budget) else float(budget)
 
 
 def run_dissimilarity_framework(rule: AllocationRule, stream: GuardedStream, ledger: Ledger, filtering: bool) -> FloatArray:
@@ -122,7 +117,7 @@ def fixed_schedule(rule: AllocationRule, stream: Stream, ledger: Ledger, filteri
             assert isinstance(ledger, SwellfishLedger)
             last, budget = ledger.release_exact(secret), 0.0
         elif _scheduled(budget):
-            last = filtered(ledger.laplace(secret, _budget(budget), purpose="publication"), filtering)
+            last = filtered(ledger.laplace(secret, per_run_budget(budget), purpose="publication"), filtering)
         state = rule.advance(FLOAT, env, state, True, (budget,))
         yield last
 

@@ -53,6 +53,14 @@ class BAAsPublished:
         return out
 
 
+def _uniform_releases(stream: GuardedStream, ledger: WindowLedger, budget: float) -> FloatArray:
+    """Release every timestamp with ``budget`` (the Uniform skeleton the mutants below break)."""
+    out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+    for secret in stream:
+        out[:, secret.t - 1] = ledger.laplace(secret, budget)
+    return out
+
+
 @attrs.frozen
 class UniformFullEpsilon:
     """Spends the whole ε at every timestamp."""
@@ -60,10 +68,7 @@ class UniformFullEpsilon:
     name: str = "Uniform-full-epsilon"
 
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
-        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
-        for secret in stream:
-            out[:, secret.t - 1] = ledger.laplace(secret, ledger.params.epsilon)
-        return out
+        return _uniform_releases(stream, ledger, ledger.params.epsilon)
 
 
 @attrs.frozen
@@ -74,11 +79,7 @@ class DeclaresEpsilonPerRunReadsParams:
     max_stacked_runs = 1_000
 
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
-        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
-        budget = rounding.share(ledger.params.epsilon, ledger.params.w)
-        for secret in stream:
-            out[:, secret.t - 1] = ledger.laplace(secret, budget)
-        return out
+        return _uniform_releases(stream, ledger, rounding.share(ledger.params.epsilon, ledger.params.w))
 
 
 @attrs.frozen
@@ -89,11 +90,7 @@ class DeclaresEpsilonPerRunSpendsTheLargest:
     max_stacked_runs = 1_000
 
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
-        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
-        budget = rounding.share(float(np.max(ledger.epsilon)), ledger.w)
-        for secret in stream:
-            out[:, secret.t - 1] = ledger.laplace(secret, budget)
-        return out
+        return _uniform_releases(stream, ledger, rounding.share(float(np.max(ledger.epsilon)), ledger.w))
 
 
 @attrs.frozen
@@ -151,11 +148,7 @@ class FloatUniform:
     name: str = "float-uniform"
 
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
-        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
-        budget = ledger.params.epsilon / ledger.params.w
-        for secret in stream:
-            out[:, secret.t - 1] = ledger.laplace(secret, budget)
-        return out
+        return _uniform_releases(stream, ledger, ledger.params.epsilon / ledger.params.w)
 
 
 
