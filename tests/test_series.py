@@ -112,6 +112,30 @@ def test_a_series_checks_its_arguments_before_it_charges() -> None:
     assert len(ledger.records) == 1
 
 
+def test_records_keep_what_was_charged_and_share_one_frozen_copy_of_it() -> None:
+    """The records of a series are read-only views of one copy of the budgets (no copy per record);
+    the records of laplace_bins and laplace_groups keep a read-only per-run maximum. Changing the
+    caller's arrays afterwards changes no record."""
+    ledger = bc.WindowLedger(bc.WEventParams(1.0, 4), runs=2)
+    stream = bc.GuardedStream(np.ones((6, 3)))
+    ledger.bind(stream)
+    secrets = list(stream)
+    budgets = np.array([0.1, 0.2])
+    ledger.laplace_series(secrets[:2], budgets)
+    bins = np.array([[0.05, 0.1, 0.02], [0.01, 0.01, 0.03]])
+    ledger.laplace_bins(secrets[2], bins)
+    groups = np.array([[0.1, 0.05], [0.02, 0.04]])
+    ledger.laplace_groups(secrets[3], np.array([0, 1, 1]), groups)
+    budgets[:], bins[:], groups[:] = 9.0, 9.0, 9.0
+    first, second, binned, grouped = ledger.records
+    assert first.amounts.strides == second.amounts.strides == (0,)  # views of one budget per spend, not copies
+    for record, expected in zip(ledger.records, ([0.1, 0.1], [0.2, 0.2], [0.1, 0.03], [0.1, 0.04]), strict=True):
+        assert record.amounts.tolist() == expected
+        assert not record.amounts.flags.writeable
+        with pytest.raises(ValueError):
+            record.amounts[0] = 0.0
+
+
 @attrs.frozen
 class _FirstReleaseLater(PeriodicRule):
     """A fixed schedule whose first release is at t = 3 (before it, the release is all zeros)."""

@@ -340,7 +340,7 @@ class LaplaceReleases(LedgerCore):
         self._check_secret(secret)
         bins = int(secret.shape[-1]) if secret.shape else 1
         budgets = check_bin_amounts(epsilon, self._runs, bins)
-        scale, delta = self._reserve(secret, budgets.max(axis=1), budgets, check_sensitivity(sensitivity), purpose)
+        scale, delta = self._reserve(secret, _frozen_max(budgets), budgets, check_sensitivity(sensitivity), purpose)
         with charged(secret) as values:
             return self._noisy(self._per_run(secret, values), budgets, scale, delta, per_run=True)
 
@@ -368,7 +368,7 @@ class LaplaceReleases(LedgerCore):
         budgets = check_bin_amounts(epsilon, self._runs, count)
         if groups.size and (groups.min() < -1 or groups.max() >= count):
             raise InvalidArgument(f"labels must lie in [-1, {count}) for epsilon with {count} groups, got [{groups.min()}, {groups.max()}]")
-        scale, delta = self._reserve(secret, budgets.max(axis=1), budgets, check_sensitivity(sensitivity), purpose)
+        scale, delta = self._reserve(secret, _frozen_max(budgets), budgets, check_sensitivity(sensitivity), purpose)
         with charged(secret) as values:
             sums = np.zeros((self._runs, count))
             member = groups >= 0
@@ -512,3 +512,10 @@ class Replay:
         if not whole or (self._next < len(self._rows) and self._rows[self._next].op == op):
             raise LedgerCorrupt(f"replay diverged at record {matched[0].seq}: operation boundaries differ from the file's")
         return matched[-1].output
+
+
+def _frozen_max(budgets: FloatArray) -> FloatArray:
+    """Each run's largest bin or group budget, read-only (the record keeps it without a copy)."""
+    largest = np.asarray(budgets.max(axis=1), dtype=np.float64)
+    largest.setflags(write=False)
+    return largest

@@ -65,7 +65,7 @@ def check_amount_rows(value: object, rows: int, runs: int, name: str = "epsilon"
     run: broadcast it) or (rows, runs)."""
     arr = _float_array(value, name, "an array of finite numbers >= 0")
     if arr.shape == (rows,):
-        arr = arr[:, None]
+        arr = arr.reshape(rows, 1).copy()  # its own base, so records can share read-only views of it
     if arr.shape not in ((rows, 1), (rows, runs)):
         raise InvalidArgument(f"{name} has shape {arr.shape}; expected ({rows},) or ({rows}, {runs}) for {rows} spends and {runs} runs")
     one_column = arr.shape[1] == 1 and runs != 1  # named by the spend alone, as it was given
