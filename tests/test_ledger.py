@@ -250,6 +250,24 @@ def test_records_are_read_only() -> None:
         record.t = 3  # type: ignore[misc]
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.5, 1.0, 2.0]), st.lists(st.sampled_from([0.0, 1e-3, 0.01, 1 / 30, 0.05]), min_size=2, max_size=2)),
+                min_size=1, max_size=30))
+def test_every_release_gets_the_noise_scale_of_its_own_budget_and_sensitivity(calls: list[tuple[float, list[float]]]) -> None:
+    """The ledger remembers the scales of budgets it saw (a mechanism's constant budgets); every
+    record still holds sensitivity/ε rounded up for its own call, whatever came before it."""
+    from budgetcheck import rounding
+
+    ledger = WindowLedger(WEventParams(1e9, 1), runs=2)
+    stream = GuardedStream(np.ones((len(calls), 1)))
+    ledger.bind(stream)
+    for secret, (sensitivity, budgets) in zip(stream, calls, strict=True):
+        ledger.laplace(secret, np.array(budgets), sensitivity=sensitivity)
+    for record, (sensitivity, budgets) in zip(ledger.records, calls, strict=True):
+        assert record.noise_scale is not None and record.sensitivity == sensitivity
+        assert record.noise_scale.tobytes() == rounding.scale_up(sensitivity, np.array(budgets)).tobytes()
+
+
 class LedgerMachine(RuleBasedStateMachine):
     """spend / remaining / refuse / export / audit in any order, against the oracle."""
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from budgetcheck._journal import Journal, JournalRow
 
 FloatArray = NDArray[np.float64]
+_SCALES_KEPT = 8  # noise scales remembered per ledger (LedgerCore._scale)
 SAMPLER = NUMPY
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -57,8 +58,8 @@ class LedgerCore(abc.ABC):
 
     _stacking = False  # whether it reads stacked streams (GuardedStream.stacked): the w-event ledger does
 
-    __slots__ = ("_applying", "_depth", "_journal", "_noise", "_pending", "_records", "_refusals", "_replay", "_rng", "_runs", "_seed", "_t",
-                 "_tap", "_tapping")
+    __slots__ = ("_applying", "_depth", "_journal", "_noise", "_pending", "_records", "_refusals", "_replay", "_rng", "_runs", "_scale_memo", "_seed",
+                 "_t", "_tap", "_tapping")
 
     def __init__(self, *, runs: int, seed: int, sampler: str = NUMPY) -> None:
         self._runs = check_positive_int(runs, "runs")
@@ -76,6 +77,7 @@ class LedgerCore(abc.ABC):
         # The verifier's non-interference check sees (and may replace) every charged operation's output.
         self._tap: Callable[[Any], Any] | None = None
         self._tapping = False
+        self._scale_memo: dict[tuple[float, bool, tuple[int, ...], bytes], FloatArray] = {}  # see _scale
 
     @property
     def runs(self) -> int:
@@ -445,6 +447,19 @@ class LaplaceReleases(LedgerCore):
             return np.asarray(values[runs // (self._runs // rows)], dtype=np.float64)
         return np.broadcast_to(values, (len(runs), *values.shape))
 
+    def _scale(self, sensitivity: float, budgets: FloatArray, integral: bool) -> FloatArray:
+        """The noise source's scales for ``budgets``, read-only; remembered for a few budget arrays
+        (a mechanism's constant per-timestamp budgets: one division each, not one per timestamp)."""
+        key = (sensitivity, integral, budgets.shape, budgets.tobytes())
+        scale = self._scale_memo.get(key)
+        if scale is None:
+            scale = self._noise.scale(sensitivity, budgets, integral=integral)
+            scale.setflags(write=False)  # shared with the records, not copied
+            if len(self._scale_memo) >= _SCALES_KEPT:
+                self._scale_memo.clear()
+            self._scale_memo[key] = scale
+        return scale
+
     def _reserve(self, secret: Secret, amounts: FloatArray, budgets: FloatArray, sensitivity: float, purpose: str, *,
                  integral: bool = True) -> tuple[FloatArray, float]:
         """Charge ``amounts`` at the secret's timestamp for a Laplace release at ``budgets``.
@@ -455,8 +470,7 @@ class LaplaceReleases(LedgerCore):
         t = self._check_secret(secret)
         purpose = check_label(purpose)
         sensitivity = self._sensitivity_at(t, sensitivity)
-        scale = self._noise.scale(sensitivity, budgets, integral=integral)
-        scale.setflags(write=False)  # shared with the record, not copied
+        scale = self._scale(sensitivity, budgets, integral)
         record = SpendRecord(t=t, purpose=purpose, amounts=amounts, sensitivity=sensitivity, noise_scale=scale, sampler=self._noise.name)
         self._charge(t, amounts, record)
         return scale, sensitivity
