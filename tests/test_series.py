@@ -161,6 +161,62 @@ def test_the_whole_stream_run_of_a_fixed_schedule_is_the_step_by_step_run(rule: 
         assert (outs[0][:, :2] == 0).all() and not (outs[0][:, 2] == 0).all()
 
 
+@attrs.define
+class _CountingRule:
+    """PeriodicRule(every=None), counting its evaluations; ``array_state`` holds the counter as a
+    1-element array (a state the whole-stream run must evaluate step by step)."""
+
+    array_state: bool
+    calls: int = 0
+    inner: PeriodicRule = PeriodicRule(every=None)
+
+    def initial(self, ops: Ops, env: RuleEnv) -> State:
+        return (np.zeros(1, dtype=np.int64),) if self.array_state else self.inner.initial(ops, env)
+
+    def charges(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, ...]:
+        self.calls += 1
+        return (ops.where(np.asarray(state[0]).reshape(()) == 0, self.inner.share(ops, env), 0),)
+
+    def advance(self, ops: Ops, env: RuleEnv, state: State, decision: Any, spent: tuple[Any, ...]) -> State:
+        (after,) = self.inner.advance(ops, env, (np.asarray(state[0]).reshape(()),), decision, spent)
+        return (np.asarray(after).reshape(1),) if self.array_state else (after,)
+
+
+@pytest.mark.parametrize("array_state", [False, True])
+def test_a_fixed_schedule_evaluates_each_state_of_its_rule_once(array_state: bool) -> None:
+    """A whole-stream run evaluates the rule once per distinct scalar state (w = 4: four states,
+    not T = 40), with the same releases and records as the step-by-step run; a state that is not
+    made of scalars is evaluated at every timestamp."""
+    data = np.arange(80.0).reshape(40, 2)
+    outs, files, calls = [], [], []
+    for whole in (True, False):
+        rule = _CountingRule(array_state)
+        stream = bc.GuardedStream(data)
+        ledger = bc.WindowLedger(bc.WEventParams(1.0, 4), runs=3, seed=5)
+        ledger.bind(stream)
+        outs.append(run_fixed_schedule(rule, stream, ledger, False) if whole  # type: ignore[arg-type]
+                    else np.stack(list(fixed_schedule(rule, stream, ledger, False)), axis=1))  # type: ignore[arg-type]
+        files.append(list(ledger.jsonl()))
+        calls.append(rule.calls)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    assert files[0] == files[1]
+    assert calls == ([40, 40] if array_state else [4, 40])
+
+
+def test_a_state_key_holds_the_exact_bits_of_scalar_states_only() -> None:
+    from mechanisms._common import _state_key
+
+    assert _state_key((0, 1.5, np.int64(3), np.float64(2.0), np.bool_(True))) is not None
+    assert _state_key((0.0,)) != _state_key((-0.0,))  # equal values, different bits
+    assert _state_key((1,)) != _state_key((1.0,))
+    assert _state_key((np.float64(0.1) + np.float64(0.2),)) != _state_key((0.3,))
+    assert _state_key(()) == ()
+    assert _state_key((np.zeros(2),)) is None
+    assert _state_key((np.zeros(1),)) is None
+    assert _state_key(("c",)) is None
+    assert _state_key([0]) is None
+
+
 def test_a_series_on_a_ledger_file_persists_and_a_refused_one_writes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "series.db"
     params = bc.WEventParams(1.0, 4)

@@ -72,13 +72,20 @@ def run_fixed_schedule(rule: AllocationRule, stream: GuardedStream, ledger: Ledg
     state = rule.initial(FLOAT, env)
     secrets, budgets = [], []
     released = np.zeros(stream.length, dtype=np.int64)
+    steps: dict[tuple[tuple[str, bytes], ...], tuple[Any, Any]] = {}  # see _state_key
     for secret in stream:
-        (budget,) = rule.charges(FLOAT, env, state, True)
-        if _scheduled(budget):
+        key = _state_key(state)
+        step = steps.get(key) if key is not None else None
+        if step is None:
+            (budget,) = rule.charges(FLOAT, env, state, True)
+            step = (per_run_budget(budget) if _scheduled(budget) else None, rule.advance(FLOAT, env, state, True, (budget,)))
+            if key is not None:
+                steps[key] = step
+        scheduled, state = step
+        if scheduled is not None:
             secrets.append(secret)
-            budgets.append(per_run_budget(budget))
+            budgets.append(scheduled)
             released[secret.t - 1] = 1
-        state = rule.advance(FLOAT, env, state, True, (budget,))
     latest = np.cumsum(released)  # per t: how many releases so far (its latest is the last of them)
     if not secrets:
         return empty_releases(ledger.runs, stream.length, stream.dimensions)
@@ -87,6 +94,22 @@ def run_fixed_schedule(rule: AllocationRule, stream: GuardedStream, ledger: Ledg
         noisy = np.concatenate([empty_releases(ledger.runs, 1, stream.dimensions), noisy], axis=1)
         latest = latest + 1
     return noisy if len(secrets) == stream.length else np.asarray(noisy[:, latest - 1], dtype=np.float64)
+
+
+def _state_key(state: Any) -> tuple[tuple[str, bytes], ...] | None:
+    """The exact bits of a rule state made of scalars (a fixed schedule's counters), else None.
+
+    A rule's charges and advance are functions of (ε, w, state) (what ``budgetcheck prove`` proves),
+    so a fixed schedule evaluates each state it reaches once: w or fewer evaluations, not T."""
+    if not isinstance(state, tuple):
+        return None
+    parts = []
+    for part in state:
+        value = np.asarray(part)
+        if value.ndim or value.dtype.kind not in "biuf":
+            return None
+        parts.append((value.dtype.str, value.tobytes()))
+    return tuple(parts)
 
 
 def _scheduled(budget: Any) -> bool:
