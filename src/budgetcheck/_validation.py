@@ -96,6 +96,9 @@ def _float_array(value: object, name: str, expected: str) -> FloatArray:
 def _finite_nonnegative(arr: FloatArray, name: str, shown: Callable[[tuple[int, ...]], tuple[int, ...]] | None = None) -> FloatArray:
     """``arr``, read-only, when every entry is finite and >= 0; else the first bad entry, by its index
     (``shown`` picks the part of the index to print)."""
+    if arr.size and arr.min() >= 0.0 and arr.max() < math.inf:  # a NaN fails both tests: the search below names it
+        arr.setflags(write=False)
+        return arr
     bad = ~np.isfinite(arr) | (arr < 0.0)
     if bad.any():
         index = tuple(int(i) for i in np.argwhere(bad)[0])
