@@ -93,3 +93,29 @@ def test_step_up_in_place_on_a_scratch_array_gives_the_same_bits(values: list[fl
 def test_step_up_reads_negative_zero_as_zero() -> None:
     assert _step_up(np.array([-0.0])).tolist() == [5e-324]
     assert np.isnan(_step_up(np.inf))  # +inf fails every <= check
+
+
+@st.composite
+def grouped_values(draw: st.DrawFn) -> tuple[list[int], list[np.ndarray], int]:
+    runs = draw(st.integers(1, 8))
+    labels = draw(st.lists(st.integers(0, 2), min_size=runs, max_size=runs))
+    used = sorted(set(labels))
+    groups = [np.flatnonzero(np.array(labels) == g) for g in used]
+    units = st.one_of(st.integers(0, 2**1200), st.sampled_from([0, 1, 2**60 - 1, 2**60, 2**1127]), st.integers(-2**200, 0))
+    return [draw(units) for _ in used], groups, runs
+
+
+@given(grouped_values())
+def test_from_groups_puts_each_value_in_its_groups_runs(case: tuple[list[int], list[np.ndarray], int]) -> None:
+    values, groups, runs = case
+    vector = ExactVector.from_groups(values, list(groups), runs)
+    expected = [0] * runs
+    for value, group in zip(values, groups, strict=True):
+        for run in group:
+            expected[run] = value
+    assert vector.tolist() == expected
+    assert (vector + ExactVector.zeros(runs)).tolist() == expected  # normalised limbs: sums stay exact
+    for value, group in zip(values, groups, strict=True):
+        assert vector.shared(group) == value
+    assert vector.shared(np.arange(runs)) == (values[0] if len(set(values)) == 1 else None)
+    assert ExactVector.from_groups([values[0]], [None], runs).tolist() == [values[0]] * runs

@@ -74,13 +74,32 @@ class ExactVector:
         limbs[limb + 1, index] = ints >> (_BITS - bit)
         return _trimmed(limbs, base, runs)
 
+    @classmethod
+    def from_groups(cls, values: list[int], groups: list[IntArray | None], runs: int) -> ExactVector:
+        """values[g] in every run of groups[g] (run indices; None: every run, for a single group);
+        the groups partition the runs."""
+        if len(set(values)) == 1:
+            return cls(runs, value=values[0])
+        parts = [cls(1, value=value)._as_limbs() for value in values]
+        base = min(part_base for _, part_base in parts)
+        limbs = np.zeros((max(part_base + len(digits) for digits, part_base in parts) - base + 1, runs), dtype=np.int64)
+        for (digits, part_base), group in zip(parts, groups, strict=True):
+            limbs[part_base - base:part_base - base + len(digits), slice(None) if group is None else group] = digits
+        # each column holds one value's normalised digits; zeros above a value >= 0 keep it normalised
+        return _trimmed(limbs if min(values) >= 0 else _normalised(limbs), base, runs)
+
     @property
     def runs(self) -> int:
         return self._runs
 
-    def shared(self) -> int | None:
-        """The value when it is held as one Python integer for every run, else None."""
-        return self._value
+    def shared(self, runs: IntArray | None = None) -> int | None:
+        """The value when it is the same in all of ``runs`` (None: in every run), else None."""
+        if self._value is not None or runs is None or not runs.size:
+            return self._value
+        limbs = self._limbs
+        assert limbs is not None
+        column = limbs[:, runs[:1]]
+        return self[int(runs[0])] if bool((limbs[:, runs] == column).all()) else None
 
     def __add__(self, other: ExactVector) -> ExactVector:
         return self._combine(other, 1)

@@ -31,7 +31,9 @@ from budgetcheck._exact import ExactVector
 from budgetcheck._windows import ExactWindows
 
 FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
 ObjectArray = NDArray[np.object_]
+_MOST_GROUPS = 64  # distinct ε up to which a series on a ledger of several ε is checked per group of runs
 
 
 @final
@@ -151,40 +153,65 @@ class WindowLedger(LaplaceReleases):
     def _charge_each(self, stamps: list[int], amounts: FloatArray, records: list[SpendRecord]) -> None:
         """Charge amounts[k] at stamps[k] in turn, all or nothing: if one is refused, the ledger is
         restored and the refusal raised."""
-        alike = isinstance(self._epsilon, float) and not any(amounts.strides[1:])
-        totals = self._windows.shared_totals() if alike else None
-        if totals is not None:  # every run spends alike: one exact check in Python integers
-            self._charge_shared(stamps, amounts[:, 0], records, totals)
+        groups = self._alike_groups(amounts)
+        totals = [self._windows.shared_totals(runs) for runs in groups] if groups is not None else []
+        if groups is not None and all(kept is not None for kept in totals):  # exact checks in Python integers
+            self._charge_shared(stamps, amounts, records, groups, [kept for kept in totals if kept is not None])
             return
-        windows, t, kept, pending = self._windows.copy(), self._t, len(self._records), len(self._pending)
+        windows, t, kept_records, pending = self._windows.copy(), self._t, len(self._records), len(self._pending)
         try:
             for stamp, row, record in zip(stamps, amounts, records, strict=True):
                 self._charge(stamp, row, record)
         except BudgetExceeded:
             self._windows, self._t = windows, t
-            del self._records[kept:], self._pending[pending:]
+            del self._records[kept_records:], self._pending[pending:]
             raise
 
-    def _charge_shared(self, stamps: list[int], amounts: FloatArray, records: list[SpendRecord], totals: dict[int, int]) -> None:
-        """:meth:`_charge_each` when the spends and every kept total are the same in every run: the
-        window [s−w+1, s] of every stamp s is summed exactly from the totals, then all are committed."""
-        w, limit = self._params.w, self._run_units(0)  # one ε for every run (checked by the caller)
-        for stamp, amount in zip(stamps, amounts, strict=True):
-            totals[stamp] = totals.get(stamp, 0) + rounding.to_units(float(amount))
-        timeline = sorted(totals.items())
-        window, oldest = 0, 0  # the sum of totals in (s − w, s], and the index of its oldest timestamp
-        ends = set(stamps)
-        for s, units in timeline:
-            window += units
-            while timeline[oldest][0] <= s - w:
-                window -= timeline[oldest][1]
-                oldest += 1
-            if s in ends and window > limit:
-                k = stamps.index(s)
-                self._refusals += 1
-                self._refuse(s, np.broadcast_to(amounts[k], (self._runs,)), ExactVector.from_int(window - rounding.to_units(float(amounts[k]))),
-                             ExactVector.from_int(window), 0, records[k].purpose)
-        self._windows.replace(stamps[-1], totals)
+    def _alike_groups(self, amounts: FloatArray) -> list[IntArray | None] | None:
+        """The runs that share one ε and spend alike at every stamp of a series, as groups of run
+        indices (None: every run), or None when some group's runs spend differently or there are
+        more than _MOST_GROUPS distinct ε (then the series is checked spend by spend)."""
+        if isinstance(self._epsilon, float):
+            return [None] if not any(amounts.strides[1:]) or bool((amounts == amounts[:, :1]).all()) else None
+        values, index = np.unique(self._epsilon, return_inverse=True)
+        if values.size > _MOST_GROUPS:
+            return None
+        groups = [np.flatnonzero(index == g) for g in range(values.size)]
+        if any(amounts.strides[1:]) and not all(bool((amounts[:, runs] == amounts[:, runs[:1]]).all()) for runs in groups):
+            return None
+        return list(groups)
+
+    def _charge_shared(self, stamps: list[int], amounts: FloatArray, records: list[SpendRecord],
+                       groups: list[IntArray | None], totals: list[dict[int, int]]) -> None:
+        """:meth:`_charge_each` when, within each group of runs (one ε), the spends and every kept total
+        are the same in every run: the window [s−w+1, s] of every stamp s is summed exactly from the
+        group's totals, then all are committed. A refusal names the earliest stamp that breaks a
+        window and the lowest run it breaks there (what the spend-by-spend check reports)."""
+        w, first_over = self._params.w, None
+        for runs, kept in zip(groups, totals, strict=True):
+            run = 0 if runs is None else int(runs[0])
+            limit = self._run_units(run)
+            for stamp, amount in zip(stamps, amounts[:, run], strict=True):
+                kept[stamp] = kept.get(stamp, 0) + rounding.to_units(float(amount))
+            timeline = sorted(kept.items())
+            window, oldest = 0, 0  # the sum of totals in (s − w, s], and the index of its oldest timestamp
+            ends = set(stamps)
+            for s, units in timeline:
+                window += units
+                while timeline[oldest][0] <= s - w:
+                    window -= timeline[oldest][1]
+                    oldest += 1
+                if s in ends and window > limit:
+                    if first_over is None or (s, run) < first_over[:2]:
+                        first_over = (s, run, window)
+                    break
+        if first_over is not None:
+            s, run, window = first_over
+            k = stamps.index(s)
+            spent = rounding.to_units(float(amounts[k, run]))
+            self._refusals += 1
+            self._refuse(s, np.array(amounts[k]), ExactVector.from_int(window - spent), ExactVector.from_int(window), run, records[k].purpose)
+        self._windows.replace(stamps[-1], totals, groups)
         for stamp, record in zip(stamps, records, strict=True):
             self._commit(stamp, record)
 

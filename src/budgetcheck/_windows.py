@@ -27,6 +27,7 @@ from budgetcheck._exact import ExactVector
 from budgetcheck.rounding import next_down, step_up
 
 FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
 zeros = ExactVector.zeros
 _SKIP = 8
 
@@ -185,21 +186,23 @@ class ExactWindows:
             merged[s] = merged.get(s, zeros(self._runs)) + units
         self._rebuild(t, merged)
 
-    def shared_totals(self) -> dict[int, int] | None:
+    def shared_totals(self, runs: IntArray | None = None) -> dict[int, int] | None:
         """The exact total of every timestamp kept (current window and the w − 1 before it), when each
-        is the same in every run (a fixed schedule's spends): {t: units}; else None."""
+        is the same in all of ``runs`` (None: every run; a fixed schedule's spends): {t: units}; else None."""
         totals: dict[int, int] = {}
         for entry in (*self._past, *self._entries):
-            value = entry.exact().shared()
+            value = entry.exact().shared(runs)
             if value is None:
                 return None
             totals[entry.t] = value
         return totals
 
-    def replace(self, t: int, totals: dict[int, int]) -> None:
-        """Make the state that of exact totals {s: units, the same in every run} with t the latest
-        timestamp (what :meth:`shared_totals` and a checked series of spends give)."""
-        self._rebuild(t, {s: ExactVector.from_int(units, self._runs) for s, units in totals.items()})
+    def replace(self, t: int, totals: list[dict[int, int]], groups: list[IntArray | None]) -> None:
+        """Make the state that of exact totals {s: units}, one dict per group of runs (the same in
+        every run of the group; None: every run), with t the latest timestamp (what
+        :meth:`shared_totals` and a checked series of spends give)."""
+        stamps = sorted({s for kept in totals for s in kept if s > t - 2 * self._w + 1})  # what _rebuild keeps
+        self._rebuild(t, {s: ExactVector.from_groups([kept.get(s, 0) for kept in totals], groups, self._runs) for s in stamps})
 
     def _rebuild(self, t: int, totals: dict[int, ExactVector]) -> None:
         """The state of exact per-timestamp totals with t the latest: the window (t − w, t] and the
