@@ -144,6 +144,17 @@ def test_a_share_of_per_run_budgets_is_each_runs_share(epsilons: list[float], pa
         assert shares.tolist() == [rounding.share(e, parts) for e in epsilons]
 
 
+def test_a_share_of_a_read_only_view_of_a_writeable_array_is_not_remembered() -> None:
+    """Only an array nothing can change is a cache key: a read-only view of a writeable array can
+    change under it, so its shares are computed afresh."""
+    base = np.array([0.5, 1.0])
+    view = base[:]
+    view.setflags(write=False)
+    assert FLOAT.share(view, 4).tolist() == [rounding.share(0.5, 4), rounding.share(1.0, 4)]
+    base[:] = [2.0, 3.0]
+    assert FLOAT.share(view, 4).tolist() == [rounding.share(2.0, 4), rounding.share(3.0, 4)]
+
+
 def test_above_threshold_charges_each_run_its_own_epsilon() -> None:
     data = np.arange(1.0, 41.0).reshape(20, 2)
     ledger = WindowLedger.with_epsilons([0.2, 0.2, 2.0], 5, seed=1)
@@ -166,7 +177,7 @@ def _mean_errors(name: str, data: np.ndarray, ledger: WindowLedger) -> np.ndarra
     stream = GuardedStream(data)
     ledger.bind(stream)
     releases = load_mechanism(name).run(stream, ledger)
-    return np.abs(releases - data[None]).mean(axis=(1, 2))
+    return np.asarray(np.abs(releases - data[None]).mean(axis=(1, 2)))
 
 
 @pytest.mark.parametrize("name", builtin_w_event())

@@ -268,6 +268,23 @@ def test_every_release_gets_the_noise_scale_of_its_own_budget_and_sensitivity(ca
         assert record.noise_scale.tobytes() == rounding.scale_up(sensitivity, np.array(budgets)).tobytes()
 
 
+def test_noise_scales_of_large_budget_arrays_are_computed_and_not_kept() -> None:
+    """Budget arrays beyond the memo's size are divided afresh (keying them would cost as much)."""
+    from budgetcheck import rounding
+
+    runs = (1 << 16) + 1
+    ledger = WindowLedger(WEventParams(1.0, 4), runs=runs)
+    stream = GuardedStream(np.ones((2, 1)))
+    ledger.bind(stream)
+    budgets = np.linspace(0.01, 0.2, runs)
+    for secret in stream:
+        ledger.laplace(secret, budgets)
+    assert ledger._scale_memo == {}
+    for record in ledger.records:
+        assert record.noise_scale is not None
+        assert record.noise_scale.tobytes() == rounding.scale_up(1.0, budgets).tobytes()
+
+
 class LedgerMachine(RuleBasedStateMachine):
     """spend / remaining / refuse / export / audit in any order, against the oracle."""
 

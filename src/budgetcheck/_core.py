@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 FloatArray = NDArray[np.float64]
 _SCALES_KEPT = 8  # noise scales remembered per ledger (LedgerCore._scale)
+_SCALE_MEMO_SIZE = 1 << 16  # budget entries up to which they are (a key of 512 KiB at most)
 SAMPLER = NUMPY
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -448,16 +449,18 @@ class LaplaceReleases(LedgerCore):
         return np.broadcast_to(values, (len(runs), *values.shape))
 
     def _scale(self, sensitivity: float, budgets: FloatArray, integral: bool) -> FloatArray:
-        """The noise source's scales for ``budgets``, read-only; remembered for a few budget arrays
-        (a mechanism's constant per-timestamp budgets: one division each, not one per timestamp)."""
-        key = (sensitivity, integral, budgets.shape, budgets.tobytes())
-        scale = self._scale_memo.get(key)
+        """The noise source's scales for ``budgets``, read-only; remembered for a few budget arrays of
+        up to _SCALE_MEMO_SIZE entries (a mechanism's constant per-timestamp budgets: one division
+        each, not one per timestamp; larger arrays would cost as much to key as to divide)."""
+        key = (sensitivity, integral, budgets.shape, budgets.tobytes()) if budgets.size <= _SCALE_MEMO_SIZE else None
+        scale = self._scale_memo.get(key) if key is not None else None
         if scale is None:
             scale = self._noise.scale(sensitivity, budgets, integral=integral)
             scale.setflags(write=False)  # shared with the records, not copied
-            if len(self._scale_memo) >= _SCALES_KEPT:
-                self._scale_memo.clear()
-            self._scale_memo[key] = scale
+            if key is not None:
+                if len(self._scale_memo) >= _SCALES_KEPT:
+                    self._scale_memo.clear()
+                self._scale_memo[key] = scale
         return scale
 
     def _reserve(self, secret: Secret, amounts: FloatArray, budgets: FloatArray, sensitivity: float, purpose: str, *,

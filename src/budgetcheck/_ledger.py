@@ -26,7 +26,7 @@ from budgetcheck._params import WEventParams
 from budgetcheck._records import LedgerHeader, SpendRecord
 from budgetcheck._secret import Secret, charged, claim, stacked_rows
 from budgetcheck._threshold import ThresholdTest
-from budgetcheck._validation import check_amount_rows, check_epsilon, check_label, check_sensitivity
+from budgetcheck._validation import check_amount_rows, check_epsilons, check_label, check_sensitivity
 from budgetcheck._exact import ExactVector
 from budgetcheck._windows import ExactWindows
 
@@ -63,7 +63,7 @@ class WindowLedger(LaplaceReleases):
         (the benchmark runs the ε of several settings in one pass). Every check is the same as
         for one ε, run by run; :attr:`epsilon` is then the per-run array (a float when all agree).
         """
-        budgets = _per_run_budgets(epsilons)
+        budgets = check_epsilons(epsilons)
         ledger = cls(WEventParams(float(budgets.max()), w), runs=budgets.size, seed=seed, sampler=sampler)
         if (budgets != budgets[0]).any():
             budgets.setflags(write=False)
@@ -154,9 +154,9 @@ class WindowLedger(LaplaceReleases):
         """Charge amounts[k] at stamps[k] in turn, all or nothing: if one is refused, the ledger is
         restored and the refusal raised."""
         groups = self._alike_groups(amounts)
-        totals = [self._windows.shared_totals(runs) for runs in groups] if groups is not None else []
-        if groups is not None and all(kept is not None for kept in totals):  # exact checks in Python integers
-            self._charge_shared(stamps, amounts, records, groups, [kept for kept in totals if kept is not None])
+        totals = self._shared_totals(groups) if groups is not None else None
+        if groups is not None and totals is not None:  # exact checks in Python integers
+            self._charge_shared(stamps, amounts, records, groups, totals)
             return
         windows, t, kept_records, pending = self._windows.copy(), self._t, len(self._records), len(self._pending)
         try:
@@ -179,7 +179,17 @@ class WindowLedger(LaplaceReleases):
         groups = [np.flatnonzero(index == g) for g in range(values.size)]
         if any(amounts.strides[1:]) and not all(bool((amounts[:, runs] == amounts[:, runs[:1]]).all()) for runs in groups):
             return None
-        return list(groups)
+        return list[IntArray | None](groups)  # a list of the wider type (lists are invariant)
+
+    def _shared_totals(self, groups: list[IntArray | None]) -> list[dict[int, int]] | None:
+        """Each group's kept per-timestamp totals, when they are the same in every run of the group."""
+        totals = []
+        for runs in groups:
+            kept = self._windows.shared_totals(runs)
+            if kept is None:
+                return None
+            totals.append(kept)
+        return totals
 
     def _charge_shared(self, stamps: list[int], amounts: FloatArray, records: list[SpendRecord],
                        groups: list[IntArray | None], totals: list[dict[int, int]]) -> None:
@@ -187,7 +197,7 @@ class WindowLedger(LaplaceReleases):
         are the same in every run: the window [s−w+1, s] of every stamp s is summed exactly from the
         group's totals, then all are committed. A refusal names the earliest stamp that breaks a
         window and the lowest run it breaks there (what the spend-by-spend check reports)."""
-        w, first_over = self._params.w, None
+        w, first_over, ends = self._params.w, None, set(stamps)
         for runs, kept in zip(groups, totals, strict=True):
             run = 0 if runs is None else int(runs[0])
             limit = self._run_units(run)
@@ -195,7 +205,6 @@ class WindowLedger(LaplaceReleases):
                 kept[stamp] = kept.get(stamp, 0) + rounding.to_units(float(amount))
             timeline = sorted(kept.items())
             window, oldest = 0, 0  # the sum of totals in (s − w, s], and the index of its oldest timestamp
-            ends = set(stamps)
             for s, units in timeline:
                 window += units
                 while timeline[oldest][0] <= s - w:
@@ -350,19 +359,6 @@ class WindowLedger(LaplaceReleases):
             t=t, w=self._params.w, epsilon=self._run_epsilon(run), eps_units=self._run_units(run), window=int(window[run]), proposed=int(proposed[run]), run=run,
             remaining_call=f"ledger.remaining({t})",
         )
-
-
-def _per_run_budgets(epsilons: ArrayLike) -> FloatArray:
-    """``epsilons`` as a fresh float array, each finite and > 0, shape (runs,) with runs >= 1."""
-    if isinstance(epsilons, np.ndarray) and epsilons.dtype.kind == "f" and epsilons.ndim == 1 and epsilons.size:
-        bad = np.flatnonzero(~(np.isfinite(epsilons) & (epsilons > 0.0)))  # a float array: checked at once
-        if bad.size:
-            check_epsilon(float(epsilons[bad[0]]), f"epsilons[{int(bad[0])}]")
-        return np.array(epsilons, dtype=np.float64)
-    values = np.asarray(epsilons, dtype=object)  # the values as given: True is refused, not read as 1.0
-    if values.ndim != 1 or values.size == 0:
-        raise InvalidArgument(f"epsilons={epsilons!r} must be a non-empty 1-d sequence of budgets, one per run")
-    return np.array([check_epsilon(value, f"epsilons[{r}]") for r, value in enumerate(values.tolist())], dtype=np.float64)
 
 
 def _run_text(run: int, runs: int) -> str:

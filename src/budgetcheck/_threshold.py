@@ -30,7 +30,7 @@ from budgetcheck._ranked import RankedRows
 from budgetcheck._recent import RecentRows
 from budgetcheck._records import SpendRecord
 from budgetcheck._secret import Secret, charged, is_placeholder, stacked_rows
-from budgetcheck._validation import check_epsilon, check_label, check_positive_int, check_sensitivity
+from budgetcheck._validation import check_label, check_positive_int, check_query_epsilon, check_sensitivity
 
 if TYPE_CHECKING:
     from budgetcheck._ledger import WindowLedger
@@ -74,7 +74,7 @@ class ThresholdTest:
         purpose: str
     ) -> None:
         self._ledger = ledger
-        self._epsilon = _budget(epsilon, ledger.runs)
+        self._epsilon = check_query_epsilon(epsilon, ledger.runs)
         self._sensitivity = check_sensitivity(sensitivity)
         if not isinstance(cells, tuple) or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in cells):
             raise InvalidArgument(f"cells={cells!r} must be a tuple of positive ints (the shape of one timestamp's cells)")
@@ -202,17 +202,6 @@ class ThresholdTest:
         masked = np.where(inside, self._ledger._per_run(secret, footprints, rows), np.nan)
         masked.setflags(write=False)
         return np.asarray(masked, dtype=np.float64)
-
-
-def _budget(epsilon: object, runs: int) -> float | FloatArray:
-    """A query's ε: a number, or an array of shape (runs,) (a ledger of several ε), each finite and > 0."""
-    if not isinstance(epsilon, np.ndarray) or epsilon.ndim == 0:
-        return check_epsilon(epsilon.item() if isinstance(epsilon, np.ndarray) else epsilon)
-    if epsilon.shape != (runs,) or epsilon.dtype.kind not in "fiu" or not (np.isfinite(epsilon) & (epsilon > 0)).all():
-        raise InvalidArgument(f"epsilon={epsilon!r} must be a finite number > 0 or an array of {runs} of them (one per run)")
-    budgets = np.array(epsilon, dtype=np.float64)
-    budgets.setflags(write=False)
-    return budgets
 
 
 def _buckets(lengths: IntArray) -> list[tuple[IntArray, int]]:

@@ -158,3 +158,29 @@ def _row_width(row: object) -> int:
         return len(row)  # type: ignore[arg-type]
     except TypeError:
         return -1
+
+
+def check_epsilons(epsilons: object) -> FloatArray:
+    """Per-run privacy budgets (``WindowLedger.with_epsilons``): a fresh float array of shape (runs,),
+    runs >= 1, each finite and > 0; the message names ``epsilons[r]`` and its value."""
+    if isinstance(epsilons, np.ndarray) and epsilons.dtype.kind == "f" and epsilons.ndim == 1 and epsilons.size:
+        bad = np.flatnonzero(~(np.isfinite(epsilons) & (epsilons > 0.0)))  # a float array: checked at once
+        if bad.size:
+            check_epsilon(float(epsilons[bad[0]]), f"epsilons[{int(bad[0])}]")
+        return np.array(epsilons, dtype=np.float64)
+    values = np.asarray(epsilons, dtype=object)  # the values as given: True is refused, not read as 1.0
+    if values.ndim != 1 or values.size == 0:
+        raise InvalidArgument(f"epsilons={epsilons!r} must be a non-empty 1-d sequence of budgets, one per run")
+    return np.array([check_epsilon(value, f"epsilons[{r}]") for r, value in enumerate(values.tolist())], dtype=np.float64)
+
+
+def check_query_epsilon(epsilon: object, runs: int) -> float | FloatArray:
+    """An AboveThreshold query's ε: a number, or a read-only array of shape (runs,) (a ledger of
+    several ε), each finite and > 0."""
+    if not isinstance(epsilon, np.ndarray) or epsilon.ndim == 0:
+        return check_epsilon(epsilon.item() if isinstance(epsilon, np.ndarray) else epsilon)
+    if epsilon.shape != (runs,) or epsilon.dtype.kind not in "fiu" or not (np.isfinite(epsilon) & (epsilon > 0)).all():
+        raise InvalidArgument(f"epsilon={epsilon!r} must be a finite number > 0 or an array of {runs} of them (one per run)")
+    budgets = np.array(epsilon, dtype=np.float64)
+    budgets.setflags(write=False)
+    return budgets

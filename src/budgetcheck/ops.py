@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import rounding
+from budgetcheck._records import _frozen
 from budgetcheck._sliding import PlainWindows, SlidingValues, plain_sum
 
 FloatArray = NDArray[np.float64]
@@ -164,9 +165,9 @@ _SHARE_CACHE: dict[tuple[int, int], tuple[FloatArray, FloatArray]] = {}
 def _shares(totals: FloatArray, parts: int) -> FloatArray:
     """Elementwise :func:`rounding.share` of a per-run budget array (computed once per distinct value).
 
-    A read-only array (a ledger's per-run ε) is remembered with its result, so a rule asking for
-    the same share at every timestamp pays for it once; the entry holds the array, so its id
-    cannot be reused while cached.
+    An array that nothing can change (a ledger's per-run ε) is remembered with its result, so a
+    rule asking for the same share at every timestamp pays for it once; the entry holds the
+    array, so its id cannot be reused while cached.
     """
     key = (id(totals), parts)
     cached = _SHARE_CACHE.get(key)
@@ -174,7 +175,7 @@ def _shares(totals: FloatArray, parts: int) -> FloatArray:
         return cached[1]
     values, inverse = np.unique(totals, return_inverse=True)
     result = np.array([rounding.share(float(value), parts) for value in values], dtype=np.float64)[inverse.reshape(totals.shape)]
-    if not totals.flags.writeable:
+    if _frozen(totals):  # nothing can change it (nor an array it views) while it is a key
         result.setflags(write=False)
         if len(_SHARE_CACHE) >= 64:
             _SHARE_CACHE.clear()
