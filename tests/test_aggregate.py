@@ -97,7 +97,7 @@ def test_retail_daily_units_of_the_most_sold_products(tmp_path: Path) -> None:
 def test_csv_streams_name_a_missing_column_or_an_empty_table(tmp_path: Path) -> None:
     file = tmp_path / "deaths.csv"
     file.write_text("week,value\n")
-    with pytest.raises(InvalidArgument, match="missing \\['deaths'\\]"):
+    with pytest.raises(InvalidArgument, match="the first line \\['week', 'value'\\] is missing \\['deaths'\\]"):
         load_paper_stream("flu-death", file)
     file.write_text("week,deaths\n")
     with pytest.raises(InvalidArgument, match="a header but no rows"):

@@ -10,7 +10,6 @@ by the smaller key; the stream keeps the first T bins (bins without events count
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import gzip
 import json
@@ -21,6 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck._errors import DataUnavailable, InvalidArgument
+from budgetcheck.bench.exports import number, table_rows
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -86,9 +86,10 @@ def grid_cells(lon: FloatArray, lat: FloatArray, box: tuple[float, float, float,
     lat_min, lat_max); −1 for points outside the box."""
     lon_min, lon_max, lat_min, lat_max = box
     columns, rows = shape
-    x = np.floor((np.asarray(lon) - lon_min) / (lon_max - lon_min) * columns).astype(np.int64)
-    y = np.floor((np.asarray(lat) - lat_min) / (lat_max - lat_min) * rows).astype(np.int64)
-    inside = (x >= 0) & (x < columns) & (y >= 0) & (y < rows)
+    fx = (np.asarray(lon, dtype=np.float64) - lon_min) / (lon_max - lon_min) * columns
+    fy = (np.asarray(lat, dtype=np.float64) - lat_min) / (lat_max - lat_min) * rows
+    inside = (fx >= 0) & (fx < columns) & (fy >= 0) & (fy < rows)  # False for NaN
+    x, y = (np.floor(np.where(inside, f, 0.0)).astype(np.int64) for f in (fx, fy))
     return np.where(inside, y * columns + x, -1)
 
 
@@ -100,18 +101,22 @@ def taxi_porto(path: Path, *, length: int = 672, dimensions: int = 1289) -> Floa
     """Hourly trip starts (first POLYLINE point) per grid cell, for the busiest cells; trips with
     MISSING_DATA = True, an empty POLYLINE or a start outside the box are dropped."""
     stamps, lon, lat = [], [], []
-    for line, row in csv_rows(path, ("TIMESTAMP", "MISSING_DATA", "POLYLINE")):
+    for line, row in table_rows(path, ("TIMESTAMP", "MISSING_DATA", "POLYLINE")):
         if row["MISSING_DATA"].strip().lower() == "true":
             continue
         try:
             points = json.loads(row["POLYLINE"])
             stamp = int(row["TIMESTAMP"])
-        except (ValueError, TypeError):
-            raise InvalidArgument(f"{path}: row {line}: TIMESTAMP={row['TIMESTAMP']!r} or POLYLINE is malformed") from None
-        if points:
+            start = (float(points[0][0]), float(points[0][1])) if points else None
+        except (ValueError, TypeError, IndexError, KeyError):
+            raise InvalidArgument(f"{path}: row {line}: TIMESTAMP={row['TIMESTAMP']!r} or POLYLINE is not "
+                                  "seconds and a list of [lon, lat] points") from None
+        if not 0 <= stamp < 2**40:
+            raise InvalidArgument(f"{path}: row {line}: TIMESTAMP={stamp} is not a time in seconds since 1970")
+        if start is not None:
             stamps.append(stamp)
-            lon.append(float(points[0][0]))
-            lat.append(float(points[0][1]))
+            lon.append(start[0])
+            lat.append(start[1])
     if not stamps:
         raise InvalidArgument(f"{path}: no trip with a start point")
     cells = grid_cells(np.array(lon), np.array(lat), PORTO_BOX, PORTO_GRID)
@@ -159,10 +164,12 @@ def _tdrive_columns(file: Path, rows: list[tuple[int, list[str]]]) -> tuple[IntA
     try:
         return (np.array(columns[0], dtype=np.int64), np.array(columns[1], dtype="datetime64[s]").astype(np.int64),
                 np.array(columns[2], dtype=np.float64), np.array(columns[3], dtype=np.float64))
-    except ValueError:
+    except (ValueError, OverflowError):
         for line, fields in rows:
             try:
-                int(fields[0]), np.datetime64(fields[1], "s"), float(fields[2]), float(fields[3])
+                if not -2**63 <= int(fields[0]) < 2**63:
+                    raise ValueError(fields[0])
+                np.datetime64(fields[1], "s"), float(fields[2]), float(fields[3])
             except ValueError:
                 raise InvalidArgument(f"{file}: line {line}: {','.join(fields)!r} is not id,YYYY-MM-DD HH:MM:SS,lon,lat") from None
         raise
@@ -176,32 +183,52 @@ def retail(path: Path, *, length: int = 374, dimensions: int = 1289) -> FloatArr
     if path.suffix.lower() in (".xlsx", ".xls"):
         rows: Iterable[tuple[int, dict[str, str]]] = _excel_rows(path)
     else:
-        rows = csv_rows(path, ("StockCode", "Quantity", "InvoiceDate"))
+        rows = table_rows(path, ("StockCode", "Quantity", "InvoiceDate"))
     codes: dict[str, int] = {}
-    days, keys, quantities = [], [], []
+    dates, keys, quantities = [], [], []
     for line, row in rows:
         try:
-            when = _invoice_date(str(row["InvoiceDate"]))
-            quantity = float(row["Quantity"])
+            quantity = number(row["Quantity"])
+            if quantity is None:
+                raise ValueError(row["Quantity"])
+            dates.append((line, str(row["InvoiceDate"]).strip()))
         except (ValueError, KeyError):
-            raise InvalidArgument(f"{path}: row {line}: InvoiceDate={row.get('InvoiceDate')!r} or Quantity={row.get('Quantity')!r} is malformed") from None
-        code = str(row["StockCode"]).strip().upper()
-        days.append(when.toordinal())
-        keys.append(codes.setdefault(code, len(codes)))
+            raise InvalidArgument(f"{path}: row {line}: Quantity={row.get('Quantity')!r} is malformed") from None
+        keys.append(codes.setdefault(str(row["StockCode"]).strip().upper(), len(codes)))
         quantities.append(quantity)
-    if not days:
+    if not dates:
         raise InvalidArgument(f"{path}: no invoice lines")
-    first = min(days)
-    return count_table(np.array(days) - first, np.array(keys), np.array(quantities), length=length, dimensions=dimensions)
+    days = invoice_days(path, dates)
+    return count_table(days - days.min(), np.array(keys), np.array(quantities), length=length, dimensions=dimensions)
 
 
-def _invoice_date(text: str) -> dt.date:
-    for form in ("%Y-%m-%d %H:%M:%S", "%m/%d/%Y %H:%M", "%d/%m/%Y %H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%d"):
+# The date forms of the sheet and of the CSV copies people make of it (US month first; 2-digit years).
+INVOICE_FORMS = ("%Y-%m-%d %H:%M:%S", "%m/%d/%Y %H:%M", "%m/%d/%y %H:%M", "%d/%m/%Y %H:%M", "%d/%m/%y %H:%M",
+                 "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d")
+
+
+def invoice_days(path: Path, dates: list[tuple[int, str]]) -> IntArray:
+    """The day (proleptic ordinal) of every (line, InvoiceDate): in the first of ``INVOICE_FORMS``
+    that reads every date of the file, so that 1/2/2011 is one day throughout, never a mix."""
+    distinct = sorted({text for _, text in dates})
+    for form in INVOICE_FORMS:
         try:
-            return dt.datetime.strptime(text.strip(), form).date()
+            day = {text: dt.datetime.strptime(text, form).date().toordinal() for text in distinct}
         except ValueError:
             continue
-    raise ValueError(text)
+        return np.array([day[text] for _, text in dates], dtype=np.int64)
+    for line, text in dates:  # no single form reads them all: name a date that no form reads
+        if not any(_reads(text, form) for form in INVOICE_FORMS):
+            raise InvalidArgument(f"{path}: row {line}: InvoiceDate={text!r} is not a date and time")
+    raise InvalidArgument(f"{path}: the InvoiceDate values mix date forms; expected one of {INVOICE_FORMS}")
+
+
+def _reads(text: str, form: str) -> bool:
+    try:
+        dt.datetime.strptime(text, form)
+    except ValueError:
+        return False
+    return True
 
 
 def _excel_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
@@ -212,16 +239,6 @@ def _excel_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
         raise DataUnavailable(f"{path}: reading .xlsx needs pandas and openpyxl (pip install openpyxl), or save the sheet as CSV") from error
     for line, record in enumerate(frame.to_dict("records"), start=2):
         yield line, {str(k): str(v) for k, v in record.items()}
-
-
-def csv_rows(path: Path, needed: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
-    """(line, row) of a CSV file with a header that names every column in ``needed``."""
-    with path.open(newline="", encoding="utf-8", errors="replace") as handle:
-        reader = csv.DictReader(handle)
-        missing = [name for name in needed if name not in (reader.fieldnames or ())]
-        if missing:
-            raise InvalidArgument(f"{path}: expected a CSV header with {list(needed)}, missing {missing}")
-        yield from enumerate(reader, start=2)
 
 
 def _text_rows(path: Path, fields: int) -> Iterator[tuple[int, list[str]]]:

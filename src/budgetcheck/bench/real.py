@@ -38,7 +38,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck._errors import DataUnavailable, InvalidArgument
-from budgetcheck.bench import aggregate
+from budgetcheck.bench import aggregate, exports
 
 FloatArray = NDArray[np.float64]
 
@@ -112,45 +112,28 @@ class PaperStream:
     reader: Callable[[Path], FloatArray]
 
 
-def _read_columns(path: Path, column: str, *, group_by: str | None = None) -> FloatArray:
-    """A CSV with a header: the column ``column`` in file order (T, 1); or, with ``group_by``,
-    one dimension per distinct value of that column (in order of first appearance), rows in order."""
-    rows = list(aggregate.csv_rows(path, (column,) if group_by is None else (column, group_by)))
-    if not rows:
-        raise InvalidArgument(f"{path}: a header but no rows")
-
-    def number(row: dict[str, str], line: int) -> float:
-        try:
-            return float(row[column])
-        except ValueError:
-            raise InvalidArgument(f"{path}: row {line}: {column}={row[column]!r} is not a number") from None
-    if group_by is None:
-        return np.array([[number(row, line)] for line, row in rows])
-    series: dict[str, list[float]] = {}
-    for line, row in rows:
-        series.setdefault(row[group_by], []).append(number(row, line))
-    lengths = {len(values) for values in series.values()}
-    if len(lengths) != 1:
-        raise InvalidArgument(f"{path}: the groups of {group_by!r} have different lengths {sorted(lengths)}")
-    return np.array(list(series.values())).T
-
-
 PAPER_STREAMS: dict[str, PaperStream] = {
     "unemployment-bls": PaperStream(
-        "US Bureau of Labor Statistics, series LNU03000000 (unemployed, not seasonally adjusted), "
-        "CSV export with columns date,value", (478, 1),
-        "column 'value' in date order; max(0, round(·))", lambda path: _read_columns(path, "value")),
+        "US Bureau of Labor Statistics series LNU03000000 (unemployed persons, thousands, not seasonally "
+        "adjusted): FRED's CSV download (fred.stlouisfed.org/series/LNU03000000), or BLS's flat file "
+        "download.bls.gov/pub/time.series/ln/ln.data.1.AllData", (478, 1),
+        "the monthly values in date order (BLS: periods M01-M12 of the series; M13 is the annual average), "
+        "the first 478 months (1948-01 to 1987-10); max(0, round(·))", exports.unemployment),
     "flu-outpatient": PaperStream(
-        "CDC FluView ILINet national export (ILINet.csv, header line removed)", (1250, 1),
-        "column 'ILITOTAL' (weekly patient visits for influenza-like illness); max(0, round(·))",
-        lambda path: _read_columns(path, "ILITOTAL")),
+        "CDC FluView Interactive, ILINet, national (gis.cdc.gov/grasp/fluview/fluportaldashboard.html: "
+        "ILINet.csv as downloaded, title line included)", (1250, 1),
+        "column ILITOTAL (weekly patient visits for influenza-like illness) in file order, the first 1,250 "
+        "weeks; max(0, round(·))", exports.flu_outpatient),
     "flu-death": PaperStream(
-        "CDC FluView pneumonia and influenza mortality, national export (columns week,deaths)", (374, 1),
-        "column 'deaths' (weekly); max(0, round(·))", lambda path: _read_columns(path, "deaths")),
+        "CDC FluView Interactive, pneumonia and influenza mortality, national, all ages "
+        "(gis.cdc.gov/grasp/fluview/mortality.html), or a CSV with a 'deaths' column", (374, 1),
+        "NUM INFLUENZA DEATHS + NUM PNEUMONIA DEATHS per week (thousands separators read), in file order, the "
+        "first 374 weeks; max(0, round(·))", exports.flu_death),
     "state-flu": PaperStream(
-        "CDC FluView ILINet state export (ILINet.csv of all states, header line removed)", (492, 51),
-        "column 'ILITOTAL', one dimension per 'REGION' (state), weeks in file order; max(0, round(·))",
-        lambda path: _read_columns(path, "ILITOTAL", group_by="REGION")),
+        "CDC FluView Interactive, ILINet, all states (ILINet.csv as downloaded, title line included)", (492, 51),
+        "column ILITOTAL, one dimension per REGION in order of first appearance; a region with a week not "
+        "reported ('X', as for Florida throughout) is left out, so the file decides d (the paper has 51); "
+        "weeks (YEAR, WEEK) in file order, the first 492; max(0, round(·))", exports.state_flu),
     "worldcup": PaperStream(
         "1998 World Cup web site access logs, ita.ee.lbl.gov/html/contrib/WorldCup.html (the folder of "
         "wc_day*_*.gz binary logs)", (1320, 1289),

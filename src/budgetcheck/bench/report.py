@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import attrs
@@ -116,7 +116,7 @@ def findings(summaries: Sequence[CellSummary]) -> list[Finding]:
     return out
 
 
-def uniform_checks(summaries: Sequence[CellSummary], streams: dict[str, StreamSpec]) -> list[UniformCheck]:
+def uniform_checks(summaries: Sequence[CellSummary], streams: Mapping[str, StreamSpec]) -> list[UniformCheck]:
     """Uniform's MAE against w/ε on every artificial stream (d = 1, no truncation)."""
     out = []
     for summary in summaries:
