@@ -102,3 +102,19 @@ def test_csv_streams_name_a_missing_column_or_an_empty_table(tmp_path: Path) -> 
     file.write_text("week,deaths\n")
     with pytest.raises(InvalidArgument, match="a header but no rows"):
         load_paper_stream("flu-death", file)
+
+
+def test_the_first_records_of_the_real_porto_and_tdrive_files_land_in_the_cells_worked_out_by_hand(tmp_path: Path) -> None:
+    # Porto train.csv's first trip and T-Drive's 1.txt first two points, in the files' own layouts
+    porto = tmp_path / "train.csv"
+    porto.write_text('"TRIP_ID","CALL_TYPE","ORIGIN_CALL","ORIGIN_STAND","TAXI_ID","TIMESTAMP","DAY_TYPE","MISSING_DATA",'
+                     '"POLYLINE"\n"1372636858620000589","C","","","20000589","1372636858","A","False",'
+                     '"[[-8.618643,41.141412],[-8.618499,41.141376]]"\n')
+    # (−8.618643 + 8.73) / 0.23 · 75 = 36.3 → column 36; (41.141412 − 41.08) / 0.16 · 50 = 19.2 → row 19
+    assert aggregate.grid_cells(np.array([-8.618643]), np.array([41.141412]), aggregate.PORTO_BOX,
+                                aggregate.PORTO_GRID).tolist() == [19 * 75 + 36]
+    assert aggregate.taxi_porto(porto, length=1, dimensions=1).tolist() == [[1.0]]
+    taxi = tmp_path / "1.txt"
+    taxi.write_text("1,2008-02-02 15:36:08,116.51172,39.92123\n1,2008-02-02 15:46:08,116.51135,39.93883\n")
+    table = aggregate.tdrive(taxi)  # columns 8 and 8, rows 4 and 5 (10 × 10 over the 5th ring road)
+    assert np.flatnonzero(table[0]).tolist() == [48, 58] and table.sum() == 8  # one hour, tiled 4 times
