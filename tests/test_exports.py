@@ -178,3 +178,19 @@ def test_tdrive_names_a_taxi_id_beyond_64_bits_and_drops_points_without_coordina
     file.write_text("1,2008-02-02 15:36:08,nan,39.9\n1,2008-02-02 15:40:00,116.26,39.81\n")
     table = aggregate.tdrive(file)
     assert table.sum() == 4 and table[0, 0] == 1  # the NaN point counts nowhere; the other in cell 0, tiled 4 times
+
+
+def test_a_benchmark_file_runs_on_freds_download_as_the_papers_unemployment_stream(tmp_path: Path) -> None:
+    from budgetcheck.bench import Benchmark
+    from budgetcheck.bench.runner import run_cell
+
+    config = tmp_path / "bench.toml"
+    config.write_text(f'mechanisms = ["Uniform", "BD"]\nruns = 5\n[files]\n"unemployment-bls" = "{FRED}"\n'
+                      "[vary_w]\nws = [12]\n")
+    grid = Benchmark.from_toml(config)
+    assert [cell.stream for cell in grid.cells()] == ["unemployment-bls", "unemployment-bls"]
+    for cell in grid.cells():
+        result = run_cell(grid, cell)
+        assert len(result.mae) == 5 and all(np.isfinite(result.mae))
+        # Lap(w/ε) noise on counts in the thousands: a mean error well below the stream's level
+        assert 0 < float(np.mean(result.mae)) < 0.2 * float(np.mean(_fred_values()[:478]))
