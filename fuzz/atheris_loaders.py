@@ -1,6 +1,7 @@
 """Coverage-guided fuzzing (atheris) of the file readers: exported JSON-lines logs, publisher rows
-(CSV and JSON lines), ledger files, and the readers of the benchmark paper's real streams. Every input must be read or refused with a budgetcheck
-error; any other exception is a crash that atheris reports with the input.
+(CSV and JSON lines), ledger files and the readers of the benchmark paper's real streams. Every
+input must be read or refused with a budgetcheck error; any other exception is a crash that atheris
+reports with the input.
 
     python fuzz/atheris_loaders.py -runs=20000          # CI runs it briefly
 """

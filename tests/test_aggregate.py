@@ -94,16 +94,6 @@ def test_retail_daily_units_of_the_most_sold_products(tmp_path: Path) -> None:
     assert counts.shape == (374, 1289) and counts[:3, 2].tolist() == [10, 0, 0]  # the return clipped to 0
 
 
-def test_csv_streams_name_a_missing_column_or_an_empty_table(tmp_path: Path) -> None:
-    file = tmp_path / "deaths.csv"
-    file.write_text("week,value\n")
-    with pytest.raises(InvalidArgument, match="the first line \\['week', 'value'\\] is missing \\['deaths'\\]"):
-        load_paper_stream("flu-death", file)
-    file.write_text("week,deaths\n")
-    with pytest.raises(InvalidArgument, match="a header but no rows"):
-        load_paper_stream("flu-death", file)
-
-
 def test_the_first_records_of_the_real_porto_and_tdrive_files_land_in_the_cells_worked_out_by_hand(tmp_path: Path) -> None:
     # Porto train.csv's first trip and T-Drive's 1.txt first two points, in the files' own layouts
     porto = tmp_path / "train.csv"

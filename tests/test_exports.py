@@ -61,19 +61,6 @@ def test_unemployment_from_bls_flat_file_and_older_fred_headers_is_the_same_stre
     assert load_paper_stream("unemployment-bls", generic).tolist() == [[8.0], [0.0], [8.0]]
 
 
-def test_unemployment_refuses_unknown_layouts_and_missing_months(tmp_path: Path) -> None:
-    file = tmp_path / "other.csv"
-    file.write_text("month,unemployed\n1948-01,2351\n")
-    with pytest.raises(InvalidArgument, match="not FRED's CSV of LNU03000000"):
-        load_paper_stream("unemployment-bls", file)
-    file.write_text("observation_date,LNU03000000\n1948-01-01,2351\n1948-02-01,.\n")
-    with pytest.raises(InvalidArgument, match="row 3: LNU03000000='.' is not reported"):
-        load_paper_stream("unemployment-bls", file)
-    file.write_text("date,value\n1976-01,seven\n")
-    with pytest.raises(InvalidArgument, match="row 2: value='seven' is not a number"):
-        load_paper_stream("unemployment-bls", file)
-
-
 def test_state_flu_skips_the_title_line_and_leaves_out_states_with_unreported_weeks() -> None:
     # Florida reports X throughout; Alabama's week 41 is missing: only Minnesota reports every week
     assert load_paper_stream("state-flu", DATA / "ILINet_states.csv").tolist() == [[38.0], [35.0]]
@@ -142,42 +129,42 @@ def test_retail_reads_one_date_form_per_file(tmp_path: Path) -> None:
         aggregate.retail(mixed)
 
 
-PORTO_HEADER = "TRIP_ID,CALL_TYPE,ORIGIN_CALL,ORIGIN_STAND,TAXI_ID,TIMESTAMP,DAY_TYPE,MISSING_DATA,POLYLINE\n"
-
-
-@pytest.mark.parametrize("polyline", ['"[1]"', '"[[1]]"', '"{""a"": 1}"', '"[[""x"", 2]]"', '"[[-8.6"'])
-def test_taxi_porto_names_the_row_of_a_malformed_polyline(tmp_path: Path, polyline: str) -> None:
-    file = tmp_path / "train.csv"
-    file.write_text(PORTO_HEADER + f'"1","A","","","2","1372636858","A","False",{polyline}\n')
-    with pytest.raises(InvalidArgument, match="row 2: TIMESTAMP='1372636858' or POLYLINE is not seconds and a list"):
-        load_paper_stream("taxi-porto", file)
-    file.write_text(PORTO_HEADER + '"1","A","","","2","99999999999999999999","A","False","[[-8.6,41.1]]"\n')
-    with pytest.raises(InvalidArgument, match="row 2: TIMESTAMP=99999999999999999999 is not a time"):
-        load_paper_stream("taxi-porto", file)
-
-
-def test_rows_shorter_than_the_header_and_values_that_are_not_finite_are_refused(tmp_path: Path) -> None:
-    file = tmp_path / "Online Retail.csv"
-    header = "InvoiceNo,StockCode,Description,Quantity,InvoiceDate,UnitPrice,CustomerID,Country\n"
-    file.write_text(header + "1,A,X\n")
-    with pytest.raises(InvalidArgument, match="row 2 has 3 fields, the header 8"):
-        load_paper_stream("retail", file)
-    file.write_text(header + "1,A,X,nan,12/1/2010 8:26,1,1,UK\n")
-    with pytest.raises(InvalidArgument, match="row 2: Quantity='nan' is malformed"):
-        load_paper_stream("retail", file)
-    file.write_text("observation_date,LNU03000000\n1948-01-01,inf\n")
-    with pytest.raises(InvalidArgument, match="row 2: LNU03000000='inf' is not a number"):
-        load_paper_stream("unemployment-bls", file)
-
-
-def test_tdrive_names_a_taxi_id_beyond_64_bits_and_drops_points_without_coordinates(tmp_path: Path) -> None:
+def test_tdrive_drops_points_without_coordinates(tmp_path: Path) -> None:
     file = tmp_path / "1.txt"
-    file.write_text("99999999999999999999,2008-02-02 15:36:08,116.3,39.9\n")
-    with pytest.raises(InvalidArgument, match="line 1: .* is not id,YYYY-MM-DD HH:MM:SS,lon,lat"):
-        load_paper_stream("tdrive", file)
     file.write_text("1,2008-02-02 15:36:08,nan,39.9\n1,2008-02-02 15:40:00,116.26,39.81\n")
     table = aggregate.tdrive(file)
     assert table.sum() == 4 and table[0, 0] == 1  # the NaN point counts nowhere; the other in cell 0, tiled 4 times
+
+
+PORTO_HEADER = "TRIP_ID,CALL_TYPE,ORIGIN_CALL,ORIGIN_STAND,TAXI_ID,TIMESTAMP,DAY_TYPE,MISSING_DATA,POLYLINE\n"
+RETAIL_HEADER = "InvoiceNo,StockCode,Description,Quantity,InvoiceDate,UnitPrice,CustomerID,Country\n"
+PORTO_POLYLINE = "row 2: TIMESTAMP='1372636858' or POLYLINE is not seconds and a list"
+REFUSED = [  # (stream, file name, content, what the message says)
+    ("unemployment-bls", "other.csv", "month,unemployed\n1948-01,2351\n", "not FRED's CSV of LNU03000000"),
+    ("unemployment-bls", "f.csv", "observation_date,LNU03000000\n1948-01-01,2351\n1948-02-01,.\n",
+     "row 3: LNU03000000='.' is not reported"),
+    ("unemployment-bls", "f.csv", "date,value\n1976-01,seven\n", "row 2: value='seven' is not a number"),
+    ("unemployment-bls", "f.csv", "observation_date,LNU03000000\n1948-01-01,inf\n", "row 2: LNU03000000='inf' is not a number"),
+    ("flu-death", "deaths.csv", "week,value\n", "the first line \\['week', 'value'\\] is missing \\['deaths'\\]"),
+    ("flu-death", "deaths.csv", "week,deaths\n", "a header but no rows"),
+    ("retail", "r.csv", RETAIL_HEADER + "1,A,X\n", "row 2 has 3 fields, the header 8"),
+    ("retail", "r.csv", RETAIL_HEADER + "1,A,X,nan,12/1/2010 8:26,1,1,UK\n", "row 2: Quantity='nan' is malformed"),
+    ("tdrive", "1.txt", "99999999999999999999,2008-02-02 15:36:08,116.3,39.9\n",
+     "line 1: .* is not id,YYYY-MM-DD HH:MM:SS,lon,lat"),
+    ("taxi-porto", "train.csv", PORTO_HEADER + '"1","A","","","2","99999999999999999999","A","False","[[-8.6,41.1]]"\n',
+     "row 2: TIMESTAMP=99999999999999999999 is not a time"),
+    *(("taxi-porto", "train.csv", PORTO_HEADER + f'"1","A","","","2","1372636858","A","False",{polyline}\n', PORTO_POLYLINE)
+      for polyline in ('"[1]"', '"[[1]]"', '"{""a"": 1}"', '"[[""x"", 2]]"', '"[[-8.6"')),
+]
+
+
+@pytest.mark.parametrize(("stream", "name", "content", "message"), REFUSED)
+def test_malformed_files_are_refused_with_the_row_named(tmp_path: Path, stream: str, name: str, content: str,
+                                                        message: str) -> None:
+    file = tmp_path / name
+    file.write_text(content)
+    with pytest.raises(InvalidArgument, match=message):
+        load_paper_stream(stream, file)
 
 
 def test_a_benchmark_file_runs_on_freds_download_as_the_papers_unemployment_stream(tmp_path: Path) -> None:

@@ -211,24 +211,24 @@ def invoice_days(path: Path, dates: list[tuple[int, str]]) -> IntArray:
     """The day (proleptic ordinal) of every (line, InvoiceDate): in the first of ``INVOICE_FORMS``
     that reads every date of the file, so that 1/2/2011 is one day throughout, never a mix."""
     distinct = sorted({text for _, text in dates})
+    read: set[str] = set()  # the dates some form reads
     for form in INVOICE_FORMS:
-        try:
-            day = {text: dt.datetime.strptime(text, form).date().toordinal() for text in distinct}
-        except ValueError:
-            continue
-        return np.array([day[text] for _, text in dates], dtype=np.int64)
+        day = {text: _day(text, form) for text in distinct}
+        if None not in day.values():
+            return np.array([day[text] for _, text in dates], dtype=np.int64)
+        read |= {text for text, ordinal in day.items() if ordinal is not None}
     for line, text in dates:  # no single form reads them all: name a date that no form reads
-        if not any(_reads(text, form) for form in INVOICE_FORMS):
+        if text not in read:
             raise InvalidArgument(f"{path}: row {line}: InvoiceDate={text!r} is not a date and time")
     raise InvalidArgument(f"{path}: the InvoiceDate values mix date forms; expected one of {INVOICE_FORMS}")
 
 
-def _reads(text: str, form: str) -> bool:
+def _day(text: str, form: str) -> int | None:
+    """The day (proleptic ordinal) of ``text`` read in ``form``; None if it does not read."""
     try:
-        dt.datetime.strptime(text, form)
+        return dt.datetime.strptime(text, form).date().toordinal()
     except ValueError:
-        return False
-    return True
+        return None
 
 
 def _excel_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:

@@ -54,7 +54,7 @@ def table_rows(path: Path, needed: tuple[str, ...]) -> Iterator[tuple[int, dict[
     lines skipped, and a row shorter than the header refused."""
     with path.open(newline="", encoding="utf-8-sig", errors="replace") as handle:
         reader = csv.reader(handle)
-        read = [_stripped(next(reader, [])) for _ in range(_TITLE_LINES + 1)]  # one list per line (no quoted newlines here)
+        read = _head(reader)
         at = next((index for index, names in enumerate(read) if all(name in names for name in needed)), None)
         if at is None:
             missing = [name for name in needed if name not in read[0]]
@@ -75,11 +75,16 @@ def _stripped(fields: list[str]) -> list[str]:
     return [field.strip() for field in fields]
 
 
+def _head(reader: Iterator[list[str]]) -> list[list[str]]:
+    """The fields of the lines a header may be on (title lines, then the header), one list per line
+    (no export quotes a newline there); [] for lines past the end."""
+    return [_stripped(next(reader, [])) for _ in range(_TITLE_LINES + 1)]
+
+
 def _names(path: Path) -> set[str]:
     """Every name in the lines a header may be on (to tell which export a file is)."""
     with path.open(newline="", encoding="utf-8-sig", errors="replace") as handle:
-        reader = csv.reader(handle)
-        return {name for _ in range(_TITLE_LINES + 1) for name in _stripped(next(reader, []))}
+        return {name for fields in _head(csv.reader(handle)) for name in fields}
 
 
 def _value(path: Path, line: int, row: dict[str, str], column: str) -> float | None:
@@ -158,18 +163,17 @@ def state_flu(path: Path, *, length: int = 492) -> FloatArray:
     """Weekly ILITOTAL per state of the state ILINet export: one dimension per REGION (in order of
     first appearance) that reports a number in every week of the file; a state with a week not
     reported ("X": Florida reports none) is left out. Weeks are (YEAR, WEEK), in file order."""
-    rows = list(table_rows(path, ("REGION", "YEAR", "WEEK", "ILITOTAL")))
     weeks: dict[tuple[str, str], int] = {}
-    series: dict[str, dict[int, float | None]] = {}
-    for line, row in rows:
-        week = weeks.setdefault((row["YEAR"], row["WEEK"]), len(weeks))
-        series.setdefault(row["REGION"], {})[week] = _value(path, line, row, "ILITOTAL")
-    complete = [region for region, by_week in series.items()
-                if len(by_week) == len(weeks) and all(value is not None for value in by_week.values())]
-    if not complete:
+    regions: dict[str, int] = {}
+    cells = [(weeks.setdefault((row["YEAR"], row["WEEK"]), len(weeks)), regions.setdefault(row["REGION"], len(regions)),
+              _value(path, line, row, "ILITOTAL")) for line, row in table_rows(path, ("REGION", "YEAR", "WEEK", "ILITOTAL"))]
+    table = np.full((len(weeks), len(regions)), np.nan)  # NaN: not reported (number() reads no NaN)
+    for week, region, value in cells:
+        table[week, region] = np.nan if value is None else value
+    complete = table[:, ~np.isnan(table).any(axis=0)]
+    if complete.shape[1] == 0:
         raise InvalidArgument(f"{path}: no region reports ILITOTAL in every one of its {len(weeks)} weeks")
-    table = [[float(series[region][week] or 0.0) for region in complete] for week in range(len(weeks))]
-    return _first(path, table, length)
+    return complete[:length]
 
 
 # -- CDC FluView: pneumonia and influenza mortality ---------------------------------------------------
