@@ -312,6 +312,49 @@ def test_rescue_pid_by_hand() -> None:
     assert pid.interval.tolist() == [11.0] and pid.next.tolist() == [24.0]
 
 
+def _rescue_update_oracle(pid: RescuePID, t: int, release: np.ndarray, where: np.ndarray, noise_scale: np.ndarray) -> None:
+    """RescuePID.update written with whole-array numpy operations (the kernel's earlier form)."""
+    error = np.where(np.isnan(pid.last_release), 0.0, np.abs(release - np.nan_to_num(pid.last_release)))
+    errors = np.concatenate([pid.errors[..., 1:], error[..., None]], axis=-1)
+    elapsed = np.maximum(t - pid.last_time, 1.0)
+    seen = ~np.isnan(errors)
+    mean = np.where(seen, errors, 0.0).sum(axis=-1) / seen.sum(axis=-1)
+    control = pid.kp * error + pid.ki * mean + pid.kd * error / elapsed
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(np.isfinite(noise_scale), control / noise_scale, 0.0)
+    interval = np.maximum(1.0, pid.interval + pid.theta * (1.0 - ratio**2))
+    pid.errors = np.where(where[..., None], errors, pid.errors)
+    pid.last_release = np.where(where, release, pid.last_release)
+    pid.interval = np.where(where, interval, pid.interval)
+    pid.last_time = np.where(where, float(t), pid.last_time)
+    pid.next = np.where(where, t + np.floor(pid.interval), pid.next)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 4), st.integers(1, 5), st.floats(0.0, 1.0))
+def test_rescue_pid_update_matches_the_whole_array_form_bit_for_bit(seed: int, width: int, cells: int, kd: float) -> None:
+    """The compiled controller step against the same equations as whole-array numpy operations, over
+    steps with sampled and skipped cells, a run whose budget is spent (λ = inf) and a shared λ per run."""
+    rng = np.random.default_rng(seed)
+    gains = {"kp": float(rng.uniform(0, 2)), "ki": float(rng.uniform(0, 1)), "kd": kd, "theta": float(rng.uniform(1, 20))}
+    pids = [RescuePID.start((3, cells), integral_window=width, **gains) for _ in range(2)]
+    for t in range(1, 30):
+        release = np.round(rng.normal(0, 50, size=(3, cells)), int(rng.integers(0, 3)))
+        where = rng.random((3, cells)) < 0.6
+        scale = np.where(rng.random((3, 1)) < 0.2, np.inf, rng.uniform(0.1, 30, size=(3, 1)))
+        pids[0].update(t, release, where, scale)
+        _rescue_update_oracle(pids[1], t, release, where, np.broadcast_to(scale, (3, cells)))
+        for name in ("errors", "last_release", "last_time", "interval", "next"):
+            np.testing.assert_array_equal(getattr(pids[0], name), getattr(pids[1], name), err_msg=f"{name} at t={t}")
+
+
+def test_rescue_pid_refuses_state_it_cannot_update_in_place() -> None:
+    pid = RescuePID.start((2, 2))
+    pid.interval = np.ones((2, 4))[:, ::2]  # a strided view: an update would be lost
+    with pytest.raises(InvalidArgument, match="contiguous"):
+        pid.update(1, np.zeros((2, 2)), np.ones((2, 2), dtype=bool), np.ones((2, 1)))
+
+
 def test_smoothers_by_hand() -> None:
     rows = np.array([[np.nan, 1.0, 5.0, 3.0], [2.0, 4.0, 6.0, 20.0]])
     assert smooth(rows, "median", 10.0).tolist() == [3.0, 5.0]

@@ -5,9 +5,14 @@ Post-processing only: they see released values, never the true stream.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
+import numba
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
+
+from budgetcheck import InvalidArgument
 
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
@@ -131,18 +136,49 @@ class RescuePID:
         return np.asarray(self.next <= t)
 
     def update(self, t: int, release: FloatArray, where: BoolArray, noise_scale: FloatArray) -> None:
-        """A sample at t where ``where``; ``noise_scale`` is λ = Δ/ε_remaining(t + 1) (inf: nothing left)."""
-        error = np.where(np.isnan(self.last_release), 0.0, np.abs(release - np.nan_to_num(self.last_release)))
-        errors = pushed(self.errors, error)
-        elapsed = np.maximum(t - self.last_time, 1.0)
-        seen = ~np.isnan(errors)  # the newest error always is: mean over 1 to π errors (np.nanmean's arithmetic, cheaper)
-        mean = np.where(seen, errors, 0.0).sum(axis=-1) / seen.sum(axis=-1)
-        control = self.kp * error + self.ki * mean + self.kd * error / elapsed
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(np.isfinite(noise_scale), control / noise_scale, 0.0)
-        interval = np.maximum(1.0, self.interval + self.theta * (1.0 - ratio**2))
-        self.errors = np.where(where[..., None], errors, self.errors)
-        self.last_release = np.where(where, release, self.last_release)
-        self.interval = np.where(where, interval, self.interval)
-        self.last_time = np.where(where, float(t), self.last_time)
-        self.next = np.where(where, t + np.floor(self.interval), self.next)
+        """A sample at t where ``where``; ``noise_scale`` is λ = Δ/ε_remaining(t + 1) (inf: nothing left).
+
+        One compiled pass over the sampled cells (:func:`_rescue_update`); the state arrays change in place."""
+        shape = self.interval.shape
+        state = (self.errors, self.last_release, self.last_time, self.interval, self.next)
+        if not all(a.dtype == np.float64 and a.flags.c_contiguous and a.flags.writeable for a in state):
+            raise InvalidArgument("the controller's state arrays must be writable contiguous float64 arrays")
+        _rescue_update(float(t), _flat(release, shape, np.float64), _flat(where, shape, np.bool_), _flat(noise_scale, shape, np.float64),
+                       self.errors.reshape(-1, self.errors.shape[-1]), self.last_release.reshape(-1), self.last_time.reshape(-1),
+                       self.interval.reshape(-1), self.next.reshape(-1), self.kp, self.ki, self.kd, self.theta)
+
+
+def _flat(values: ArrayLike, shape: tuple[int, ...], dtype: type[np.generic]) -> NDArray[Any]:
+    """``values`` broadcast to ``shape``, as a contiguous 1-d array of ``dtype``."""
+    return np.ascontiguousarray(np.broadcast_to(np.asarray(values, dtype=dtype), shape)).reshape(-1)
+
+@numba.njit(cache=True, nogil=True)
+def _rescue_update(t: float, release: FloatArray, where: BoolArray, noise_scale: FloatArray, errors: FloatArray, last_release: FloatArray,
+                   last_time: FloatArray, interval: FloatArray, next_time: FloatArray, kp: float, ki: float, kd: float, theta: float) -> None:
+    """RescuePID.update per sampled cell (Wang et al. 2016, Eq. 4-5), each operation in the order of
+    the whole-array form (the same doubles)."""
+    width = errors.shape[1]
+    for cell in range(release.size):
+        if not where[cell]:
+            continue
+        last = last_release[cell]
+        error = 0.0 if np.isnan(last) else abs(release[cell] - last)
+        row = errors[cell]
+        for k in range(width - 1):
+            row[k] = row[k + 1]
+        row[width - 1] = error
+        total, count = 0.0, 0
+        for k in range(width):  # in order, as numpy's reduction of a short row adds them
+            if not np.isnan(row[k]):
+                total += row[k]
+                count += 1
+        mean = total / count
+        elapsed = max(t - last_time[cell], 1.0)
+        control = kp * error + ki * mean + kd * error / elapsed
+        scale = noise_scale[cell]
+        ratio = control / scale if np.isfinite(scale) else 0.0
+        stepped = interval[cell] + theta * (1.0 - ratio * ratio)
+        interval[cell] = stepped if stepped > 1.0 else 1.0
+        last_release[cell] = release[cell]
+        last_time[cell] = t
+        next_time[cell] = t + np.floor(interval[cell])
