@@ -7,6 +7,7 @@ Swellfish: Tex, Schäler, Böhm, Theorem 4.2).
 
 from __future__ import annotations
 
+from budgetcheck import kernels as kernels
 from budgetcheck import ops as ops
 from budgetcheck import proving as proving
 from budgetcheck import rounding as rounding
@@ -107,6 +108,7 @@ __all__ = [
     "execute_swellfish",
     "goal_affected_maximum",
     "inclusion_probabilities",
+    "kernels",
     "load_lines",
     "load_mechanism",
     "open_ledger",

@@ -2,21 +2,21 @@
 
 Each row (a run and cell) holds one group, which only grows by one value a step or restarts with
 it. A row's values are stored ascending in its own line of a (rows, capacity) array; a step is one
-compiled pass over the rows (numba): per row, the larger values shift up one rank and the new value
-takes the gap, so a step costs at most the group's length per row, and groups are mostly short. Used for the
-smoother's medians over released values (post-processing) and, inside
-:class:`budgetcheck.ThresholdTest`, for the group deviation of true values without re-reading the
-whole group at every step.
+compiled pass over the rows (:func:`budgetcheck.kernels.compiled`): per row, the larger values
+shift up one rank and the new value takes the gap, so a step costs at most the group's length per
+row, and groups are mostly short. Used for the smoother's medians over released values
+(post-processing) and, inside :class:`budgetcheck.ThresholdTest`, for the group deviation of true
+values without re-reading the whole group at every step.
 """
 
 from __future__ import annotations
 
 import attrs
-import numba
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck._errors import InvalidArgument
+from budgetcheck.kernels import compiled
 from budgetcheck._validation import check_positive_int
 
 FloatArray = NDArray[np.float64]
@@ -81,7 +81,7 @@ class RankedRows:
         return result
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled
 def _insert_rows(lines: FloatArray, sizes: IntArray, totals: FloatArray, values: FloatArray, restart: BoolArray) -> None:
     """Insert ``values[row]`` into the ascending line of every row (after equal values), in place;
     a restarting row's group becomes that value alone. The caller has checked the capacity."""
@@ -102,7 +102,7 @@ def _insert_rows(lines: FloatArray, sizes: IntArray, totals: FloatArray, values:
         sizes[row] = size + 1
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled
 def _deviation_rows(lines: FloatArray, sizes: IntArray, totals: FloatArray, out: FloatArray) -> None:
     """``out[row]`` = 2 Σ_{c < mean} (mean − c) over the row's group (0 for an empty row)."""
     for row in range(sizes.size):

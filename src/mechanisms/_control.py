@@ -8,11 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
-import numba
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck import InvalidArgument
+from budgetcheck.kernels import compiled
 
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
@@ -152,7 +152,7 @@ def _flat(values: ArrayLike, shape: tuple[int, ...], dtype: type[np.generic]) ->
     """``values`` broadcast to ``shape``, as a contiguous 1-d array of ``dtype``."""
     return np.ascontiguousarray(np.broadcast_to(np.asarray(values, dtype=dtype), shape)).reshape(-1)
 
-@numba.njit(cache=True, nogil=True)
+@compiled
 def _rescue_update(t: float, release: FloatArray, where: BoolArray, noise_scale: FloatArray, errors: FloatArray, last_release: FloatArray,
                    last_time: FloatArray, interval: FloatArray, next_time: FloatArray, kp: float, ki: float, kd: float, theta: float) -> None:
     """RescuePID.update per sampled cell (Wang et al. 2016, Eq. 4-5), each operation in the order of
