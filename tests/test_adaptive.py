@@ -203,6 +203,19 @@ def test_above_threshold_keeps_deviation_up_to_date_with_the_answers_of_reading_
     assert any(any(map(any, above)) for above in outcomes[0][0]) or not close_often  # instances closed on their deviation
 
 
+def test_a_test_keeping_sorted_groups_refuses_another_statistic_before_charging() -> None:
+    """A capped test whose first query is a deviation keeps only the sorted groups: a later query
+    with another statistic is refused with nothing charged (it has no footprints to read)."""
+    ledger, secrets = _ledger(epsilon=10.0)
+    test = ledger.above_threshold(epsilon=0.1, sensitivity=2.0, cells=(3,), max_footprint=3)
+    test.query(secrets[0], deviation, 1.0)
+    spent = list(ledger.records)
+    with pytest.raises(InvalidArgument, match="query it with deviation"):
+        test.query(secrets[1], lambda values: deviation(values), 1.0)
+    assert list(ledger.records) == spent
+    test.query(secrets[1], deviation, 1.0)  # the test goes on
+
+
 def _growing_groups(data: Any, rows: int, capacity: int,
                     most_steps: int) -> Iterator[tuple[np.ndarray, np.ndarray, list[list[float]], np.ndarray]]:
     """Drawn steps of groups that grow by one value a row or restart (at the first step, at capacity,

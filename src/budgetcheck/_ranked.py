@@ -67,8 +67,9 @@ class RankedRows:
 
     def median(self) -> FloatArray:
         """Every row's group median (the mean of the two middle values of an even group), shape (rows,)."""
-        sizes, rows = self.sizes, np.arange(self.sizes.size)
-        return np.asarray((self._lines[rows, (sizes - 1) // 2] + self._lines[rows, sizes // 2]) / 2.0, dtype=np.float64)
+        result = np.empty(self.sizes.size)
+        _median_rows(self._lines, self.sizes, result)
+        return result
 
     def deviation(self) -> FloatArray:
         """Every row's Σ_i |c_i − mean| over its group (PeGaSus's deviation), shape (rows,).
@@ -117,3 +118,11 @@ def _deviation_rows(lines: FloatArray, sizes: IntArray, totals: FloatArray, out:
                 break
             below += mean - line[rank]
         out[row] = 2.0 * below
+
+
+@compiled
+def _median_rows(lines: FloatArray, sizes: IntArray, out: FloatArray) -> None:
+    """``out[row]`` = the mean of the row's two middle values (one value twice for an odd size)."""
+    for row in range(sizes.size):
+        size = sizes[row]
+        out[row] = (lines[row, (size - 1) // 2] + lines[row, size // 2]) / 2.0

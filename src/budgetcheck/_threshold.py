@@ -128,8 +128,9 @@ class ThresholdTest:
         footprints have similar lengths (L is the group's longest, rounded up to 8, 16, 32, …).
         ``thresholds`` (public, broadcast to (runs, *cells)) are the θ_k of the tested cells.
         When ``statistic`` is :func:`deviation` on a test with ``max_footprint`` from its first
-        query on, the footprints are also kept sorted per run and cell (:class:`RankedRows`), and
-        the deviation comes from them (the same value to rounding, without re-reading the footprints).
+        query on, the footprints are kept sorted per run and cell instead (:class:`RankedRows`),
+        the deviation comes from them (the same value to rounding, without re-reading the
+        footprints), and every later query must be a deviation too.
         """
         ledger = self._ledger
         if not isinstance(secret, Secret):
@@ -138,9 +139,12 @@ class ThresholdTest:
             raise InvalidArgument(f"secret of shape {secret.shape} does not match cells={self._cells}")
         if secret.t <= self._last_t:
             raise InvalidArgument(f"query at t={secret.t} after a query at t={self._last_t}: one query per timestamp, in order")
+        if self._groups is not None and statistic is not deviation:
+            raise InvalidArgument("this test keeps its footprints as sorted groups (its first query was deviation): query it with deviation")
         shape = (ledger.runs, *self._cells)
-        theta = np.broadcast_to(np.asarray(thresholds, dtype=np.float64), shape)
-        if not np.isfinite(theta).all():
+        given = np.asarray(thresholds, dtype=np.float64)
+        theta = np.broadcast_to(given, shape)
+        if not np.isfinite(given).all():
             raise InvalidArgument(f"thresholds must be finite, got {np.asarray(thresholds)!r}")
         t = secret.t
         amounts, query_scale = self._amounts, self._query_scale
@@ -161,13 +165,15 @@ class ThresholdTest:
         opened = (self._starts == 0) | capped
         tested = ~opened
         with charged(secret) as values:
-            self._recent.append(t, values)
-            if self._groups is not None:
+            if self._groups is not None:  # the groups are the footprints
                 self._groups.insert(ledger._per_run(secret, values), opened)
-        self._recent.keep_from(int(self._starts[tested].min()) if tested.any() else t)
+            else:
+                self._recent.append(t, values)
+        if self._groups is None:
+            self._recent.keep_from(int(self._starts[tested].min()) if tested.any() else t)
         above = np.zeros(shape, dtype=bool)
         if tested.any():
-            if self._groups is not None and statistic is deviation:
+            if self._groups is not None:
                 result = self._groups.deviation().reshape(shape)  # the footprints' deviation, kept up to date
             else:
                 result = np.zeros(shape)
@@ -187,7 +193,9 @@ class ThresholdTest:
                 self._offsets[opened] = rng.laplace(0.0, 1.0, size=int(fresh)) * np.broadcast_to(self._offset_scale, shape)[opened]
         self._starts[opened] = t
         self._starts[above] = 0
-        return np.stack([above, opened, self._starts]).astype(np.float64)
+        outcome = np.empty((3, *shape))
+        outcome[0], outcome[1], outcome[2] = above, opened, self._starts
+        return outcome
 
     def _footprints(self, secret: Secret, tested: BoolArray, rows: IntArray, width: int) -> FloatArray:
         """The true values of the footprints of the tested cells of ``rows`` (runs whose longest
