@@ -125,6 +125,22 @@ def test_every_epsilon_of_a_w_shares_one_pass_whatever_is_selected(tmp_path: Pat
         attrs.evolve(sub, settings=[Setting(0.7, 10)])
 
 
+def test_workers_take_the_largest_passes_first() -> None:
+    """Batches go to the workers by run-timestamp-values, largest first: the passes of two ε of
+    w = 10 on the longer stream (streams of different lengths are not stacked) come first; ties
+    keep their order."""
+    grid = Benchmark(("Uniform", "BD"), [ArtificialStream(20, 10.0, 60), ArtificialStream(40, 1000.0, 90)],
+                     [Setting(1.0, 10), Setting(0.5, 10), Setting(1.0, 20)], runs=4)
+    batches = list(dict.fromkeys(grid.batch(cell) for cell in grid.cells()))
+    ordered = runner_module.largest_first(grid, batches)
+    assert sorted(map(repr, ordered)) == sorted(map(repr, batches))
+    work = [len(b.epsilons) * 4 * sum(grid.stream(n).data(grid.seed).size for n in b.streams) for b in ordered]
+    assert work == sorted(work, reverse=True) and work[0] == 2 * 4 * 90
+    assert [(b.epsilons, b.streams) for b in ordered[:2]] == [((0.5, 1.0), ("s40-a1000-p90",))] * 2
+    tied = [b for b, size in zip(ordered, work, strict=True) if size == work[-1]]
+    assert tied == [b for b in batches if b in tied]
+
+
 def test_a_pass_holds_as_many_epsilon_as_the_mechanisms_max_stacked_runs_allows() -> None:
     """Ascending ε of one w fill passes of at most ``max_stacked_runs`` runs (at least one ε each);
     a third-party mechanism that does not declare it (it reads ledger.params) runs one ε per pass."""
