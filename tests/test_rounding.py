@@ -47,6 +47,54 @@ def test_mul_down_is_the_floor_of_the_product(a: float, b: float) -> None:
         assert Fraction(math.nextafter(got, math.inf)) > exact
 
 
+signed = st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=True) | st.sampled_from([0.0, -0.0, 5e-324, 0.1, 0.3, 1 / 3])
+
+
+def _same_doubles(got: np.ndarray, expected: np.ndarray) -> bool:
+    """Bit for bit, but for the sign of a NaN (numpy's negation and the compiled loop's may differ)."""
+    def canonical(values: np.ndarray) -> bytes:
+        return np.where(np.isnan(values), np.nan, values).tobytes()
+    return got.shape == expected.shape and canonical(got) == canonical(expected)
+
+
+wide = st.floats(min_value=0.0, max_value=1e150, allow_subnormal=True) | st.sampled_from([0.0, 5e-324, 2.0**-1022, 2.0**-900, 0.1, 1 / 3])
+
+
+@given(st.lists(st.tuples(wide, wide), min_size=1, max_size=8), st.booleans())
+def test_mul_down_of_arrays_is_the_whole_array_form_bit_for_bit_and_a_floor(pairs: list[tuple[float, float]], broadcast: bool) -> None:
+    """The compiled element loop against Dekker's TwoProduct as whole-array numpy operations (its
+    earlier form), broadcasting a column against a row, and each result against the exact product."""
+    a = np.array([x for x, _ in pairs])
+    b = np.array([y for _, y in pairs])[:, None] if broadcast else np.array([y for _, y in pairs])
+    got = rounding.mul_down(a, b)
+    x, y = np.broadcast_arrays(a, b)
+    product = x * y
+    error = rounding._two_product_error(x, y, product)
+    expected = rounding._down_where(product, (error < 0.0) | rounding._near_underflow(product))
+    assert _same_doubles(got, expected)
+    for value, left, right in zip(got.reshape(-1).tolist(), x.reshape(-1).tolist(), y.reshape(-1).tolist(), strict=True):
+        exact = Fraction(left) * Fraction(right)
+        assert Fraction(value) <= exact
+        if exact > 0 and value > 2.0**-900:
+            assert Fraction(math.nextafter(value, math.inf)) > exact
+
+
+@given(st.lists(st.tuples(signed, signed), min_size=1, max_size=8), st.booleans())
+def test_sub_down_of_arrays_is_the_whole_array_form_bit_for_bit(pairs: list[tuple[float, float]], broadcast: bool) -> None:
+    """The compiled element loop against TwoSum as whole-array numpy operations (its earlier form),
+    over every double (zeros of both signs, subnormals, infinities, NaN) and a broadcast."""
+    a = np.array([x for x, _ in pairs])
+    b = np.array([y for _, y in pairs])[:, None] if broadcast else np.array([y for _, y in pairs])
+    got = rounding.sub_down(a, b)
+    x, y = np.broadcast_arrays(a, -b)
+    with np.errstate(all="ignore"):  # infinities and NaN, and nextafter from the largest double to -inf
+        total = x + y
+        virtual = total - x
+        error = (x - (total - virtual)) + (y - virtual)
+        expected = np.maximum(rounding._down_where(total, error < 0.0), 0.0)
+    assert _same_doubles(got, expected)
+
+
 @given(budgets, st.floats(min_value=1e-6, max_value=1e6))
 def test_div_down_is_the_floor_of_the_quotient(a: float, b: float) -> None:
     got = float(rounding.div_down(a, b))

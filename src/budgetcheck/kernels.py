@@ -1,9 +1,11 @@
 """Compiled loops over rows for per-step work that whole-array numpy cannot do in one pass.
 
-:func:`compiled` is numba's ``njit`` (no fastmath: IEEE operations in the order written) with an
-on-disk cache, so a process pays for compilation once per installation, not once per start. Where
-no cache directory can be written (a read-only installation and home), the kernel compiles in
-each process instead of failing at import. Mechanisms may use it for their post-processing.
+:func:`compiled` is numba's ``njit`` with an on-disk cache, so a process pays for compilation
+once per installation, not once per start. No fastmath: IEEE operations run in the order written,
+nothing fused or reordered (the directed-rounding loops of :mod:`budgetcheck.rounding` rely on
+it); numpy's error model: a division by zero gives inf or NaN, as in numpy, not an exception.
+Where no cache directory can be written (a read-only installation and home), the kernel compiles
+in each process instead of failing at import. Mechanisms may use it for their post-processing.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 def compiled(function: F) -> F:
     """``function`` compiled by numba (nopython mode, GIL released), cached on disk when possible."""
     try:
-        kernel = numba.njit(cache=True, nogil=True)(function)
+        kernel = numba.njit(cache=True, nogil=True, error_model="numpy")(function)
     except RuntimeError:  # numba found no writable cache directory
-        kernel = numba.njit(nogil=True)(function)
+        kernel = numba.njit(nogil=True, error_model="numpy")(function)
     return cast(F, kernel)

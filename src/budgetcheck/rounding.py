@@ -18,6 +18,8 @@ from fractions import Fraction
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from budgetcheck.kernels import compiled
+
 FloatArray = NDArray[np.float64]
 ObjectArray = NDArray[np.object_]
 
@@ -82,11 +84,43 @@ def mul_down(value: ArrayLike, factor: ArrayLike) -> FloatArray:
     The product's rounding error is found exactly with Dekker's TwoProduct; the result moves one
     ulp down only where round-to-nearest went up.
     """
-    a = np.asarray(value, dtype=np.float64)
-    b = np.asarray(factor, dtype=np.float64)
-    product = a * b
-    error = _two_product_error(a, b, product)
-    return _down_where(product, (error < 0.0) | _near_underflow(product))
+    a, b = np.broadcast_arrays(np.asarray(value, dtype=np.float64), np.asarray(factor, dtype=np.float64))
+    out = np.empty(a.shape)
+    flat = out.reshape(-1)
+    _mul_down_each(np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1), flat, flat.view(np.int64))
+    return out
+
+
+@compiled
+def _mul_down_each(a: FloatArray, b: FloatArray, out: FloatArray, out_bits: NDArray[np.int64]) -> None:
+    """:func:`mul_down` element by element, one pass (the operations of :func:`_two_product_error`,
+    in its order; numba compiles without fastmath, so nothing is fused or reordered). ``out_bits``
+    is ``out`` seen as int64: a finite non-zero double steps down by its bit pattern (as :func:`_next`)."""
+    for i in range(a.size):
+        x, y = a[i], b[i]
+        product = x * y
+        factor = 134217729.0 * x
+        x_high = factor - (factor - x)
+        x_low = x - x_high
+        factor = 134217729.0 * y
+        y_high = factor - (factor - y)
+        y_low = y - y_high
+        error = ((x_high * y_high - product) + x_high * y_low + x_low * y_high) + x_low * y_low
+        out[i] = product
+        _down_if(out, out_bits, i, (error < 0.0) | ((product != 0.0) & (abs(product) < 2.0**-900)))
+
+
+@compiled
+def _down_if(out: FloatArray, out_bits: NDArray[np.int64], i: int, down: bool) -> None:
+    """out[i] ← nextafter(out[i], −inf) where ``down`` holds: a finite non-zero double by its bit
+    pattern (``out_bits`` is ``out`` seen as int64), with no branch on ``down`` (rounding
+    directions are random); zeros, infinities and NaN by the library's rule."""
+    value = out[i]
+    ordinary = (value != 0.0) & (abs(value) < np.inf)
+    bits = out_bits[i]
+    out_bits[i] = bits - (down & ordinary) * (1 if bits > 0 else -1)
+    if down and not ordinary:
+        out[i] = np.nextafter(value, -np.inf)
 
 
 def div_down(value: ArrayLike, divisor: ArrayLike) -> FloatArray:
@@ -112,12 +146,26 @@ def half_down(value: ArrayLike) -> FloatArray:
 
 def sub_down(value: ArrayLike, subtrahend: ArrayLike) -> FloatArray:
     """max(value - subtrahend, 0) rounded down (Knuth's TwoSum finds the exact error)."""
-    a = np.asarray(value, dtype=np.float64)
-    b = -np.asarray(subtrahend, dtype=np.float64)
-    total = a + b
-    virtual = total - a
-    error = (a - (total - virtual)) + (b - virtual)
-    return np.maximum(_down_where(total, error < 0.0), 0.0)
+    a, b = np.broadcast_arrays(np.asarray(value, dtype=np.float64), np.asarray(subtrahend, dtype=np.float64))
+    out = np.empty(a.shape)
+    flat = out.reshape(-1)
+    _sub_down_each(np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1), flat, flat.view(np.int64))
+    return out
+
+
+@compiled
+def _sub_down_each(a: FloatArray, subtrahend: FloatArray, out: FloatArray, out_bits: NDArray[np.int64]) -> None:
+    """:func:`sub_down` element by element, one pass (TwoSum in its order; then numpy's maximum
+    with 0: NaN stays NaN, a zero of either sign gives +0.0)."""
+    for i in range(a.size):
+        x, y = a[i], -subtrahend[i]
+        total = x + y
+        virtual = total - x
+        error = (x - (total - virtual)) + (y - virtual)
+        out[i] = total
+        _down_if(out, out_bits, i, error < 0.0)
+        value = out[i]
+        out[i] = value if (value > 0.0) | (value != value) else 0.0
 
 
 def _near_underflow(values: FloatArray) -> NDArray[np.bool_]:
