@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -93,6 +95,29 @@ def test_sub_down_of_arrays_is_the_whole_array_form_bit_for_bit(pairs: list[tupl
         error = (x - (total - virtual)) + (y - virtual)
         expected = np.maximum(rounding._down_where(total, error < 0.0), 0.0)
     assert _same_doubles(got, expected)
+
+
+SHAPES = [(), (1,), (1, 1), (3,), (3, 1), (1, 3), (2, 3), (0,)]
+
+
+@pytest.mark.parametrize("function", [rounding.mul_down, rounding.sub_down])
+def test_compiled_rounding_broadcasts_as_numpy_does(function: Any) -> None:
+    """Every pair of shapes numpy can broadcast (single values of any rank among them) gives
+    numpy's broadcast shape, each element the function of the broadcast pair; others are refused."""
+    rng = np.random.default_rng(0)
+    for first in SHAPES:
+        for second in SHAPES:
+            a, b = rng.random(first) * 10, rng.random(second)
+            try:
+                shape = np.broadcast_shapes(first, second)
+            except ValueError:
+                with pytest.raises(ValueError):
+                    function(a, b)
+                continue
+            got = np.asarray(function(a, b))
+            x, y = np.broadcast_arrays(a, b)
+            expected = [float(function(p, q)) for p, q in zip(x.reshape(-1).tolist(), y.reshape(-1).tolist(), strict=True)]
+            assert got.shape == shape and got.reshape(-1).tolist() == expected
 
 
 @given(budgets, st.floats(min_value=1e-6, max_value=1e6))

@@ -84,20 +84,30 @@ def mul_down(value: ArrayLike, factor: ArrayLike) -> FloatArray:
     The product's rounding error is found exactly with Dekker's TwoProduct; the result moves one
     ulp down only where round-to-nearest went up.
     """
-    a, b = np.broadcast_arrays(np.asarray(value, dtype=np.float64), np.asarray(factor, dtype=np.float64))
-    out = np.empty(a.shape)
+    shape, a, b = _operands(value, factor)
+    out = np.empty(shape)
     flat = out.reshape(-1)
-    _mul_down_each(np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1), flat, flat.view(np.int64))
+    _mul_down_each(a, b, flat, flat.view(np.int64))
     return out
+
+
+def _operands(first: ArrayLike, second: ArrayLike) -> tuple[tuple[int, ...], FloatArray, FloatArray]:
+    """The broadcast shape of two operands and each as a contiguous 1-d float64 array of that
+    shape's size or of size 1 (a single value is not copied out to the full size)."""
+    a, b = np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
+    if a.shape != b.shape and a.size != 1 and b.size != 1:
+        a, b = np.broadcast_arrays(a, b)
+    shape = a.shape if a.shape == b.shape else np.broadcast_shapes(a.shape, b.shape)
+    return shape, np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1)
 
 
 @compiled
 def _mul_down_each(a: FloatArray, b: FloatArray, out: FloatArray, out_bits: NDArray[np.int64]) -> None:
-    """:func:`mul_down` element by element, one pass (the operations of :func:`_two_product_error`,
+    """:func:`mul_down` element by element (an operand of size 1 is used throughout), one pass (the operations of :func:`_two_product_error`,
     in its order; numba compiles without fastmath, so nothing is fused or reordered). ``out_bits``
     is ``out`` seen as int64: a finite non-zero double steps down by its bit pattern (as :func:`_next`)."""
-    for i in range(a.size):
-        x, y = a[i], b[i]
+    for i in range(out.size):
+        x, y = a[i if a.size > 1 else 0], b[i if b.size > 1 else 0]
         product = x * y
         factor = 134217729.0 * x
         x_high = factor - (factor - x)
@@ -146,19 +156,19 @@ def half_down(value: ArrayLike) -> FloatArray:
 
 def sub_down(value: ArrayLike, subtrahend: ArrayLike) -> FloatArray:
     """max(value - subtrahend, 0) rounded down (Knuth's TwoSum finds the exact error)."""
-    a, b = np.broadcast_arrays(np.asarray(value, dtype=np.float64), np.asarray(subtrahend, dtype=np.float64))
-    out = np.empty(a.shape)
+    shape, a, b = _operands(value, subtrahend)
+    out = np.empty(shape)
     flat = out.reshape(-1)
-    _sub_down_each(np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1), flat, flat.view(np.int64))
+    _sub_down_each(a, b, flat, flat.view(np.int64))
     return out
 
 
 @compiled
 def _sub_down_each(a: FloatArray, subtrahend: FloatArray, out: FloatArray, out_bits: NDArray[np.int64]) -> None:
-    """:func:`sub_down` element by element, one pass (TwoSum in its order; then numpy's maximum
+    """:func:`sub_down` element by element (an operand of size 1 is used throughout), one pass (TwoSum in its order; then numpy's maximum
     with 0: NaN stays NaN, a zero of either sign gives +0.0)."""
-    for i in range(a.size):
-        x, y = a[i], -subtrahend[i]
+    for i in range(out.size):
+        x, y = a[i if a.size > 1 else 0], -subtrahend[i if subtrahend.size > 1 else 0]
         total = x + y
         virtual = total - x
         error = (x - (total - virtual)) + (y - virtual)
