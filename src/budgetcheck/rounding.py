@@ -103,9 +103,9 @@ def _operands(first: ArrayLike, second: ArrayLike) -> tuple[tuple[int, ...], Flo
 
 @compiled
 def _mul_down_each(a: FloatArray, b: FloatArray, out: FloatArray, out_bits: NDArray[np.int64]) -> None:
-    """:func:`mul_down` element by element (an operand of size 1 is used throughout), one pass (the operations of :func:`_two_product_error`,
-    in its order; numba compiles without fastmath, so nothing is fused or reordered). ``out_bits``
-    is ``out`` seen as int64: a finite non-zero double steps down by its bit pattern (as :func:`_next`)."""
+    """:func:`mul_down` element by element (an operand of size 1 is used throughout), in one pass:
+    the operations of :func:`_two_product_error` in its order (no fastmath: nothing is fused or
+    reordered), then one step down (:func:`_down_if`) where round-to-nearest went up."""
     for i in range(out.size):
         x, y = a[i if a.size > 1 else 0], b[i if b.size > 1 else 0]
         product = x * y
@@ -165,8 +165,9 @@ def sub_down(value: ArrayLike, subtrahend: ArrayLike) -> FloatArray:
 
 @compiled
 def _sub_down_each(a: FloatArray, subtrahend: FloatArray, out: FloatArray, out_bits: NDArray[np.int64]) -> None:
-    """:func:`sub_down` element by element (an operand of size 1 is used throughout), one pass (TwoSum in its order; then numpy's maximum
-    with 0: NaN stays NaN, a zero of either sign gives +0.0)."""
+    """:func:`sub_down` element by element (an operand of size 1 is used throughout), in one pass:
+    TwoSum in its order, one step down where the sum went up, then numpy's maximum with 0 (NaN
+    stays NaN; a zero of either sign gives +0.0)."""
     for i in range(out.size):
         x, y = a[i if a.size > 1 else 0], -subtrahend[i if subtrahend.size > 1 else 0]
         total = x + y
