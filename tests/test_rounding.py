@@ -49,6 +49,27 @@ def test_mul_down_is_the_floor_of_the_product(a: float, b: float) -> None:
         assert Fraction(math.nextafter(got, math.inf)) > exact
 
 
+def _split(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    factor = 134217729.0 * a  # 2**27 + 1 (Veltkamp)
+    high = factor - (factor - a)
+    return high, a - high
+
+
+def _two_product_error(a: np.ndarray, b: np.ndarray, product: np.ndarray) -> np.ndarray:
+    """The exact a*b - fl(a*b) (Dekker) as whole-array numpy operations: the compiled loops' oracle."""
+    a_high, a_low = _split(a)
+    b_high, b_low = _split(b)
+    return ((a_high * b_high - product) + a_high * b_low + a_low * b_high) + a_low * b_low
+
+
+def _down_where(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    return np.where(mask, rounding.next_down(values), values)
+
+
+def _near_underflow(values: np.ndarray) -> np.ndarray:
+    return (values != 0.0) & (np.abs(values) < 2.0**-900)
+
+
 signed = st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=True) | st.sampled_from([0.0, -0.0, 5e-324, 0.1, 0.3, 1 / 3])
 
 
@@ -71,8 +92,8 @@ def test_mul_down_of_arrays_is_the_whole_array_form_bit_for_bit_and_a_floor(pair
     got = rounding.mul_down(a, b)
     x, y = np.broadcast_arrays(a, b)
     product = x * y
-    error = rounding._two_product_error(x, y, product)
-    expected = rounding._down_where(product, (error < 0.0) | rounding._near_underflow(product))
+    error = _two_product_error(x, y, product)
+    expected = _down_where(product, (error < 0.0) | _near_underflow(product))
     assert _same_doubles(got, expected)
     for value, left, right in zip(got.reshape(-1).tolist(), x.reshape(-1).tolist(), y.reshape(-1).tolist(), strict=True):
         exact = Fraction(left) * Fraction(right)
@@ -93,14 +114,31 @@ def test_sub_down_of_arrays_is_the_whole_array_form_bit_for_bit(pairs: list[tupl
         total = x + y
         virtual = total - x
         error = (x - (total - virtual)) + (y - virtual)
-        expected = np.maximum(rounding._down_where(total, error < 0.0), 0.0)
+        expected = np.maximum(_down_where(total, error < 0.0), 0.0)
+    assert _same_doubles(got, expected)
+
+
+@given(st.lists(st.tuples(signed, signed), min_size=1, max_size=8), st.booleans())
+def test_div_down_of_arrays_is_the_whole_array_form_bit_for_bit(pairs: list[tuple[float, float]], broadcast: bool) -> None:
+    """The compiled element loop against the quotient's TwoProduct check as whole-array numpy
+    operations (its earlier form), over every double, zero divisors included, and a broadcast."""
+    a = np.array([x for x, _ in pairs])
+    b = np.array([y for _, y in pairs])[:, None] if broadcast else np.array([y for _, y in pairs])
+    got = rounding.div_down(a, b)
+    x, y = np.broadcast_arrays(a, b)
+    with np.errstate(all="ignore"):
+        quotient = x / y
+        product = quotient * y
+        error = _two_product_error(quotient, y, product)
+        too_big = (product > x) | ((product == x) & (error > 0.0))
+        expected = _down_where(quotient, too_big | _near_underflow(quotient))
     assert _same_doubles(got, expected)
 
 
 SHAPES = [(), (1,), (1, 1), (3,), (3, 1), (1, 3), (2, 3), (0,)]
 
 
-@pytest.mark.parametrize("function", [rounding.mul_down, rounding.sub_down])
+@pytest.mark.parametrize("function", [rounding.mul_down, rounding.div_down, rounding.sub_down])
 def test_compiled_rounding_broadcasts_as_numpy_does(function: Any) -> None:
     """Every pair of shapes numpy can broadcast (single values of any rank among them) gives
     numpy's broadcast shape, each element the function of the broadcast pair; others are refused."""

@@ -104,20 +104,32 @@ def _operands(first: ArrayLike, second: ArrayLike) -> tuple[tuple[int, ...], Flo
 @compiled
 def _mul_down_each(a: FloatArray, b: FloatArray, out: FloatArray, out_bits: NDArray[np.int64]) -> None:
     """:func:`mul_down` element by element (an operand of size 1 is used throughout), in one pass:
-    the operations of :func:`_two_product_error` in its order (no fastmath: nothing is fused or
-    reordered), then one step down (:func:`_down_if`) where round-to-nearest went up."""
+    the product, its exact error (:func:`_product_error`), and one step down where round-to-nearest
+    went up, or where the error term could underflow (still a floor)."""
     for i in range(out.size):
         x, y = a[i if a.size > 1 else 0], b[i if b.size > 1 else 0]
         product = x * y
-        factor = 134217729.0 * x
-        x_high = factor - (factor - x)
-        x_low = x - x_high
-        factor = 134217729.0 * y
-        y_high = factor - (factor - y)
-        y_low = y - y_high
-        error = ((x_high * y_high - product) + x_high * y_low + x_low * y_high) + x_low * y_low
         out[i] = product
-        _down_if(out, out_bits, i, (error < 0.0) | ((product != 0.0) & (abs(product) < 2.0**-900)))
+        _down_if(out, out_bits, i, (_product_error(x, y, product) < 0.0) | _near_underflow(product))
+
+
+@compiled
+def _product_error(x: float, y: float, product: float) -> float:
+    """x·y − product exactly, for product = fl(x·y) (Dekker's TwoProduct with Veltkamp's splitting
+    by 2**27 + 1), valid without overflow or underflow; no fastmath, so nothing is fused or reordered."""
+    factor = 134217729.0 * x
+    x_high = factor - (factor - x)
+    x_low = x - x_high
+    factor = 134217729.0 * y
+    y_high = factor - (factor - y)
+    y_low = y - y_high
+    return ((x_high * y_high - product) + x_high * y_low + x_low * y_high) + x_low * y_low
+
+
+@compiled
+def _near_underflow(value: float) -> bool:
+    """Where Dekker's error term could underflow: there the result always steps down."""
+    return (value != 0.0) & (abs(value) < 2.0**-900)
 
 
 @compiled
@@ -135,15 +147,26 @@ def _down_if(out: FloatArray, out_bits: NDArray[np.int64], i: int, down: bool) -
 
 def div_down(value: ArrayLike, divisor: ArrayLike) -> FloatArray:
     """value / divisor rounded down (value >= 0, divisor > 0, both finite)."""
-    a = np.asarray(value, dtype=np.float64)
-    b = np.asarray(divisor, dtype=np.float64)
-    quotient = a / b
-    product = quotient * b
-    error = _two_product_error(quotient, b, product)
-    # quotient*b == product + error exactly; went up iff product + error > a.
-    too_big = (product > a) | ((product == a) & (error > 0.0))
-    return _down_where(quotient, too_big | _near_underflow(quotient))
+    shape, a, b = _operands(value, divisor)
+    out = np.empty(shape)
+    flat = out.reshape(-1)
+    _div_down_each(a, b, flat, flat.view(np.int64))
+    return out
 
+
+@compiled
+def _div_down_each(a: FloatArray, b: FloatArray, out: FloatArray, out_bits: NDArray[np.int64]) -> None:
+    """:func:`div_down` element by element (an operand of size 1 is used throughout), in one pass:
+    quotient·divisor = product + error exactly (:func:`_product_error`), so the quotient went up
+    iff product + error > the dividend; then one step down there (or near underflow)."""
+    for i in range(out.size):
+        x, y = a[i if a.size > 1 else 0], b[i if b.size > 1 else 0]
+        quotient = x / y
+        product = quotient * y
+        error = _product_error(quotient, y, product)
+        too_big = (product > x) | ((product == x) & (error > 0.0))
+        out[i] = quotient
+        _down_if(out, out_bits, i, too_big | _near_underflow(quotient))
 
 def half_down(value: ArrayLike) -> FloatArray:
     """value / 2 rounded down (:func:`div_down` by 2): halving is exact unless the half is subnormal,
@@ -177,15 +200,6 @@ def _sub_down_each(a: FloatArray, subtrahend: FloatArray, out: FloatArray, out_b
         _down_if(out, out_bits, i, error < 0.0)
         value = out[i]
         out[i] = value if (value > 0.0) | (value != value) else 0.0
-
-
-def _near_underflow(values: FloatArray) -> NDArray[np.bool_]:
-    """Where Dekker's error term could underflow: there we always step down (still certified)."""
-    return np.asarray((values != 0.0) & (np.abs(values) < 2.0**-900), dtype=np.bool_)
-
-
-def _down_where(values: FloatArray, mask: NDArray[np.bool_]) -> FloatArray:
-    return np.asarray(np.where(mask, next_down(values), values), dtype=np.float64)
 
 
 def step_up(values: ArrayLike, *, scratch: bool = False) -> Any:
@@ -224,20 +238,6 @@ def _next(values: ArrayLike, direction: int) -> FloatArray:
     step = np.sign(bits)
     out = bits + step if direction > 0 else bits - step
     return np.asarray(out.view(np.float64).reshape(x.shape), dtype=np.float64)
-
-
-def _split(a: FloatArray) -> tuple[FloatArray, FloatArray]:
-    factor = 134217729.0 * a  # 2**27 + 1 (Veltkamp)
-    high = factor - (factor - a)
-    return high, a - high
-
-
-def _two_product_error(a: FloatArray, b: FloatArray, product: FloatArray) -> FloatArray:
-    """The exact a*b - fl(a*b) (Dekker), valid without overflow or underflow."""
-    a_high, a_low = _split(a)
-    b_high, b_low = _split(b)
-    error = ((a_high * b_high - product) + a_high * b_low + a_low * b_high) + a_low * b_low
-    return np.asarray(error, dtype=np.float64)
 
 
 def sum_up(values: ArrayLike, axis: int = -1) -> FloatArray:
