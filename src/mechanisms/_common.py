@@ -180,6 +180,6 @@ def dissimilarity_framework(rule: AllocationRule, stream: Stream, ledger: Ledger
         spent = np.where(publish, candidate, 0.0)
         if publish.any():
             noisy = ledger.laplace(secret, spent, purpose="publication")
-            last = np.where(publish[:, None], filtered(np.nan_to_num(noisy), filtering), last)
+            last = np.where(publish[:, None], filtered(noisy, filtering), last)  # NaN only in the rows not taken
         state = rule.advance(FLOAT, env, state, publish, (dissimilarity_budget, spent))
         yield last

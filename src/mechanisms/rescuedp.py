@@ -189,9 +189,9 @@ def _releases(mech: RescueDP, stream: Stream, ledger: WindowLedger, *, shared_wi
         if mech.sample_noise:
             with np.errstate(divide="ignore", over="ignore"):  # a budget near 0 (its square may flush to 0): variance inf, gain 0
                 variance = np.where(sampled, 2.0 / np.where(sampled, budgets, 1.0) ** 2, 0.0)
-            posterior = kalman.correct(np.nan_to_num(observed), sampled, np.maximum(kalman.measurement_noise, variance))
+            posterior = kalman.correct(observed, sampled, np.maximum(kalman.measurement_noise, variance))  # NaN only where not sampled
         else:
-            posterior = kalman.correct(np.nan_to_num(observed), sampled)
+            posterior = kalman.correct(observed, sampled)
         if shared_window:
             state = rule.advance(FLOAT, env, state, due.any(axis=1), (budgets.max(axis=1),))  # what the ledger charged
         else:
