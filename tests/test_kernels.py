@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from budgetcheck.kernels import compiled
 
@@ -54,3 +55,15 @@ def test_a_kernel_compiles_where_numba_cannot_write_a_cache(tmp_path: Path) -> N
     result, plain = done.stdout.splitlines()
     assert result == "42.0"
     assert "no locator available" in plain  # the failure compiled() falls back from
+
+
+def test_compiled_falls_back_only_for_a_missing_cache_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any other error numba raises while setting a kernel up is not swallowed."""
+    import numba
+
+    def failing(**options: object) -> object:
+        raise RuntimeError("something else went wrong")
+
+    monkeypatch.setattr(numba, "njit", failing)
+    with pytest.raises(RuntimeError, match="something else"):
+        compiled(lambda x: x)

@@ -22,6 +22,8 @@ def compiled(function: F) -> F:
     """``function`` compiled by numba (nopython mode, GIL released), cached on disk when possible."""
     try:
         kernel = numba.njit(cache=True, nogil=True, error_model="numpy")(function)
-    except RuntimeError:  # numba found no writable cache directory
+    except RuntimeError as error:
+        if "no locator available" not in str(error):  # only a missing cache directory is expected here
+            raise
         kernel = numba.njit(nogil=True, error_model="numpy")(function)
     return cast(F, kernel)

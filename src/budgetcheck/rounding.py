@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from fractions import Fraction
 
@@ -84,21 +84,20 @@ def mul_down(value: ArrayLike, factor: ArrayLike) -> FloatArray:
     The product's rounding error is found exactly with Dekker's TwoProduct; the result moves one
     ulp down only where round-to-nearest went up.
     """
-    shape, a, b = _operands(value, factor)
-    out = np.empty(shape)
-    flat = out.reshape(-1)
-    _mul_down_each(a, b, flat, flat.view(np.int64))
-    return out
+    return _elementwise(_mul_down_each, value, factor)
 
 
-def _operands(first: ArrayLike, second: ArrayLike) -> tuple[tuple[int, ...], FloatArray, FloatArray]:
-    """The broadcast shape of two operands and each as a contiguous 1-d float64 array of that
-    shape's size or of size 1 (a single value is not copied out to the full size)."""
+def _elementwise(kernel: Callable[..., None], first: ArrayLike, second: ArrayLike) -> FloatArray:
+    """``kernel(a, b, out, out_bits)`` over the two operands broadcast as numpy does: each passed as
+    a contiguous 1-d float64 array of the result's size or of size 1 (a single value is not copied
+    out to the full size), ``out`` the result flattened and ``out_bits`` the same memory as int64."""
     a, b = np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
     if a.shape != b.shape and a.size != 1 and b.size != 1:
         a, b = np.broadcast_arrays(a, b)
-    shape = a.shape if a.shape == b.shape else np.broadcast_shapes(a.shape, b.shape)
-    return shape, np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1)
+    out = np.empty(a.shape if a.shape == b.shape else np.broadcast_shapes(a.shape, b.shape))
+    flat = out.reshape(-1)
+    kernel(np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1), flat, flat.view(np.int64))
+    return out
 
 
 @compiled
@@ -147,11 +146,7 @@ def _down_if(out: FloatArray, out_bits: NDArray[np.int64], i: int, down: bool) -
 
 def div_down(value: ArrayLike, divisor: ArrayLike) -> FloatArray:
     """value / divisor rounded down (value >= 0, divisor > 0, both finite)."""
-    shape, a, b = _operands(value, divisor)
-    out = np.empty(shape)
-    flat = out.reshape(-1)
-    _div_down_each(a, b, flat, flat.view(np.int64))
-    return out
+    return _elementwise(_div_down_each, value, divisor)
 
 
 @compiled
@@ -168,6 +163,7 @@ def _div_down_each(a: FloatArray, b: FloatArray, out: FloatArray, out_bits: NDAr
         out[i] = quotient
         _down_if(out, out_bits, i, too_big | _near_underflow(quotient))
 
+
 def half_down(value: ArrayLike) -> FloatArray:
     """value / 2 rounded down (:func:`div_down` by 2): halving is exact unless the half is subnormal,
     so only then is the general division needed."""
@@ -179,11 +175,7 @@ def half_down(value: ArrayLike) -> FloatArray:
 
 def sub_down(value: ArrayLike, subtrahend: ArrayLike) -> FloatArray:
     """max(value - subtrahend, 0) rounded down (Knuth's TwoSum finds the exact error)."""
-    shape, a, b = _operands(value, subtrahend)
-    out = np.empty(shape)
-    flat = out.reshape(-1)
-    _sub_down_each(a, b, flat, flat.view(np.int64))
-    return out
+    return _elementwise(_sub_down_each, value, subtrahend)
 
 
 @compiled

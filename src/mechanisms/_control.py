@@ -152,6 +152,7 @@ def _flat(values: ArrayLike, shape: tuple[int, ...], dtype: type[np.generic]) ->
     """``values`` broadcast to ``shape``, as a contiguous 1-d array of ``dtype``."""
     return np.ascontiguousarray(np.broadcast_to(np.asarray(values, dtype=dtype), shape)).reshape(-1)
 
+
 @compiled
 def _rescue_update(t: float, release: FloatArray, where: BoolArray, noise_scale: FloatArray, errors: FloatArray, last_release: FloatArray,
                    last_time: FloatArray, interval: FloatArray, next_time: FloatArray, kp: float, ki: float, kd: float, theta: float) -> None:
