@@ -23,6 +23,7 @@ from numpy.typing import NDArray
 
 from budgetcheck import rounding
 from budgetcheck._errors import InvalidArgument
+from budgetcheck.kernels import compiled
 
 FloatArray = NDArray[np.float64]
 NUMPY: Final = "numpy-laplace"
@@ -60,10 +61,39 @@ class NumpyLaplace:
         return rounding.scale_up(sensitivity, budgets)
 
     def perturb(self, values: FloatArray, scale: FloatArray, sensitivity: float, *, integral: bool) -> FloatArray:
-        noise = self._rng.laplace(0.0, 1.0, size=values.shape)
+        noise = laplace_draws(self._rng, values.shape)
         noise *= scale  # in place: the same numbers as values + noise * scale, without temporaries
         noise += values
         return noise
+
+
+def laplace_draws(rng: np.random.Generator, shape: int | tuple[int, ...], scale: float = 1.0) -> FloatArray:
+    """``rng.laplace(0.0, scale, shape)``: the same doubles, and the generator left in the same state,
+    in about half the time.
+
+    numpy draws one uniform U per value (skipping U = 0) and returns 0 − scale·log((2 − U) − U)
+    for U >= 0.5, else 0 + scale·log(U + U), one value at a time. Here the uniforms come in one
+    call and one compiled pass applies the same formula, branch-free, with the same libm ``log``.
+    """
+    count = math.prod(shape) if isinstance(shape, tuple) else shape
+    uniforms = rng.random(count)
+    out = np.empty(count)
+    while not _laplace_from_uniforms(uniforms, scale, out):  # a zero uniform: numpy skips it (probability 2**-53 each)
+        kept = uniforms[uniforms != 0.0]
+        uniforms = np.concatenate([kept, rng.random(count - kept.size)])
+    return out.reshape(shape)
+
+
+@compiled
+def _laplace_from_uniforms(uniforms: FloatArray, scale: float, out: FloatArray) -> bool:
+    """numpy's ``random_laplace`` at loc 0 on each uniform; False (out unfinished) at a zero uniform."""
+    for i in range(uniforms.size):
+        u = uniforms[i]
+        if u == 0.0:
+            return False
+        magnitude = scale * math.log(min(u + u, 2.0 - u - u))  # U + U <= 1 exactly when U < 0.5
+        out[i] = (0.0 - magnitude) if u >= 0.5 else (0.0 + magnitude)
+    return True
 
 
 def granularity(sensitivity: float, *, integral: bool = True) -> Fraction:

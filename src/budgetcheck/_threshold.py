@@ -26,6 +26,7 @@ from numpy.typing import ArrayLike, NDArray
 from budgetcheck import rounding
 from budgetcheck._core import SAMPLER
 from budgetcheck._errors import InvalidArgument
+from budgetcheck._noise import laplace_draws
 from budgetcheck._ranked import RankedRows
 from budgetcheck._recent import RecentRows
 from budgetcheck._records import SpendRecord
@@ -183,14 +184,14 @@ class ThresholdTest:
                     result[rows] = np.broadcast_to(np.asarray(statistic(masked), dtype=np.float64), (len(rows), *self._cells))
             if not np.isfinite(result[tested]).all():
                 raise InvalidArgument("statistic returned non-finite values for tested cells")
-            noise = rng.laplace(0.0, 1.0, size=shape) * query_scale.reshape((-1,) + (1,) * len(self._cells))
+            noise = laplace_draws(rng, shape) * query_scale.reshape((-1,) + (1,) * len(self._cells))
             above = tested & (result + noise >= theta + self._offsets)
         fresh = opened.sum()
         if fresh:
             if isinstance(self._offset_scale, float):
-                self._offsets[opened] = rng.laplace(0.0, self._offset_scale, size=int(fresh))
+                self._offsets[opened] = laplace_draws(rng, int(fresh), self._offset_scale)
             else:  # one scale per run
-                self._offsets[opened] = rng.laplace(0.0, 1.0, size=int(fresh)) * np.broadcast_to(self._offset_scale, shape)[opened]
+                self._offsets[opened] = laplace_draws(rng, int(fresh)) * np.broadcast_to(self._offset_scale, shape)[opened]
         self._starts[opened] = t
         self._starts[above] = 0
         outcome = np.empty((3, *shape))
