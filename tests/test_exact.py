@@ -24,9 +24,22 @@ def _oracle(values: np.ndarray) -> list[int]:
     return [rounding.to_units(float(v)) for v in values]
 
 
+def _canonical(vector: ExactVector) -> None:
+    """Limbs normalised (every limb but the top one in [0, 2**60)) and trimmed (no all-zero limb at either end)."""
+    limbs = vector._limbs
+    if limbs is None:
+        return
+    assert ((limbs[:-1] >= 0) & (limbs[:-1] < 2**60)).all()
+    assert limbs[0].any() and limbs[-1].any()
+
+
 @given(vectors)
 def test_from_floats_is_exact(values: np.ndarray) -> None:
-    assert ExactVector.from_floats(values).tolist() == _oracle(values)
+    exact = ExactVector.from_floats(values)
+    assert exact.tolist() == _oracle(values)
+    _canonical(exact)
+    strided = np.repeat(values, 2)[::2]  # a view with a stride of two doubles
+    assert ExactVector.from_floats(strided).tolist() == _oracle(values)
 
 
 @settings(max_examples=200)
@@ -38,6 +51,7 @@ def test_sums_and_comparisons_match_python_integers(steps: list[tuple[bool, np.n
         exact = exact + term if add else exact - term
         oracle = [a + b if add else a - b for a, b in zip(oracle, _oracle(values), strict=True)]
         assert exact.tolist() == oracle
+        _canonical(exact)
         limit = rounding.to_units(bound)
         assert exact.exceeds(ExactVector.from_int(limit)).tolist() == [v > limit for v in oracle]
 

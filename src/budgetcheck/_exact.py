@@ -19,6 +19,7 @@ from typing import final
 import numpy as np
 from numpy.typing import NDArray
 
+from budgetcheck.kernels import compiled
 from budgetcheck.rounding import to_units
 
 IntArray = NDArray[np.int64]
@@ -61,17 +62,7 @@ class ExactVector:
         runs = int(values.shape[0])
         if values.min() == values.max():
             return cls(runs, value=to_units(float(values[0])))
-        mantissa, exponent = np.frexp(values)
-        ints = (mantissa * 2.0**53).astype(np.int64)
-        position = exponent.astype(np.int64) + (_SHIFT - 53)  # where each mantissa's lowest bit sits
-        position[ints == 0] = position[ints != 0].min()  # some run is non-zero: the values differ
-        base = int(position.min()) // _BITS
-        limb = position // _BITS - base
-        bit = position % _BITS
-        limbs = np.zeros((int(limb.max()) + 2, runs), dtype=np.int64)
-        index = np.arange(runs)
-        limbs[limb, index] = (ints & ((np.int64(1) << (_BITS - bit)) - 1)) << bit
-        limbs[limb + 1, index] = ints >> (_BITS - bit)
+        limbs, base = _float_limbs(np.ascontiguousarray(values))  # some run is non-zero: the values differ
         return _trimmed(limbs, base, runs)
 
     @classmethod
@@ -114,8 +105,7 @@ class ExactVector:
             return np.full(difference._runs, difference._value > 0)
         limbs = difference._limbs
         assert limbs is not None
-        top = limbs[-1]
-        return np.asarray((top > 0) | ((top == 0) & limbs[:-1].any(axis=0)), dtype=np.bool_)
+        return _positive_columns(limbs, np.empty(difference._runs, dtype=np.bool_))
 
     def float_bounds(self) -> tuple[FloatArray, FloatArray]:
         """Doubles (lower, upper) per run with lower <= value <= upper (for a float pre-check).
@@ -179,13 +169,8 @@ class ExactVector:
         a_limbs, a_base = self._as_limbs()
         b_limbs, b_base = other._as_limbs()
         base = min(a_base, b_base)
-        out = np.zeros((max(a_base + len(a_limbs), b_base + len(b_limbs)) - base + 1, runs), dtype=np.int64)
-        out[a_base - base:a_base - base + len(a_limbs)] += a_limbs
-        if sign == 1:
-            out[b_base - base:b_base - base + len(b_limbs)] += b_limbs
-        else:
-            out[b_base - base:b_base - base + len(b_limbs)] -= b_limbs
-        return _trimmed(_normalised(out), base, runs)
+        out = np.empty((max(a_base + len(a_limbs), b_base + len(b_limbs)) - base + 1, runs), dtype=np.int64)
+        return _trimmed(out, base, runs, _add_limbs(a_limbs, a_base - base, b_limbs, b_base - base, sign, out))
 
     def _as_limbs(self) -> tuple[IntArray, int]:
         """Limbs of shape (L, runs) or (L, 1) (a shared value, broadcast by the caller)."""
@@ -208,27 +193,110 @@ def _exact_bounds(values: list[int]) -> tuple[FloatArray, FloatArray]:
 
 
 def _normalised(limbs: IntArray) -> IntArray:
-    """Carry until every limb but the top one lies in [0, 2**60) (in place; |limbs| < 2**62 on entry).
-
-    One pass moves every limb's carry up at once; another is needed only where a carry pushed a
-    limb out of range again (rare), so a sum costs a few numpy calls whatever the number of limbs.
-    """
-    if len(limbs) < 2:
-        return limbs
-    lower = limbs[:-1]
-    while True:
-        carry = lower >> _BITS
-        lower &= _MASK
-        limbs[1:] += carry
-        if not ((lower < 0) | (lower > _MASK)).any():
-            return limbs
+    """Carry until every limb but the top one lies in [0, 2**60) (in place; |limbs| < 2**62 on entry)."""
+    if len(limbs) > 1:
+        _add_limbs(limbs, 0, limbs[:0], 0, 1, limbs)
+    return limbs
 
 
-def _trimmed(limbs: IntArray, base: int, runs: int) -> ExactVector:
-    """Drop all-zero limbs at both ends (a vector of zero limbs is the shared value 0)."""
-    used: NDArray[np.bool_] = np.asarray(limbs.any(axis=1))
-    if not used.any():
+@compiled
+def _add_limbs(a: IntArray, a_start: int, b: IntArray, b_start: int, sign: int, out: IntArray) -> tuple[int, int]:
+    """out = a + sign·b, normalised: out[i] gets a[i − a_start] and b[i − b_start] (an operand of one
+    column is broadcast over the runs) plus the carry from out[i − 1]; every limb but the top one ends
+    in [0, 2**60) (|limbs| < 2**61 on entry; out may be a itself). One pass per limb over the runs.
+    Returns the rows from the first to one past the last limb that is non-zero in some run."""
+    limbs, runs = out.shape
+    carry = np.zeros(runs, dtype=np.int64)
+    nothing = np.zeros(1, dtype=np.int64)
+    first, last = limbs, 0
+    for i in range(limbs):
+        row = out[i]
+        a_row = a[i - a_start] if 0 <= i - a_start < a.shape[0] else nothing
+        b_row = b[i - b_start] if 0 <= i - b_start < b.shape[0] else nothing
+        if a_row.size > 1 and b_row.size > 1:
+            for r in range(runs):
+                carry[r] += a_row[r] + sign * b_row[r]
+        elif a_row.size > 1:
+            for r in range(runs):
+                carry[r] += a_row[r] + sign * b_row[0]
+        elif b_row.size > 1:
+            for r in range(runs):
+                carry[r] += a_row[0] + sign * b_row[r]
+        else:
+            for r in range(runs):
+                carry[r] += a_row[0] + sign * b_row[0]
+        used = 0
+        if i < limbs - 1:
+            for r in range(runs):
+                row[r] = carry[r] & _MASK
+                carry[r] >>= _BITS
+                used |= row[r]
+        else:
+            for r in range(runs):
+                row[r] = carry[r]
+                used |= row[r]
+        if used:
+            first, last = min(first, i), i + 1
+    return first, last
+
+
+@compiled
+def _float_limbs(values: FloatArray) -> tuple[IntArray, int]:
+    """Limbs (not yet trimmed) and base of the exact values of finite doubles, not all zero, read
+    from their bit patterns: each value's 53-bit significand placed at its lowest bit's position
+    (units of 2**-1127: 53 + the biased exponent − 1 for a normal double, 53 for a subnormal), across
+    two limbs; a negative value contributes its negated significand."""
+    bits = values.view(np.int64)
+    lowest, highest = 1 << 62, -1
+    for r in range(bits.size):
+        if bits[r] << 1 != 0:  # not ±0.0
+            position = max((bits[r] >> 52) & 0x7FF, 1) + 52
+            lowest, highest = min(lowest, position), max(highest, position)
+    base = lowest // _BITS
+    limbs = np.zeros((highest // _BITS - base + 2, bits.size), dtype=np.int64)
+    for r in range(bits.size):
+        if bits[r] << 1 != 0:
+            exponent = (bits[r] >> 52) & 0x7FF
+            significand = (bits[r] & 0xFFFFFFFFFFFFF) | (np.int64(exponent > 0) << 52)
+            if bits[r] < 0:
+                significand = -significand
+            position = max(exponent, 1) + 52
+            limb, bit = position // _BITS - base, position % _BITS
+            limbs[limb, r] = (significand & ((np.int64(1) << (_BITS - bit)) - 1)) << bit
+            limbs[limb + 1, r] = significand >> (_BITS - bit)
+    return limbs, base
+
+
+@compiled
+def _positive_columns(limbs: IntArray, out: BoolArray) -> BoolArray:
+    """Per run: whether the normalised value is > 0 (its top limb > 0, or 0 with a non-zero limb below)."""
+    top = len(limbs) - 1
+    for r in range(limbs.shape[1]):
+        positive = limbs[top, r] > 0
+        if limbs[top, r] == 0:
+            for i in range(top):
+                positive = positive or limbs[i, r] != 0
+        out[r] = positive
+    return out
+
+
+def _trimmed(limbs: IntArray, base: int, runs: int, used: tuple[int, int] | None = None) -> ExactVector:
+    """Drop all-zero limbs at both ends (a vector of zero limbs is the shared value 0); ``used``:
+    the rows from the first to one past the last non-zero limb, when already known."""
+    first, last = _used_rows(limbs) if used is None else used
+    if first >= last:
         return ExactVector(runs, value=0)
-    first = int(used.argmax())
-    last = len(used) - int(used[::-1].argmax())
     return ExactVector(runs, limbs=limbs[first:last], base=base + first)
+
+
+@compiled
+def _used_rows(limbs: IntArray) -> tuple[int, int]:
+    """The rows from the first to one past the last limb that is non-zero in some run."""
+    first, last = len(limbs), 0
+    for i in range(len(limbs)):
+        used = 0
+        for r in range(limbs.shape[1]):
+            used |= limbs[i, r]
+        if used:
+            first, last = min(first, i), i + 1
+    return first, last
