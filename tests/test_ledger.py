@@ -271,8 +271,9 @@ def test_every_release_gets_the_noise_scale_of_its_own_budget_and_sensitivity(ca
 def test_noise_scales_of_large_budget_arrays_are_computed_and_not_kept() -> None:
     """Budget arrays beyond the memo's size are divided afresh (keying them would cost as much)."""
     from budgetcheck import rounding
+    from budgetcheck._core import _SCALE_MEMO_SIZE
 
-    runs = (1 << 16) + 1
+    runs = _SCALE_MEMO_SIZE + 1
     ledger = WindowLedger(WEventParams(1.0, 4), runs=runs)
     stream = GuardedStream(np.ones((2, 1)))
     ledger.bind(stream)

@@ -234,6 +234,12 @@ def test_scale_up_is_the_next_double_above_the_quotient(sensitivity: float, budg
     with np.errstate(divide="ignore", over="ignore"):
         expected = np.nextafter(sensitivity / eps, np.inf)
     np.testing.assert_array_equal(rounding.scale_up(sensitivity, eps).view(np.int64), expected.view(np.int64))
+    grid = np.stack([eps, eps[::-1]]).T  # (n, 2), not contiguous
+    with np.errstate(divide="ignore", over="ignore"):
+        expected_grid = np.nextafter(sensitivity / grid, np.inf)
+    got = rounding.scale_up(sensitivity, grid)
+    assert got.shape == grid.shape
+    np.testing.assert_array_equal(got.view(np.int64), expected_grid.view(np.int64))
 
 
 

@@ -148,6 +148,8 @@ class FloatOps:
         if (at_most is not None and at_most <= _TABLE_LIMIT and type(value) in _SCALARS and isinstance(count, np.ndarray)
                 and count.dtype.kind in "iu" and count.size and 0 <= count.min() and count.max() <= at_most):
             return _products(float(value), at_most)[count]  # BA's u·k per run: a look-up of the w + 1 products
+        if isinstance(value, np.ndarray) and type(count) in _SCALARS:  # a share of per-run ε times a constant
+            return _remembered("mul_down", value, float(count), lambda: np.asarray(rounding.mul_down(value, count), dtype=np.float64))
         return rounding.mul_down(value, count)
 
     def share(self, total: Any, parts: int) -> Any:
@@ -159,28 +161,34 @@ class FloatOps:
         return rounding.div_down(rounding.mul_down(value, float(numerator)), float(denominator))
 
 
-_SHARE_CACHE: dict[tuple[int, int], tuple[FloatArray, FloatArray]] = {}
+_ARRAY_CACHE: dict[tuple[str, int, float], tuple[FloatArray, FloatArray]] = {}
+
+
+def _remembered(kind: str, array: FloatArray, constant: float, compute: Callable[[], FloatArray]) -> FloatArray:
+    """``compute()``, remembered for an array that nothing can change (a ledger's per-run ε, or a
+    share of it) and a constant: a rule asking for the same budgets at every timestamp pays for them
+    once. The entry holds the array, so its id cannot be reused while cached."""
+    key = (kind, id(array), constant)
+    cached = _ARRAY_CACHE.get(key)
+    if cached is not None and cached[0] is array:
+        return cached[1]
+    result = compute()
+    if _frozen(array):  # nothing can change it (nor an array it views) while it is a key
+        result.setflags(write=False)
+        if len(_ARRAY_CACHE) >= 64:
+            _ARRAY_CACHE.clear()
+        _ARRAY_CACHE[key] = (array, result)
+    return result
 
 
 def _shares(totals: FloatArray, parts: int) -> FloatArray:
-    """Elementwise :func:`rounding.share` of a per-run budget array (computed once per distinct value).
+    """Elementwise :func:`rounding.share` of a per-run budget array (computed once per distinct value)."""
 
-    An array that nothing can change (a ledger's per-run ε) is remembered with its result, so a
-    rule asking for the same share at every timestamp pays for it once; the entry holds the
-    array, so its id cannot be reused while cached.
-    """
-    key = (id(totals), parts)
-    cached = _SHARE_CACHE.get(key)
-    if cached is not None and cached[0] is totals:
-        return cached[1]
-    values, inverse = np.unique(totals, return_inverse=True)
-    result = np.array([rounding.share(float(value), parts) for value in values], dtype=np.float64)[inverse.reshape(totals.shape)]
-    if _frozen(totals):  # nothing can change it (nor an array it views) while it is a key
-        result.setflags(write=False)
-        if len(_SHARE_CACHE) >= 64:
-            _SHARE_CACHE.clear()
-        _SHARE_CACHE[key] = (totals, result)
-    return result
+    def compute() -> FloatArray:
+        values, inverse = np.unique(totals, return_inverse=True)
+        return np.array([rounding.share(float(value), parts) for value in values], dtype=np.float64)[inverse.reshape(totals.shape)]
+
+    return _remembered("share", totals, parts, compute)
 
 
 class ExactOps(PlainWindows):
