@@ -83,6 +83,24 @@ def _same_doubles(got: np.ndarray, expected: np.ndarray) -> bool:
 wide = st.floats(min_value=0.0, max_value=1e150, allow_subnormal=True) | st.sampled_from([0.0, 5e-324, 2.0**-1022, 2.0**-900, 0.1, 1 / 3])
 
 
+@given(st.lists(st.tuples(signed, signed), min_size=1, max_size=8), st.sampled_from(["arrays", "scalar first", "scalar second"]))
+def test_mul_down_is_the_whole_array_form_on_every_double(pairs: list[tuple[float, float]], layout: str) -> None:
+    """Signs, zeros of both signs, subnormals, infinities and NaN too, with either operand a single value
+    (each broadcast has its own loop): the compiled steps by bit pattern match nextafter's rules."""
+    a = np.array([x for x, _ in pairs])
+    b = np.array([y for _, y in pairs])
+    if layout == "scalar first":
+        a = a[:1]
+    elif layout == "scalar second":
+        b = b[:1]
+    x, y = np.broadcast_arrays(a, b)
+    with np.errstate(all="ignore"):
+        product = x * y
+        error = _two_product_error(x, y, product)
+        expected = _down_where(product, (error < 0.0) | _near_underflow(product))
+    assert _same_doubles(rounding.mul_down(a, b), expected)
+
+
 @given(st.lists(st.tuples(wide, wide), min_size=1, max_size=8), st.booleans())
 def test_mul_down_of_arrays_is_the_whole_array_form_bit_for_bit_and_a_floor(pairs: list[tuple[float, float]], broadcast: bool) -> None:
     """The compiled element loop against Dekker's TwoProduct as whole-array numpy operations (its

@@ -102,14 +102,30 @@ def _elementwise(kernel: Callable[..., None], first: ArrayLike, second: ArrayLik
 
 @compiled
 def _mul_down_each(a: FloatArray, b: FloatArray, out: FloatArray, out_bits: NDArray[np.int64]) -> None:
-    """:func:`mul_down` element by element (an operand of size 1 is used throughout), in one pass:
-    the product, its exact error (:func:`_product_error`), and one step down where round-to-nearest
-    went up, or where the error term could underflow (still a floor)."""
-    for i in range(out.size):
-        x, y = a[i if a.size > 1 else 0], b[i if b.size > 1 else 0]
-        product = x * y
-        out[i] = product
-        _down_if(out, out_bits, i, (_product_error(x, y, product) < 0.0) | _near_underflow(product))
+    """:func:`mul_down` element by element (an operand of size 1 is used throughout), in one pass; a
+    loop for each way the operands broadcast, so the element loop itself has no branch."""
+    n = out.size
+    if a.size == n and b.size == n:
+        for i in range(n):
+            _floor_product(a[i], b[i], out, out_bits, i)
+    elif a.size == n:
+        for i in range(n):
+            _floor_product(a[i], b[0], out, out_bits, i)
+    else:
+        for i in range(n):
+            _floor_product(a[0], b[i if b.size > 1 else 0], out, out_bits, i)
+
+
+@compiled
+def _floor_product(x: float, y: float, out: FloatArray, out_bits: NDArray[np.int64], i: int) -> None:
+    """out[i] = x·y, one step down where round-to-nearest went up (:func:`_product_error`) or where the
+    error term could underflow (still a floor), by the bit pattern: a product that steps down is
+    finite and non-zero, or −0.0 (an exact product < 0 that underflowed), whose pattern steps too."""
+    product = x * y
+    out[i] = product
+    down = (_product_error(x, y, product) < 0.0) | _near_underflow(product)
+    bits = out_bits[i]
+    out_bits[i] = bits - down * ((bits > 0) * 2 - 1)
 
 
 @compiled
