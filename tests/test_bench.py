@@ -245,6 +245,12 @@ def test_store_refuses_duplicates_other_grids_and_foreign_files(tmp_path: Path) 
         with pytest.raises(InvalidArgument, match="already stored"):
             store.add(result)
         assert len(list(store.rows())) == grid.runs
+        other = run_cell(grid, grid.cells()[1])
+        with pytest.raises(InvalidArgument, match=f"cell {result.cell.key} is already stored"):
+            store.add_all([other, result])  # a batch is stored whole or not at all
+        assert store.done() == {result.cell}
+        store.add_all([other])
+        assert store.done() == {result.cell, other.cell} and len(list(store.rows())) == 2 * grid.runs
     with pytest.raises(InvalidArgument, match="runs=4 but this benchmark has runs=5"):
         ResultStore(path, tiny(runs=5).identity())
     junk = tmp_path / "junk.sqlite"

@@ -73,27 +73,32 @@ def laplace_draws(rng: np.random.Generator, shape: int | tuple[int, ...], scale:
 
     numpy draws one uniform U per value (skipping U = 0) and returns 0 − scale·log((2 − U) − U)
     for U >= 0.5, else 0 + scale·log(U + U), one value at a time. Here the uniforms come in one
-    call and one compiled pass applies the same formula, branch-free, with the same libm ``log``.
+    call and one compiled pass turns them into the values in place, by the same formula, branch-free,
+    with the same libm ``log``.
     """
     count = math.prod(shape) if isinstance(shape, tuple) else shape
-    uniforms = rng.random(count)
-    out = np.empty(count)
-    while not _laplace_from_uniforms(uniforms, scale, out):  # a zero uniform: numpy skips it (probability 2**-53 each)
-        kept = uniforms[uniforms != 0.0]
-        uniforms = np.concatenate([kept, rng.random(count - kept.size)])
+    out = rng.random(count)
+    done = _laplace_in_place(out, scale, 0)
+    while done < count:  # out[done] is a zero uniform, which numpy skips (probability 2**-53 each)
+        rest = out[done:]
+        kept = rest[rest != 0.0]
+        rest[:kept.size] = kept
+        rest[kept.size:] = rng.random(rest.size - kept.size)
+        done = _laplace_in_place(out, scale, done)
     return out.reshape(shape)
 
 
 @compiled
-def _laplace_from_uniforms(uniforms: FloatArray, scale: float, out: FloatArray) -> bool:
-    """numpy's ``random_laplace`` at loc 0 on each uniform; False (out unfinished) at a zero uniform."""
-    for i in range(uniforms.size):
-        u = uniforms[i]
+def _laplace_in_place(values: FloatArray, scale: float, start: int) -> int:
+    """numpy's ``random_laplace`` at loc 0 on each uniform from ``start`` on, in place; returns the
+    index of the first zero uniform (left as it is, with those after it), or the size when there is none."""
+    for i in range(start, values.size):
+        u = values[i]
         if u == 0.0:
-            return False
+            return i
         magnitude = scale * math.log(min(u + u, 2.0 - u - u))  # U + U <= 1 exactly when U < 0.5
-        out[i] = (0.0 - magnitude) if u >= 0.5 else (0.0 + magnitude)
-    return True
+        values[i] = (0.0 - magnitude) if u >= 0.5 else (0.0 + magnitude)
+    return values.size
 
 
 def granularity(sensitivity: float, *, integral: bool = True) -> Fraction:

@@ -61,9 +61,8 @@ class RankedRows:
             self.sizes, self.totals = np.zeros(flat.size, dtype=np.int64), np.zeros(flat.size)
         if flat.size != self.sizes.size or again.size != flat.size:
             raise InvalidArgument(f"values of {flat.size} rows and restart of {again.size} for {self.sizes.size} rows")
-        if flat.size and int(np.where(again, 0, self.sizes).max()) >= self.capacity:
+        if not _insert_rows(self._lines, self.sizes, self.totals, flat, again):
             raise InvalidArgument(f"a group outgrew capacity={self.capacity}: close groups at that length")
-        _insert_rows(self._lines, self.sizes, self.totals, flat, again)
 
     def median(self) -> FloatArray:
         """Every row's group median (the mean of the two middle values of an even group), shape (rows,)."""
@@ -83,9 +82,14 @@ class RankedRows:
 
 
 @compiled
-def _insert_rows(lines: FloatArray, sizes: IntArray, totals: FloatArray, values: FloatArray, restart: BoolArray) -> None:
+def _insert_rows(lines: FloatArray, sizes: IntArray, totals: FloatArray, values: FloatArray, restart: BoolArray) -> bool:
     """Insert ``values[row]`` into the ascending line of every row (after equal values), in place;
-    a restarting row's group becomes that value alone. The caller has checked the capacity."""
+    a restarting row's group becomes that value alone. False, changing nothing, when a group that
+    does not restart is already full."""
+    capacity = lines.shape[1]
+    for row in range(values.size):
+        if not restart[row] and sizes[row] >= capacity:
+            return False
     for row in range(values.size):
         value = values[row]
         if restart[row]:
@@ -101,6 +105,7 @@ def _insert_rows(lines: FloatArray, sizes: IntArray, totals: FloatArray, values:
             rank -= 1
         line[rank] = value
         sizes[row] = size + 1
+    return True
 
 
 @compiled

@@ -115,8 +115,7 @@ def run_benchmark(
         try:
             for finished in _execute(benchmark, batches, jobs, scheduler):
                 mine = [result for result in finished if result.cell in wanted]  # a batch may hold unselected cells
-                for result in mine:
-                    store.add(result)
+                store.add_all(mine)
                 bar.update(len(mine))
         finally:
             bar.close()

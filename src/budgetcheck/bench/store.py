@@ -1,6 +1,7 @@
 """Benchmark results in an embedded SQLite file: one row per cell and run.
 
-A cell's rows and its entry in ``cells`` are written in one transaction, so an interrupted
+A cell's rows and its entry in ``cells`` are written in one transaction (with the other cells of
+its batch), so an interrupted
 benchmark holds whole cells only; a second write of the same cell is refused by the primary key
 (never double-counted). ``meta`` holds what makes results comparable (runs, seed, γ, each stream's
 definition): reopening the file with a benchmark that disagrees is refused, never mixed.
@@ -108,16 +109,24 @@ class ResultStore:
 
     def add(self, result: CellResult) -> None:
         """Store one whole cell atomically; a cell stored before is refused."""
-        c = result.cell
-        rows = [(c.mechanism, c.stream, c.epsilon, c.w, run, float(mae), float(mre))
-                for run, (mae, mre) in enumerate(zip(result.mae, result.mre))]
+        self.add_all([result])
+
+    def add_all(self, results: Sequence[CellResult]) -> None:
+        """Store whole cells in one transaction (a finished batch: one commit, not one per cell); a
+        cell stored before is refused and none of ``results`` is stored."""
         try:
             with self._db:
-                self._db.execute("INSERT INTO cells VALUES (?, ?, ?, ?, ?, ?, ?)",
-                                 (c.mechanism, c.stream, c.epsilon, c.w, len(rows), result.seconds, int(result.truncated)))
-                self._db.executemany("INSERT INTO results VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+                for result in results:
+                    c = result.cell
+                    self._db.execute("INSERT INTO cells VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                     (c.mechanism, c.stream, c.epsilon, c.w, len(result.mae), result.seconds, int(result.truncated)))
+                    self._db.executemany("INSERT INTO results VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                         [(c.mechanism, c.stream, c.epsilon, c.w, run, mae, mre)
+                                          for run, (mae, mre) in enumerate(zip(result.mae.tolist(), result.mre.tolist(), strict=True))])
         except sqlite3.IntegrityError as error:
-            raise InvalidArgument(f"cell {c.key} is already stored in {str(self._path)!r}") from error
+            stored = self.done()
+            again = next((r.cell for r in results if r.cell in stored), results[0].cell)
+            raise InvalidArgument(f"cell {again.key} is already stored in {str(self._path)!r}") from error
 
     def rows(self) -> Iterator[tuple[str, str, float, int, int, float, float]]:
         """Every result row (mechanism, stream, epsilon, w, run, mae, mre) in key order."""
