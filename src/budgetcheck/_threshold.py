@@ -144,7 +144,7 @@ class ThresholdTest:
             raise InvalidArgument("this test keeps its footprints as sorted groups (its first query was deviation): query it with deviation")
         shape = (ledger.runs, *self._cells)
         given = np.asarray(thresholds, dtype=np.float64)
-        theta = np.broadcast_to(given, shape)
+        theta = given if given.shape == shape or given.ndim == 0 else np.broadcast_to(given, shape)  # raises unless they broadcast
         if not np.isfinite(given).all():
             raise InvalidArgument(f"thresholds must be finite, got {np.asarray(thresholds)!r}")
         t = secret.t
@@ -182,7 +182,7 @@ class ThresholdTest:
                 for rows, width in _buckets(lengths):
                     masked = self._footprints(secret, tested, rows, width)
                     result[rows] = np.broadcast_to(np.asarray(statistic(masked), dtype=np.float64), (len(rows), *self._cells))
-            if not np.isfinite(result[tested]).all():
+            if not np.isfinite(result).all() and not np.isfinite(result[tested]).all():
                 raise InvalidArgument("statistic returned non-finite values for tested cells")
             noise = laplace_draws(rng, shape) * query_scale.reshape((-1,) + (1,) * len(self._cells))
             above = tested & (result + noise >= theta + self._offsets)

@@ -91,7 +91,7 @@ class AdaPub:
                 threshold = np.maximum(1.0, control**2 / epsilon)
                 answer, x = history.step(test, secret, x, threshold, "median", 0.0)
                 fresh = answer.opened | answer.above
-                feedback = np.stack([error, np.where(fresh, error, total), np.where(fresh, 1.0, count)])
+                feedback[0], feedback[1], feedback[2] = error, np.where(fresh, error, total), np.where(fresh, 1.0, count)
             last = x
             yield x
 
