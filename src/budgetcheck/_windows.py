@@ -24,7 +24,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck._exact import ExactVector
-from budgetcheck.rounding import next_down, step_up
+from budgetcheck.kernels import compiled
+from budgetcheck.rounding import next_down
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -127,7 +128,7 @@ class ExactWindows:
         self._upper = None
 
     def quick_check(self, t: int, amounts: FloatArray, bound: float | FloatArray) -> tuple[FloatArray, int] | None:
-        """Whether spending ``amounts`` at t certainly keeps every run's window [t−w+1, t] <= bound:
+        """Whether spending ``amounts`` (shape (runs,)) at t certainly keeps every run's window [t−w+1, t] <= bound:
         then (the new upper bounds, how many entries leave) for :meth:`commit_quick`, else None
         (undecided: use the exact check). Changes no window."""
         if self._skip:
@@ -135,15 +136,16 @@ class ExactWindows:
             return None
         if self._upper is None:
             self._upper = self._exact_sum().float_bounds()[1]
-        upper = self._upper
-        leaving = 0
+        lows = []
         for entry in self._entries:
             if entry.t > t - self._w:
                 break
-            upper = step_up(upper - entry.low(), scratch=True)  # upper >= the exact sum >= the entry >= its low: >= 0
-            leaving += 1
-        upper = step_up(upper + amounts, scratch=True)
-        if not (upper <= bound).all():
+            lows.append(entry.low())
+        leaving = len(lows)
+        upper = np.empty(self._runs)
+        stacked = lows[0].reshape(1, -1) if leaving == 1 else np.stack(lows) if lows else np.empty((0, self._runs))
+        bounds = bound.reshape(-1) if isinstance(bound, np.ndarray) else np.full(1, bound)
+        if not _bound_after(self._upper, stacked, amounts, bounds, upper):
             self._skip = _SKIP
             return None
         return upper, leaving
@@ -248,3 +250,24 @@ class ExactWindows:
             if lo <= entry.t <= hi:
                 dense[entry.t - lo] = entry.exact()
         return dense
+
+
+@compiled
+def _bound_after(upper: FloatArray, lows: FloatArray, amounts: FloatArray, bound: FloatArray, out: FloatArray) -> bool:
+    """The pre-check's arithmetic in one pass, per run: out = the upper bound minus each leaving
+    entry's lower bound (``lows``, one row per entry), then plus ``amounts``, rounded up after every
+    operation (:func:`budgetcheck.rounding.step_up`: +0.0, then the next double by bit pattern; the
+    differences are >= 0 since upper >= the exact sum >= an entry >= its low). Whether every out
+    <= ``bound`` (one value, or one per run); NaN fails."""
+    bits = out.view(np.int64)
+    within = True
+    for r in range(out.size):
+        value = upper[r]
+        for k in range(lows.shape[0]):
+            out[r] = (value - lows[k, r]) + 0.0
+            bits[r] += 1
+            value = out[r]
+        out[r] = (value + amounts[r]) + 0.0
+        bits[r] += 1
+        within &= out[r] <= bound[r if bound.size > 1 else 0]
+    return within
