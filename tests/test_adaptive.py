@@ -26,6 +26,8 @@ from budgetcheck import (
     execute,
     verify_mechanism,
 )
+from budgetcheck._noise import laplace_draws
+from budgetcheck import rounding
 from budgetcheck.proving import Verdict, prove_range
 from budgetcheck.strategies import VerificationCase, cases
 from mechanisms import AdaPub, DSATw, FASTw, FASTwAsPublished, PeGaSus, RescueDP, RescueDPAsPublished, Uniform
@@ -201,6 +203,51 @@ def test_above_threshold_keeps_deviation_up_to_date_with_the_answers_of_reading_
                          [r.amounts.tolist() for r in ledger.records]))
     assert outcomes[0] == outcomes[1]
     assert any(any(map(any, above)) for above in outcomes[0][0]) or not close_often  # instances closed on their deviation
+
+
+def _spread(values: np.ndarray) -> np.ndarray:
+    """max − min over each footprint (axis 1), NaN ignored (−inf for a cell not tested)."""
+    missing = np.isnan(values)
+    return np.asarray(np.where(missing, -np.inf, values).max(axis=1) - np.where(missing, np.inf, values).min(axis=1))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([None, 1, 4]), st.booleans())
+def test_above_threshold_is_the_whole_array_reference_draw_for_draw(seed: int, cap: int | None, per_run_epsilon: bool) -> None:
+    """Answers, instances and offsets against AboveThreshold written as whole-array numpy steps on a
+    generator with the ledger's seed (the oracle): query noise for every cell when some cell is
+    tested, then one offset per opened cell; thresholds per run and cell; ε per run or shared."""
+    rng = np.random.default_rng(seed)
+    data = np.round(rng.normal(0.0, 3.0, size=(30, 3)), 1)
+    runs, sensitivity = 4, 2.0
+    epsilons = np.array([0.5, 1.0, 2.0, 4.0]) if per_run_epsilon else np.full(runs, 2.0)
+    ledger = WindowLedger.with_epsilons(epsilons * 100, 30, seed=seed)
+    stream = GuardedStream(data)
+    ledger.bind(stream)
+    test = ledger.above_threshold(epsilon=epsilons if per_run_epsilon else 2.0, sensitivity=sensitivity, cells=(3,), max_footprint=cap)
+    thresholds = rng.uniform(0.0, 6.0, size=(runs, 3))
+    oracle = np.random.default_rng(seed)
+    query_scale = rounding.scale_up(4.0 * sensitivity, epsilons)[:, None]
+    offset_scale = rounding.scale_up(2.0 * sensitivity, epsilons)[:, None]
+    starts, offsets = np.zeros((runs, 3), dtype=np.int64), np.zeros((runs, 3))
+    for secret in stream:
+        t = secret.t
+        answer = test.query(secret, _spread, thresholds)
+        capped = (starts > 0) & (t - starts + 1 > cap) if cap is not None else np.zeros_like(starts, dtype=bool)
+        opened = (starts == 0) | capped
+        tested = ~opened
+        above = np.zeros_like(opened)
+        if tested.any():
+            footprints = [[data[max(starts[r, c], 1) - 1:t, c] for c in range(3)] for r in range(runs)]
+            result = np.array([[np.ptp(f) for f in row] for row in footprints])
+            noise = laplace_draws(oracle, (runs, 3)) * query_scale
+            above = tested & (result + noise >= thresholds + offsets)
+        offsets[opened] = (laplace_draws(oracle, int(opened.sum())) * np.broadcast_to(offset_scale, (runs, 3))[opened])
+        starts[opened] = t
+        starts[above] = 0
+        assert answer.opened.tolist() == opened.tolist() and answer.above.tolist() == above.tolist()
+        assert test.starts.tolist() == starts.tolist()
+        assert test._offsets.tobytes() == offsets.tobytes()
 
 
 def test_a_test_keeping_sorted_groups_refuses_another_statistic_before_charging() -> None:

@@ -31,6 +31,7 @@ from budgetcheck._ranked import RankedRows
 from budgetcheck._recent import RecentRows
 from budgetcheck._records import SpendRecord
 from budgetcheck._secret import Secret, charged, is_placeholder, stacked_rows
+from budgetcheck.kernels import compiled
 from budgetcheck._validation import check_label, check_positive_int, check_query_epsilon, check_sensitivity
 
 if TYPE_CHECKING:
@@ -144,7 +145,7 @@ class ThresholdTest:
             raise InvalidArgument("this test keeps its footprints as sorted groups (its first query was deviation): query it with deviation")
         shape = (ledger.runs, *self._cells)
         given = np.asarray(thresholds, dtype=np.float64)
-        theta = given if given.shape == shape or given.ndim == 0 else np.broadcast_to(given, shape)  # raises unless they broadcast
+        theta = (given if given.shape == shape or given.ndim == 0 else np.broadcast_to(given, shape)).reshape(-1)  # raises unless they broadcast
         if not np.isfinite(given).all():
             raise InvalidArgument(f"thresholds must be finite, got {np.asarray(thresholds)!r}")
         t = secret.t
@@ -160,42 +161,39 @@ class ThresholdTest:
             self._restarted = True
             return np.zeros((3, *shape))
         rng = ledger._rng
-        capped = (self._starts > 0) & (t - self._starts + 1 > self._max) if self._max is not None else np.zeros(shape, dtype=bool)
-        if self._restarted:  # the first live query after a replay: every instance opens afresh
-            capped, self._restarted = self._starts > 0, False
-        opened = (self._starts == 0) | capped
-        tested = ~opened
+        opened = np.empty(shape, dtype=np.bool_)
+        fresh, tested_cells = _open_instances(self._starts.reshape(-1), t, self._max or 0, self._restarted, opened.reshape(-1))
+        self._restarted = False  # the first live query after a replay opened every instance afresh
         with charged(secret) as values:
             if self._groups is not None:  # the groups are the footprints
                 self._groups.insert(ledger._per_run(secret, values), opened)
             else:
                 self._recent.append(t, values)
+        tested = ~opened
         if self._groups is None:
-            self._recent.keep_from(int(self._starts[tested].min()) if tested.any() else t)
-        above = np.zeros(shape, dtype=bool)
-        if tested.any():
+            self._recent.keep_from(int(self._starts[tested].min()) if tested_cells else t)
+        outcome = np.empty((3, *shape))
+        flat = outcome.reshape(3, -1)
+        if tested_cells:
             if self._groups is not None:
-                result = self._groups.deviation().reshape(shape)  # the footprints' deviation, kept up to date
+                result = self._groups.deviation()  # the footprints' deviation, kept up to date
             else:
                 result = np.zeros(shape)
                 lengths = np.where(tested, t - self._starts + 1, 0).reshape(ledger.runs, -1).max(axis=1)
                 for rows, width in _buckets(lengths):
                     masked = self._footprints(secret, tested, rows, width)
                     result[rows] = np.broadcast_to(np.asarray(statistic(masked), dtype=np.float64), (len(rows), *self._cells))
-            if not np.isfinite(result).all() and not np.isfinite(result[tested]).all():
+            if not np.isfinite(result).all() and not np.isfinite(result.reshape(shape)[tested]).all():
                 raise InvalidArgument("statistic returned non-finite values for tested cells")
-            noise = laplace_draws(rng, shape) * query_scale.reshape((-1,) + (1,) * len(self._cells))
-            above = tested & (result + noise >= theta + self._offsets)
-        fresh = opened.sum()
-        if fresh:
-            if isinstance(self._offset_scale, float):
-                self._offsets[opened] = laplace_draws(rng, int(fresh), self._offset_scale)
-            else:  # one scale per run
-                self._offsets[opened] = laplace_draws(rng, int(fresh)) * np.broadcast_to(self._offset_scale, shape)[opened]
-        self._starts[opened] = t
-        self._starts[above] = 0
-        outcome = np.empty((3, *shape))
-        outcome[0], outcome[1], outcome[2] = above, opened, self._starts
+            _answer(opened.reshape(-1), np.ascontiguousarray(result).reshape(-1), laplace_draws(rng, shape).reshape(-1), query_scale,
+                    theta, self._offsets.reshape(-1), flat[0])
+        else:
+            flat[0] = 0.0
+        if isinstance(self._offset_scale, float):
+            draws, scales = laplace_draws(rng, fresh, self._offset_scale), _NO_SCALES
+        else:  # one scale per run
+            draws, scales = laplace_draws(rng, fresh), self._offset_scale.reshape(-1)
+        _close_instances(opened.reshape(-1), t, draws, scales, self._starts.reshape(-1), self._offsets.reshape(-1), flat)
         return outcome
 
     def _footprints(self, secret: Secret, tested: BoolArray, rows: IntArray, width: int) -> FloatArray:
@@ -221,3 +219,49 @@ def _buckets(lengths: IntArray) -> list[tuple[IntArray, int]]:
     width = np.maximum(8, 2 ** np.ceil(np.log2(np.maximum(lengths, 1)))).astype(np.int64)
     width[lengths == 0] = 0
     return [(np.flatnonzero(width == value), int(min(value, lengths.max()))) for value in np.unique(width[width > 0])]
+
+
+_NO_SCALES = np.empty(0)
+
+
+@compiled
+def _open_instances(starts: IntArray, t: int, max_footprint: int, restart_all: bool, opened: BoolArray) -> tuple[int, int]:
+    """opened[i]: cell i has no open instance, or (``restart_all``, after a replay) it has one, or
+    its footprint would grow beyond ``max_footprint`` (0: no cap), so it opens anew at t.
+    Returns how many cells open and how many are tested."""
+    fresh = 0
+    for i in range(starts.size):
+        start = starts[i]
+        capped = start > 0 and (restart_all or (max_footprint > 0 and t - start + 1 > max_footprint))
+        opened[i] = start == 0 or capped
+        fresh += opened[i]
+    return fresh, starts.size - fresh
+
+
+@compiled
+def _answer(opened: BoolArray, result: FloatArray, noise: FloatArray, scale: FloatArray, theta: FloatArray, offsets: FloatArray,
+            above: FloatArray) -> None:
+    """above[i] (1.0 or 0.0): a tested cell's q + ν >= θ + ρ, ν = noise · the run's scale, in numpy's
+    order of operations (``scale`` has one entry per run; ``theta`` one per cell or a single value)."""
+    per_run = opened.size // scale.size
+    for i in range(opened.size):
+        above[i] = (not opened[i]) and result[i] + noise[i] * scale[i // per_run] >= theta[i if theta.size > 1 else 0] + offsets[i]
+
+
+@compiled
+def _close_instances(opened: BoolArray, t: int, draws: FloatArray, scales: FloatArray, starts: IntArray, offsets: FloatArray,
+                     outcome: FloatArray) -> None:
+    """Open the instances of the ``opened`` cells at t (their offsets ρ the next ``draws``, times the
+    run's scale when ``scales`` has one per run), close those that answered above (outcome[0]), and
+    write opened and the starts into outcome[1] and outcome[2]."""
+    per_run = opened.size // scales.size if scales.size else 1
+    k = 0
+    for i in range(opened.size):
+        if opened[i]:
+            offsets[i] = draws[k] * scales[i // per_run] if scales.size else draws[k]
+            k += 1
+            starts[i] = t
+        if outcome[0, i] != 0.0:
+            starts[i] = 0
+        outcome[1, i] = opened[i]
+        outcome[2, i] = starts[i]
