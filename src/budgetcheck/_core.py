@@ -182,8 +182,7 @@ class LedgerCore(abc.ABC):
         if paid.all():
             return self._noise.perturb(full, scale.reshape(scale.shape + extra), sensitivity, integral=integral)
         out = self._noise.perturb(full, np.where(paid, scale.reshape(scale.shape + extra), 0.0), sensitivity, integral=integral)
-        np.copyto(out, np.nan, where=np.broadcast_to(~paid, shape))
-        return out
+        return np.asarray(np.where(paid, out, np.nan), dtype=np.float64)  # a select: cheaper than a masked copy
 
     def close(self) -> None:
         """Close the ledger file, if this ledger has one (every committed spend is already on disk)."""
