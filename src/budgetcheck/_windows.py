@@ -143,7 +143,10 @@ class ExactWindows:
             lows.append(entry.low())
         leaving = len(lows)
         upper = np.empty(self._runs)
-        stacked = lows[0].reshape(1, -1) if leaving == 1 else np.stack(lows) if lows else np.empty((0, self._runs))
+        if leaving == 1:  # the usual case: a view, no copy
+            stacked = lows[0].reshape(1, -1)
+        else:
+            stacked = np.stack(lows) if lows else np.empty((0, self._runs))
         bounds = bound.reshape(-1) if isinstance(bound, np.ndarray) else np.full(1, bound)
         if not _bound_after(self._upper, stacked, amounts, bounds, upper):
             self._skip = _SKIP

@@ -111,9 +111,9 @@ def _mul_down_each(a: FloatArray, b: FloatArray, out: FloatArray, out_bits: NDAr
     elif a.size == n:
         for i in range(n):
             _floor_product(a[i], b[0], out, out_bits, i)
-    else:
+    else:  # a single value times b of the result's size
         for i in range(n):
-            _floor_product(a[0], b[i if b.size > 1 else 0], out, out_bits, i)
+            _floor_product(a[0], b[i], out, out_bits, i)
 
 
 @compiled
