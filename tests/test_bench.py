@@ -402,3 +402,22 @@ def test_cli_bench_refuses_bad_input_with_exit_2(tmp_path: Path) -> None:
     sqlite3.connect(empty).close()
     no_cells = runner.invoke(main, ["bench", "report", str(empty)])
     assert no_cells.exit_code == 2 and "holds no cells" in no_cells.output
+
+
+def test_a_started_worker_has_the_kernel_runtime_loaded_and_its_objects_frozen() -> None:
+    """start_worker (the process pool's initializer) imports numba's registries before it freezes
+    what is alive, so a batch's first kernel imports nothing and full collections skip those objects."""
+    import subprocess
+
+    probe = (
+        "import gc, sys, numpy as np\n"
+        "from budgetcheck.bench.worker import start_worker\n"
+        "from budgetcheck import rounding\n"
+        "start_worker()\n"
+        "frozen, before = gc.get_freeze_count(), set(sys.modules)\n"
+        "rounding.mul_down(np.array([0.5, 0.25]), 3.0)\n"
+        "print(frozen, len(set(sys.modules) - before))\n"
+    )
+    frozen, imported = map(int, subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout.split())
+    assert frozen > 50_000
+    assert imported == 0

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from budgetcheck import rounding
@@ -259,6 +259,39 @@ def test_scale_up_is_the_next_double_above_the_quotient(sensitivity: float, budg
     assert got.shape == grid.shape
     np.testing.assert_array_equal(got.view(np.int64), expected_grid.view(np.int64))
 
+
+
+def _scale_up_reference(sensitivity: float, epsilon: np.ndarray[Any, np.dtype[np.float64]]) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """scale_up's whole-array form before its compiled pass (the oracle): the quotient, stepped up."""
+    with np.errstate(divide="ignore", over="ignore"):
+        scale = np.asarray(np.divide(sensitivity, epsilon, dtype=np.float64))
+    if not (sensitivity > 0.0 and math.isfinite(sensitivity)) or (scale < 0.0).any():
+        return rounding.next_up(scale)
+    return np.asarray(np.where(scale == np.inf, np.inf, rounding.step_up(scale)), dtype=np.float64)
+
+
+@given(st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([1.0, 2.0**-1074, 1e308]),
+       st.lists(st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=True) | st.sampled_from([0.0, -0.0, 5e-324, 1e-310]),
+                min_size=0, max_size=10),
+       st.sampled_from(["flat", "grid", "scalar"]))
+@example(1.0, [0.5, -0.0, 0.0], "flat")
+@example(1.0, [0.0, 2.0, 1e-310], "grid")
+@example(1e308, [1e-308, 0.5], "flat")
+@example(2.0**-1074, [1e308, np.nan, 1.0], "flat")
+@example(1.0, [-0.0], "scalar")
+def test_scale_up_is_its_whole_array_form_bit_for_bit_on_every_double(sensitivity: float, values: list[float], layout: str) -> None:
+    """The compiled pass (every ε +0.0 or > 0) and the general path give the oracle's doubles: zeros of
+    both signs, subnormals, overflowing quotients, infinities, negative and NaN budgets; any shape."""
+    eps = np.array(values, dtype=np.float64)
+    if layout == "grid":
+        eps = np.stack([eps, eps[::-1]]).T  # (n, 2), not contiguous
+    elif layout == "scalar":
+        eps = np.array(values[0] if values else 0.5)
+    with np.errstate(all="ignore"):
+        got = rounding.scale_up(sensitivity, eps)
+        expected = _scale_up_reference(sensitivity, eps)
+    assert got.shape == expected.shape
+    assert got.tobytes() == expected.tobytes()
 
 
 @given(st.floats(min_value=0.0, max_value=1e300) | st.sampled_from([5e-324, 2.0**-1000, 1 / 240]),

@@ -278,13 +278,28 @@ def _bound_sum(total: FloatArray, n: int) -> FloatArray:
 
 def scale_up(sensitivity: float, epsilon: FloatArray) -> FloatArray:
     """Laplace scale sensitivity/ε rounded up, so that the realised privacy loss is <= ε."""
-    if isinstance(epsilon, np.ndarray) and epsilon.ndim and epsilon.size and epsilon.dtype == np.float64 \
-            and 0.0 < sensitivity < math.inf:
-        low, high = float(epsilon.min()), float(epsilon.max())
-        if 0.0 < low and high < math.inf and sensitivity / low < math.inf:  # no zero, no overflow: every quotient >= 0 is finite
-            return np.asarray(step_up(np.divide(sensitivity, epsilon), scratch=True), dtype=np.float64)
+    if isinstance(epsilon, np.ndarray) and epsilon.dtype == np.float64 and 0.0 < sensitivity < math.inf:
+        flat = epsilon.reshape(-1)
+        scale = np.empty(flat.size)
+        if _scales_up(sensitivity, flat, scale, scale.view(np.int64)):
+            return scale.reshape(epsilon.shape)
     with np.errstate(divide="ignore", over="ignore"):  # ε = 0, or so small the scale overflows: an infinite scale
         scale = np.asarray(np.divide(sensitivity, epsilon, dtype=np.float64))
     if not (sensitivity > 0.0 and math.isfinite(sensitivity)) or (scale < 0.0).any():
         return next_up(scale)
     return np.asarray(np.where(scale == np.inf, np.inf, step_up(scale)), dtype=np.float64)  # scale >= 0, inf where ε = 0
+
+
+@compiled
+def _scales_up(sensitivity: float, epsilon: FloatArray, out: FloatArray, out_bits: NDArray[np.int64]) -> bool:
+    """:func:`scale_up` for 0 < sensitivity < inf in one pass, when every ε is +0.0 or > 0: the quotient
+    stepped one double up by its bit pattern (inf where ε = 0 or the quotient overflows). False, with
+    ``out`` partly written, at the first other ε (NaN, < 0, −0.0), which the general path takes."""
+    for i in range(epsilon.size):
+        e = epsilon[i]
+        if not (e > 0.0 or (e == 0.0 and math.copysign(1.0, e) > 0.0)):
+            return False
+        quotient = sensitivity / e  # >= +0.0, inf where e = 0 (numpy's error model)
+        out[i] = quotient
+        out_bits[i] += quotient < math.inf
+    return True

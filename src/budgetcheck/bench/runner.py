@@ -28,6 +28,7 @@ from budgetcheck.bench.config import Batch, Benchmark, Cell, StreamSpec
 from budgetcheck.bench.memory import keep_freed_memory
 from budgetcheck.bench.metrics import errors, truncate
 from budgetcheck.bench.store import CellResult, ResultStore
+from budgetcheck.bench.worker import start_worker
 
 FloatArray = NDArray[np.float64]
 
@@ -141,7 +142,7 @@ def _execute(benchmark: Benchmark, batches: list[Batch], jobs: int, scheduler: s
         for batch in batches:
             yield run_batch(benchmark, batch)
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        with ProcessPoolExecutor(max_workers=jobs, initializer=start_worker) as pool:
             futures = [pool.submit(run_batch, benchmark, batch) for batch in batches]
             try:
                 for future in as_completed(futures):

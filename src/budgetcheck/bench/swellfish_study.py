@@ -38,7 +38,7 @@ from budgetcheck._mechanism import execute, execute_swellfish
 from budgetcheck._policies import PolicyCollection, StreamPolicy
 from budgetcheck._verify import load_mechanism
 from budgetcheck.bench.config import PAPER_MRE_BOUND, stable_seed
-from budgetcheck.bench.memory import keep_freed_memory
+from budgetcheck.bench.worker import start_worker
 from budgetcheck.bench.metrics import errors
 from budgetcheck.bench.real import load_packaged
 
@@ -168,7 +168,7 @@ def run_study(*, zones: Sequence[float] = (500.0, 5000.0, 50000.0), households: 
         for zone, household in units:
             finished(run_unit(params, zone, household))
     else:
-        with ProcessPoolExecutor(max_workers=jobs, initializer=keep_freed_memory) as pool:
+        with ProcessPoolExecutor(max_workers=jobs, initializer=start_worker) as pool:
             futures = [pool.submit(run_unit, params, zone, household) for zone, household in units]
             for future in as_completed(futures):
                 finished(future.result())
