@@ -268,22 +268,40 @@ def test_every_release_gets_the_noise_scale_of_its_own_budget_and_sensitivity(ca
         assert record.noise_scale.tobytes() == rounding.scale_up(sensitivity, np.array(budgets)).tobytes()
 
 
-def test_noise_scales_of_large_budget_arrays_are_computed_and_not_kept() -> None:
-    """Budget arrays beyond the memo's size are divided afresh (keying them would cost as much)."""
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b"]), st.sampled_from([0.5, 1.0]), st.sampled_from(["same", "one", "edge", "sign"])),
+                min_size=1, max_size=12))
+def test_large_budget_arrays_repeated_bit_for_bit_share_one_copy_and_scale(calls: list[tuple[str, float, str]]) -> None:
+    """Budgets beyond the memo's size are not keyed by their bytes; a spend whose budgets are bit for
+    bit those of the last spend of its purpose, at the same sensitivity, shares that record's arrays.
+    Every record holds its own call's budgets and sensitivity/ε rounded up, whatever came before:
+    one budget changed (away from the probed entries, or at the last), or −0.0 for 0.0, is new."""
     from budgetcheck import rounding
     from budgetcheck._core import _SCALE_MEMO_SIZE
 
-    runs = _SCALE_MEMO_SIZE + 1
-    ledger = WindowLedger(WEventParams(1.0, 4), runs=runs)
-    stream = GuardedStream(np.ones((2, 1)))
+    runs = _SCALE_MEMO_SIZE + 3
+    ledger = WindowLedger(WEventParams(1e9, 1), runs=runs)
+    stream = GuardedStream(np.ones((len(calls), 1)))
     ledger.bind(stream)
-    budgets = np.linspace(0.01, 0.2, runs)
-    for secret in stream:
-        ledger.laplace(secret, budgets)
-    assert ledger._scale_memo == {}
-    for record in ledger.records:
+    base = np.linspace(0.01, 0.2, runs)
+    base[0] = 0.0
+    variants = {"same": base, "one": base.copy(), "edge": base.copy(), "sign": base.copy()}
+    variants["one"][7] = 0.3
+    variants["edge"][-1] = 0.3
+    variants["sign"][0] = -0.0
+    for secret, (purpose, sensitivity, variant) in zip(stream, calls, strict=True):
+        ledger.laplace(secret, variants[variant], sensitivity=sensitivity, purpose=purpose)
+    last: dict[str, tuple[float, str, object]] = {}
+    for record, (purpose, sensitivity, variant) in zip(ledger.records, calls, strict=True):
+        budgets = variants[variant]
+        assert record.amounts.tobytes() == budgets.tobytes()
         assert record.noise_scale is not None
-        assert record.noise_scale.tobytes() == rounding.scale_up(1.0, budgets).tobytes()
+        assert record.noise_scale.tobytes() == rounding.scale_up(sensitivity, budgets).tobytes()
+        before = last.get(purpose)
+        shared = before is not None and before[:2] == (sensitivity, variant)
+        assert (before is not None and record.amounts is before[2]) is shared
+        last[purpose] = (sensitivity, variant, record.amounts)
+    assert ledger._scale_memo == {}
 
 
 class LedgerMachine(RuleBasedStateMachine):
