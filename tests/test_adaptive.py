@@ -281,6 +281,20 @@ def _growing_groups(data: Any, rows: int, capacity: int,
         yield new, restart, groups, np.array([[np.nan] * (width - len(g)) + g for g in groups])
 
 
+def _stopping_deviation(group: list[float]) -> float:
+    """2 Σ_{c < mean} (mean − c) as the kernel once summed it: ascending, stopping at the first c >= mean
+    (the sum the branch-free kernel must give bit for bit); the mean from the total in time order."""
+    total = 0.0
+    for value in group:
+        total += value
+    mean, below = total / len(group), 0.0
+    for value in sorted(group):
+        if value >= mean:
+            break
+        below += mean - value
+    return 2.0 * below
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.data(), st.integers(1, 6), st.sampled_from([1, 2, 3, 5, 8, 9, 16, 17, 40, 70]))
 def test_ranked_rows_deviation_matches_the_deviation_of_each_group(data: Any, rows: int, capacity: int) -> None:
@@ -290,6 +304,7 @@ def test_ranked_rows_deviation_matches_the_deviation_of_each_group(data: Any, ro
     for new, restart, groups, matrix in _growing_groups(data, rows, capacity, 2 * capacity + 4):
         ranked.insert(new, restart)
         np.testing.assert_allclose(ranked.deviation(), deviation(matrix), rtol=1e-9, atol=1e-6)
+        assert ranked.deviation().tolist() == [_stopping_deviation(g) for g in groups]
         assert ranked.median().tolist() == smooth(matrix, "median", 0.0).tolist()
         assert ranked.sizes.tolist() == [len(g) for g in groups]
 

@@ -110,7 +110,12 @@ def _insert_rows(lines: FloatArray, sizes: IntArray, totals: FloatArray, values:
 
 @compiled
 def _deviation_rows(lines: FloatArray, sizes: IntArray, totals: FloatArray, out: FloatArray) -> None:
-    """``out[row]`` = 2 Σ_{c < mean} (mean − c) over the row's group (0 for an empty row)."""
+    """``out[row]`` = 2 Σ_{c < mean} (mean − c) over the row's group (0 for an empty row), ascending.
+
+    Every rank adds max(mean − c, 0): a value >= mean adds +0.0, which leaves the non-negative sum
+    as it was, bit for bit, and the loop has no branch on the data (stopping at the first value >=
+    mean mispredicted once a row: four times slower at groups of about seven).
+    """
     for row in range(sizes.size):
         size = sizes[row]
         if size == 0:
@@ -119,9 +124,7 @@ def _deviation_rows(lines: FloatArray, sizes: IntArray, totals: FloatArray, out:
         line = lines[row]
         below = 0.0
         for rank in range(size):
-            if line[rank] >= mean:
-                break
-            below += mean - line[rank]
+            below += max(mean - line[rank], 0.0)
         out[row] = 2.0 * below
 
 
