@@ -17,6 +17,8 @@ FloatArray = NDArray[np.float64]
 
 def check_epsilon(value: object, name: str = "epsilon") -> float:
     """A privacy budget: a real number, finite and > 0."""
+    if type(value) is float and 0.0 < value < math.inf:  # the common case, without the ABC check
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidArgument(f"{name}={value!r} must be a finite number > 0, not {type(value).__name__}")
     as_float = float(value)
@@ -27,6 +29,8 @@ def check_epsilon(value: object, name: str = "epsilon") -> float:
 
 def check_positive_int(value: object, name: str, *, minimum: int = 1) -> int:
     """An integer >= minimum (bools and integral floats such as 2.0 are refused)."""
+    if type(value) is int and value >= minimum:  # the common case, without the ABC check
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InvalidArgument(f"{name}={value!r} must be an integer >= {minimum}")
     as_int = int(value)

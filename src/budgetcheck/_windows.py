@@ -79,7 +79,7 @@ class _Entry:
 class ExactWindows:
     """Σ_{k=t−w+1}^{t} ε_k for every run, exactly; propose first, commit after the check passes."""
 
-    __slots__ = ("_entries", "_past", "_pending", "_runs", "_skip", "_sum", "_upper", "_w")
+    __slots__ = ("_bounds", "_entries", "_past", "_pending", "_runs", "_skip", "_sum", "_upper", "_w")
 
     def __init__(self, w: int, runs: int) -> None:
         self._w = w
@@ -94,6 +94,7 @@ class ExactWindows:
         self._pending: list[FloatArray | _Entry] = []
         self._upper: FloatArray | None = np.zeros(runs)  # >= the exact window sum, per run (None: from _sum)
         self._skip = 0  # spends left that go straight to the exact check
+        self._bounds: FloatArray | None = None  # see _bound_array
 
     @property
     def w(self) -> int:
@@ -147,11 +148,17 @@ class ExactWindows:
             stacked = lows[0].reshape(1, -1)
         else:
             stacked = np.stack(lows) if lows else np.empty((0, self._runs))
-        bounds = bound.reshape(-1) if isinstance(bound, np.ndarray) else np.full(1, bound)
+        bounds = bound.reshape(-1) if isinstance(bound, np.ndarray) else self._bound_array(bound)
         if not _bound_after(self._upper, stacked, amounts, bounds, upper):
             self._skip = _SKIP
             return None
         return upper, leaving
+
+    def _bound_array(self, bound: float) -> FloatArray:
+        """``bound`` as a 1-element array, kept while the bound stays the same (the ledger's ε)."""
+        if self._bounds is None or self._bounds[0] != bound:
+            self._bounds = np.full(1, bound)  # writable: the compiled check takes it as it takes the others
+        return self._bounds
 
     def commit_quick(self, t: int, amounts: FloatArray, upper: FloatArray, leaving: int) -> None:
         """Record ``amounts`` at t after :meth:`quick_check` showed every window stays within ε."""
