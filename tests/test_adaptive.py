@@ -33,7 +33,7 @@ from budgetcheck.strategies import VerificationCase, cases
 from mechanisms import AdaPub, DSATw, FASTw, FASTwAsPublished, PeGaSus, RescueDP, RescueDPAsPublished, Uniform
 from mechanisms._control import FastPID, Kalman, RescuePID
 from mechanisms._smoothing import SMOOTHERS, GroupHistory, smooth
-from mechanisms.adapub import pivot_buckets
+from mechanisms.adapub import _pid_close, _pid_threshold, pivot_buckets
 from mechanisms.rescuedp import group_locations
 from mechanisms.rules import BlockRule, DistanceTestRule, RemainingFractionRule, SplitUniformRule
 
@@ -421,6 +421,41 @@ def test_rescue_pid_update_matches_the_whole_array_form_bit_for_bit(seed: int, w
         _rescue_update_oracle(pids[1], t, release, where, np.broadcast_to(scale, (3, cells)))
         for name in ("errors", "last_release", "last_time", "interval", "next"):
             np.testing.assert_array_equal(getattr(pids[0], name), getattr(pids[1], name), err_msg=f"{name} at t={t}")
+
+
+def _adapub_pid_reference(last: np.ndarray, x: np.ndarray, feedback: np.ndarray, epsilon: np.ndarray | float, kp: float, ki: float,
+                          kd: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """AdaPub's PID threshold as whole-array numpy operations (the form the compiled pass replaced)."""
+    error = np.abs(last - x) / np.maximum(x, 1.0)
+    total, count = feedback[1] + error, feedback[2] + 1.0
+    control = kp * error + ki * total / count + kd * (error - feedback[0])
+    return np.maximum(1.0, control**2 / epsilon), error, total, count
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 4), st.integers(1, 6), st.booleans(),
+       st.sampled_from([0.0, 0.3, 1.0]), st.sampled_from([0.0, 0.1, 0.7]), st.sampled_from([0.0, 0.5]))
+def test_adapub_pid_threshold_matches_the_whole_array_form_bit_for_bit(seed: int, runs: int, d: int, per_run: bool,
+                                                                        kp: float, ki: float, kd: float) -> None:
+    """The compiled threshold and feedback steps against the same equations in numpy, over steps with
+    releases below 1, negative and exactly 1, ε shared or one per run, clusters opening at random."""
+    rng = np.random.default_rng(seed)
+    epsilon: np.ndarray | float = rng.uniform(0.001, 2.0, size=(runs, 1)) if per_run else 0.05
+    run_epsilon = np.ascontiguousarray(np.broadcast_to(epsilon, (runs, 1))[:, 0])
+    feedback, oracle = np.zeros((3, runs, d)), np.zeros((3, runs, d))
+    pending, threshold = np.empty((3, runs, d)), np.empty((runs, d))
+    last = np.zeros((runs, d))
+    for _ in range(12):
+        x = np.where(rng.random((runs, d)) < 0.2, rng.choice([1.0, 0.5, -0.0, -3.0, np.nan], size=(runs, d)), rng.normal(20, 30, size=(runs, d)))
+        _pid_threshold(last.reshape(-1), x.reshape(-1), feedback.reshape(3, -1), run_epsilon, kp, ki, kd, pending.reshape(3, -1),
+                       threshold.reshape(-1))
+        expected, error, total, count = _adapub_pid_reference(last, x, oracle, epsilon, kp, ki, kd)
+        assert threshold.tobytes() == expected.tobytes()
+        fresh = rng.random((runs, d)) < 0.3
+        _pid_close(fresh.reshape(-1), pending.reshape(3, -1), feedback.reshape(3, -1))
+        oracle[0], oracle[1], oracle[2] = error, np.where(fresh, error, total), np.where(fresh, 1.0, count)
+        assert feedback.tobytes() == oracle.tobytes()
+        last = x
 
 
 def test_rescue_pid_refuses_state_it_cannot_update_in_place() -> None:

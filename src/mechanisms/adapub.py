@@ -24,7 +24,7 @@ stands alone (as in PeGaSus); the next timestamp opens a new cluster. Clusters a
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 from collections.abc import Iterator
 
 import attrs
@@ -32,6 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, Secret, WindowLedger
+from budgetcheck.kernels import compiled
 from budgetcheck.ops import FLOAT
 from mechanisms._common import Stream, collect, per_run_budget, per_run_column, rule_env
 from mechanisms._smoothing import GroupHistory
@@ -39,12 +40,49 @@ from mechanisms.rules import SplitUniformRule
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
+BoolArray = NDArray[np.bool_]
+_Item = TypeVar("_Item", bound=np.generic)
 
 
 def pivot_buckets(last_release: FloatArray, pivots: FloatArray) -> IntArray:
     """Bucket of every dimension: 0 below every pivot (the −∞ sentinel), else 1 + the index of the
     largest pivot <= the dimension's last release. Shapes (runs, d) and (runs, g) → (runs, d)."""
     return np.asarray((pivots[:, None, :] <= last_release[:, :, None]).sum(axis=-1), dtype=np.int64)
+
+
+@compiled
+def _pid_threshold(last: FloatArray, x: FloatArray, feedback: FloatArray, epsilon: FloatArray, kp: float, ki: float, kd: float,
+                   pending: FloatArray, threshold: FloatArray) -> None:
+    """The PID threshold θ_t = max(1, δ_t²/ε) of every run (``epsilon``: one per run) and dimension
+    (arrays flattened, run-major), in one pass, each operation in the order of the whole-array form
+    (the same doubles; its oracle is in the tests): pending[0] = E_t = |r_{t−1} − x_t|/max(x_t, 1),
+    pending[1] = Σ E including E_t, pending[2] = its count. ``not (v < 1)`` keeps numpy's NaN."""
+    d = x.size // epsilon.size
+    for run in range(epsilon.size):
+        e = epsilon[run]
+        for i in range(run * d, (run + 1) * d):
+            value = x[i]
+            error = abs(last[i] - value) / (value if not (value < 1.0) else 1.0)
+            total, count = feedback[1, i] + error, feedback[2, i] + 1.0
+            control = kp * error + ki * total / count + kd * (error - feedback[0, i])
+            ratio = control * control / e
+            threshold[i] = ratio if not (ratio < 1.0) else 1.0
+            pending[0, i], pending[1, i], pending[2, i] = error, total, count
+
+
+@compiled
+def _pid_close(fresh: BoolArray, pending: FloatArray, feedback: FloatArray) -> None:
+    """feedback ← (E_t, Σ E, count) after the test (flattened): a cluster that opened or fired starts over at E_t."""
+    for i in range(fresh.size):
+        error = pending[0, i]
+        feedback[0, i] = error
+        feedback[1, i] = error if fresh[i] else pending[1, i]
+        feedback[2, i] = 1.0 if fresh[i] else pending[2, i]
+
+
+def _flat(array: NDArray[_Item]) -> NDArray[_Item]:
+    """``array`` as one contiguous row (a view when it is contiguous already)."""
+    return np.ascontiguousarray(array).reshape(-1)
 
 
 @attrs.frozen
@@ -81,17 +119,17 @@ class AdaPub:
         history = GroupHistory(env.w)
         last = np.zeros((runs, d))
         feedback = np.zeros((3, runs, d))  # E_{t−1}, Σ E since the cluster opened, count
+        pending = np.empty((3, runs, d))  # E_t and the sum and count with it (see _pid_threshold)
+        threshold = np.empty((runs, d))
+        run_epsilon = np.ascontiguousarray(np.broadcast_to(epsilon, (runs, 1))[:, 0], dtype=np.float64)
+        flat_feedback, flat_pending, flat_threshold = feedback.reshape(3, -1), pending.reshape(3, -1), threshold.reshape(-1)  # views
         for secret in stream:
             t = secret.t
             x = self._perturb(ledger, secret, perturb_budget, last, rng, t)
             if test is not None:
-                error = np.abs(last - x) / np.maximum(x, 1.0)
-                total, count = feedback[1] + error, feedback[2] + 1.0
-                control = self.kp * error + self.ki * total / count + self.kd * (error - feedback[0])
-                threshold = np.maximum(1.0, control**2 / epsilon)
+                _pid_threshold(_flat(last), _flat(x), flat_feedback, run_epsilon, self.kp, self.ki, self.kd, flat_pending, flat_threshold)
                 answer, x = history.step(test, secret, x, threshold, "median", 0.0)
-                fresh = answer.opened | answer.above
-                feedback[0], feedback[1], feedback[2] = error, np.where(fresh, error, total), np.where(fresh, 1.0, count)
+                _pid_close(_flat(answer.opened | answer.above), flat_pending, flat_feedback)
             last = x
             yield x
 
