@@ -31,7 +31,8 @@ def _pyplot() -> Any:
 def _save(figure: Any, path: Path) -> list[Path]:
     """PNG and PDF. The constrained layout (every figure here has one) already keeps titles, labels
     and legends inside the figure, so no tight bounding box is searched, and it is laid out once: the
-    PDF keeps the PNG's positions (a 25-panel figure: 2 s instead of 11)."""
+    PDF keeps the PNG's positions (with decade-only log labels, ``bench report`` on the paper grid
+    took 17.6 s instead of 22.5)."""
     written = []
     for suffix in (".png", ".pdf"):
         target = path.with_suffix(suffix)
