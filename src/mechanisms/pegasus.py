@@ -48,7 +48,8 @@ class PeGaSus:
     perturbation_weight: int = 4
     grouping_weight: int = 1
     name: str = attrs.field(default="PeGaSus", init=False)
-    max_stacked_runs: ClassVar[int] = 1_000  # six ε in one pass of 12,000 runs cost what six passes of one cost (per-run work: sorted groups, noise)
+    # two ε in one pass of 4,000 runs took 0.96 s against 2 × 0.43 s for two passes (per-run work: sorted groups, noise)
+    max_stacked_runs: ClassVar[int] = 1_000
 
     def allocation_rule(self) -> SplitUniformRule:
         return SplitUniformRule((self.perturbation_weight, self.grouping_weight), ("perturbation", "grouping"))

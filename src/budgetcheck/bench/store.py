@@ -1,9 +1,8 @@
 """Benchmark results in an embedded SQLite file: one row per cell and run.
 
 A cell's rows and its entry in ``cells`` are written in one transaction (with the other cells of
-its batch), so an interrupted
-benchmark holds whole cells only; a second write of the same cell is refused by the primary key of
-``cells``, and its rows go back with it (never double-counted). ``results`` has no key of its own: an
+its batch), so an interrupted benchmark holds whole cells only; a second write of the same cell is
+refused by the primary key of ``cells``, and its rows go back with it (never double-counted). ``results`` has no key of its own: an
 index of five columns over every run cost more than half the parent's time in the grid (200,000
 rows: 0.84 s of CPU with it, 0.36 s without), competing with the workers for the cores; ``rows``
 sorts once when read. ``meta`` holds what makes results comparable (runs, seed, γ, each stream's
@@ -131,7 +130,7 @@ class ResultStore:
             raise InvalidArgument(f"cell {again.key} is already stored in {str(self._path)!r}") from error
 
     def rows(self) -> Iterator[tuple[str, str, float, int, int, float, float]]:
-        """Every result row (mechanism, stream, epsilon, w, run, mae, mre) in key order."""
+        """Every result row (mechanism, stream, epsilon, w, run, mae, mre), ordered by cell and run."""
         yield from self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM results ORDER BY mechanism, stream, epsilon, w, run")
 
     def cell_seconds(self) -> dict[Cell, float]:
