@@ -274,8 +274,8 @@ def _charges(draw: st.DrawFn) -> tuple[int, int, list[tuple[int, list[float]]]]:
 def test_streaming_window_check_equals_the_brute_force_sums(case: tuple[int, int, list[tuple[int, list[float]]]], epsilon: float) -> None:
     w, runs, charges = case
     db = sqlite3.connect(":memory:")
-    db.execute("CREATE TABLE records (seq INTEGER PRIMARY KEY, t INTEGER, amounts BLOB)")
-    db.executemany("INSERT INTO records VALUES (?, ?, ?)",
+    db.execute("CREATE TABLE records (seq INTEGER PRIMARY KEY, kind INTEGER DEFAULT 0, t INTEGER, amounts BLOB)")
+    db.executemany("INSERT INTO records (seq, t, amounts) VALUES (?, ?, ?)",
                    [(k + 1, t, np.array(a, dtype="<f8").tobytes()) for k, (t, a) in enumerate(charges)])
     header = LedgerHeader(notion="w-event", epsilon=epsilon, w=w, runs=runs)
     checked, worst, violations, broken = _composition(db, header, True, max_violations=1000)
@@ -315,10 +315,10 @@ def test_the_chain_checked_in_two_halves_finds_what_one_pass_finds(tmp_path: Pat
 ])
 def test_malformed_stored_rows_are_findings_not_crashes(runs: int, t: object, amounts: object, message: str | None) -> None:
     db = sqlite3.connect(":memory:")
-    db.execute("CREATE TABLE records (seq INTEGER PRIMARY KEY, t, amounts BLOB)")
+    db.execute("CREATE TABLE records (seq INTEGER PRIMARY KEY, kind INTEGER DEFAULT 0, t, amounts BLOB)")
     good = np.full(runs, 0.1, dtype="<f8").tobytes()
     blob = good if amounts is None else np.full(runs, np.nan, dtype="<f8").tobytes() if amounts == "nan" else amounts
-    db.executemany("INSERT INTO records VALUES (?, ?, ?)", [(1, 1, good), (2, t, blob), (3, 3, good)])
+    db.executemany("INSERT INTO records (seq, t, amounts) VALUES (?, ?, ?)", [(1, 1, good), (2, t, blob), (3, 3, good)])
     header = LedgerHeader(notion="w-event", epsilon=1.0, w=2, runs=runs)
     broken = _composition(db, header, True, max_violations=10)[3]
     if message is None:

@@ -338,7 +338,7 @@ def kill_and_restart(tmp_path: Path, kills: int, n: int, seed: int, *, personali
     lines = out.read_text().splitlines()
     assert [int(line.split(",")[0]) for line in lines] == list(range(1, n + 1))  # each exactly once
     db = sqlite3.connect(ledger)
-    stored = db.execute("SELECT COUNT(*) FROM releases").fetchone()[0]
+    stored = db.execute("SELECT COUNT(*) FROM records WHERE kind = 1").fetchone()[0]
     db.close()
     assert stored == n
     report = bc.audit_file(ledger)

@@ -24,6 +24,7 @@ from budgetcheck._errors import TimestampOrder as TimestampOrder
 from budgetcheck._audit_file import FileAudit as FileAudit
 from budgetcheck._audit_file import audit_file as audit_file
 from budgetcheck._durable import open_ledger as open_ledger
+from budgetcheck._errors import LedgerBusy as LedgerBusy
 from budgetcheck._errors import LedgerCorrupt as LedgerCorrupt
 from budgetcheck._ledger import WindowLedger as WindowLedger
 from budgetcheck._live import LiveStream as LiveStream
@@ -72,6 +73,7 @@ __all__ = [
     "FileAudit",
     "GuardedStream",
     "InvalidArgument",
+    "LedgerBusy",
     "LedgerCorrupt",
     "LedgerHeader",
     "LiveStream",

@@ -28,8 +28,8 @@ import attrs
 from budgetcheck import rounding
 from budgetcheck._audit import WindowFinding
 from budgetcheck._audit_notions import audit_personalized, audit_swellfish
-from budgetcheck._errors import LedgerCorrupt
-from budgetcheck._journal import FILE_VERSION, FORMAT, canonical, connect, decode_row, genesis, link_problem, stored_head
+from budgetcheck._errors import InvalidArgument, LedgerCorrupt
+from budgetcheck._journal import FILE_VERSION, FORMAT, ROW_COLUMNS, connect, decode_row, genesis, link_problem, stored_head
 from budgetcheck._policies import PolicyCollection, StreamPolicy
 from budgetcheck._records import LedgerHeader, SpendRecord
 
@@ -133,23 +133,28 @@ class StreamingWindows:
 _PARALLEL_FROM = 200_000  # records; below this a second process costs more than it saves
 
 
-def verify_chain(path: str, header_json: str, after: int, upto: int, previous_hex: str) -> tuple[str | None, int, str]:
-    """Check rows after..upto continue the chain from ``previous_hex``: (first problem, last good seq, its hash)."""
+def verify_chain(path: str, after: int, upto: int, previous_hex: str, anchor_hex: str | None = None
+                 ) -> tuple[str | None, int, str, bool]:
+    """Check rows after..upto continue the chain from ``previous_hex``: (first problem, last good seq,
+    its hash, whether ``anchor_hex`` — an earlier head — is the hash of a row on the way). Rows up to
+    ``upto`` are never changed by a writer (append-only), so any later read snapshot sees them."""
     db = connect(path)
     previous, seen = bytes.fromhex(previous_hex), after
+    anchor = None if anchor_hex is None else bytes.fromhex(anchor_hex)
+    found = anchor == previous
     try:
-        cursor = db.execute("SELECT seq, version, op, t, amounts, detail, output, hash FROM records WHERE seq > ? AND seq <= ? ORDER BY seq",
-                            (after, upto))
+        cursor = db.execute(f"SELECT {ROW_COLUMNS} FROM records WHERE seq > ? AND seq <= ? ORDER BY seq", (after, upto))
         for row in cursor:
             problem = link_problem(row, seen + 1, previous)
             if problem is not None:
-                return problem, seen, previous.hex()
-            previous, seen = row[7], seen + 1
+                return problem, seen, previous.hex(), found
+            previous, seen = row[8], seen + 1
+            found = found or previous == anchor
     except sqlite3.DatabaseError as exc:
-        return f"record {seen + 1}: unreadable ({exc})", seen, previous.hex()
+        return f"record {seen + 1}: unreadable ({exc})", seen, previous.hex(), found
     finally:
         db.close()
-    return None, seen, previous.hex()
+    return None, seen, previous.hex(), found
 
 
 class _Malformed(Exception):
@@ -183,9 +188,22 @@ def _add_one_run(windows: StreamingWindows, rows: Iterable[tuple[Any, Any, Any]]
 
 def audit_file(path: str | Path, *, expect_head: str | None = None, max_violations: int = 10) -> FileAudit:
     """Verify the chain of a ledger file and re-check its composition theorem; never raises for a
-    broken chain (that is a finding), only for a file that is not a ledger file at all."""
+    broken chain (that is a finding), only for a file that is not a ledger file at all.
+
+    Everything is read as of one snapshot (the head, then the rows up to it), so a writer that
+    commits meanwhile is neither a finding nor seen. ``expect_head``: a head hash kept from earlier
+    (any earlier one): the file must extend it, i.e. the hash of one of its rows (or of its header,
+    for an anchor taken before the first row) must equal it.
+    """
+    if expect_head is not None:
+        try:
+            if len(bytes.fromhex(expect_head)) != 32:
+                raise ValueError("not 32 bytes")
+        except ValueError as exc:
+            raise InvalidArgument(f"expect_head={expect_head!r} must be a SHA-256 head in hex (64 digits): {exc}") from None
     db = connect(path)
     try:
+        db.execute("BEGIN")  # one read snapshot for the head and every row up to it
         header, count, head = _read_meta(db, str(path))
         return _audit(db, str(path), header, count, head, expect_head, max_violations)
     except sqlite3.DatabaseError as exc:
@@ -216,16 +234,17 @@ def _read_meta(db: sqlite3.Connection, path: str) -> tuple[LedgerHeader, int, st
 def _audit(db: sqlite3.Connection, path: str, header: LedgerHeader, count: int, head: str,
            expect_head: str | None, max_violations: int) -> FileAudit:
     streaming = header.notion == "w-event"
-    header_json, start = canonical(header.to_json()).decode(), genesis(header).hex()
+    start = genesis(header).hex()
+    anchor = None if expect_head is None else expect_head.lower()
     if count < _PARALLEL_FROM:
-        problem, seen, last = verify_chain(path, header_json, 0, 2**62, start)
-        composition = _composition(db, header, streaming, max_violations)
+        problem, seen, last, found = verify_chain(path, 0, count, start, anchor)
+        composition = _composition(db, header, streaming, max_violations, upto=count)
     else:
-        problem, seen, last, composition = _audit_parallel(db, path, header, header_json, start, count, streaming, max_violations)
+        problem, seen, last, found, composition = _audit_parallel(db, path, header, start, count, anchor, streaming, max_violations)
     if problem is None and (seen != count or last != head):
         problem = f"the file ends at record {seen}, but its head names record {count}: records were removed or the head was edited"
-    if problem is None and expect_head is not None and last != expect_head.lower():
-        problem = f"the head {last} is not the expected {expect_head} (the file was rolled back or replaced)"
+    if problem is None and anchor is not None and not found:
+        problem = f"the file does not extend the expected head {anchor} (it was rolled back, rewritten or replaced)"
     checked, worst, violations, broken = composition
     if problem is None and broken is not None:
         problem = broken
@@ -233,46 +252,49 @@ def _audit(db: sqlite3.Connection, path: str, header: LedgerHeader, count: int, 
                      checked=checked, worst_ratio=worst, violations=violations)
 
 
-def _audit_parallel(db: sqlite3.Connection, path: str, header: LedgerHeader, header_json: str, start: str, count: int,
-                    streaming: bool, max_violations: int) -> tuple[str | None, int, str, Composition]:
+def _audit_parallel(db: sqlite3.Connection, path: str, header: LedgerHeader, start: str, count: int, anchor: str | None,
+                    streaming: bool, max_violations: int) -> tuple[str | None, int, str, bool, Composition]:
     """The chain in two halves in two more processes while this one re-checks the composition.
 
     Each row's check needs only the stored hash of the row before it, so rows 1..m (from H_0) and
-    m+1..end (from the stored H_m) are checked independently; when the first half passes, its last
+    m+1..count (from the stored H_m) are checked independently; when the first half passes, its last
     hash is the stored H_m, so the two halves together check the whole chain in order.
     """
     middle = count // 2
     stored = db.execute("SELECT hash FROM records WHERE seq = ?", (middle,)).fetchone()
-    jobs = [(path, header_json, 0, middle, start)]
+    jobs = [(path, 0, middle, start, anchor)]
     if stored is not None and isinstance(stored[0], bytes):
-        jobs.append((path, header_json, middle, 2**62, stored[0].hex()))
+        jobs.append((path, middle, count, stored[0].hex(), anchor))
     else:  # the middle row is missing or malformed: one sequential pass finds it
-        jobs = [(path, header_json, 0, 2**62, start)]
+        jobs = [(path, 0, count, start, anchor)]
     try:
         with concurrent.futures.ProcessPoolExecutor(len(jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
             halves = [pool.submit(verify_chain, *job) for job in jobs]
-            composition = _composition(db, header, streaming, max_violations)
+            composition = _composition(db, header, streaming, max_violations, upto=count)
             results = [half.result() for half in halves]
     except concurrent.futures.process.BrokenProcessPool:  # e.g. a __main__ that cannot be re-imported
         results = [verify_chain(*job) for job in jobs]
-        composition = _composition(db, header, streaming, max_violations)
-    problem, seen, last = results[0]
+        composition = _composition(db, header, streaming, max_violations, upto=count)
+    problem, seen, last, found = results[0]
     if problem is None and len(results) == 2:
         if seen != middle:
             problem = f"record {seen + 1} is missing"
         else:
-            problem, seen, last = results[1]
-    return problem, seen, last, composition
+            problem, seen, last, found_later = results[1]
+            found = found or found_later
+    return problem, seen, last, found, composition
 
 
 Composition = tuple[int, Fraction, tuple[str, ...], str | None]
 
 
-def _composition(db: sqlite3.Connection, header: LedgerHeader, streaming: bool, max_violations: int) -> Composition:
-    """(constraints checked, worst sum / budget, violations, a malformed record) over every stored record."""
+def _composition(db: sqlite3.Connection, header: LedgerHeader, streaming: bool, max_violations: int, *,
+                 upto: int = 2**62) -> Composition:
+    """(constraints checked, worst sum / budget, violations, a malformed record) over every stored
+    spend record up to row ``upto`` (releases charge nothing)."""
     if not streaming:
         kept: list[SpendRecord] = []
-        for row in db.execute("SELECT seq, version, op, t, amounts, detail, output FROM records ORDER BY seq"):
+        for row in db.execute(f"SELECT {ROW_COLUMNS} FROM records WHERE kind = 0 AND seq <= ? ORDER BY seq", (upto,)):
             try:
                 kept.append(decode_row(row, header).record)
             except LedgerCorrupt as exc:
@@ -287,7 +309,7 @@ def _composition(db: sqlite3.Connection, header: LedgerHeader, streaming: bool, 
     unpack = struct.Struct(f"<{header.runs}d").unpack
     to_units = functools.lru_cache(maxsize=4096)(rounding.to_units)
     broken = None
-    rows = db.execute("SELECT seq, t, amounts FROM records ORDER BY seq")
+    rows = db.execute("SELECT seq, t, amounts FROM records WHERE kind = 0 AND seq <= ? ORDER BY seq", (upto,))
     try:
         if header.runs == 1:
             _add_one_run(windows, rows, to_units)

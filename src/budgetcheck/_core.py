@@ -204,12 +204,12 @@ class LedgerCore(abc.ABC):
             self._replay = Replay(replay)
 
     def _load(self) -> None:
-        """Rebuild the accounting from the file: the records that can still matter (see ``_lookback``)."""
+        """Rebuild the accounting from the file (its whole chain verified): the records that can still
+        matter (see ``_lookback``)."""
         assert self._journal is not None
         self._reset()
         self._t = 0
-        since = max(0, self._journal.latest_t() - self._lookback())
-        for row in self._journal.tail(since):
+        for row in self._journal.load(self._lookback()):
             self._apply_row(row.record)
 
     def _apply_row(self, record: SpendRecord) -> None:
@@ -263,33 +263,60 @@ class LedgerCore(abc.ABC):
         return self._journaled(fn, args, kwargs)
 
     def _journaled(self, method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        journal = self._journal
-        assert journal is not None
-        self._depth = 1
+        result: Any = None
         error: BaseException | None = None
-        try:
-            for row in journal.begin():
-                self._apply_row(row.record)
+
+        def charge(journal: Journal) -> None:
+            nonlocal result, error
             try:
-                result = method(*args, **kwargs)
-            except BaseException as exc:  # recorded below if it had charged
-                error, result = exc, None
+                result = method(*args, **kwargs)  # a refusal raises here, before anything is read
+            except BaseException as exc:  # recorded below if it had charged (the data was read)
+                error = exc
             if self._pending:
                 journal.append(self._pending, result if isinstance(result, np.ndarray) else None)
                 journal.commit()
             else:  # refused (or nothing charged): nothing to write
                 journal.rollback()
-        except BaseException:
-            journal.rollback()
-            if self._pending:
-                self._load()  # memory got ahead of the file: rebuild from what is on disk
-            raise
+
+        self._depth = 1
+        try:
+            self._locked(charge)
         finally:
             self._pending = []
             self._depth = 0
         if error is not None:
             raise error
         return result
+
+    def _store_release(self, t: int, values: FloatArray) -> None:
+        """Append to the ledger file that ``values`` was published for t (a publisher's release, in
+        the file's hash chain; once per t), in a transaction of its own."""
+        if self._journal is None:
+            raise InvalidArgument("only a ledger kept in a file (open_ledger) stores its releases")
+
+        def store(journal: Journal) -> None:
+            journal.append_release(t, values)
+            journal.commit()
+
+        self._locked(store)
+
+    def _locked(self, work: Callable[[Journal], None]) -> None:
+        """One write transaction: take the lock, apply what other writers committed, then ``work``
+        (which commits or rolls back). Everything ``work`` decides on is read under the lock, and a
+        rollback returns the journal to exactly what the lock showed. If anything fails after the
+        lock was taken, the in-memory state is rebuilt from what the file holds."""
+        journal = self._journal
+        assert journal is not None
+        caught = journal.begin()  # raises with nothing changed (e.g. LedgerBusy)
+        try:
+            for row in caught:
+                self._apply_row(row.record)
+            work(journal)
+        except BaseException:
+            journal.rollback()
+            self._pending = []
+            self._load()  # memory may be ahead of (or behind) the file: rebuild from what is on disk
+            raise
 
     def _replayed(self, method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         assert self._replay is not None

@@ -54,6 +54,10 @@ class LedgerCorrupt(BudgetcheckError, RuntimeError):
     """A ledger file is truncated, edited, of an unknown version, or not a ledger file at all."""
 
 
+class LedgerBusy(BudgetcheckError, TimeoutError):
+    """Another writer held a ledger's lock longer than the lock timeout; nothing was charged."""
+
+
 class BadRow(InvalidArgument):
     """A publisher's input row is malformed; ``row`` is its 1-based line number."""
 

@@ -1,13 +1,21 @@
 """The durable record of a ledger: an SQLite file in WAL mode, hash-chained, versioned.
 
 Every charged operation is one ``BEGIN IMMEDIATE`` transaction (accounting rules §8: reserve →
-commit → release): the writer catches up with the spends other processes committed, checks its
+commit → release): the writer catches up with the rows other processes committed, checks its
 own spend, appends its records (and the operation's output) and commits; only then is the value
-handed back. Row k carries H_k = SHA-256(H_{k−1} ‖ row k) with H_0 = SHA-256(header), and the
-one-row ``head`` table keeps the count and head hash, set by a trigger on every insert (so in the
-same transaction, at no extra statement), so an edited, deleted or truncated record breaks the
-chain or the head. Triggers also refuse UPDATE and DELETE on records (append-only); a forger can
-drop them, which is what the chain and an externally kept head are for.
+handed back. Everything a decision depends on is read inside that transaction, and a transaction
+that ends without a commit leaves this process exactly where the lock found it (the state after
+the catch-up, never a head read after the lock was let go).
+
+One chain covers everything the file vouches for: spend records (kind 0) and published releases
+(kind 1, the value a publisher wrote out for t). Row k carries H_k = SHA-256(H_{k−1} ‖ row k) with
+H_0 = SHA-256(header), and the one-row ``head`` table keeps the count and head hash, set by a
+trigger on every insert (so in the same transaction, at no extra statement): an edited, deleted or
+truncated row breaks the chain or the head. Opening a file verifies the whole chain, in one read
+snapshot. Triggers also refuse UPDATE and DELETE on records (append-only); a forger can drop them,
+which is what the chain and an externally kept head (any earlier head: see the file audit) are for.
+A new file appears whole (built aside, then linked into place), so an empty or damaged file is
+always :class:`LedgerCorrupt`, never a fresh ledger.
 """
 
 from __future__ import annotations
@@ -16,8 +24,10 @@ import contextlib
 import functools
 import hashlib
 import json
+import os
 import sqlite3
 import struct
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final, final
@@ -26,22 +36,27 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck._errors import InvalidArgument, LedgerCorrupt
+from budgetcheck._errors import InvalidArgument, LedgerBusy, LedgerCorrupt
 from budgetcheck._records import LedgerHeader, SpendRecord, finite_or_none, none_to_inf
 
 FloatArray = NDArray[np.float64]
 FORMAT: Final = "budgetcheck.journal"
-FILE_VERSION: Final = 2  # 2: count and head in the trigger-kept `head` table
+FILE_VERSION: Final = 3  # 2: count and head in the trigger-kept `head` table; 3: releases in the chain (kind 1)
 RECORD_VERSION: Final = 1
+SPEND: Final = 0  # row kinds: a spend record ...
+RELEASE: Final = 1  # ... or a published release (t and the value written out; no amounts)
+LOCK_TIMEOUT: Final = 60.0  # seconds a writer waits for another's transaction before LedgerBusy
+ROW_COLUMNS = "seq, version, kind, op, t, amounts, detail, output, hash"
 DURABILITY: Final = {"full": "FULL", "process": "NORMAL"}
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
-_HEAD = struct.Struct("<qqqqq")
+_HEAD = struct.Struct("<qqqqqq")
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE records (
     seq INTEGER PRIMARY KEY,
     version INTEGER NOT NULL,
+    kind INTEGER NOT NULL,
     op INTEGER NOT NULL,
     t INTEGER NOT NULL,
     amounts BLOB NOT NULL,
@@ -49,7 +64,7 @@ CREATE TABLE records (
     output BLOB,
     hash BLOB NOT NULL
 );
-CREATE TABLE releases (t INTEGER PRIMARY KEY, value BLOB NOT NULL);
+CREATE UNIQUE INDEX published_once ON records (t) WHERE kind = 1;
 CREATE TABLE head (id INTEGER PRIMARY KEY CHECK (id = 1), count INTEGER NOT NULL, hash BLOB NOT NULL);
 CREATE TRIGGER records_head AFTER INSERT ON records BEGIN UPDATE head SET count = NEW.seq, hash = NEW.hash WHERE id = 1; END;
 CREATE TRIGGER records_no_update BEFORE UPDATE ON records BEGIN SELECT RAISE(ABORT, 'ledger records are append-only'); END;
@@ -76,10 +91,11 @@ def canonical(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
-def row_hash(previous: bytes, version: int, seq: int, op: int, t: int, amounts: bytes, detail: bytes, output: bytes | None) -> bytes:
-    """H_k = SHA-256(H_{k−1} ‖ version, seq, op, t ‖ len-prefixed amounts, detail, output ‖ has-output)."""
+def row_hash(previous: bytes, version: int, kind: int, seq: int, op: int, t: int, amounts: bytes, detail: bytes,
+             output: bytes | None) -> bytes:
+    """H_k = SHA-256(H_{k−1} ‖ version, kind, seq, op, t ‖ len-prefixed amounts, detail, output ‖ has-output)."""
     tail = b"\x00" if output is None else struct.pack("<q", len(output)) + output + b"\x01"
-    return hashlib.sha256(b"".join((previous, _HEAD.pack(version, seq, op, t, len(amounts)), amounts,
+    return hashlib.sha256(b"".join((previous, _HEAD.pack(version, kind, seq, op, t, len(amounts)), amounts,
                                     struct.pack("<q", len(detail)), detail, tail))).digest()
 
 
@@ -113,11 +129,14 @@ def decode_array(blob: bytes, where: str) -> FloatArray:
 
 
 def decode_row(row: tuple[Any, ...], header: LedgerHeader) -> JournalRow:
-    """A stored row as a record; unknown record versions are refused, never guessed."""
-    seq, version, op, t, amounts, detail, output = row[:7]
+    """A stored spend row (seq, version, kind, op, t, amounts, detail, output, ...) as a record;
+    unknown record versions are refused, never guessed."""
+    seq, version, kind, op, t, amounts, detail, output = row[:8]
     where = f"record {seq}"
     if version != RECORD_VERSION:
         raise LedgerCorrupt(f"{where}: record version {version!r} is not supported (expected {RECORD_VERSION})")
+    if kind != SPEND:
+        raise LedgerCorrupt(f"{where}: record kind {kind!r} is not a spend record")
     shape = (header.runs, len(header.classes)) if header.classes else (header.runs,)
     try:
         fields = json.loads(detail)
@@ -140,35 +159,76 @@ def is_journal(path: str | Path) -> bool:
         return handle.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
 
 
-def connect(path: str | Path, *, durability: str = "full", create: bool = False) -> sqlite3.Connection:
-    """An autocommit connection in WAL mode; corrupt or foreign files raise LedgerCorrupt."""
+def connect(path: str | Path, *, durability: str = "full", lock_timeout: float = LOCK_TIMEOUT) -> sqlite3.Connection:
+    """An autocommit connection in WAL mode to an existing ledger file; an empty, damaged or foreign
+    file raises LedgerCorrupt (a ledger file is never empty: see :func:`create`)."""
     if durability not in DURABILITY:
         raise InvalidArgument(f"durability={durability!r} must be one of {sorted(DURABILITY)}")
     path = Path(path)
-    if not create and not path.exists():
+    if not path.exists():
         raise InvalidArgument(f"ledger file {str(path)!r} does not exist")
-    if path.exists() and path.stat().st_size and not is_journal(path):
-        raise LedgerCorrupt(f"{str(path)!r} is not a budgetcheck ledger file (no SQLite header)")
+    if path.is_dir() or not path.stat().st_size or not is_journal(path):
+        what = "a directory" if path.is_dir() else "empty" if not path.stat().st_size else "no SQLite header"
+        raise LedgerCorrupt(f"{str(path)!r} is not a budgetcheck ledger file ({what}): it holds no ledger, and none is made over it")
     try:
-        db = sqlite3.connect(path, isolation_level=None, timeout=60.0, check_same_thread=False)
+        db = sqlite3.connect(path, isolation_level=None, timeout=lock_timeout, check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute(f"PRAGMA synchronous={DURABILITY[durability]}")
-        db.execute("PRAGMA busy_timeout=60000")
+        db.execute(f"PRAGMA busy_timeout={int(lock_timeout * 1000)}")
     except sqlite3.DatabaseError as exc:
-        raise LedgerCorrupt(f"{str(path)!r} cannot be opened as a ledger file: {exc}") from exc
+        raise LedgerCorrupt(f"{str(path)!r} cannot be opened as a ledger file (damaged?): {exc}") from exc
     return db
 
 
+def create(path: str | Path, header: LedgerHeader) -> None:
+    """Make a ledger file at ``path`` unless one is there: built whole beside it, then linked into
+    place (atomic: a reader or a second creator sees no file or the whole one, never an empty one)."""
+    path = Path(path)
+    if path.exists():
+        return
+    aside = path.with_name(f".{path.name}.{uuid.uuid4().hex}.new")
+    try:
+        db = sqlite3.connect(aside, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("BEGIN IMMEDIATE")
+            for statement in _SCHEMA.split(";\n"):
+                if statement.strip():
+                    db.execute(statement)
+            for key, value in (("format", FORMAT), ("version", str(FILE_VERSION)),
+                               ("header", canonical(header.to_json()).decode()), ("sessions", "0")):
+                db.execute("INSERT INTO meta VALUES (?, ?)", (key, value))
+            db.execute("INSERT INTO head VALUES (1, 0, ?)", (genesis(header),))
+            db.execute("COMMIT")
+        finally:
+            db.close()  # checkpoints the WAL into the file
+        with contextlib.suppress(FileExistsError):  # another process made it first: theirs is the ledger
+            os.link(aside, path)
+    except OSError as exc:
+        raise InvalidArgument(f"cannot create the ledger file {str(path)!r}: {exc}") from exc
+    except sqlite3.DatabaseError as exc:
+        raise LedgerCorrupt(f"cannot create the ledger file {str(path)!r}: {exc}") from exc
+    finally:
+        for leftover in (aside, aside.with_name(aside.name + "-wal"), aside.with_name(aside.name + "-shm")):
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
+
+
 def link_problem(row: tuple[Any, ...], expected_seq: int, previous: bytes) -> str | None:
-    """Why stored row (seq, version, op, t, amounts, detail, output, hash) does not continue the chain
-    as record ``expected_seq`` after hash ``previous`` (None if it does). Shared by the writer's
-    catch-up and the offline auditor."""
-    seq, version, op, t, amounts, detail, output, digest = row
+    """Why stored row (seq, version, kind, op, t, amounts, detail, output, hash) does not continue the
+    chain as row ``expected_seq`` after hash ``previous`` (None if it does). Shared by the writer's
+    catch-up, the opener's full check and the offline auditor."""
+    seq, version, kind, op, t, amounts, detail, output, digest = row
     if seq != expected_seq:
         return f"record {expected_seq} is missing (the next stored record is {seq})"
     if version != RECORD_VERSION:
         return f"record {seq}: record version {version!r} is not supported (expected {RECORD_VERSION})"
-    if not isinstance(detail, str) or row_hash(previous, version, seq, op, t, amounts, detail.encode(), output) != digest:
+    if kind not in (SPEND, RELEASE):
+        return f"record {seq}: record kind {kind!r} is not supported (0: a spend, 1: a release)"
+    if not (isinstance(detail, str) and isinstance(amounts, bytes) and isinstance(op, int) and isinstance(t, int)
+            and (output is None or isinstance(output, bytes))):
+        return f"record {seq}: a field has the wrong type (the record was edited)"
+    if row_hash(previous, version, kind, seq, op, t, amounts, detail.encode(), output) != digest:
         return f"record {seq}: its hash does not match its contents (the record was edited)"
     return None
 
@@ -183,34 +243,41 @@ def stored_head(db: sqlite3.Connection, path: str) -> tuple[int, bytes]:
 
 @final
 class Journal:
-    """The SQLite file behind a durable ledger (one connection; see :func:`budgetcheck.open_ledger`)."""
+    """The SQLite file behind a durable ledger (one connection; see :func:`budgetcheck.open_ledger`).
 
-    __slots__ = ("_db", "_head", "_header", "_last", "_path", "session")
+    It remembers how far it has read the chain (``_last``, ``_head``) and the releases it has seen;
+    the ledger applies every spend row the journal hands it, so the two never disagree.
+    """
 
-    def __init__(self, path: str | Path, header: LedgerHeader, *, durability: str = "full") -> None:
+    __slots__ = ("_begun", "_db", "_head", "_header", "_last", "_lock_timeout", "_path", "_published", "session")
+
+    def __init__(self, path: str | Path, header: LedgerHeader, *, durability: str = "full",
+                 lock_timeout: float = LOCK_TIMEOUT) -> None:
         self._path = str(path)
         self._header = header
-        self._db = connect(path, durability=durability, create=True)
-        with self._guard("open"):
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                if not self._db.execute("SELECT name FROM sqlite_master WHERE name='meta'").fetchone():
-                    for statement in _SCHEMA.split(";\n"):
-                        if statement.strip():
-                            self._db.execute(statement)
-                    for key, value in (("format", FORMAT), ("version", str(FILE_VERSION)),
-                                       ("header", canonical(header.to_json()).decode()), ("sessions", "0")):
-                        self._db.execute("INSERT INTO meta VALUES (?, ?)", (key, value))
-                    self._db.execute("INSERT INTO head VALUES (1, 0, ?)", (genesis(header),))
-                self._check_meta()
-                sessions = int(self._meta("sessions")) + 1
-                self._db.execute("UPDATE meta SET value=? WHERE key='sessions'", (str(sessions),))
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        self._lock_timeout = lock_timeout
+        if durability not in DURABILITY:
+            raise InvalidArgument(f"durability={durability!r} must be one of {sorted(DURABILITY)}")
+        create(path, header)
+        self._db = connect(path, durability=durability, lock_timeout=lock_timeout)
+        try:
+            with self._guard("open"):
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    self._check_meta()
+                    sessions = int(self._meta("sessions")) + 1
+                    self._db.execute("UPDATE meta SET value=? WHERE key='sessions'", (str(sessions),))
+                    self._db.execute("COMMIT")
+                finally:
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
+        except BaseException:
+            self._db.close()
+            raise
         self.session = sessions
         self._last, self._head = 0, genesis(header)
+        self._published: list[tuple[int, FloatArray]] = []
+        self._begun = (self._last, self._head, 0)
 
     @property
     def path(self) -> str:
@@ -224,15 +291,31 @@ class Journal:
     def close(self) -> None:
         self._db.close()
 
+    def load(self, lookback: int | None) -> list[JournalRow]:
+        """Verify the whole chain in one read snapshot; the spend rows that can still matter (t at
+        least the latest t − ``lookback``; every one if None), and the releases are remembered."""
+        with self._guard("read records"):
+            self._db.execute("BEGIN")
+            try:
+                (latest,) = self._db.execute("SELECT COALESCE(MAX(t), 0) FROM records WHERE kind = 0").fetchone()
+                since = 0 if lookback is None else int(latest) - lookback
+                self._last, self._head, self._published = 0, genesis(self._header), []
+                return self._verified(since)
+            finally:
+                self._db.execute("COMMIT")
+
     def begin(self) -> list[JournalRow]:
-        """BEGIN IMMEDIATE (the write lock); the rows other writers committed since we last looked."""
+        """BEGIN IMMEDIATE (the write lock); the spend rows other writers committed since we last looked."""
+        self._begun = (self._last, self._head, len(self._published))
         with self._guard("begin a transaction"):
             self._db.execute("BEGIN IMMEDIATE")
         try:
-            return self._catch_up()
+            rows = self._catch_up()
         except BaseException:
             self.rollback()
             raise
+        self._begun = (self._last, self._head, len(self._published))
+        return rows
 
     def commit(self) -> None:
         """COMMIT (durable before anything is released); the trigger has moved the head along."""
@@ -240,44 +323,37 @@ class Journal:
             self._db.execute("COMMIT")
 
     def rollback(self) -> None:
-        """Undo the open transaction (if any) and forget what it appended."""
+        """Undo the open transaction (if any): back to exactly what the lock showed after the catch-up
+        (never a head read after the lock is let go: another writer may have committed by then)."""
         with contextlib.suppress(sqlite3.Error):
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
-        self._last, self._head = self._stored_head()
+        self._last, self._head, known = self._begun
+        del self._published[known:]
 
     def append(self, records: list[SpendRecord], output: FloatArray | None) -> None:
-        """Append one operation's records (inside :meth:`transaction`); the output goes on the last."""
+        """Append one operation's records (inside :meth:`begin`/:meth:`commit`); the output goes on the last."""
         if not records:
             return
         op = self._last + 1  # an operation is named by the position of its first record
         for index, record in enumerate(records):
-            seq = self._last + 1
             amounts = np.ascontiguousarray(record.amounts, dtype="<f8").tobytes()
-            detail = encode_detail(record)
             blob = encode_array(output) if output is not None and index == len(records) - 1 else None
-            digest = row_hash(self._head, RECORD_VERSION, seq, op, record.t, amounts, detail, blob)
-            with self._guard("append a record"):
-                self._db.execute("INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                                 (seq, RECORD_VERSION, op, record.t, amounts, detail.decode(), blob, digest))
-            self._last, self._head = seq, digest
+            self._insert(SPEND, op, record.t, amounts, encode_detail(record), blob)
 
-    def store_release(self, t: int, values: FloatArray) -> None:
-        """Record that the value of timestamp t was published (once: t is the primary key)."""
-        with self._guard("record a release"):
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.execute("INSERT INTO releases VALUES (?, ?)", (t, encode_array(values)))
-            except sqlite3.IntegrityError as exc:
-                self._db.execute("ROLLBACK")
+    def append_release(self, t: int, values: FloatArray) -> None:
+        """Append that the value of timestamp t was published (inside a transaction; once per t)."""
+        try:
+            self._insert(RELEASE, self._last + 1, t, b"", b"", encode_array(values))
+        except LedgerCorrupt as exc:
+            if isinstance(exc.__cause__, sqlite3.IntegrityError):
                 raise LedgerCorrupt(f"{self._path}: timestamp {t} was already published") from exc
-            self._db.execute("COMMIT")
+            raise
+        self._published.append((t, np.array(values, dtype=np.float64)))
 
     def releases(self) -> list[tuple[int, FloatArray]]:
-        """Every published (t, value), in order of t."""
-        with self._guard("read releases"):
-            rows = self._db.execute("SELECT t, value FROM releases ORDER BY t").fetchall()
-        return [(int(t), decode_array(blob, f"release t={t}")) for t, blob in rows]
+        """Every published (t, value) this journal has verified or written, in order of t."""
+        return sorted(self._published, key=lambda item: item[0])
 
     def claim(self, key: str, value: str) -> None:
         """Store meta[key] = value the first time; later opens must ask for the same value."""
@@ -288,26 +364,28 @@ class Journal:
                 if row is None:
                     self._db.execute("INSERT INTO meta VALUES (?, ?)", (key, value))
                 self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+            finally:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
         if row is not None and row[0] != value:
             raise InvalidArgument(f"ledger file {self._path!r} was written with {key} {row[0]}, not {value}")
 
     def rows(self, *, since_t: int = 0) -> Iterator[JournalRow]:
-        """Every stored row with t >= since_t, in order (chain not re-verified: see the auditor)."""
+        """Every stored spend row with t >= since_t, in order (chain not re-verified: see the auditor)."""
         with self._guard("read records"):
-            cursor = self._db.execute(
-                "SELECT seq, version, op, t, amounts, detail, output FROM records WHERE t >= ? ORDER BY seq", (since_t,))
+            cursor = self._db.execute(f"SELECT {ROW_COLUMNS} FROM records WHERE kind = 0 AND t >= ? ORDER BY seq", (since_t,))
             for row in cursor:
                 yield decode_row(row, self._header)
 
-    def latest_t(self) -> int:
-        with self._guard("read the latest timestamp"):
-            (value,) = self._db.execute("SELECT COALESCE(MAX(t), 0) FROM records").fetchone()
-        return int(value)
-
     # -- internals -----------------------------------------------------------------------------
+    def _insert(self, kind: int, op: int, t: int, amounts: bytes, detail: bytes, output: bytes | None) -> None:
+        seq = self._last + 1
+        digest = row_hash(self._head, RECORD_VERSION, kind, seq, op, t, amounts, detail, output)
+        with self._guard("append a record"):
+            self._db.execute(f"INSERT INTO records ({ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             (seq, RECORD_VERSION, kind, op, t, amounts, detail.decode(), output, digest))
+        self._last, self._head = seq, digest
+
     def _catch_up(self) -> list[JournalRow]:
         count, head = self._stored_head()
         if count == self._last:
@@ -316,37 +394,28 @@ class Journal:
             return []
         if count < self._last:
             raise LedgerCorrupt(f"{self._path}: the file has {count} records, fewer than the {self._last} already seen (rolled back?)")
-        return self._verified(self._last, self._head)
+        return self._verified(0)
 
-    def tail(self, since_t: int) -> list[JournalRow]:
-        """The rows from the first one with t >= since_t to the end, chain and head verified."""
-        with self._guard("read records"):
-            (first,) = self._db.execute("SELECT MIN(seq) FROM records WHERE t >= ?", (since_t,)).fetchone()
-            if first is None or first <= 1:
-                after, previous = 0, genesis(self._header)
-            else:
-                row = self._db.execute("SELECT hash FROM records WHERE seq = ?", (first - 1,)).fetchone()
-                if row is None:
-                    raise LedgerCorrupt(f"{self._path}: record {first - 1} is missing")
-                after, previous = first - 1, bytes(row[0])
-        return self._verified(after, previous)
-
-    def _verified(self, after: int, previous: bytes) -> list[JournalRow]:
-        """Rows after ``after``, each continuing the chain from ``previous``, ending at the stored head."""
+    def _verified(self, since_t: int) -> list[JournalRow]:
+        """Rows after the last one seen, each continuing the chain, ending at the stored head (read in
+        the caller's transaction): the spend rows with t >= since_t; releases are remembered."""
         count, head = self._stored_head()
-        with self._guard("read records"):
-            raw = self._db.execute(
-                "SELECT seq, version, op, t, amounts, detail, output, hash FROM records WHERE seq > ? ORDER BY seq", (after,)
-            ).fetchall()
+        after, previous = self._last, self._head
         rows: list[JournalRow] = []
-        for row in raw:
-            problem = link_problem(row, after + len(rows) + 1, previous)
-            if problem is not None:
-                raise LedgerCorrupt(f"{self._path}: {problem}")
-            previous = row[7]
-            rows.append(decode_row(row, self._header))
-        if previous != head or after + len(rows) != count:
-            raise LedgerCorrupt(f"{self._path}: the file ends at record {after + len(rows)}, but its head names record {count}")
+        seen = after
+        with self._guard("read records"):
+            cursor = self._db.execute(f"SELECT {ROW_COLUMNS} FROM records WHERE seq > ? AND seq <= ? ORDER BY seq", (after, count))
+            for row in cursor:
+                problem = link_problem(row, seen + 1, previous)
+                if problem is not None:
+                    raise LedgerCorrupt(f"{self._path}: {problem}")
+                previous, seen = row[8], seen + 1
+                if row[2] == RELEASE:
+                    self._published.append((int(row[4]), decode_array(row[7], f"release at record {row[0]}")))
+                elif row[4] >= since_t:
+                    rows.append(decode_row(row, self._header))
+        if previous != head or seen != count:
+            raise LedgerCorrupt(f"{self._path}: the file ends at record {seen}, but its head names record {count}")
         self._last, self._head = count, previous
         return rows
 
@@ -365,8 +434,13 @@ class Journal:
             raise LedgerCorrupt(f"{self._path}: format {self._meta('format')!r} is not {FORMAT!r}")
         if self._meta("version") != str(FILE_VERSION):
             raise LedgerCorrupt(f"{self._path}: file version {self._meta('version')!r} is not supported (expected {FILE_VERSION})")
-        stored = json.loads(self._meta("header"))
+        try:
+            stored = json.loads(self._meta("header"))
+        except json.JSONDecodeError as exc:
+            raise LedgerCorrupt(f"{self._path}: the stored header is not JSON: {exc}") from exc
         wanted = json.loads(canonical(self._header.to_json()))
+        if not isinstance(stored, dict):
+            raise LedgerCorrupt(f"{self._path}: the stored header is not a JSON object: {stored!r}")
         if stored != wanted:
             differ = sorted(k for k in set(stored) | set(wanted) if stored.get(k) != wanted.get(k))
             raise InvalidArgument(
@@ -375,22 +449,26 @@ class Journal:
             )
 
     def _guard(self, what: str) -> _Guard:
-        return _Guard(self._path, what)
+        return _Guard(self._path, what, self._lock_timeout)
 
 
 @final
 class _Guard:
-    """``with`` block that turns an SQLite error into LedgerCorrupt naming the file and the step
-    (a class, not a generator context manager: it sits on the path of every commit)."""
+    """``with`` block that turns an SQLite error into LedgerCorrupt naming the file and the step, or
+    LedgerBusy when another writer held the lock past the timeout (a class, not a generator context
+    manager: it sits on the path of every commit)."""
 
-    __slots__ = ("_path", "_what")
+    __slots__ = ("_path", "_timeout", "_what")
 
-    def __init__(self, path: str, what: str) -> None:
-        self._path, self._what = path, what
+    def __init__(self, path: str, what: str, timeout: float = LOCK_TIMEOUT) -> None:
+        self._path, self._what, self._timeout = path, what, timeout
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc)):
+            raise LedgerBusy(f"{self._path}: cannot {self._what}: another process held the ledger's write lock for more "
+                             f"than lock_timeout={self._timeout} s; nothing was charged, try again") from exc
         if isinstance(exc, sqlite3.DatabaseError):
             raise LedgerCorrupt(f"{self._path}: cannot {self._what}: {exc}") from exc

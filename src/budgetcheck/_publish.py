@@ -176,7 +176,7 @@ def publish(
                     if not np.array_equal(row, stored[index][1]):
                         raise LedgerCorrupt(f"replaying t={stored[index][0]} gave {row.tolist()}, the file recorded {stored[index][1].tolist()}")
                     continue
-                journal.store_release(stream.current, row)
+                ledger._store_release(stream.current, row)
                 _write(handle, stream.current, row, fmt, sampler)
                 _flush(handle, durability)
                 published += 1
