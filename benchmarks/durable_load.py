@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 import budgetcheck as bc
-from budgetcheck._journal import RECORD_VERSION, encode_detail, genesis, row_hash
+from budgetcheck._journal import RECORD_VERSION, SPEND, encode_detail, genesis, row_hash
 
 
 def spends_per_second(folder: Path, durability: str, n: int) -> float:
@@ -79,12 +79,12 @@ def bulk_file(path: Path, n: int, w: int) -> None:
     db.execute("PRAGMA synchronous=OFF")
     batch = []
     for seq in range(1, n + 1):
-        previous = row_hash(previous, RECORD_VERSION, seq, seq, seq, amounts, detail, None)
-        batch.append((seq, RECORD_VERSION, seq, seq, amounts, text, None, previous))
+        previous = row_hash(previous, RECORD_VERSION, SPEND, seq, seq, seq, amounts, detail, None)
+        batch.append((seq, RECORD_VERSION, SPEND, seq, seq, amounts, text, None, previous))
         if len(batch) == 100_000:
-            db.executemany("INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?)", batch)
+            db.executemany("INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", batch)
             batch.clear()
-    db.executemany("INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?)", batch)
+    db.executemany("INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", batch)
     db.commit()
     db.close()
 
