@@ -6,8 +6,10 @@
    stream lengths must stay flat.
 3. Auditing a ledger file of N records (written in bulk with the same hash chain), in seconds.
 4. SIGKILL-and-restart of `budgetcheck publish` at random points (see tests/test_publish.py).
+5. The concurrency campaign (budgetcheck.durable.campaign): N = 2, 4, 8 processes spending on the
+   newest timestamp of one file, both durability modes; every window audited after each run.
 
-    python benchmarks/durable_load.py [--quick] [--stream N] [--audit N] [--kills K]
+    python benchmarks/durable_load.py [--quick] [--stream N] [--audit N] [--kills K] [--campaign-runs R]
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ import sqlite3
 import sys
 import tempfile
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
 import budgetcheck as bc
+from budgetcheck.durable.campaign import run_campaign
 from budgetcheck._journal import RECORD_VERSION, SPEND, encode_detail, genesis, row_hash
 
 
@@ -95,6 +99,8 @@ def main() -> None:
     parser.add_argument("--stream", type=int, default=None, help="length of the long stream (default 10^7, quick 10^5)")
     parser.add_argument("--audit", type=int, default=None, help="records in the audited file (default 10^7, quick 10^5)")
     parser.add_argument("--kills", type=int, default=None, help="kill points of the crash test (default 100, quick 5)")
+    parser.add_argument("--campaign-runs", type=int, default=None,
+                        help="runs per (N, durability) of the concurrency campaign (default 17, i.e. 102 in all; quick 1)")
     args = parser.parse_args()
     stream = args.stream or (10**5 if args.quick else 10**7)
     audited = args.audit or (10**5 if args.quick else 10**7)
@@ -132,6 +138,27 @@ def main() -> None:
             kill_and_restart(crash, kills=kills, n=max(200, 3 * kills), seed=7)
             print(f"kill-and-restart: {kills} SIGKILLs at random points, then a full run: every timestamp released once, "
                   f"audit ok ({time.perf_counter() - start:.0f} s)")
+        campaign_runs = args.campaign_runs if args.campaign_runs is not None else (1 if args.quick else 17)
+        if campaign_runs:
+            campaign(folder, campaign_runs)
+
+
+def campaign(folder: Path, runs: int) -> None:
+    """Section 5: every (N, durability) pair for ``runs`` runs; one line each, then the totals."""
+    total = over = 0
+    worst = Fraction(0)
+    for writers in (2, 4, 8):
+        for durability in ("process", "full"):
+            start = time.perf_counter()
+            result = run_campaign(folder, writers=writers, durability=durability, runs=runs, spends=40, seed=writers)
+            total += result.runs
+            over += result.worst_ratio > 1
+            worst = max(worst, result.worst_ratio)
+            print(f"campaign N={writers} {durability:>7}: {result.runs} runs, {result.accepted:,} spends accepted, "
+                  f"{result.refused:,} refused for the budget, {result.stale:,} stale; worst window {float(result.worst_ratio):.6f} "
+                  f"of epsilon; failed audits {result.failed_audits}, lost {result.lost}, phantom {result.phantom}, "
+                  f"writer errors {len(result.errors)} ({time.perf_counter() - start:.0f} s)")
+    print(f"campaign: {total} runs, worst window / epsilon = {worst} ({float(worst):.6f}), configurations over epsilon: {over}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ work is in :mod:`budgetcheck._publish` and :mod:`budgetcheck._audit_file`)."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -11,11 +12,17 @@ import click
 
 from budgetcheck._audit_file import audit_file
 from budgetcheck._cli_types import FilePath
-from budgetcheck._errors import BudgetcheckError, BudgetExceeded, InvalidArgument, LedgerCorrupt
-from budgetcheck._journal import DURABILITY
+from budgetcheck._errors import BudgetcheckError, BudgetExceeded, InvalidArgument, LedgerBusy, LedgerCorrupt
+from budgetcheck._journal import DURABILITY, LOCK_TIMEOUT
 from budgetcheck._noise import DISCRETE, NUMPY, SAMPLERS
 
-EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_CORRUPT = 0, 1, 2, 4
+EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_CORRUPT, EXIT_BUSY = 0, 1, 2, 4, 5
+
+
+def _finite(value: float) -> float:
+    if not math.isfinite(value):
+        raise click.BadParameter(f"{value!r} is not a finite number of seconds")
+    return value
 
 
 @click.command()
@@ -42,11 +49,19 @@ EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_CORRUPT = 0, 1, 2, 4
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the numpy sampler (ignored by discrete-laplace).")
 @click.option("--durability", type=click.Choice(sorted(DURABILITY)), default="full", show_default=True,
               help="full: fsync every commit (power loss); process: survives a killed process, faster.")
+@click.option("--lock-timeout", type=click.FloatRange(min=0, min_open=True, max=1e9), default=LOCK_TIMEOUT, show_default=True,
+              callback=lambda _ctx, _param, value: _finite(value),
+              help="Seconds to wait for another writer of the ledger before giving up with exit 5 (nothing charged).")
 @click.option("--skip-bad-rows", is_flag=True, help="Report malformed rows on stderr and go on (default: stop at the first).")
 def publish(mechanism: str, ledger_path: Path, epsilon: float | None, w: int | None, requirements_path: Path | None,
             policies_path: Path | None, dimensions: int, input_path: Path, out_path: Path | None, fmt: str, sampler: str | None,
-            seed: int, durability: str, skip_bad_rows: bool) -> None:
-    """Publish a live stream through MECHANISM on a durable ledger, one timestamp at a time."""
+            seed: int, durability: str, lock_timeout: float, skip_bad_rows: bool) -> None:
+    """Publish a live stream through MECHANISM on a durable ledger, one timestamp at a time.
+
+    Exit codes: 0 done; 1 a spend refused (nothing released for that timestamp); 2 usage or input
+    error; 4 the ledger file is damaged or altered; 5 the ledger stayed locked by another writer for
+    --lock-timeout seconds (nothing charged; earlier releases kept; rerun to resume).
+    """
     from budgetcheck._events import load_requirements
     from budgetcheck._policies import load_policies
     from budgetcheck._publish import publish as run
@@ -68,11 +83,14 @@ def publish(mechanism: str, ledger_path: Path, epsilon: float | None, w: int | N
         with click.open_file(str(input_path), encoding="utf-8") as lines:
             summary = run(mech, lines, ledger_path, epsilon=epsilon, w=w, requirements=requirements, policies=policies,
                           dimensions=dimensions, out=None if out_path else stdout, out_path=out_path, fmt=fmt, sampler=sampler,
-                          seed=seed, durability=durability, skip_bad_rows=skip_bad_rows,
+                          seed=seed, durability=durability, lock_timeout=lock_timeout, skip_bad_rows=skip_bad_rows,
                           on_reject=lambda message: click.echo(f"rejected {message}", err=True))
     except LedgerCorrupt as exc:
         click.echo(f"Error: {ledger_path}: {exc}", err=True)
         sys.exit(EXIT_CORRUPT)
+    except LedgerBusy as exc:
+        click.echo(f"Error: {ledger_path}: {exc} (nothing was charged or released for it; rerun to resume)", err=True)
+        sys.exit(EXIT_BUSY)
     except BudgetExceeded as exc:
         click.echo(f"Error: refused, nothing released for this timestamp: {exc}", err=True)
         sys.exit(EXIT_VIOLATION)

@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck._durable import replay_ledger
+from budgetcheck._journal import LOCK_TIMEOUT
 from budgetcheck._errors import BadRow, InvalidArgument, LedgerCorrupt
 from budgetcheck._events import content_lines, parse_events, parse_timestamp, timestamps
 from budgetcheck._journal import canonical
@@ -106,6 +107,7 @@ def publish(
     sampler: str = NUMPY,
     seed: int = 0,
     durability: str = "full",
+    lock_timeout: float = LOCK_TIMEOUT,
     skip_bad_rows: bool = False,
     on_reject: Callable[[str], None] | None = None,
 ) -> PublishSummary:
@@ -118,14 +120,15 @@ def publish(
     Exactly one of ``out`` (e.g. stdout: at least once — a restart first writes the last stored
     release again, the only one a crash can have kept from the stream, so a consumer that keeps
     one line per t sees every release) and ``out_path`` (a file: reconciled with the ledger at
-    every start, so every release is in it exactly once) is given.
+    every start, so every release is in it exactly once) is given. ``lock_timeout``: seconds to wait
+    for another writer of the same file before LedgerBusy (nothing charged, nothing released).
     """
     if not callable(getattr(mechanism, "releases", None)):
         raise InvalidArgument(f"mechanism {getattr(mechanism, 'name', mechanism)!r} cannot publish live: it has no releases(stream, ledger) generator")
     if (out is None) == (out_path is None):
         raise InvalidArgument("give exactly one of out (a stream) and out_path (a file)")
     ledger = _ledger(mechanism, epsilon=epsilon, w=w, requirements=requirements, policies=policies, sampler=sampler, seed=seed)
-    replay_ledger(ledger_path, ledger, durability=durability)
+    replay_ledger(ledger_path, ledger, durability=durability, lock_timeout=lock_timeout)
     journal = ledger.journal
     assert journal is not None
     try:

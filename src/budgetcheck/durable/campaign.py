@@ -56,7 +56,7 @@ class CampaignResult:
 
 
 class _Jittered:
-    """A store connection that pauses at random (up to 2 ms) right after each statement: other
+    """A store connection that pauses at random (2 ms, 10 ms after COMMIT or ROLLBACK) after each statement: other
     writers get to commit in every gap a writer leaves, including the ones right after it lets the
     lock go (where a read outside the lock would miss their commits)."""
 
@@ -66,10 +66,10 @@ class _Jittered:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._db, name)
 
-    def execute(self, *args: Any) -> Any:
-        cursor = self._db.execute(*args)
-        if self._rng.random() < 0.5:
-            time.sleep(self._rng.random() * 0.002)
+    def execute(self, sql: str, *args: Any) -> Any:
+        cursor = self._db.execute(sql, *args)
+        if self._rng.random() < 0.5:  # longer after the lock is let go: SQLite's busy handler wakes in 1–100 ms steps
+            time.sleep(self._rng.random() * (0.01 if sql.lstrip()[:6].upper() in ("COMMIT", "ROLLBA") else 0.002))
         return cursor
 
 
@@ -92,7 +92,7 @@ def _spend(path: str, durability: str, params: WEventParams, worker: int, spends
     refused = stale = 0
     start.wait()
     for k in range(spends):
-        t = max(ledger.t, 1) + (rng.random() < 0.5)
+        t = max(ledger.t, 1 + k // 3)  # the newest timestamp this writer knows of, moving on every third spend
         amount, purpose = rng.choice(_AMOUNTS), f"writer {worker} spend {k}"
         try:
             ledger.spend(t, amount, purpose=purpose)
