@@ -32,6 +32,7 @@ from budgetcheck._errors import InvalidArgument, LedgerCorrupt
 from budgetcheck._journal import FILE_VERSION, FORMAT, ROW_COLUMNS, connect, decode_row, genesis, link_problem, stored_head
 from budgetcheck._policies import PolicyCollection, StreamPolicy
 from budgetcheck._records import LedgerHeader, SpendRecord
+from budgetcheck._validation import check_epsilon, check_positive_int
 
 
 @attrs.frozen
@@ -46,6 +47,8 @@ class FileAudit:
     checked: int
     worst_ratio: Fraction
     violations: tuple[str, ...]
+    epsilon: float = 0.0  # the budget the windows were checked against (w-event: the header's or the caller's)
+    w: int = 0
 
     @property
     def ok(self) -> bool:
@@ -186,15 +189,21 @@ def _add_one_run(windows: StreamingWindows, rows: Iterable[tuple[Any, Any, Any]]
                 windows._finalize(t - w)
 
 
-def audit_file(path: str | Path, *, expect_head: str | None = None, max_violations: int = 10) -> FileAudit:
+def audit_file(path: str | Path, *, expect_head: str | None = None, max_violations: int = 10, epsilon: float | None = None,
+               w: int | None = None) -> FileAudit:
     """Verify the chain of a ledger file and re-check its composition theorem; never raises for a
     broken chain (that is a finding), only for a file that is not a ledger file at all.
 
     Everything is read as of one snapshot (the head, then the rows up to it), so a writer that
     commits meanwhile is neither a finding nor seen. ``expect_head``: a head hash kept from earlier
     (any earlier one): the file must extend it, i.e. the hash of one of its rows (or of its header,
-    for an anchor taken before the first row) must equal it.
+    for an anchor taken before the first row) must equal it. ``epsilon``/``w`` (w-event files only):
+    check the windows against these instead of the file's own header (e.g. a stricter budget).
     """
+    override = {name: value for name, value in (("epsilon", epsilon), ("w", w)) if value is not None}
+    if override:
+        epsilon = None if epsilon is None else check_epsilon(epsilon)
+        w = None if w is None else check_positive_int(w, "w")
     if expect_head is not None:
         try:
             if len(bytes.fromhex(expect_head)) != 32:
@@ -205,7 +214,13 @@ def audit_file(path: str | Path, *, expect_head: str | None = None, max_violatio
     try:
         db.execute("BEGIN")  # one read snapshot for the head and every row up to it
         header, count, head = _read_meta(db, str(path))
-        return _audit(db, str(path), header, count, head, expect_head, max_violations)
+        checked = header
+        if override:
+            if header.notion != "w-event":
+                raise InvalidArgument(f"{', '.join(f'{k}={v!r}' for k, v in override.items())} applies to w-event ledger files; "
+                                      f"{path} is a {header.notion} file, whose budgets are in its header")
+            checked = attrs.evolve(header, epsilon=header.epsilon if epsilon is None else epsilon, w=header.w if w is None else w)
+        return _audit(db, str(path), header, count, head, expect_head, max_violations, checked)
     except sqlite3.DatabaseError as exc:
         raise LedgerCorrupt(f"{path}: the file is damaged (truncated or overwritten): {exc}") from exc
     finally:
@@ -232,15 +247,18 @@ def _read_meta(db: sqlite3.Connection, path: str) -> tuple[LedgerHeader, int, st
 
 
 def _audit(db: sqlite3.Connection, path: str, header: LedgerHeader, count: int, head: str,
-           expect_head: str | None, max_violations: int) -> FileAudit:
+           expect_head: str | None, max_violations: int, checked_against: LedgerHeader) -> FileAudit:
+    """The chain from the file's own header; the composition against ``checked_against`` (the header,
+    or the caller's stricter ε and w)."""
     streaming = header.notion == "w-event"
     start = genesis(header).hex()
     anchor = None if expect_head is None else expect_head.lower()
     if count < _PARALLEL_FROM:
         problem, seen, last, found = verify_chain(path, 0, count, start, anchor)
-        composition = _composition(db, header, streaming, max_violations, upto=count)
+        composition = _composition(db, checked_against, streaming, max_violations, upto=count)
     else:
-        problem, seen, last, found, composition = _audit_parallel(db, path, header, start, count, anchor, streaming, max_violations)
+        problem, seen, last, found, composition = _audit_parallel(db, path, checked_against, start, count, anchor, streaming,
+                                                                  max_violations)
     if problem is None and (seen != count or last != head):
         problem = f"the file ends at record {seen}, but its head names record {count}: records were removed or the head was edited"
     if problem is None and anchor is not None and not found:
@@ -249,7 +267,8 @@ def _audit(db: sqlite3.Connection, path: str, header: LedgerHeader, count: int, 
     if problem is None and broken is not None:
         problem = broken
     return FileAudit(path=path, notion=header.notion, records=seen, head=last, problem=problem,
-                     checked=checked, worst_ratio=worst, violations=violations)
+                     checked=checked, worst_ratio=worst, violations=violations, epsilon=checked_against.epsilon,
+                     w=checked_against.w)
 
 
 def _audit_parallel(db: sqlite3.Connection, path: str, header: LedgerHeader, start: str, count: int, anchor: str | None,

@@ -101,10 +101,12 @@ def publish(mechanism: str, ledger_path: Path, epsilon: float | None, w: int | N
                f"rejected {len(summary.rejected)}); ledger head {summary.head}", err=True)
 
 
-def audit_ledger_file(path: Path, expect_head: str | None, as_json: bool) -> None:
-    """``budgetcheck audit`` on a ledger file: chain, head and composition; exits."""
+def audit_ledger_file(path: Path, expect_head: str | None, as_json: bool, epsilon: float | None = None,
+                      w: int | None = None) -> None:
+    """``budgetcheck audit`` on a ledger file: chain, head and composition (against the file's header,
+    or a w-event file's windows against the given ε and w); exits."""
     try:
-        report = audit_file(path, expect_head=expect_head)
+        report = audit_file(path, expect_head=expect_head, epsilon=epsilon, w=w)
     except LedgerCorrupt as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(EXIT_CORRUPT)
@@ -114,9 +116,11 @@ def audit_ledger_file(path: Path, expect_head: str | None, as_json: bool) -> Non
     if as_json:
         click.echo(json.dumps({"version": 1, "notion": report.notion, "ok": report.ok, "records": report.records,
                                "head": report.head, "chain_problem": report.problem, "constraints_checked": report.checked,
-                               "worst_over_budget": float(report.worst_ratio), "violations": list(report.violations)}, indent=2))
+                               "worst_over_budget": float(report.worst_ratio), "violations": list(report.violations),
+                               **({"epsilon": report.epsilon, "w": report.w} if report.notion == "w-event" else {})}, indent=2))
     else:
-        click.echo(f"{path}: {report.notion} ledger file, {report.records} records, head {report.head}")
+        checked = f" (windows checked against epsilon={report.epsilon!r}, w={report.w})" if report.notion == "w-event" else ""
+        click.echo(f"{path}: {report.notion} ledger file, {report.records} records, head {report.head}{checked}")
         click.echo(f"chain: {'ok' if report.problem is None else 'BROKEN: ' + report.problem}")
         click.echo(f"{report.checked} constraints checked; worst: {float(report.worst_ratio):.6f} of the budget")
         for violation in report.violations:

@@ -203,8 +203,9 @@ def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as
 
 @main.command()
 @click.argument("log", type=FilePath(exists=True, dir_okay=False, path_type=Path))
-@click.option("--epsilon", type=float, default=None, help="The ε to check against (default: the log's header).")
-@click.option("--w", type=int, default=None, help="The window length w (default: the log's header).")
+@click.option("--epsilon", type=float, default=None,
+              help="The ε to check the windows against (default: the log's header; w-event logs and files).")
+@click.option("--w", type=int, default=None, help="The window length w to check against (default: the log's header).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report.")
 @click.option("--expect-head", default=None, help="Ledger files: the head hash you kept (detects a rolled-back file).")
 def audit(log: Path, epsilon: float | None, w: int | None, as_json: bool, expect_head: str | None) -> None:
@@ -215,7 +216,7 @@ def audit(log: Path, epsilon: float | None, w: int | None, as_json: bool, expect
     if is_journal(log):
         from budgetcheck._cli_publish import audit_ledger_file
 
-        audit_ledger_file(log, expect_head, as_json)
+        audit_ledger_file(log, expect_head, as_json, epsilon, w)
     try:
         with log.open(encoding="utf-8") as handle:
             header, records = load_lines(handle)
