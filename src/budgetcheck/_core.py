@@ -35,6 +35,7 @@ _SCALES_KEPT = 8  # noise scales remembered per ledger (LedgerCore._scale)
 _SCALE_MEMO_SIZE = 1 << 12
 SAMPLER = NUMPY
 F = TypeVar("F", bound=Callable[..., Any])
+C = TypeVar("C", bound="LedgerCore")
 
 
 def journaled(method: F) -> F:
@@ -189,6 +190,13 @@ class LedgerCore(abc.ABC):
         """Close the ledger file, if this ledger has one (every committed spend is already on disk)."""
         if self._journal is not None:
             self._journal.close()
+
+    def __enter__(self: C) -> C:
+        """``with open_ledger(path, ledger) as ledger:`` closes the file at the end of the block."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- the journal (durable ledgers) -----------------------------------------------------------
     def _attach(self, journal: Journal, *, replay: list[JournalRow] | None = None) -> None:

@@ -47,7 +47,14 @@ class WindowLedger(LaplaceReleases):
     __slots__ = ("_eps_bound", "_eps_units", "_epsilon", "_params", "_windows")
     _stacking = True
 
-    def __init__(self, params: WEventParams, *, runs: int = 1, seed: int = 0, sampler: str = NUMPY) -> None:
+    def __init__(self, params: WEventParams | None = None, *, epsilon: float | None = None, w: int | None = None, runs: int = 1,
+                 seed: int = 0, sampler: str = NUMPY) -> None:
+        if params is None:  # WindowLedger(epsilon=1.0, w=3), as one would write it
+            if epsilon is None or w is None:
+                raise InvalidArgument(f"give epsilon and w (got epsilon={epsilon!r}, w={w!r}) or params=WEventParams(epsilon, w)")
+            params = WEventParams(epsilon, w)
+        elif epsilon is not None or w is not None:
+            raise InvalidArgument(f"give either params={params!r} or epsilon and w, not both")
         if not isinstance(params, WEventParams):
             raise InvalidArgument(f"params={params!r} must be a WEventParams(epsilon=..., w=...)")
         super().__init__(runs=runs, seed=seed, sampler=sampler)

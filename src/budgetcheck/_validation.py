@@ -88,12 +88,23 @@ def check_bin_amounts(value: object, runs: int, bins: int, name: str = "epsilon"
 
 
 def _float_array(value: object, name: str, expected: str) -> FloatArray:
-    """A fresh float64 array of ``value`` (booleans and non-numbers refused, naming ``expected``)."""
-    if isinstance(value, bool):
-        raise InvalidArgument(f"{name}={value!r} must be {expected}")
+    """A fresh float64 array of ``value``, naming ``expected`` when it is not numbers: booleans,
+    strings (``"0.1"`` is not converted), None and other objects are refused, alone or inside arrays."""
+    if value is None or isinstance(value, (bool, str, bytes)):
+        raise InvalidArgument(f"{name}={value!r} must be {expected}, not {type(value).__name__}")
     try:
-        return np.array(value, dtype=np.float64)
+        raw = np.asarray(value)
     except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"{name}={value!r} must be {expected}") from exc
+    if raw.dtype.kind == "O":  # e.g. Fractions (accepted) or a None or string among numbers (refused)
+        for item in raw.flat:
+            if isinstance(item, bool) or not isinstance(item, numbers.Real):
+                raise InvalidArgument(f"{name} holds {item!r} ({type(item).__name__}); it must be {expected}")
+    elif raw.dtype.kind not in "iuf":
+        raise InvalidArgument(f"{name}={value!r} must be {expected}, not an array of {raw.dtype}")
+    try:
+        return np.array(raw, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidArgument(f"{name}={value!r} must be {expected}") from exc
 
 
