@@ -74,3 +74,57 @@ def test_numbers_of_every_kind_are_accepted(amount: object) -> None:
     ledger = bc.WindowLedger(epsilon=1.0, w=3, sampler="numpy-laplace")
     ledger.spend(1, amount, purpose="x")  # type: ignore[arg-type]
     assert ledger.t == 1
+
+
+def _budgetcheck(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "budgetcheck", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+PLAIN = """
+import numpy as np
+
+class Nothing:
+    name = "Nothing"
+
+    def run(self, stream, ledger):
+        return np.zeros((ledger.runs, stream.length, stream.dimensions))
+"""
+
+
+def test_verify_finds_a_module_in_the_working_directory(tmp_path: Path) -> None:
+    (tmp_path / "mymech.py").write_text(PLAIN)
+    result = _budgetcheck(tmp_path, "verify", "mymech:Nothing", "--stages", "a", "--examples", "5")
+    assert result.returncode == 0, result.stderr
+    assert "Nothing" in result.stdout
+
+
+@pytest.mark.parametrize(("source", "where"), [
+    ("def f(:\n    pass\n", "broken.py, line 1: invalid syntax"),
+    ("x = 1\nraise RuntimeError('boom')\n", "broken.py, line 2: RuntimeError: boom"),
+    ("import a_module_that_is_not_there\n", "No module named 'a_module_that_is_not_there'"),
+])
+def test_an_error_in_the_users_module_is_a_usage_error_naming_file_and_line(tmp_path: Path, source: str, where: str) -> None:
+    (tmp_path / "broken.py").write_text(source)
+    result = _budgetcheck(tmp_path, "verify", "broken:Mech")
+    assert result.returncode == 2
+    assert where in result.stderr and "Traceback" not in result.stderr
+
+
+def test_publish_with_a_missing_input_file_is_a_usage_error(tmp_path: Path) -> None:
+    result = _budgetcheck(tmp_path, "publish", "BD", "--ledger", "l.db", "--epsilon", "1", "--w", "3", "--input", "nope.csv")
+    assert result.returncode == 2 and "nope.csv" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "l.db").exists()
+
+
+def test_an_internal_error_exits_70_never_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from budgetcheck import cli
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ZeroDivisionError("a bug of ours")
+
+    monkeypatch.setattr(cli, "load_lines", broken)
+    result = CliRunner().invoke(cli.main, ["audit", __file__])
+    assert result.exit_code == 70
+    assert "internal error" in result.output and "ZeroDivisionError" in result.output

@@ -37,7 +37,7 @@ def _finite(value: float) -> float:
               help="Swellfish mechanisms: a file of start,end,theta_1[,theta_2,...] lines (each policy's relevance interval "
                    "and pattern thresholds); timestamps no policy covers are released exactly.")
 @click.option("-d", "--dimensions", type=int, default=1, show_default=True, help="Counts per row (w-event) or bins (personalized).")
-@click.option("--input", "input_path", default="-", type=FilePath(dir_okay=False, allow_dash=True, path_type=Path),
+@click.option("--input", "input_path", default="-", type=FilePath(exists=True, dir_okay=False, allow_dash=True, path_type=Path),
               help="w-event: rows t,c_1..c_d (CSV) or JSON lines {'t':..,'counts':[..]}. Personalized: rows t,user,bin "
                    "or {'t':..,'user':..,'bin':..} (a row with only t closes t). '-' is stdin.")
 @click.option("--out", "out_path", default=None, type=FilePath(dir_okay=False, path_type=Path),

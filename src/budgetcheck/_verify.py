@@ -10,6 +10,8 @@ crashed. Failures are shrunk by Hypothesis to a minimal case and reported as a r
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 import traceback
 from collections.abc import Callable
 from fractions import Fraction
@@ -154,10 +156,9 @@ def load_mechanism(reference: str) -> Any:
     """A built-in name ('BD') or 'module:attr' (a mechanism, or a callable returning one)."""
     if ":" in reference:
         module_name, _, attr = reference.partition(":")
-        try:
-            target: object = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise InvalidArgument(f"mechanism={reference!r} cannot be loaded: {exc}") from exc
+        target: object = getattr(_import_user_module(reference, module_name), attr, _MISSING)
+        if target is _MISSING:
+            raise InvalidArgument(f"mechanism={reference!r} cannot be loaded: module {module_name!r} has no attribute {attr!r}")
     else:
         from mechanisms import BUILTIN
 
@@ -174,6 +175,27 @@ def load_mechanism(reference: str) -> Any:
     if notion_of(target) not in ("w-event", "personalized", "swellfish"):
         raise InvalidArgument(f"mechanism={reference!r} declares notion={notion_of(target)!r}; expected w-event, personalized or swellfish")
     return target
+
+
+_MISSING = object()
+
+
+def _import_user_module(reference: str, module_name: str) -> Any:
+    """Import the user's module as ``python -m`` would find it (the working directory first); an
+    error in it is reported with its file and line, not as a traceback of ours."""
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(module_name)
+    except SyntaxError as exc:
+        raise InvalidArgument(f"mechanism={reference!r} cannot be loaded: {exc.filename}, line {exc.lineno}: "
+                              f"{exc.msg}") from None
+    except ImportError as exc:
+        raise InvalidArgument(f"mechanism={reference!r} cannot be loaded: {exc}") from None
+    except Exception as exc:  # the module's own code failed while importing: name where
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        raise InvalidArgument(f"mechanism={reference!r} cannot be loaded: {frame.filename}, line {frame.lineno}: "
+                              f"{type(exc).__name__}: {exc}") from None
 
 
 @attrs.frozen

@@ -1,7 +1,9 @@
 """The `budgetcheck` command line: a thin layer over the library.
 
 Exit codes (stable, for CI): 0 = every check passed; 1 = a violation was found; 2 = usage or
-input error; 3 = inconclusive (a stage could not decide, e.g. a rule that is not proved).
+input error (including the user's module failing to import); 3 = inconclusive (a stage could not
+decide); 4 = a ledger file is damaged or altered; 5 = a ledger stayed locked by another writer;
+70 = an internal error of budgetcheck (a bug: please report it).
 """
 
 from __future__ import annotations
@@ -9,7 +11,9 @@ from __future__ import annotations
 import json
 import sys
 import time
+import traceback
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -20,7 +24,22 @@ from budgetcheck._records import LedgerHeader, SpendRecord, load_lines
 from budgetcheck._verify import PROFILES, VerifyResult, load_mechanism, verify_mechanism
 from budgetcheck.strategies import VerificationCase
 
-EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
+EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERNAL = 0, 1, 2, 3, 70
+
+
+class _Commands(click.Group):
+    """The command group; an error inside budgetcheck itself (a bug, not the user's input) exits 70
+    (EX_SOFTWARE) with its traceback, never 1, which means "a violation was found"."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit, KeyboardInterrupt):
+            raise
+        except Exception:
+            click.echo(traceback.format_exc(), err=True, nl=False)
+            click.echo("Error: an internal error of budgetcheck (exit 70); please report it with the traceback above.", err=True)
+            sys.exit(EXIT_INTERNAL)
 
 
 class InputError(click.ClickException):
@@ -29,10 +48,14 @@ class InputError(click.ClickException):
     exit_code = EXIT_USAGE
 
 
-@click.group()
+@click.group(cls=_Commands)
 @click.version_option(package_name="budgetcheck")
 def main() -> None:
-    """Provably right privacy accounting for differentially private streams."""
+    """Provably right privacy accounting for differentially private streams.
+
+    Exit codes: 0 ok; 1 a violation found; 2 usage or input error; 3 inconclusive; 4 a ledger file
+    damaged or altered; 5 a ledger locked by another writer too long; 70 an internal error (a bug).
+    """
 
 
 @main.command()
