@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -15,3 +16,22 @@ class FilePath(click.Path):
             return super().convert(value, param, ctx)
         except ValueError as exc:
             self.fail(f"{value!r} is not a usable path: {exc}", param, ctx)
+
+
+class Progress:
+    """A one-line progress note on a terminal's stderr, overwritten in place and erased before the
+    next table row; nothing at all when stderr is not a terminal (logs get plain lines only)."""
+
+    def __init__(self, *, enabled: bool = True) -> None:
+        self._enabled = enabled and sys.stderr.isatty()
+        self._width = 0
+
+    def show(self, text: str) -> None:
+        if self._enabled:
+            click.echo("\r" + text.ljust(self._width), err=True, nl=False)
+            self._width = len(text)
+
+    def clear(self) -> None:
+        if self._enabled and self._width:
+            click.echo("\r" + " " * self._width + "\r", err=True, nl=False)
+            self._width = 0

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from budgetcheck._audit import audit_windows
-from budgetcheck._cli_types import FilePath
+from budgetcheck._cli_types import FilePath, Progress
 from budgetcheck._errors import InvalidArgument
 from budgetcheck._records import LedgerHeader, SpendRecord, load_lines
 from budgetcheck._verify import PROFILES, VerifyResult, load_mechanism, verify_mechanism
@@ -169,10 +169,12 @@ def _junit(results: list[VerifyResult]) -> str:
 @click.option("--w-max", default=128, show_default=True, type=click.IntRange(1))
 @click.option("--timeout", "timeout_s", default=60, show_default=True, type=click.IntRange(1), help="Seconds per solver query.")
 @click.option("--json", "as_json", is_flag=True)
-def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as_json: bool) -> None:
+@click.option("-q", "--quiet", is_flag=True, help="Only the table (no progress line, no details).")
+def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as_json: bool, quiet: bool) -> None:
     """Prove with Z3 that each MECHANISM's allocation rule keeps every w-window within a symbolic ε.
 
-    Default: every built-in mechanism. Exit codes: 0 all proved, 1 refuted, 3 unknown/not proved.
+    Default: every built-in mechanism. Each row is printed as soon as it is decided (with a progress
+    line on a terminal). Exit codes: 0 all proved, 1 refuted, 3 unknown/not proved.
     """
     from budgetcheck.proving import Verdict, explain_failure, prove_range, rule_of
 
@@ -183,13 +185,17 @@ def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as
         references = list(BUILTIN)
     if w_min > w_max:
         raise click.BadParameter(f"--w-min={w_min} is larger than --w-max={w_max}")
-    rows = []
+    rows: list[dict[str, Any]] = []
+    progress = Progress(enabled=not (as_json or quiet))
     proved: dict[object, tuple[str, dict[str, object]]] = {}  # one proof per rule (PBD, TSBD and BD share BDRule)
-    for reference in references:
-        try:
-            target = load_mechanism(reference)
-        except InvalidArgument as exc:
-            raise click.BadParameter(str(exc), param_hint="MECHANISM") from exc
+    try:
+        targets = [load_mechanism(reference) for reference in references]  # a usage error before any proof runs
+    except InvalidArgument as exc:
+        raise click.BadParameter(str(exc), param_hint="MECHANISM") from exc
+    if not as_json:
+        click.echo(f"{'mechanism':<22} {'w range':<10} {'method':<14} {'time':>9}  verdict")
+    for target in targets:
+        progress.show(f"proving {target.name} ({len(rows)} of {len(references)} done) ...")
         rule = rule_of(target)
         bounded = getattr(target, "bounded_proof", None)
         if rule is None and callable(bounded):
@@ -198,30 +204,39 @@ def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as
             rows.append({"mechanism": target.name, "w": "-", "method": f"exhaustive({count})", "seconds": round(time.perf_counter() - started, 3),
                          "verdict": "proved" if holds else Verdict.REFUTED.value,
                          "detail": failure or f"Theorem 4.2 on {count} collections (<= 2 policies, horizon 5), every decision sequence, exact"})
+            _prove_row(rows[-1], as_json, progress)
             continue
         if rule is None:
             rows.append({"mechanism": target.name, "w": f"{w_min}..{w_max}", "method": "-", "seconds": 0.0, "verdict": "not proved", "detail": "no allocation_rule()"})
+            _prove_row(rows[-1], as_json, progress)
             continue
         if rule in proved:
             first, row = proved[rule]
             rows.append({**row, "mechanism": target.name, "method": f"as {first}", "seconds": 0.0, "detail": ""})
+            _prove_row(rows[-1], as_json, progress)
             continue
         verdict = prove_range(rule, range(w_min, w_max + 1), timeout_ms=timeout_s * 1000)
         detail = explain_failure(rule, verdict)
         rows.append({"mechanism": target.name, "w": f"{w_min}..{w_max}", "method": verdict.methods, "seconds": round(verdict.seconds, 3),
                      "verdict": verdict.verdict.value, "detail": detail})
         proved[rule] = (target.name, rows[-1])
+        _prove_row(rows[-1], as_json, progress)
+    progress.clear()
     if as_json:
         click.echo(json.dumps({"version": 1, "results": rows}, indent=2))
-    else:
-        click.echo(f"{'mechanism':<22} {'w range':<10} {'method':<14} {'time':>9}  verdict")
-        for row in rows:
-            click.echo(f"{row['mechanism']:<22} {row['w']:<10} {row['method']:<14} {row['seconds']:>8.1f}s  {row['verdict']}")
+    elif not quiet:
         for row in rows:
             if row["detail"]:
                 click.echo(f"\n{row['mechanism']}: {row['detail']}")
     verdicts = {row["verdict"] for row in rows}
     sys.exit(EXIT_VIOLATION if Verdict.REFUTED.value in verdicts else EXIT_OK if verdicts == {"proved"} else EXIT_INCONCLUSIVE)
+
+
+def _prove_row(row: dict[str, Any], as_json: bool, progress: Progress) -> None:
+    """One decided row of ``prove``'s table, printed at once (JSON waits for the end)."""
+    if not as_json:
+        progress.clear()
+        click.echo(f"{row['mechanism']:<22} {row['w']:<10} {row['method']:<14} {row['seconds']:>8.1f}s  {row['verdict']}")
 
 
 @main.command()

@@ -185,9 +185,30 @@ class _NoBar:
         return None
 
 
+class _LineBar:
+    """Progress for a log (stderr not a terminal): a plain line at every tenth of the cells, no ``\\r``."""
+
+    def __init__(self, total: int, already: int) -> None:
+        self._total, self._done, self._next, self._start = total, 0, 1, time.perf_counter()
+        print(f"cells: {total} to run" + (f" ({already} stored before)" if already else ""), file=sys.stderr, flush=True)
+
+    def update(self, n: int = 1) -> object:
+        self._done += n
+        if self._total and self._done * 10 >= self._next * self._total:
+            self._next = self._done * 10 // self._total + 1
+            print(f"cells: {self._done}/{self._total} ({100 * self._done // self._total}%) after "
+                  f"{time.perf_counter() - self._start:.0f} s", file=sys.stderr, flush=True)
+        return None
+
+    def close(self) -> None:
+        return None
+
+
 def _bar(total: int, already: int, progress: bool) -> _Bar:
     if not progress:
         return _NoBar()
+    if not sys.stderr.isatty():
+        return _LineBar(total, already)
     from tqdm import tqdm
 
     bar: _Bar = tqdm(total=total, unit="cell", file=sys.stderr, dynamic_ncols=True,
