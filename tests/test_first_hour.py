@@ -128,3 +128,22 @@ def test_an_internal_error_exits_70_never_1(monkeypatch: pytest.MonkeyPatch) -> 
     result = CliRunner().invoke(cli.main, ["audit", __file__])
     assert result.exit_code == 70
     assert "internal error" in result.output and "ZeroDivisionError" in result.output
+
+
+def test_mechanisms_lists_a_notion_and_a_plain_description_for_every_one() -> None:
+    import json
+
+    from click.testing import CliRunner
+    from mechanisms import BUILTIN
+
+    from budgetcheck.cli import main
+
+    result = CliRunner().invoke(main, ["mechanisms", "--json"])
+    assert result.exit_code == 0
+    rows = json.loads(result.output)["mechanisms"]
+    assert [row["name"] for row in rows] == list(BUILTIN)
+    for row in rows:
+        assert row["notion"] in ("w-event", "personalized", "swellfish"), row
+        assert len(row["description"]) > 20 and "`" not in row["description"], row
+    table = CliRunner().invoke(main, ["mechanisms"]).output.splitlines()
+    assert table[0].split() == ["mechanism", "notion", "description"] and len(table) == len(rows) + 1

@@ -9,6 +9,7 @@ decide); 4 = a ledger file is damaged or altered; 5 = a ledger stayed locked by 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 import traceback
@@ -315,13 +316,29 @@ def _audit_notion(log: Path, header: LedgerHeader, records: list[SpendRecord], a
 
 
 @main.command(name="mechanisms")
-def list_mechanisms() -> None:
-    """List the built-in mechanisms."""
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {name, notion, description}.")
+def list_mechanisms(as_json: bool) -> None:
+    """List the built-in mechanisms: name, privacy notion, what each does."""
     from mechanisms import BUILTIN
 
+    from budgetcheck._mechanism import notion_of
+
+    rows = []
     for name, factory in BUILTIN.items():
         doc = (factory.__doc__ or "").strip().splitlines()
-        click.echo(f"{name:<10} {doc[0] if doc else ''}")
+        rows.append({"name": name, "notion": notion_of(factory()), "description": _plain(doc[0] if doc else "")})
+    if as_json:
+        click.echo(json.dumps({"version": 1, "mechanisms": rows}, indent=2, ensure_ascii=False))
+        return
+    width = max(len(row["name"]) for row in rows)
+    click.echo(f"{'mechanism':<{width}}  {'notion':<12}  description")
+    for row in rows:
+        click.echo(f"{row['name']:<{width}}  {row['notion']:<12}  {row['description']}")
+
+
+def _plain(text: str) -> str:
+    """A docstring line as plain words: reST literals (``x``) and roles (:class:`x`) lose their marks."""
+    return re.sub(r":\w+:`([^`]*)`", r"\1", text).replace("``", "")
 
 
 @main.group(invoke_without_command=True)

@@ -67,18 +67,22 @@ class TemporalSensitivity:
 
 
 def TSUniform() -> TemporalSensitivity:
+    """Uniform with w = max |J| over the policies (Tex et al., Theorem 4.3): Lap at every t, ε/w each."""
     return TemporalSensitivity(Uniform(), "TSUniform")
 
 
 def TSSample() -> TemporalSensitivity:
+    """Sample with w = max |J| over the policies (Tex et al., Theorem 4.3): the full ε every w-th t."""
     return TemporalSensitivity(Sample(), "TSSample")
 
 
 def TSBD() -> TemporalSensitivity:
+    """BD with w = max |J| over the policies (Tex et al., Theorem 4.3): budget distribution."""
     return TemporalSensitivity(BD(), "TSBD")
 
 
 def TSBA() -> TemporalSensitivity:
+    """BA with w = max |J| over the policies (Tex et al., Theorem 4.3): budget absorption."""
     return TemporalSensitivity(BA(), "TSBA")
 
 
@@ -304,10 +308,12 @@ class Unicorn(_BoundedProof):
 
 
 def TINARUniform() -> UnicornPS:
+    """UnicornPS with its uniform sub-strategy only and the global sensitivity max_t Δ_Q^t (Tex et al., Table 2)."""
     return UnicornPS(uniform_only=True, global_sensitivity=True, label="TINARUniform")
 
 
 def TINARSample() -> UnicornIS:
+    """UnicornIS with the global sensitivity max_t Δ_Q^t (Tex et al., Table 2, the TINAR effect)."""
     return UnicornIS(global_sensitivity=True, label="TINARSample")
 
 
