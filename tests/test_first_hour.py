@@ -147,3 +147,17 @@ def test_mechanisms_lists_a_notion_and_a_plain_description_for_every_one() -> No
         assert len(row["description"]) > 20 and "`" not in row["description"], row
     table = CliRunner().invoke(main, ["mechanisms"]).output.splitlines()
     assert table[0].split() == ["mechanism", "notion", "description"] and len(table) == len(rows) + 1
+
+
+def test_verify_leaves_nothing_in_the_working_directory(tmp_path: Path) -> None:
+    import os
+
+    work, cache = tmp_path / "work", tmp_path / "cache"
+    work.mkdir()
+    (work / "mymech.py").write_text(PLAIN)
+    env = {k: v for k, v in os.environ.items() if k != "HYPOTHESIS_STORAGE_DIRECTORY"} | {"XDG_CACHE_HOME": str(cache)}
+    result = subprocess.run([sys.executable, "-m", "budgetcheck", "verify", "mymech:Nothing", "--stages", "ab", "--examples", "5"],
+                            cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode in (0, 3), result.stderr
+    assert sorted(p.name for p in work.iterdir() if p.name != "__pycache__") == ["mymech.py"]
+    assert (cache / "budgetcheck" / "hypothesis").is_dir()

@@ -9,6 +9,7 @@ decide); 4 = a ledger file is damaged or altered; 5 = a ledger stayed locked by 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -91,6 +92,7 @@ def verify(
     (d) statistical lower bound on the privacy loss. Exit codes: 0 all pass, 1 a violation,
     2 usage error, 3 inconclusive (e.g. not proved).
     """
+    _hypothesis_cache()
     references = list(mechanism)
     if verify_all:
         from mechanisms import BUILTIN
@@ -231,6 +233,18 @@ def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as
                 click.echo(f"\n{row['mechanism']}: {row['detail']}")
     verdicts = {row["verdict"] for row in rows}
     sys.exit(EXIT_VIOLATION if Verdict.REFUTED.value in verdicts else EXIT_OK if verdicts == {"proved"} else EXIT_INCONCLUSIVE)
+
+
+def _hypothesis_cache() -> None:
+    """Hypothesis keeps its files in the user's cache directory ($XDG_CACHE_HOME/budgetcheck or
+    ~/.cache/budgetcheck), not in a `.hypothesis/` folder of the working directory; a user who set
+    HYPOTHESIS_STORAGE_DIRECTORY keeps their choice."""
+    if os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
+        return
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    set_hypothesis_home_dir(os.path.join(base, "budgetcheck", "hypothesis"))
 
 
 def _prove_row(row: dict[str, Any], as_json: bool, progress: Progress) -> None:
