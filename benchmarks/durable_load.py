@@ -31,7 +31,7 @@ from budgetcheck._journal import RECORD_VERSION, SPEND, encode_detail, genesis, 
 
 
 def spends_per_second(folder: Path, durability: str, n: int) -> float:
-    ledger = bc.open_ledger(folder / f"rate-{durability}.db", bc.WindowLedger(bc.WEventParams(1.0, 100)), durability=durability)
+    ledger = bc.open_ledger(folder / f"rate-{durability}.db", bc.WindowLedger(bc.WEventParams(1.0, 100), sampler="numpy-laplace"), durability=durability)
     start = time.perf_counter()
     for t in range(1, n + 1):
         ledger.spend(t, 0.009, purpose="load")
@@ -41,7 +41,7 @@ def spends_per_second(folder: Path, durability: str, n: int) -> float:
 
 
 def in_memory_rate(n: int) -> float:
-    ledger = bc.WindowLedger(bc.WEventParams(1.0, 100))
+    ledger = bc.WindowLedger(bc.WEventParams(1.0, 100), sampler="numpy-laplace")
     start = time.perf_counter()
     for t in range(1, n + 1):
         ledger.spend(t, 0.009, purpose="load")
@@ -50,7 +50,7 @@ def in_memory_rate(n: int) -> float:
 
 def long_stream(folder: Path, length: int, w: int) -> list[tuple[int, float, float]]:
     """(t, resident MiB, seconds) at checkpoints of a spend at every t through a ledger file."""
-    ledger = bc.open_ledger(folder / "long.db", bc.WindowLedger(bc.WEventParams(1.0, w)), durability="process")
+    ledger = bc.open_ledger(folder / "long.db", bc.WindowLedger(bc.WEventParams(1.0, w), sampler="numpy-laplace"), durability="process")
     checkpoints = sorted({length // 10 * k for k in range(1, 11)} | {length})
     points = []
     start = time.perf_counter()
@@ -71,7 +71,7 @@ def _rss_mib() -> float:
 
 def bulk_file(path: Path, n: int, w: int) -> None:
     """A valid ledger file of n records (one spend of 1/w per timestamp), chained like the real writer."""
-    ledger = bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(1.0, w)), durability="process")
+    ledger = bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(1.0, w), sampler="numpy-laplace"), durability="process")
     header = ledger.header()
     ledger.close()
     record = bc.SpendRecord(t=1, purpose="bulk", amounts=np.array([0.9 / w]))

@@ -19,7 +19,7 @@ from budgetcheck import GuardedStream, WEventParams, WindowLedger, rounding
 
 
 def _exact_ledger(runs: int, w: int, spends: int) -> float:
-    ledger = WindowLedger(WEventParams(1.0, w), runs=runs, seed=0)
+    ledger = WindowLedger(WEventParams(1.0, w), runs=runs, seed=0, sampler="numpy-laplace")
     amount = np.full(runs, rounding.share(1.0, 2 * w))
     start = time.perf_counter()
     for t in range(1, spends // 2 + 1):
@@ -30,7 +30,7 @@ def _exact_ledger(runs: int, w: int, spends: int) -> float:
 
 def _exact_laplace(runs: int, w: int, spends: int, d: int) -> float:
     stream = GuardedStream(np.zeros((spends, d)))
-    ledger = WindowLedger(WEventParams(1.0, w), runs=runs, seed=0)
+    ledger = WindowLedger(WEventParams(1.0, w), runs=runs, seed=0, sampler="numpy-laplace")
     ledger.bind(stream)
     amount = rounding.share(1.0, w)
     start = time.perf_counter()

@@ -30,7 +30,7 @@ CLASSES = [((10, 1.0), 200_000), ((20, 0.5), 200_000), ((40, 2.0), 200_000), ((8
 
 def personalized(runs: int, spends: int) -> tuple[float, float]:
     requirements = RequirementSet.from_counts(CLASSES)
-    ledger = PersonalizedLedger(requirements, runs=runs, seed=0)
+    ledger = PersonalizedLedger(requirements, runs=runs, seed=0, sampler="numpy-laplace")
     budgets = np.array([r.epsilon / (4 * r.w) for r in requirements.classes])
     start = time.perf_counter()
     for t in range(1, spends + 1):
@@ -39,7 +39,7 @@ def personalized(runs: int, spends: int) -> tuple[float, float]:
     bins = np.zeros((spends, requirements.n_users), dtype=np.int8)
     bins[:, ::3] = 1
     stream = PersonalizedStream(requirements, bins, dimensions=2)
-    ledger = PersonalizedLedger(requirements, runs=runs, seed=0)
+    ledger = PersonalizedLedger(requirements, runs=runs, seed=0, sampler="numpy-laplace")
     ledger.bind(stream)
     start = time.perf_counter()
     for secret in stream:
@@ -51,7 +51,7 @@ def swellfish(runs: int, spends: int, policies: int = 1000) -> float:
     rng = np.random.default_rng(0)
     starts = rng.integers(1, 50, size=policies)
     collection = PolicyCollection([StreamPolicy(int(s), int(s) + 200 + int(rng.integers(0, 100)), [1.0] * int(rng.integers(1, 4))) for s in starts])
-    ledger = SwellfishLedger(collection, epsilon=1.0, runs=runs, seed=0)
+    ledger = SwellfishLedger(collection, epsilon=1.0, runs=runs, seed=0, sampler="numpy-laplace")
     amount = 1e-4
     start = time.perf_counter()
     for t in range(50, 50 + spends):

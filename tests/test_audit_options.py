@@ -65,7 +65,7 @@ def test_invalid_budgets_are_usage_errors(tmp_path: Path, kind: str, options: li
 
 def test_personalized_files_refuse_a_w_event_budget(tmp_path: Path) -> None:
     path = tmp_path / "p.db"
-    ledger = bc.open_ledger(path, bc.PersonalizedLedger(bc.RequirementSet([(3, 1.0), (5, 2.0)])), durability="process")
+    ledger = bc.open_ledger(path, bc.PersonalizedLedger(bc.RequirementSet([(3, 1.0), (5, 2.0)]), sampler="numpy-laplace"), durability="process")
     ledger.close()
     result = CliRunner().invoke(main, ["audit", str(path), "--epsilon", "0.5"])
     assert result.exit_code == 2 and "personalized" in result.output and "epsilon=0.5" in result.output

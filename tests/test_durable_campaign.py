@@ -91,7 +91,7 @@ def test_ledger_busy_is_raised_after_about_the_timeout(tmp_path: Path) -> None:
 @pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), True, "5"])
 def test_lock_timeout_is_checked(tmp_path: Path, bad: object) -> None:
     with pytest.raises(bc.InvalidArgument, match="lock_timeout"):
-        bc.open_ledger(tmp_path / "l.db", bc.WindowLedger(PARAMS), lock_timeout=bad)  # type: ignore[arg-type]
+        bc.open_ledger(tmp_path / "l.db", bc.WindowLedger(PARAMS, sampler="numpy-laplace"), lock_timeout=bad)  # type: ignore[arg-type]
     assert not (tmp_path / "l.db").exists()
 
 

@@ -32,7 +32,7 @@ def test_a_window_ledger_takes_epsilon_and_w_as_keywords() -> None:
 ])
 def test_keyword_parameters_are_checked(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(bc.InvalidArgument, match=message):
-        bc.WindowLedger(**kwargs)  # type: ignore[arg-type]
+        bc.WindowLedger(**kwargs, sampler="numpy-laplace")  # type: ignore[arg-type]
 
 
 def test_a_ledger_file_closes_at_the_end_of_a_with_block(tmp_path: Path) -> None:

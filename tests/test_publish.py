@@ -50,7 +50,8 @@ def test_publish_writes_one_line_per_timestamp_and_the_file_audits(tmp_path: Pat
     assert all(float(v).is_integer() for line in lines for v in line[1:])  # discrete sampler: integers
     report = bc.audit_file(tmp_path / "l.db")
     assert report.ok and report.worst_ratio <= 1
-    assert {r.sampler for r in bc.open_ledger(tmp_path / "l.db", bc.WindowLedger(bc.WEventParams(1.0, 5))).records} == {"discrete-laplace"}
+    with bc.open_ledger(tmp_path / "l.db", bc.WindowLedger(bc.WEventParams(1.0, 5))) as ledger:  # the default: discrete
+        assert {r.sampler for r in ledger.records} == {"discrete-laplace"}
 
 
 def test_a_restart_resumes_at_the_next_timestamp_in_the_same_state(tmp_path: Path) -> None:
@@ -74,9 +75,8 @@ def test_a_restart_resumes_at_the_next_timestamp_in_the_same_state(tmp_path: Pat
 def test_adaptive_mechanisms_publish_live_and_resume_from_their_stored_outputs(tmp_path: Path, mechanism: str) -> None:
     """Their Kalman filters, controllers, groupings and AboveThreshold answers are rebuilt from the
     replayed outputs on a restart (publish checks that every replayed release equals the stored one)."""
-    sampler = ["--sampler", "numpy-laplace"] if mechanism in ("AdaPub", "PeGaSus") else []  # AboveThreshold: continuous noise
-    assert invoke(tmp_path, rows(12), *sampler, mechanism=mechanism)[0] == 0
-    code, output = invoke(tmp_path, rows(40), *sampler, mechanism=mechanism)
+    assert invoke(tmp_path, rows(12), mechanism=mechanism)[0] == 0  # AdaPub, PeGaSus: AboveThreshold on the discrete grid
+    code, output = invoke(tmp_path, rows(40), mechanism=mechanism)
     assert code == 0, output
     assert "replayed 12" in output
     assert [int(line[0]) for line in released(tmp_path)] == list(range(1, 41))
@@ -105,11 +105,10 @@ def test_a_restart_replays_the_threshold_answers_and_then_opens_every_instance_a
     text = rows(40)
     lines = text.splitlines(keepends=True)
     first = _Grouper()
-    bc.publish(first, lines[:6], tmp_path / "l.db", dimensions=2, epsilon=1.0, w=5, out_path=tmp_path / "o.csv", sampler="numpy-laplace")
+    bc.publish(first, lines[:6], tmp_path / "l.db", dimensions=2, epsilon=1.0, w=5, out_path=tmp_path / "o.csv")
     assert first.opened == [[True, True], [False, False], [False, False], [False, False], [True, True], [False, False]]
     second = _Grouper()
-    summary = bc.publish(second, lines[:9], tmp_path / "l.db", dimensions=2, epsilon=1.0, w=5, out_path=tmp_path / "o.csv",
-                         sampler="numpy-laplace")
+    summary = bc.publish(second, lines[:9], tmp_path / "l.db", dimensions=2, epsilon=1.0, w=5, out_path=tmp_path / "o.csv")
     assert second.opened[:6] == first.opened  # replayed from the file
     assert second.opened[6:] == [[True, True], [False, False], [False, False]]  # t = 7 opens afresh, though t = 5's were open
     assert summary.published == 3 and bc.audit_file(tmp_path / "l.db").ok
@@ -168,7 +167,7 @@ def test_swellfish_release_generators_match_the_batch_runs() -> None:
     policies = load_policies(POLICIES.splitlines())
     for mechanism in (TSUniform(), TSSample(), TSBD(), TSBA(), UnicornPS(), UnicornIS(), Unicorn()):
         batch = bc.execute_swellfish(mechanism, policies, data, epsilon=1.0, runs=3, seed=5).releases
-        ledger = bc.SwellfishLedger(policies, epsilon=1.0, runs=3, seed=5)
+        ledger = bc.SwellfishLedger(policies, epsilon=1.0, runs=3, seed=5, sampler="numpy-laplace")
         stream = bc.LiveStream(((t + 1, row) for t, row in enumerate(data)), dimensions=2)
         ledger.bind(stream)
         live = np.stack(list(mechanism.releases(stream, ledger)), axis=1)
@@ -192,11 +191,21 @@ def test_bad_rows_are_rejected_with_their_number_and_nothing_is_lost(tmp_path: P
     assert [int(line[0]) for line in released(tmp_path)] == [1, 2, 4, 5]
 
 
-def test_jsonl_input_and_output_and_the_numpy_sampler(tmp_path: Path) -> None:
-    text = "".join(f'{{"t": {t}, "counts": [{t}, 2.5]}}\n' for t in range(1, 6))
-    code, output = invoke(tmp_path, text, "--format", "jsonl", "--sampler", "numpy-laplace", mechanism="Uniform")
+def test_jsonl_input_and_output(tmp_path: Path) -> None:
+    text = "".join(f'{{"t": {t}, "counts": [{t}, 2]}}\n' for t in range(1, 6))
+    code, output = invoke(tmp_path, text, "--format", "jsonl", mechanism="Uniform")
     assert code == 0, output
     assert (tmp_path / "out.csv").read_text().count('"values"') == 5
+
+
+def test_publish_refuses_reproducible_noise_and_creates_nothing(tmp_path: Path) -> None:
+    """numpy-laplace from default_rng([seed, session]) could be subtracted by anyone who knows both."""
+    code, output = invoke(tmp_path, rows(3), "--sampler", "numpy-laplace")
+    assert code == 2 and "reproducible noise" in output and "subtract" in output, output
+    assert not (tmp_path / "l.db").exists() and not (tmp_path / "out.csv").exists()
+    with pytest.raises(bc.InvalidArgument, match="reproducible noise"):
+        bc.publish(bc.load_mechanism("BD"), rows(3).splitlines(), tmp_path / "l.db", dimensions=2, epsilon=1.0, w=5,
+                   out_path=tmp_path / "o.csv", sampler="numpy-laplace")
 
 
 def test_only_mechanisms_with_a_release_generator_publish(tmp_path: Path) -> None:
@@ -209,7 +218,7 @@ def test_release_generators_match_the_batch_runs() -> None:
     for mechanism in (Uniform(), BD(), BA(), FASTw(), DSATw(sample_rate=0.15), RescueDP(), RescueDP(grouping=False), AdaPub(),
                       PeGaSus(), PeGaSus(smoother="james-stein", grouping=False)):
         batch = bc.execute(mechanism, data, epsilon=1.0, w=8, runs=3, seed=5).releases
-        ledger = bc.WindowLedger(bc.WEventParams(1.0, 8), runs=3, seed=5)
+        ledger = bc.WindowLedger(bc.WEventParams(1.0, 8), runs=3, seed=5, sampler="numpy-laplace")
         stream = bc.LiveStream(((t + 1, row) for t, row in enumerate(data)), dimensions=3)
         ledger.bind(stream)
         live = np.stack(list(mechanism.releases(stream, ledger)), axis=1)
@@ -230,7 +239,7 @@ def test_live_stream_checks_order_width_and_is_consumed_once() -> None:
 
 def test_stand_ins_of_replayed_timestamps_cannot_be_read_live(tmp_path: Path) -> None:
     stream = bc.LiveStream([], dimensions=1, replayed=[1])
-    ledger = bc.open_ledger(tmp_path / "x.db", bc.WindowLedger(bc.WEventParams(1.0, 3)))
+    ledger = bc.open_ledger(tmp_path / "x.db", bc.WindowLedger(bc.WEventParams(1.0, 3), sampler="numpy-laplace"))
     ledger.bind(stream)
     (stand_in,) = list(stream)
     with pytest.raises(bc.LedgerCorrupt, match="replayed"):
@@ -274,8 +283,6 @@ def test_the_discrete_sampler_admits_integral_streams_at_bind_and_never_refuses_
     noisy = ledger.measure(lambda v: v.mean(), secret, sensitivity=1.0, epsilon=0.5)
     assert (noisy[0] / 2.0**-20).is_integer()
     assert ledger.records[-1].noise_scale is not None and ledger.records[-1].noise_scale[0] > 2.0
-    with pytest.raises(bc.InvalidArgument, match="continuous noise"):
-        ledger.above_threshold(epsilon=0.1, sensitivity=1.0)
 
 
 def test_stdout_delivery_is_at_least_once_across_a_restart(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from budgetcheck._audit_file import audit_file
 from budgetcheck._cli_types import FilePath
 from budgetcheck._errors import BudgetcheckError, BudgetExceeded, InvalidArgument, LedgerBusy, LedgerCorrupt
 from budgetcheck._journal import DURABILITY, LOCK_TIMEOUT
-from budgetcheck._noise import DISCRETE, NUMPY, SAMPLERS
+from budgetcheck._noise import DISCRETE, SAMPLERS
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_CORRUPT, EXIT_BUSY = 0, 1, 2, 4, 5
 
@@ -43,10 +43,9 @@ def _finite(value: float) -> float:
 @click.option("--out", "out_path", default=None, type=FilePath(dir_okay=False, path_type=Path),
               help="Append releases to this file (exactly once across restarts); default stdout.")
 @click.option("--format", "fmt", type=click.Choice(["csv", "jsonl"]), default="csv", show_default=True)
-@click.option("--sampler", type=click.Choice(list(SAMPLERS)), default=None,
-              help="discrete-laplace (w-event default): exact, CSPRNG, integer counts; numpy-laplace: fast float sampler "
-                   "(the only one of the personalized Sampling Mechanism).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the numpy sampler (ignored by discrete-laplace).")
+@click.option("--sampler", type=click.Choice(list(SAMPLERS)), default=DISCRETE, show_default=True,
+              help="discrete-laplace: exact, from the OS CSPRNG (integer counts). numpy-laplace is refused: its "
+                   "seeded noise could be subtracted from the releases.")
 @click.option("--durability", type=click.Choice(sorted(DURABILITY)), default="full", show_default=True,
               help="full: fsync every commit (power loss); process: survives a killed process, faster.")
 @click.option("--lock-timeout", type=click.FloatRange(min=0, min_open=True, max=1e9), default=LOCK_TIMEOUT, show_default=True,
@@ -54,8 +53,8 @@ def _finite(value: float) -> float:
               help="Seconds to wait for another writer of the ledger before giving up with exit 5 (nothing charged).")
 @click.option("--skip-bad-rows", is_flag=True, help="Report malformed rows on stderr and go on (default: stop at the first).")
 def publish(mechanism: str, ledger_path: Path, epsilon: float | None, w: int | None, requirements_path: Path | None,
-            policies_path: Path | None, dimensions: int, input_path: Path, out_path: Path | None, fmt: str, sampler: str | None,
-            seed: int, durability: str, lock_timeout: float, skip_bad_rows: bool) -> None:
+            policies_path: Path | None, dimensions: int, input_path: Path, out_path: Path | None, fmt: str, sampler: str,
+            durability: str, lock_timeout: float, skip_bad_rows: bool) -> None:
     """Publish a live stream through MECHANISM on a durable ledger, one timestamp at a time.
 
     Exit codes: 0 done; 1 a spend refused (nothing released for that timestamp); 2 usage or input
@@ -77,13 +76,11 @@ def publish(mechanism: str, ledger_path: Path, epsilon: float | None, w: int | N
         if policies_path is not None:
             with open(policies_path, encoding="utf-8") as handle:
                 policies = load_policies(handle, source=str(policies_path))
-        if sampler is None:
-            sampler = NUMPY if requirements is not None else DISCRETE
         stdout = sys.stdout
         with click.open_file(str(input_path), encoding="utf-8") as lines:
             summary = run(mech, lines, ledger_path, epsilon=epsilon, w=w, requirements=requirements, policies=policies,
                           dimensions=dimensions, out=None if out_path else stdout, out_path=out_path, fmt=fmt, sampler=sampler,
-                          seed=seed, durability=durability, lock_timeout=lock_timeout, skip_bad_rows=skip_bad_rows,
+                          durability=durability, lock_timeout=lock_timeout, skip_bad_rows=skip_bad_rows,
                           on_reject=lambda message: click.echo(f"rejected {message}", err=True))
     except LedgerCorrupt as exc:
         click.echo(f"Error: {ledger_path}: {exc}", err=True)

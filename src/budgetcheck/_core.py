@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
@@ -33,7 +34,19 @@ _SCALES_KEPT = 8  # noise scales remembered per ledger (LedgerCore._scale)
 # budget entries up to which they are: beyond a few thousand, hashing the key costs more than the
 # division it saves (12,000 entries: 33 us to key, 27 us to divide)
 _SCALE_MEMO_SIZE = 1 << 12
-SAMPLER = NUMPY
+SAMPLER = DISCRETE  # the ledgers' default: exact, from the OS CSPRNG; "numpy-laplace" is reproducible noise asked for by name
+
+
+def generator(sampler: str, seed: int, session: int | None = None) -> np.random.Generator:
+    """The generator of a ledger's other randomness (the Sampling Mechanism's draws, AboveThreshold's
+    float noise). Under ``numpy-laplace`` (reproducible noise, asked for by name) it is seeded by
+    ``seed`` (and a ledger file's session, so no two sessions repeat their noise): anyone who knows
+    them can recompute every draw. Under any other sampler it is seeded with 256 bits from the
+    operating system's CSPRNG and ``seed`` is ignored: its draws cannot be recomputed (PCG64 is not
+    itself a cryptographic generator; its outputs are never published unperturbed)."""
+    if sampler == NUMPY:
+        return np.random.default_rng(seed if session is None else [seed, session])
+    return np.random.default_rng(secrets.randbits(256))
 F = TypeVar("F", bound=Callable[..., Any])
 C = TypeVar("C", bound="LedgerCore")
 
@@ -65,10 +78,10 @@ class LedgerCore(abc.ABC):
     __slots__ = ("_applying", "_depth", "_journal", "_noise", "_pending", "_records", "_refusals", "_repeated", "_replay", "_rng", "_runs", "_scale_memo",
                  "_seed", "_t", "_tap", "_tapping")
 
-    def __init__(self, *, runs: int, seed: int, sampler: str = NUMPY) -> None:
+    def __init__(self, *, runs: int, seed: int, sampler: str = DISCRETE) -> None:
         self._runs = check_positive_int(runs, "runs")
         self._seed = check_positive_int(seed, "seed", minimum=0)
-        self._rng = np.random.default_rng(self._seed)
+        self._rng = generator(sampler, self._seed)
         self._noise: NoiseSource = make_noise(sampler, self._rng)
         self._t = 0
         self._records: list[SpendRecord] = []
@@ -203,8 +216,9 @@ class LedgerCore(abc.ABC):
         """Load the file's state (or queue it for replay) and keep every later spend in it."""
         if self._t or self._records or self._refusals:
             raise InvalidArgument(f"{self!r} has already been used: open a ledger file with a fresh ledger")
+        journal.claim("sampler", self._noise.name)  # a file keeps the noise source it was opened with
         self._journal = journal
-        self._rng = np.random.default_rng([self._seed, journal.session])  # never the same noise twice
+        self._rng = generator(self._noise.name, self._seed, journal.session)  # never the same noise twice
         self._noise = make_noise(self._noise.name, self._rng)
         if replay is None:
             self._load()

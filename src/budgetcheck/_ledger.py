@@ -20,7 +20,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck import rounding
 from budgetcheck._core import LaplaceReleases, _apply, journaled
-from budgetcheck._noise import NUMPY
+from budgetcheck._noise import DISCRETE, NUMPY
 from budgetcheck._errors import BudgetExceeded, InvalidArgument, LedgerCorrupt
 from budgetcheck._params import WEventParams
 from budgetcheck._records import LedgerHeader, SpendRecord
@@ -48,7 +48,7 @@ class WindowLedger(LaplaceReleases):
     _stacking = True
 
     def __init__(self, params: WEventParams | None = None, *, epsilon: float | None = None, w: int | None = None, runs: int = 1,
-                 seed: int = 0, sampler: str = NUMPY) -> None:
+                 seed: int = 0, sampler: str = DISCRETE) -> None:
         if params is None:  # WindowLedger(epsilon=1.0, w=3), as one would write it
             if epsilon is None or w is None:
                 raise InvalidArgument(f"give epsilon and w (got epsilon={epsilon!r}, w={w!r}) or params=WEventParams(epsilon, w)")
@@ -65,7 +65,7 @@ class WindowLedger(LaplaceReleases):
         self._windows = ExactWindows(params.w, self._runs)
 
     @classmethod
-    def with_epsilons(cls, epsilons: ArrayLike, w: int, *, seed: int = 0, sampler: str = NUMPY) -> WindowLedger:
+    def with_epsilons(cls, epsilons: ArrayLike, w: int, *, seed: int = 0, sampler: str = DISCRETE) -> WindowLedger:
         """A ledger of ``len(epsilons)`` runs in which run r is held to w-event ``epsilons[r]``-privacy
         (the benchmark runs the ε of several settings in one pass). Every check is the same as
         for one ε, run by run; :attr:`epsilon` is then the per-run array (a float when all agree).
@@ -302,10 +302,9 @@ class WindowLedger(LaplaceReleases):
         """An AboveThreshold test per run and cell, restarted after each positive answer.
 
         See :class:`ThresholdTest`: every query at t charges ``epsilon`` at t (the one timestamp
-        each open instance adds to its footprint); ``epsilon`` is a float or one per run.
+        each open instance adds to its footprint); ``epsilon`` is a float or one per run. Under
+        ``discrete-laplace`` the test runs on the discrete grid with noise from the OS CSPRNG.
         """
-        if self._noise.name != NUMPY:
-            raise InvalidArgument(f"above_threshold draws continuous noise; it is not available with sampler={self._noise.name!r}")
         return ThresholdTest(self, epsilon=epsilon, sensitivity=sensitivity, cells=cells, max_footprint=max_footprint, purpose=purpose)
 
     def header(self) -> LedgerHeader:

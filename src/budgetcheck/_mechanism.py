@@ -16,6 +16,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck._core import LedgerCore
 from budgetcheck._errors import InvalidArgument, MechanismContractError
+from budgetcheck._noise import NUMPY
 from budgetcheck._ledger import WindowLedger
 from budgetcheck._params import WEventParams
 from budgetcheck._personalized import PersonalizedLedger
@@ -124,13 +125,17 @@ def execute(
     w: int,
     runs: int = 1,
     seed: int = 0,
+    sampler: str = NUMPY,
 ) -> Execution[WindowLedger]:
     """Run ``mechanism`` on ``data`` (shape (T, d), or a GuardedStream, stacked or not) under (ε, w)
-    for ``runs`` seeded runs; ``epsilon`` may give one ε per run (``WindowLedger.with_epsilons``)."""
+    for ``runs`` seeded runs; ``epsilon`` may give one ε per run (``WindowLedger.with_epsilons``).
+
+    An experiment, not a publication: its noise is reproducible from ``seed`` (``numpy-laplace``)
+    unless ``sampler`` names another; to publish, use a ledger file (:func:`budgetcheck.publish`)."""
     stream = data if isinstance(data, GuardedStream) else GuardedStream(data)
     if np.ndim(epsilon) == 0:
-        return _run(mechanism, stream, WindowLedger(WEventParams(epsilon=epsilon, w=w), runs=runs, seed=seed))
-    ledger = WindowLedger.with_epsilons(epsilon, w, seed=seed)
+        return _run(mechanism, stream, WindowLedger(WEventParams(epsilon=epsilon, w=w), runs=runs, seed=seed, sampler=sampler))
+    ledger = WindowLedger.with_epsilons(epsilon, w, seed=seed, sampler=sampler)
     if ledger.runs != runs:
         raise InvalidArgument(f"epsilon has {ledger.runs} budgets but runs={runs!r}; give one ε per run")
     return _run(mechanism, stream, ledger)
@@ -144,10 +149,12 @@ def execute_personalized(
     dimensions: int,
     runs: int = 1,
     seed: int = 0,
+    sampler: str = NUMPY,
 ) -> Execution[PersonalizedLedger]:
-    """Run a personalized mechanism on per-user ``bins`` (shape (T, n)) under ``requirements``."""
+    """Run a personalized mechanism on per-user ``bins`` (shape (T, n)) under ``requirements``
+    (an experiment: reproducible noise from ``seed``, as :func:`execute`)."""
     stream = PersonalizedStream(requirements, bins, dimensions=dimensions)
-    return _run(mechanism, stream, PersonalizedLedger(requirements, runs=runs, seed=seed))
+    return _run(mechanism, stream, PersonalizedLedger(requirements, runs=runs, seed=seed, sampler=sampler))
 
 
 def execute_swellfish(
@@ -158,6 +165,8 @@ def execute_swellfish(
     epsilon: float,
     runs: int = 1,
     seed: int = 0,
+    sampler: str = NUMPY,
 ) -> Execution[SwellfishLedger]:
-    """Run a Swellfish mechanism on ``data`` (shape (T, d)) under (ε, Φ)."""
-    return _run(mechanism, GuardedStream(data), SwellfishLedger(policies, epsilon=epsilon, runs=runs, seed=seed))
+    """Run a Swellfish mechanism on ``data`` (shape (T, d)) under (ε, Φ) (an experiment: reproducible
+    noise from ``seed``, as :func:`execute`)."""
+    return _run(mechanism, GuardedStream(data), SwellfishLedger(policies, epsilon=epsilon, runs=runs, seed=seed, sampler=sampler))

@@ -15,6 +15,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck import rounding
+from budgetcheck._noise import DISCRETE
 from budgetcheck._core import LedgerCore, journaled
 from budgetcheck._errors import InvalidArgument
 from budgetcheck._ledger import window_exceeded
@@ -27,7 +28,7 @@ from budgetcheck._exact import ExactVector
 from budgetcheck._windows import ExactWindows
 
 FloatArray = NDArray[np.float64]
-SM_SAMPLER = "sampling-mechanism+numpy-laplace"
+SM_SAMPLER = "sampling-mechanism"  # recorded as sampling-mechanism+<the Laplace sampler>
 
 
 @final
@@ -40,10 +41,10 @@ class PersonalizedLedger(LedgerCore):
 
     __slots__ = ("_counts", "_eps_bounds", "_eps_units", "_requirements", "_windows")
 
-    def __init__(self, requirements: RequirementSet, *, runs: int = 1, seed: int = 0) -> None:
+    def __init__(self, requirements: RequirementSet, *, runs: int = 1, seed: int = 0, sampler: str = DISCRETE) -> None:
         if not isinstance(requirements, RequirementSet):
             raise InvalidArgument(f"requirements must be a RequirementSet, got {type(requirements).__name__}")
-        super().__init__(runs=runs, seed=seed)
+        super().__init__(runs=runs, seed=seed, sampler=sampler)
         self._requirements = requirements
         self._counts = np.array(requirements.counts, dtype=np.float64)
         self._eps_units = [rounding.to_units(r.epsilon) for r in requirements.classes]
@@ -99,11 +100,11 @@ class PersonalizedLedger(LedgerCore):
         last = np.asarray(last_release, dtype=np.float64)
         if last.shape != (self._runs, d) or not np.isfinite(last).all():
             raise InvalidArgument(f"last_release must be finite with shape {(self._runs, d)}, got shape {last.shape}")
-        theta, scale, record = self._reserve_sampled(secret, epsilon, 1.0 / d, purpose)
+        theta, scale, record = self._reserve_sampled(secret, epsilon, 1.0 / d, purpose, integral=False)
         with charged(secret) as counts:
             sampled = self._sample(counts, record.amounts, theta)
         distance = np.abs(sampled - last).mean(axis=1)
-        return self._noisy(distance, theta, scale, 1.0 / d, per_run=True)
+        return self._noisy(distance, theta, scale, 1.0 / d, per_run=True, integral=False)
 
     def reporting_error(self, epsilon: ArrayLike, *, sensitivity: float = 1.0) -> tuple[FloatArray, FloatArray]:
         """OBS on public budgets only (no data): (θ, err(θ)) per run (Du et al. 2025, Algorithm 1)."""
@@ -128,7 +129,8 @@ class PersonalizedLedger(LedgerCore):
         """Shape (runs, classes), (classes,) or a scalar; finite and >= 0."""
         return check_bin_amounts(value, self._runs, self._requirements.n_classes, scalar=True)
 
-    def _reserve_sampled(self, secret: Secret, epsilon: ArrayLike, sensitivity: float, purpose: str) -> tuple[FloatArray, FloatArray, SpendRecord]:
+    def _reserve_sampled(self, secret: Secret, epsilon: ArrayLike, sensitivity: float, purpose: str, *,
+                         integral: bool = True) -> tuple[FloatArray, FloatArray, SpendRecord]:
         t = self._check_secret(secret)
         if secret.shape[:1] != (self._requirements.n_classes,):
             raise InvalidArgument(f"{secret!r} is not from a PersonalizedStream of this requirement set")
@@ -136,9 +138,9 @@ class PersonalizedLedger(LedgerCore):
         if not amounts.any():
             raise InvalidArgument("a sampled release with epsilon=0 for every user and run would read the data without paying")
         theta, _ = optimal_budget(amounts, self._counts, sensitivity=sensitivity)
-        scale = rounding.scale_up(sensitivity, theta)
+        scale = self._noise.scale(sensitivity, theta, integral=integral)  # numpy: Δ/θ rounded up; discrete: covers its grid
         record = SpendRecord(t=t, purpose=check_label(purpose), amounts=amounts, sensitivity=sensitivity,
-                             noise_scale=scale, sampler=SM_SAMPLER)
+                             noise_scale=scale, sampler=f"{SM_SAMPLER}+{self._noise.name}")
         self._charge(t, amounts, record)
         return theta, scale, record
 

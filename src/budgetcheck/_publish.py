@@ -104,8 +104,7 @@ def publish(
     out: IO[str] | None = None,
     out_path: str | Path | None = None,
     fmt: str = "csv",
-    sampler: str = NUMPY,
-    seed: int = 0,
+    sampler: str = DISCRETE,
     durability: str = "full",
     lock_timeout: float = LOCK_TIMEOUT,
     skip_bad_rows: bool = False,
@@ -127,7 +126,7 @@ def publish(
         raise InvalidArgument(f"mechanism {getattr(mechanism, 'name', mechanism)!r} cannot publish live: it has no releases(stream, ledger) generator")
     if (out is None) == (out_path is None):
         raise InvalidArgument("give exactly one of out (a stream) and out_path (a file)")
-    ledger = _ledger(mechanism, epsilon=epsilon, w=w, requirements=requirements, policies=policies, sampler=sampler, seed=seed)
+    ledger = _ledger(mechanism, epsilon=epsilon, w=w, requirements=requirements, policies=policies, sampler=sampler)
     replay_ledger(ledger_path, ledger, durability=durability, lock_timeout=lock_timeout)
     journal = ledger.journal
     assert journal is not None
@@ -193,8 +192,13 @@ def publish(
 
 
 def _ledger(mechanism: Any, *, epsilon: float | None, w: int | None, requirements: RequirementSet | None,
-            policies: PolicyCollection | None, sampler: str, seed: int) -> WindowLedger | PersonalizedLedger | SwellfishLedger:
-    """The in-memory ledger the file is replayed into, for the mechanism's notion."""
+            policies: PolicyCollection | None, sampler: str) -> WindowLedger | PersonalizedLedger | SwellfishLedger:
+    """The in-memory ledger the file is replayed into, for the mechanism's notion; never one whose
+    noise could be recomputed (a reproducible sampler is for experiments, not for publishing)."""
+    if sampler == NUMPY:
+        raise InvalidArgument(f"sampler={sampler!r} is reproducible noise (a seeded generator): whoever learns the seed and the "
+                              f"session can subtract it from the releases and recover the true counts; a publisher draws from "
+                              f"the OS CSPRNG ({DISCRETE!r}, the default)")
     notion = getattr(mechanism, "notion", "w-event")
     if requirements is not None and policies is not None:
         raise InvalidArgument("give requirements (a personalized publisher) or policies (a Swellfish publisher), not both")
@@ -207,16 +211,14 @@ def _ledger(mechanism: Any, *, epsilon: float | None, w: int | None, requirement
         assert policies is not None
         if epsilon is None or w is not None:
             raise InvalidArgument(f"a Swellfish publisher needs epsilon and policies (w comes from them), got epsilon={epsilon!r}, w={w!r}")
-        return SwellfishLedger(policies, epsilon=epsilon, runs=1, seed=seed, sampler=sampler)
+        return SwellfishLedger(policies, epsilon=epsilon, runs=1, sampler=sampler)
     if requirements is None:
         if epsilon is None or w is None:
             raise InvalidArgument(f"a w-event publisher needs epsilon and w, got epsilon={epsilon!r}, w={w!r}")
-        return WindowLedger(WEventParams(epsilon=epsilon, w=w), runs=1, seed=seed, sampler=sampler)
+        return WindowLedger(WEventParams(epsilon=epsilon, w=w), runs=1, sampler=sampler)
     if epsilon is not None or w is not None:
         raise InvalidArgument(f"a personalized publisher takes w and epsilon per user from the requirements, not epsilon={epsilon!r}, w={w!r}")
-    if sampler != NUMPY:
-        raise InvalidArgument(f"sampler={sampler!r}: the personalized Sampling Mechanism draws with {NUMPY!r} only")
-    return PersonalizedLedger(requirements, runs=1, seed=seed)
+    return PersonalizedLedger(requirements, runs=1, sampler=sampler)
 
 
 def _accepted(rows: Iterator[tuple[int, int, FloatArray] | BadRow], published: int,

@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 
 from budgetcheck import rounding
 from budgetcheck._core import LaplaceReleases, journaled
-from budgetcheck._noise import NUMPY
+from budgetcheck._noise import DISCRETE
 from budgetcheck._errors import BudgetExceeded, InvalidArgument
 from budgetcheck._policies import PolicyCollection
 from budgetcheck._records import LedgerHeader, SpendRecord
@@ -37,7 +37,7 @@ class SwellfishLedger(LaplaceReleases):
 
     __slots__ = ("_current", "_current_t", "_eps_units", "_epsilon", "_policies", "_sums", "_tops", "_top_times")
 
-    def __init__(self, policies: PolicyCollection, *, epsilon: float, runs: int = 1, seed: int = 0, sampler: str = NUMPY) -> None:
+    def __init__(self, policies: PolicyCollection, *, epsilon: float, runs: int = 1, seed: int = 0, sampler: str = DISCRETE) -> None:
         if not isinstance(policies, PolicyCollection):
             raise InvalidArgument(f"policies must be a PolicyCollection, got {type(policies).__name__}")
         super().__init__(runs=runs, seed=seed, sampler=sampler)

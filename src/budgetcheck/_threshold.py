@@ -17,6 +17,7 @@ over cells, which is ε.
 from __future__ import annotations
 
 from collections.abc import Callable
+from fractions import Fraction
 from typing import TYPE_CHECKING, final
 
 import attrs
@@ -24,9 +25,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck import rounding
-from budgetcheck._core import SAMPLER
 from budgetcheck._errors import InvalidArgument
-from budgetcheck._noise import laplace_draws
+from budgetcheck._noise import DISCRETE, discrete_laplace, granularity, laplace_draws
 from budgetcheck._ranked import RankedRows
 from budgetcheck._recent import RecentRows
 from budgetcheck._records import SpendRecord
@@ -68,7 +68,7 @@ class ThresholdTest:
     that would read more timestamps is closed (a public decision) and a new one opens at t.
     """
 
-    __slots__ = ("_amounts", "_cells", "_epsilon", "_groups", "_last_t", "_ledger", "_max", "_offset_scale", "_offsets", "_purpose",
+    __slots__ = ("_amounts", "_cells", "_epsilon", "_grid", "_groups", "_last_t", "_ledger", "_max", "_offset_scale", "_offsets", "_purpose",
                  "_query_scale", "_recent", "_restarted", "_sensitivity", "_starts")
 
     def __init__(
@@ -92,10 +92,13 @@ class ThresholdTest:
         self._last_t = 0
         # Every query charges ε (per run) with the same noise scales: computed once, read-only.
         self._amounts = np.array(np.broadcast_to(self._epsilon, (ledger.runs,)), dtype=np.float64)
-        self._query_scale = rounding.scale_up(self._sensitivity * 4.0, self._amounts)
+        # The discrete test works on the grid γ·Z (see _answer_on_grid): its noise covers Δ + γ.
+        self._grid: Fraction | None = granularity(self._sensitivity, integral=False) if ledger.sampler == DISCRETE else None
+        covered = self._sensitivity if self._grid is None else float(Fraction(self._sensitivity) + self._grid)
+        self._query_scale = rounding.scale_up(covered * 4.0, self._amounts)
         self._offset_scale: float | FloatArray = (
-            float(rounding.scale_up(self._sensitivity * 2.0, np.array([self._epsilon]))[0]) if isinstance(self._epsilon, float)
-            else rounding.scale_up(self._sensitivity * 2.0, self._amounts).reshape((-1,) + (1,) * len(cells)))
+            float(rounding.scale_up(covered * 2.0, np.array([self._epsilon]))[0]) if isinstance(self._epsilon, float)
+            else rounding.scale_up(covered * 2.0, self._amounts).reshape((-1,) + (1,) * len(cells)))
         self._amounts.setflags(write=False)
         self._query_scale.setflags(write=False)
 
@@ -151,7 +154,7 @@ class ThresholdTest:
         t = secret.t
         amounts, query_scale = self._amounts, self._query_scale
         record = SpendRecord(t=t, purpose=self._purpose, amounts=amounts, sensitivity=self._sensitivity,
-                             noise_scale=query_scale, sampler=SAMPLER)
+                             noise_scale=query_scale, sampler=ledger.sampler)
         ledger._check_secret(secret)
         ledger._charge(t, amounts, record)  # raises, changing nothing, before anything is read
         first, self._last_t = self._last_t == 0, t
@@ -185,11 +188,17 @@ class ThresholdTest:
                     result[rows] = np.broadcast_to(np.asarray(statistic(masked), dtype=np.float64), (len(rows), *self._cells))
             if not np.isfinite(result).all() and not np.isfinite(result.reshape(shape)[tested]).all():
                 raise InvalidArgument("statistic returned non-finite values for tested cells")
-            _answer(opened.reshape(-1), np.ascontiguousarray(result).reshape(-1), laplace_draws(rng, shape).reshape(-1), query_scale,
-                    theta, self._offsets.reshape(-1), flat[0])
+            if self._grid is None:
+                _answer(opened.reshape(-1), np.ascontiguousarray(result).reshape(-1), laplace_draws(rng, shape).reshape(-1),
+                        query_scale, theta, self._offsets.reshape(-1), flat[0])
+            else:
+                _answer_on_grid(opened.reshape(-1), np.ascontiguousarray(result).reshape(-1), query_scale, theta,
+                                self._offsets.reshape(-1), flat[0], self._grid)
         else:
             flat[0] = 0.0
-        if isinstance(self._offset_scale, float):
+        if self._grid is not None:  # the offsets ρ on the grid, already scaled
+            draws, scales = _grid_offsets(opened.reshape(-1), self._offset_scale, ledger.runs, self._grid), _NO_SCALES
+        elif isinstance(self._offset_scale, float):
             draws, scales = laplace_draws(rng, fresh, self._offset_scale), _NO_SCALES
         else:  # one scale per run
             draws, scales = laplace_draws(rng, fresh), self._offset_scale.reshape(-1)
@@ -246,6 +255,36 @@ def _answer(opened: BoolArray, result: FloatArray, noise: FloatArray, scale: Flo
     per_run = opened.size // scale.size
     for i in range(opened.size):
         above[i] = (not opened[i]) and result[i] + noise[i] * scale[i // per_run] >= theta[i if theta.size > 1 else 0] + offsets[i]
+
+
+def _answer_on_grid(opened: BoolArray, result: FloatArray, scale: FloatArray, theta: FloatArray, offsets: FloatArray,
+                    above: FloatArray, grid: Fraction) -> None:
+    """:func:`_answer` with the exact discrete Laplace (Canonne, Kamath, Steinke 2020) on the grid γ·Z,
+    noise from the OS CSPRNG: q and θ are rounded to the grid, ν_k has scale 4(Δ+γ)/ε, the offset ρ
+    2(Δ+γ)/ε (drawn by :func:`_grid_offsets`), and q + ν >= θ + ρ is decided in exact integers.
+
+    Rounded queries of neighbouring inputs differ by a multiple of γ of size at most Δ + γ, and the
+    discrete Laplace of scale b changes by at most e^{k/b} under a shift by k on its grid, so the
+    proof of AboveThreshold (Dwork & Roth 2014, Theorem 3.23; Lyu et al. 2017, Theorem 2) goes
+    through with Δ + γ in place of Δ: each instance is ε-DP."""
+    per_run = opened.size // scale.size
+    for i in range(opened.size):
+        if opened[i]:
+            above[i] = 0.0
+            continue
+        query = round(Fraction(float(result[i])) / grid)
+        threshold = round(Fraction(float(theta[i if theta.size > 1 else 0])) / grid)
+        offset = Fraction(float(offsets[i])) / grid  # an integer: drawn on the grid
+        noise = discrete_laplace(Fraction(float(scale[i // per_run])) / grid)
+        above[i] = 1.0 if query + noise >= threshold + offset else 0.0
+
+
+def _grid_offsets(opened: BoolArray, offset_scale: float | FloatArray, runs: int, grid: Fraction) -> FloatArray:
+    """ρ for every cell that opens an instance, on the grid γ·Z (exact multiples of γ as floats)."""
+    scales = np.broadcast_to(np.asarray(offset_scale, dtype=np.float64).reshape(-1), (runs,))
+    per_run = opened.size // runs
+    units = [discrete_laplace(Fraction(float(scales[i // per_run])) / grid) for i in np.flatnonzero(opened)]
+    return np.array([float(k * grid) for k in units], dtype=np.float64)
 
 
 @compiled

@@ -220,7 +220,7 @@ def replay_refutation(rule: AllocationRule, decisions: Sequence[bool], *, epsilo
     Returns the ledger's refusal (the refutation is confirmed) or None (not confirmed).
     """
     env = RuleEnv(epsilon=epsilon, w=w)
-    ledger = WindowLedger(WEventParams(epsilon, w))
+    ledger = WindowLedger(WEventParams(epsilon, w), sampler="numpy-laplace")
     state = rule.initial(FLOAT, env)
     for t, decision in enumerate(decisions, start=1):
         bounds = rule.charges(FLOAT, env, state, np.bool_(decision))

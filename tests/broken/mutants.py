@@ -133,7 +133,7 @@ class SecondLedger:
     name: str = "second-ledger"
 
     def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
-        shadow = WindowLedger(ledger.params, runs=ledger.runs, seed=1)
+        shadow = WindowLedger(ledger.params, runs=ledger.runs, seed=1, sampler="numpy-laplace")
         out = np.zeros((ledger.runs, stream.length, stream.dimensions))
         budget = rounding.share(ledger.params.epsilon, ledger.params.w)
         for secret in stream:

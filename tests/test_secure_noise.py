@@ -1,0 +1,132 @@
+"""Noise nobody can predict: the attacks of the durable-ledger issue, tried from outside.
+
+Before: every ledger drew float Laplace from ``default_rng(seed)`` (a file: ``[seed, session]``,
+seed 0 by default), so whoever knew the session number subtracted the noise and read the true
+counts. Now the ledgers' default is the exact discrete sampler fed by the OS CSPRNG, the other
+randomness (the Sampling Mechanism's draws) comes from 256 bits of OS entropy, ``publish`` refuses
+reproducible noise, and a ledger file keeps the sampler it was opened with.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import budgetcheck as bc
+from budgetcheck.cli import main
+
+COUNTS = np.array([[120.0, 7.0, 0.0]] * 6)
+
+
+def _released(path: Path, *, seed: int = 0, sampler: str | None = None) -> tuple[np.ndarray, int]:
+    """Laplace releases of COUNTS through a ledger file, and the file's session number."""
+    kwargs = {} if sampler is None else {"sampler": sampler}
+    ledger = bc.open_ledger(path, bc.WindowLedger(epsilon=6.0, w=6, seed=seed, **kwargs), durability="process")
+    stream = bc.GuardedStream(COUNTS)
+    ledger.bind(stream)
+    out = np.stack([ledger.laplace(secret, 1.0)[0] for secret in stream])
+    assert ledger.journal is not None
+    session = ledger.journal.session
+    ledger.close()
+    return out, session
+
+
+def _attacker(seed: int, session: int, shape: tuple[int, ...]) -> np.ndarray:
+    """The issue's attack: recompute the noise from default_rng([seed, session]) and subtract it."""
+    return np.random.default_rng([seed, session]).laplace(0.0, 1.0, shape)  # scale Δ/ε = 1
+
+
+def test_the_attack_works_on_reproducible_noise_asked_for_by_name(tmp_path: Path) -> None:
+    """The attack is real: with numpy-laplace (named) the counts come back exactly."""
+    released, session = _released(tmp_path / "l.db", sampler="numpy-laplace")
+    np.testing.assert_allclose(released - _attacker(0, session, released.shape), COUNTS, atol=1e-9)
+
+
+def test_the_attack_fails_on_the_default_noise(tmp_path: Path) -> None:
+    released, session = _released(tmp_path / "l.db")
+    assert all(float(v).is_integer() for v in released.ravel())  # the discrete sampler
+    guess = released - _attacker(0, session, released.shape)
+    assert not np.allclose(guess, COUNTS, atol=0.5)
+    assert np.abs(released - COUNTS).max() > 0  # noise was added at all
+
+
+def test_two_ledgers_opened_alike_on_the_same_data_draw_different_noise(tmp_path: Path) -> None:
+    first, _ = _released(tmp_path / "a.db", seed=7)
+    second, _ = _released(tmp_path / "b.db", seed=7)
+    assert not np.array_equal(first, second)
+    memory = [bc.WindowLedger(epsilon=6.0, w=6, seed=7) for _ in range(2)]
+    outs = []
+    for ledger in memory:
+        stream = bc.GuardedStream(COUNTS)
+        ledger.bind(stream)
+        outs.append(np.stack([ledger.laplace(secret, 1.0)[0] for secret in stream]))
+    assert not np.array_equal(outs[0], outs[1])
+
+
+def test_the_sampling_mechanisms_draws_are_unpredictable_unless_named(tmp_path: Path) -> None:
+    """Which users the Sampling Mechanism keeps is part of its privacy: not recomputable from the seed."""
+    requirements = bc.RequirementSet.from_counts([((1, 0.05), 400), ((1, 2.0), 5)])  # w = 1: a release at every t
+    bins = np.zeros((2, 405), dtype=np.int64)
+
+    def releases(sampler: str | None) -> np.ndarray:
+        kwargs = {} if sampler is None else {"sampler": sampler}
+        ledger = bc.PersonalizedLedger(requirements, runs=50, seed=3, **kwargs)
+        stream = bc.PersonalizedStream(requirements, bins, dimensions=1)
+        ledger.bind(stream)
+        return np.stack([ledger.sample_release(secret, [0.05, 2.0]) for secret in stream])
+
+    np.testing.assert_array_equal(releases("numpy-laplace"), releases("numpy-laplace"))  # reproducible by name
+    assert not np.array_equal(releases(None), releases(None))
+
+
+def test_a_ledger_file_keeps_its_sampler(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    bc.open_ledger(path, bc.WindowLedger(epsilon=1.0, w=3)).close()
+    with pytest.raises(bc.InvalidArgument, match="sampler discrete-laplace, not numpy-laplace"):
+        bc.open_ledger(path, bc.WindowLedger(epsilon=1.0, w=3, sampler="numpy-laplace"))
+    with bc.open_ledger(path, bc.WindowLedger(epsilon=1.0, w=3)) as again:
+        assert again.sampler == "discrete-laplace"
+
+
+@pytest.mark.parametrize("mechanism", ["AdaPub", "PeGaSus"])
+def test_adapub_and_pegasus_publish_with_secure_noise_and_resume(tmp_path: Path, mechanism: str) -> None:
+    rows = "".join(f"{t},{(t * 7) % 11},{3 + (t % 4)},{t % 2}\n" for t in range(1, 41))
+    args = ["publish", mechanism, "--ledger", str(tmp_path / "l.db"), "--epsilon", "1", "--w", "5", "-d", "3",
+            "--out", str(tmp_path / "out.csv")]
+    first = CliRunner().invoke(main, args, input="".join(rows.splitlines(keepends=True)[:15]))
+    assert first.exit_code == 0, first.output
+    again = CliRunner().invoke(main, args, input=rows)
+    assert again.exit_code == 0 and "replayed 15" in again.output, again.output
+    lines = (tmp_path / "out.csv").read_text().splitlines()
+    assert [int(line.split(",")[0]) for line in lines] == list(range(1, 41))
+    with bc.open_ledger(tmp_path / "l.db", bc.WindowLedger(epsilon=1.0, w=5)) as ledger:
+        samplers = {r.sampler for r in ledger.records}
+    assert samplers == {"discrete-laplace"}
+    assert bc.audit_file(tmp_path / "l.db").ok
+
+
+def _threshold_rate(sampler: str, gap: float, runs: int = 2000) -> float:
+    """P(q + ν >= θ + ρ) for one AboveThreshold query at q − θ = gap (Δ = 1, ε = 1), over ``runs`` runs."""
+    ledger = bc.WindowLedger(epsilon=1.0, w=2, runs=runs, sampler=sampler)
+    stream = bc.GuardedStream(np.array([[0.0], [0.0]]))
+    ledger.bind(stream)
+    test = ledger.above_threshold(epsilon=0.5, sensitivity=1.0, cells=(1,))
+    first, second = stream
+    test.query(first, lambda v: np.zeros((v.shape[0], 1)), 0.0)  # every instance opens (draws ρ) at t = 1
+    answer = test.query(second, lambda v: np.full((v.shape[0], 1), gap), 0.0)
+    return float(answer.above.mean())
+
+
+def test_the_discrete_threshold_test_answers_as_the_continuous_one() -> None:
+    """Same shape as AboveThreshold with float noise (scales 4Δ/ε and 2Δ/ε): within sampling error
+    at every gap, and monotone in q − θ."""
+    gaps = [-12.0, -4.0, 0.0, 4.0, 12.0]
+    discrete = [_threshold_rate("discrete-laplace", gap) for gap in gaps]
+    continuous = [_threshold_rate("numpy-laplace", gap) for gap in gaps]
+    for p, q in zip(discrete, continuous, strict=True):
+        error = 5 * np.sqrt(max(q * (1 - q), 1e-4) * 2 / 2000)
+        assert abs(p - q) <= error, (discrete, continuous)
+    assert discrete == sorted(discrete) and discrete[0] < 0.2 and discrete[-1] > 0.8
