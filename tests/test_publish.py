@@ -179,7 +179,7 @@ def test_swellfish_release_generators_match_the_batch_runs() -> None:
     ("3,nan,1\n", "counts must be finite"),
     ("3,-1,1\n", "counts must be >= 0"),
     ("2,1,1\n", "t=2 does not increase"),
-    ("x,1,1\n", "t='x' must be a positive integer"),
+    ("x,1,1\n", "t='x' must be an integer from 1 to 2^62"),
     ("3,1.5,1\n", "the discrete sampler publishes integer counts"),
 ])
 def test_bad_rows_are_rejected_with_their_number_and_nothing_is_lost(tmp_path: Path, bad: str, message: str) -> None:
@@ -233,7 +233,7 @@ def test_live_stream_checks_order_width_and_is_consumed_once() -> None:
         next(iterator)
     with pytest.raises(bc.InvalidArgument, match="once"):
         iter(stream)
-    with pytest.raises(bc.InvalidArgument, match=r"finite values of shape \(2,\)"):
+    with pytest.raises(bc.InvalidArgument, match=r"finite values of at most 2\^53 in shape \(2,\)"):
         list(bc.LiveStream([(1, [1.0])], dimensions=2))
 
 

@@ -75,7 +75,7 @@ def _raise(error: bc.InvalidArgument) -> None:
     ("2,ann,0\n1,bo,0\n", "row 2: t=1 comes after t=2"),
     ("1,ann,0\n1\n1,bo,0\n", "row 3: t=1 comes after t=1"),
     ("1,ann\n", "row 1: expected t,user,bin"),
-    ("0,ann,1\n", "row 1: t='0' must be a positive integer"),
+    ("0,ann,1\n", "row 1: t='0' must be an integer from 1 to 2^62"),
 ])
 def test_bad_user_rows_stop_the_publisher_naming_the_row(tmp_path: Path, text: str, message: str) -> None:
     code, output = invoke(tmp_path, text)

@@ -26,7 +26,7 @@ from typing import Any
 import attrs
 
 from budgetcheck import rounding
-from budgetcheck._audit import WindowFinding
+from budgetcheck._audit import StreamingWindows
 from budgetcheck._audit_notions import audit_personalized, audit_swellfish
 from budgetcheck._errors import InvalidArgument, LedgerCorrupt
 from budgetcheck._journal import FILE_VERSION, FORMAT, ROW_COLUMNS, connect, decode_row, genesis, link_problem, stored_head
@@ -53,84 +53,6 @@ class FileAudit:
     @property
     def ok(self) -> bool:
         return self.problem is None and not self.violations
-
-
-@attrs.define
-class StreamingWindows:
-    """Σ of every window of w timestamps per run, exactly, fed records in file order.
-
-    A record may charge a timestamp up to w − 1 before the latest (footprint charges), so a window
-    ending at e is final once the latest timestamp passes e + w − 1; only the timestamps that can
-    still matter are kept.
-    """
-
-    w: int
-    eps_units: int
-    runs: int
-    max_violations: int = 10
-    totals: dict[int, list[int]] = attrs.field(factory=dict)
-    latest: int = 0
-    done: int = 0  # windows ending at 1..done are final and checked
-    window: list[int] = attrs.field(factory=list)
-    history: collections.deque[Any] = attrs.field(factory=collections.deque)
-    checked: int = 0
-    worst: WindowFinding | None = None
-    worst_units: int = -1
-    violations: list[WindowFinding] = attrs.field(factory=list)
-
-    def add(self, t: int, units: list[int]) -> None:
-        if t <= self.done:
-            raise LedgerCorrupt(f"a record charges t={t}, more than w - 1 = {self.w - 1} before a later record")
-        slot = self.totals.get(t)
-        self.totals[t] = units if slot is None else [a + b for a, b in zip(slot, units, strict=True)]
-        if t > self.latest:
-            self.latest = t
-            if t - self.w > self.done + 4096:  # finalize in chunks (a record may still charge t − w + 1.. t)
-                self._finalize(t - self.w)
-
-    def finish(self) -> None:
-        self._finalize(self.latest)
-
-    def _finalize(self, until: int) -> None:
-        zero = [0] * self.runs
-        if not self.window:
-            self.window = list(zero)
-        history, totals, w = self.history, self.totals, self.w
-        if self.runs == 1:
-            self._finalize_one(until)
-            return
-        for end in range(self.done + 1, until + 1):
-            entering = totals.pop(end, zero)
-            leaving = history.popleft() if len(history) == w else zero
-            history.append(entering)
-            self.window = [s + a - b for s, a, b in zip(self.window, entering, leaving, strict=True)]
-            self.checked += self.runs
-            for run, total in enumerate(self.window):
-                if total > self.worst_units:
-                    self.worst_units = total
-                    self.worst = WindowFinding(run=run, start=max(1, end - self.w + 1), end=end, total=rounding.units_to_fraction(total))
-                if total > self.eps_units and len(self.violations) < self.max_violations:
-                    self.violations.append(WindowFinding(run=run, start=max(1, end - self.w + 1), end=end, total=rounding.units_to_fraction(total)))
-        self.done = max(self.done, until)
-
-    def _finalize_one(self, until: int) -> None:
-        """:meth:`_finalize` for one run, on plain ints."""
-        history, totals, w, eps = self.history, self.totals, self.w, self.eps_units
-        window = self.window[0]
-        worst = self.worst_units
-        for end in range(self.done + 1, until + 1):
-            entering = totals.pop(end, None)
-            value = 0 if entering is None else entering[0]
-            leaving = history.popleft() if len(history) == w else 0
-            history.append(value)
-            window += value - leaving
-            if window > worst:
-                worst = window
-                self.worst = WindowFinding(run=0, start=max(1, end - w + 1), end=end, total=rounding.units_to_fraction(window))
-            if window > eps and len(self.violations) < self.max_violations:
-                self.violations.append(WindowFinding(run=0, start=max(1, end - w + 1), end=end, total=rounding.units_to_fraction(window)))
-        self.checked += max(0, until - self.done)
-        self.window, self.worst_units, self.done = [window], worst, max(self.done, until)
 
 
 _PARALLEL_FROM = 200_000  # records; below this a second process costs more than it saves

@@ -77,7 +77,7 @@ def publish(mechanism: str, ledger_path: Path, epsilon: float | None, w: int | N
             with open(policies_path, encoding="utf-8") as handle:
                 policies = load_policies(handle, source=str(policies_path))
         stdout = sys.stdout
-        with click.open_file(str(input_path), encoding="utf-8") as lines:
+        with click.open_file(str(input_path), encoding="utf-8", errors="replace") as lines:  # binary: bad rows
             summary = run(mech, lines, ledger_path, epsilon=epsilon, w=w, requirements=requirements, policies=policies,
                           dimensions=dimensions, out=None if out_path else stdout, out_path=out_path, fmt=fmt, sampler=sampler,
                           durability=durability, lock_timeout=lock_timeout, skip_bad_rows=skip_bad_rows,

@@ -24,7 +24,7 @@ from budgetcheck._noise import DISCRETE, NUMPY, NoiseSource, make_noise
 from budgetcheck._records import LedgerHeader, SpendRecord, dump_lines
 from budgetcheck._secret import Secret, charged, claim, is_placeholder, stacked_rows
 from budgetcheck._stream import SecretSequence
-from budgetcheck._validation import check_amounts, check_bin_amounts, check_label, check_positive_int, check_sensitivity
+from budgetcheck._validation import check_amounts, check_bin_amounts, check_label, check_positive_int, check_sensitivity, check_timestamp
 
 if TYPE_CHECKING:
     from budgetcheck._journal import Journal, JournalRow
@@ -157,7 +157,7 @@ class LedgerCore(abc.ABC):
 
     # -- internals shared by the subclasses -----------------------------------------------------
     def _check_t(self, t: object) -> int:
-        t = check_positive_int(t, "t")
+        t = check_timestamp(t, "t")
         if t < self._t:
             raise TimestampOrder(f"t={t} is before the ledger's latest timestamp {self._t}: timestamps never go backwards")
         return t
@@ -223,7 +223,7 @@ class LedgerCore(abc.ABC):
         if replay is None:
             self._load()
         else:
-            self._replay = Replay(replay)
+            self._replay = Replay(replay, released={t for t, _ in journal.releases()})
 
     def _load(self) -> None:
         """Rebuild the accounting from the file (its whole chain verified): the records that can still
@@ -275,6 +275,7 @@ class LedgerCore(abc.ABC):
         if self._journal is None or self._depth:
             return fn(*args, **kwargs)
         if self._replay is not None:
+            self._replay.charge_unreleased_before(_timestamp_of(args, kwargs), self._apply_row)
             if self._replay:
                 return self._replayed(fn, args, kwargs)
             self._replay = None
@@ -573,12 +574,24 @@ class Replay:
     """The stored operations a restarted publisher replays: its mechanism must spend them again,
     in order and exactly; each call gets the stored output instead of fresh noise."""
 
-    __slots__ = ("_next", "_rows", "_start")
+    __slots__ = ("_next", "_rows", "_start", "_unreleased")
 
-    def __init__(self, rows: list[JournalRow]) -> None:
+    def __init__(self, rows: list[JournalRow], *, released: set[int] | frozenset[int] = frozenset()) -> None:
         self._rows = rows
         self._next = 0
         self._start = 0
+        self._unreleased = len(rows)  # rows from here on are of timestamps after the last release
+        while self._unreleased and rows[self._unreleased - 1].record.t not in released:
+            self._unreleased -= 1
+
+    def charge_unreleased_before(self, t: int | None, apply: Callable[[SpendRecord], None]) -> None:
+        """Before a live operation at t: stored operations of earlier timestamps that were charged but
+        never released (the process died, or the operation failed after reading the data, and the
+        restarted input goes on after that row) are charged as stored — never replayed, never
+        forgotten — so a restart always continues, and every charge in the file still counts."""
+        while t is not None and self._unreleased <= self._next < len(self._rows) and self._rows[self._next].record.t < t:
+            apply(self._rows[self._next].record)
+            self._next += 1
 
     def __bool__(self) -> bool:
         return self._next < len(self._rows)
@@ -609,6 +622,15 @@ class Replay:
         if not whole or (self._next < len(self._rows) and self._rows[self._next].op == op):
             raise LedgerCorrupt(f"replay diverged at record {matched[0].seq}: operation boundaries differ from the file's")
         return matched[-1].output
+
+
+def _timestamp_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+    """The timestamp an operation is for: its secret's, or a spend's ``t`` (None if it names none)."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, Secret):
+            return value.t
+    first = kwargs.get("t", args[0] if args else None)
+    return first if isinstance(first, int) and not isinstance(first, bool) else None
 
 
 def _frozen_max(budgets: FloatArray) -> FloatArray:

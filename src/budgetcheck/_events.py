@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Any, Final
 
@@ -21,22 +22,59 @@ from numpy.typing import NDArray
 
 from budgetcheck._errors import BadRow, InvalidArgument
 from budgetcheck._requirements import RequirementSet
-from budgetcheck._validation import check_positive_int
+from budgetcheck._validation import MAX_T, check_positive_int
 
 FloatArray = NDArray[np.float64]
 Event = tuple[int, int, str | None, int]  # (line number, t, user or None for a closing row, bin)
 FORMATS: Final = ("csv", "jsonl")
 
 
+_INTEGER_TEXT = re.compile(r"\+?([0-9]{1,19})(?:\.0*)?")
+_BIN_TEXT = re.compile(r"[0-9]{1,18}")
+
+
 def parse_timestamp(value: Any, number: int) -> int:
-    """An input row's t: a positive integer (1.0 and "3" are accepted), else :class:`BadRow`."""
+    """An input row's t: an integer in [1, 2^62], read exactly — never through a float (2^53 + 1
+    stays 2^53 + 1). Text "3", "+3" and "3.0" and JSON 3 are accepted; a JSON float only when it is
+    integral and at most 2^53 (beyond that it no longer says which integer was meant)."""
+    if isinstance(value, str):
+        match = _INTEGER_TEXT.fullmatch(value.strip())
+        t = int(match.group(1)) if match else None
+    elif isinstance(value, int) and not isinstance(value, bool):
+        t = value
+    elif isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+        t = int(value)
+    else:
+        t = None
+    if t is None or not 1 <= t <= MAX_T:
+        shown = value if not isinstance(value, (str, int)) or len(str(value)) <= 40 else f"{str(value)[:40]}…"
+        raise BadRow(f"t={shown!r} must be an integer from 1 to 2^62", row=number)
+    return t
+
+
+MAX_ROW: Final = 1 << 16  # characters in one input row; a longer one is a bad row, not a memory or time sink
+
+
+def json_row(text: str, number: int) -> Any:
+    """A JSON-lines row decoded, or :class:`BadRow`: malformed JSON, integers of thousands of digits,
+    nesting deeper than the parser's stack and rows longer than :data:`MAX_ROW` are bad rows."""
+    check_row_length(text, number)
     try:
-        as_float = float(value)
-    except (TypeError, ValueError):
-        raise BadRow(f"t={value!r} must be a positive integer", row=number) from None
-    if isinstance(value, bool) or not math.isfinite(as_float) or as_float != int(as_float) or as_float < 1 or as_float > 2**62:
-        raise BadRow(f"t={value!r} must be a positive integer", row=number)
-    return int(as_float)
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, "exceeds the limit for integer string conversion"
+        raise BadRow(f"not JSON: {str(exc)[:120]}", row=number) from None
+
+
+def check_row_length(text: str, number: int) -> None:
+    if len(text) > MAX_ROW:
+        raise BadRow(f"the row has {len(text):,} characters, more than the {MAX_ROW:,} allowed", row=number)
+
+
+def decoded_lines(lines: Iterable[str | bytes]) -> Iterator[str]:
+    """Lines as text: bytes that are not UTF-8 become U+FFFD, so a binary line is a bad row (named
+    by its number), never an exception of the reader."""
+    for line in lines:
+        yield line.decode("utf-8", errors="replace") if isinstance(line, bytes) else line
 
 
 def load_requirements(lines: Iterable[str], *, source: str = "requirements") -> RequirementSet:
@@ -69,7 +107,8 @@ def content_lines(lines: Iterable[str], fmt: str) -> Iterator[tuple[int, str]]:
     ``fmt`` must be one of :data:`FORMATS` (checked before the first line is read)."""
     if fmt not in FORMATS:
         raise InvalidArgument(f"format={fmt!r} must be one of {list(FORMATS)}")
-    return ((number, line.strip()) for number, line in enumerate(lines, start=1) if line.strip() and not line.strip().startswith("#"))
+    return ((number, line.strip()) for number, line in enumerate(decoded_lines(lines), start=1)
+            if line.strip() and not line.strip().startswith("#"))
 
 
 def parse_events(lines: Iterable[str], *, fmt: str) -> Iterator[Event | BadRow]:
@@ -82,21 +121,19 @@ def parse_events(lines: Iterable[str], *, fmt: str) -> Iterator[Event | BadRow]:
                 yield number, t, None, -1
                 continue
             user, raw_bin = fields[1:]
-            if isinstance(raw_bin, bool) or not isinstance(raw_bin, (int, str)) or not str(raw_bin).strip().isdigit():
-                raise BadRow(f"bin={raw_bin!r} must be a non-negative integer", row=number)
-            yield number, t, str(user), int(raw_bin)
+            if isinstance(raw_bin, bool) or not isinstance(raw_bin, (int, str)) or not _BIN_TEXT.fullmatch(str(raw_bin).strip()):
+                raise BadRow(f"bin={str(raw_bin)[:40]!r} must be a non-negative integer", row=number)
+            yield number, t, str(user), int(str(raw_bin).strip())
         except BadRow as exc:
             yield exc
 
 
 def _fields(text: str, fmt: str, number: int) -> list[Any]:
     if fmt == "csv":
+        check_row_length(text, number)
         fields = [part.strip() for part in text.split(",")]
     else:
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise BadRow(f"not JSON: {exc}", row=number) from None
+        obj = json_row(text, number)
         if not isinstance(obj, dict) or set(obj) not in ({"t"}, {"t", "user", "bin"}) or isinstance(obj.get("user"), (dict, list)):
             raise BadRow(f'expected {{"t": ..., "user": ..., "bin": ...}} or {{"t": ...}}, got {text[:80]!r}', row=number)
         fields = [obj["t"]] if len(obj) == 1 else [obj["t"], obj["user"], obj["bin"]]

@@ -17,7 +17,7 @@ from numpy.typing import ArrayLike
 
 from budgetcheck._errors import InvalidArgument, SecretAccess, TimestampOrder
 from budgetcheck._secret import Secret
-from budgetcheck._validation import check_positive_int
+from budgetcheck._validation import MAX_VALUE, check_positive_int, check_timestamp
 
 
 @final
@@ -67,8 +67,8 @@ class LiveStream:
         for t, values in self._rows:
             last = self._check_t(t, last)
             row = np.asarray(values, dtype=np.float64)
-            if row.shape != self._shape or not np.isfinite(row).all():
-                raise InvalidArgument(f"row t={t} must hold finite values of shape {self._shape}, got {row.tolist()!r}")
+            if row.shape != self._shape or not (np.abs(row) <= MAX_VALUE).all():
+                raise InvalidArgument(f"row t={t} must hold finite values of at most 2^53 in shape {self._shape}, got {row.tolist()!r}")
             if self._integral and not np.array_equal(row, np.round(row)):
                 raise InvalidArgument(f"row t={t} must hold integer counts (the discrete-laplace sampler), got {row.tolist()!r}")
             self._current = t
@@ -76,7 +76,7 @@ class LiveStream:
 
     @staticmethod
     def _check_t(t: object, last: int) -> int:
-        t = check_positive_int(t, "t")
+        t = check_timestamp(t, "t")
         if t <= last:
             raise TimestampOrder(f"t={t} after t={last}: timestamps of a live stream must increase")
         return t

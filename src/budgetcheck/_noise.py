@@ -125,16 +125,15 @@ class DiscreteLaplace:
 
     def perturb(self, values: FloatArray, scale: FloatArray, sensitivity: float, *, integral: bool) -> FloatArray:
         gamma = granularity(sensitivity, integral=integral)
-        steps = values / float(gamma)
-        if gamma == 1 and not np.array_equal(steps, np.round(steps)):  # bind() admits integral streams only
+        if gamma == 1 and not np.array_equal(values, np.round(values)):  # bind() admits integral streams only
             raise AssertionError("the discrete-laplace sampler was handed non-integer counts after bind() admitted the stream")
-        grid = np.round(steps)
         scales = np.broadcast_to(scale, values.shape)
         out = np.empty(values.shape, dtype=np.float64)
         for index in np.ndindex(values.shape):
             units = Fraction(float(scales[index])) / gamma
             noise = discrete_laplace(units) if units > 0 else 0
-            out[index] = float((int(grid[index]) + noise) * gamma)
+            grid = round(Fraction(float(values[index])) / gamma)  # exact for every finite value (no float overflow)
+            out[index] = float((grid + noise) * gamma)
         return out
 
 

@@ -24,9 +24,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck._durable import replay_ledger
+from budgetcheck._validation import MAX_VALUE
 from budgetcheck._journal import LOCK_TIMEOUT
 from budgetcheck._errors import BadRow, InvalidArgument, LedgerCorrupt
-from budgetcheck._events import content_lines, parse_events, parse_timestamp, timestamps
+from budgetcheck._events import check_row_length, content_lines, json_row, parse_events, parse_timestamp, timestamps
 from budgetcheck._journal import canonical
 from budgetcheck._ledger import WindowLedger
 from budgetcheck._live import LiveStream
@@ -67,11 +68,11 @@ def parse_row(text: str, number: int, *, fmt: str, dimensions: int, integers: bo
         raise BadRow(f"expected t and {dimensions} counts, got {len(fields)} fields: {text[:80]!r}", row=number)
     t = parse_timestamp(fields[0], number)
     try:
-        counts = np.array([float(x) for x in fields[1:]], dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise BadRow(f"counts must be numbers: {exc}", row=number) from None
-    if not np.isfinite(counts).all():
-        raise BadRow(f"counts must be finite, got {counts.tolist()}", row=number)
+        counts = np.array([_count(x) for x in fields[1:]], dtype=np.float64)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise BadRow(f"counts must be numbers: {str(exc)[:120]}", row=number) from None
+    if not (np.abs(counts) <= MAX_VALUE).all():
+        raise BadRow(f"counts must be finite and at most 2^53, got {counts.tolist()}", row=number)
     if (counts < 0).any():
         raise BadRow(f"counts must be >= 0, got {counts.tolist()}", row=number)
     if integers and not np.array_equal(counts, np.round(counts)):
@@ -79,13 +80,19 @@ def parse_row(text: str, number: int, *, fmt: str, dimensions: int, integers: bo
     return number, t, counts
 
 
+def _count(value: Any) -> float:
+    """A count as a float: numbers and numeric text; booleans, nested values and integers beyond a
+    float's range are refused (a 5,000-digit integer, 10^400)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise TypeError(f"{str(value)[:40]!r} is not a number")
+    return float(value)
+
+
 def _fields(text: str, fmt: str, number: int) -> list[Any]:
     if fmt == "csv":
+        check_row_length(text, number)
         return [part.strip() for part in text.split(",")]
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadRow(f"not JSON: {exc}", row=number) from None
+    obj = json_row(text, number)
     if not isinstance(obj, dict) or set(obj) != {"t", "counts"} or not isinstance(obj["counts"], list):
         raise BadRow(f'expected {{"t": ..., "counts": [...]}}, got {text[:80]!r}', row=number)
     return [obj["t"], *obj["counts"]]
@@ -257,7 +264,7 @@ def _reconcile(path: Path, stored: int) -> int:
 
 
 def _write(handle: IO[str], t: int, value: FloatArray, fmt: str, sampler: str) -> None:
-    numbers = [int(v) if sampler == DISCRETE else float(v) for v in value.tolist()]
+    numbers = [int(v) if sampler == DISCRETE and float(v).is_integer() else float(v) for v in value.tolist()]
     if fmt == "csv":
         handle.write(",".join([str(t), *(repr(v) for v in numbers)]) + "\n")
     else:

@@ -27,6 +27,19 @@ def check_epsilon(value: object, name: str = "epsilon") -> float:
     return as_float
 
 
+MAX_VALUE = float(2**53)  # the largest |value| of a stream: exact integers; any sum, mean or difference a mechanism
+# computes from d <= 2^20 of them stays finite, so no operation can fail on the data after its charge
+MAX_T = 2**62  # the largest timestamp: every store keeps t as a 64-bit integer with room for t + w
+
+
+def check_timestamp(value: object, name: str = "t") -> int:
+    """A timestamp: an integer in [1, 2^62] (bools and floats refused)."""
+    t = check_positive_int(value, name)
+    if t > MAX_T:
+        raise InvalidArgument(f"{name}={t} is beyond the largest timestamp 2^62 = {MAX_T}")
+    return t
+
+
 def check_positive_int(value: object, name: str, *, minimum: int = 1) -> int:
     """An integer >= minimum (bools and integral floats such as 2.0 are refused)."""
     if type(value) is int and value >= minimum:  # the common case, without the ABC check
@@ -156,10 +169,11 @@ def check_stream(data: object, name: str = "data") -> FloatArray:
         raise InvalidArgument(f"{name} must have shape (T, d), got shape {arr.shape}")
     if arr.shape[0] < 1 or arr.shape[1] < 1:
         raise InvalidArgument(f"{name} must have at least one timestamp and one dimension, got shape {arr.shape}")
-    bad = ~np.isfinite(arr)
+    bad = ~(np.abs(arr) <= MAX_VALUE)  # NaN and infinities fail too
     if bad.any():
         t, d = (int(i) for i in np.argwhere(bad)[0])
-        raise InvalidArgument(f"{name} has {float(arr[t, d])!r} at timestamp t={t + 1}, dimension {d}: values must be finite")
+        raise InvalidArgument(f"{name} has {float(arr[t, d])!r} at timestamp t={t + 1}, dimension {d}: values must be finite "
+                              f"and at most 2^53 in size")
     arr.setflags(write=False)
     return arr
 
