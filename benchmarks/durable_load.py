@@ -48,9 +48,12 @@ def in_memory_rate(n: int) -> float:
     return n / (time.perf_counter() - start)
 
 
-def long_stream(folder: Path, length: int, w: int) -> list[tuple[int, float, float]]:
-    """(t, resident MiB, seconds) at checkpoints of a spend at every t through a ledger file."""
-    ledger = bc.open_ledger(folder / "long.db", bc.WindowLedger(bc.WEventParams(1.0, w), sampler="numpy-laplace"), durability="process")
+def long_stream(folder: Path | None, length: int, w: int) -> list[tuple[int, float, float]]:
+    """(t, resident MiB, seconds) at checkpoints of a spend at every t through a ledger file (or,
+    ``folder`` None, an in-memory ledger keeping no records: the library's default)."""
+    ledger = bc.WindowLedger(bc.WEventParams(1.0, w), sampler="numpy-laplace")
+    if folder is not None:
+        ledger = bc.open_ledger(folder / "long.db", ledger, durability="process")
     checkpoints = sorted({length // 10 * k for k in range(1, 11)} | {length})
     points = []
     start = time.perf_counter()
@@ -113,11 +116,12 @@ def main() -> None:
         for durability in ("full", "process"):
             rate = spends_per_second(folder, durability, rate_n)
             print(f"committed spends/s, durability={durability}: {rate:,.0f} (in-memory ledger: {memory:,.0f}/s; {rate_n} spends)")
-        points = long_stream(folder, stream, w)
-        for t, mib, seconds in points:
-            print(f"long stream w={w}: t={t:>10,}  resident {mib:7.1f} MiB  {seconds:8.1f} s")
-        growth = points[-1][1] - points[0][1]
-        print(f"resident memory from t={points[0][0]:,} to t={points[-1][0]:,}: {growth:+.1f} MiB")
+        for where in ("in memory", "ledger file"):
+            points = long_stream(None if where == "in memory" else folder, stream, w)
+            for t, mib, seconds in points:
+                print(f"long stream ({where}) w={w}: t={t:>10,}  resident {mib:7.1f} MiB  {seconds:8.1f} s")
+            growth = points[-1][1] - points[0][1]
+            print(f"resident memory ({where}) from t={points[0][0]:,} to t={points[-1][0]:,}: {growth:+.1f} MiB")
         start = time.perf_counter()
         report = bc.audit_file(folder / "long.db")
         print(f"audit of the long stream's own file ({report.records:,} records): {time.perf_counter() - start:.1f} s, ok={report.ok}")

@@ -42,7 +42,7 @@ ADAPTIVE = [FASTw(), FASTw(sampling_ratio=0.075), DSATw(), DSATw(sample_rate=0.1
 
 
 def _ledger(epsilon: float = 1.0, w: int = 4, runs: int = 1, data: object = None) -> tuple[WindowLedger, list[object]]:
-    ledger = WindowLedger(WEventParams(epsilon, w), runs=runs, seed=3, sampler="numpy-laplace")
+    ledger = WindowLedger(WEventParams(epsilon, w), runs=runs, seed=3, sampler="numpy-laplace", keep_records=True)
     stream = GuardedStream(np.arange(24.0).reshape(8, 3) if data is None else data)
     ledger.bind(stream)
     return ledger, list(stream)
@@ -174,7 +174,7 @@ def test_above_threshold_caps_footprints_and_is_refused_atomically() -> None:
     with pytest.raises(BudgetExceeded):
         test.query(secrets[2], deviation, 1e9)  # window [1, 3] would hold 1.5
     assert test.starts.tolist() == starts and len(ledger.records) == 2
-    wide = WindowLedger(WEventParams(1.0, 1), seed=0, sampler="numpy-laplace")
+    wide = WindowLedger(WEventParams(1.0, 1), seed=0, sampler="numpy-laplace", keep_records=True)
     stream = GuardedStream(np.zeros((5, 1)))
     wide.bind(stream)
     capped = wide.above_threshold(epsilon=1.0, sensitivity=1.0, cells=(1,), max_footprint=2)
@@ -194,7 +194,7 @@ def test_above_threshold_keeps_deviation_up_to_date_with_the_answers_of_reading_
     threshold = (0.5 if close_often else 6.0) * scale
     outcomes = []
     for statistic in (deviation, lambda values: deviation(values)):
-        ledger = WindowLedger(WEventParams(1e6, 50), runs=6, seed=seed, sampler="numpy-laplace")
+        ledger = WindowLedger(WEventParams(1e6, 50), runs=6, seed=seed, sampler="numpy-laplace", keep_records=True)
         stream = GuardedStream.stacked(list(data)) if streams > 1 else GuardedStream(data[0])
         ledger.bind(stream)
         test = ledger.above_threshold(epsilon=100.0, sensitivity=2.0, cells=(2,), max_footprint=cap)
@@ -221,7 +221,7 @@ def test_above_threshold_is_the_whole_array_reference_draw_for_draw(seed: int, c
     data = np.round(rng.normal(0.0, 3.0, size=(30, 3)), 1)
     runs, sensitivity = 4, 2.0
     epsilons = np.array([0.5, 1.0, 2.0, 4.0]) if per_run_epsilon else np.full(runs, 2.0)
-    ledger = WindowLedger.with_epsilons(epsilons * 100, 30, seed=seed, sampler="numpy-laplace")
+    ledger = WindowLedger.with_epsilons(epsilons * 100, 30, seed=seed, sampler="numpy-laplace", keep_records=True)
     stream = GuardedStream(data)
     ledger.bind(stream)
     test = ledger.above_threshold(epsilon=epsilons if per_run_epsilon else 2.0, sensitivity=sensitivity, cells=(3,), max_footprint=cap)
@@ -579,7 +579,7 @@ def test_published_fast_w_overspends_on_a_crafted_two_dimensional_stream() -> No
     the max rule (one person, one column per timestamp) sums over the union of sampling times."""
     config = FASTw(sampling_ratio=0.3, integral_window=1, measurement_noise=1.0)
     data, w = np.tile([100.0, 300.0], (96, 1)), 24
-    ledger = WindowLedger(WEventParams(1.0, w), runs=20, seed=0, sampler="numpy-laplace")
+    ledger = WindowLedger(WEventParams(1.0, w), runs=20, seed=0, sampler="numpy-laplace", keep_records=True)
     stream = GuardedStream(data)
     ledger.bind(stream)
     with pytest.raises(BudgetExceeded) as refused:
@@ -591,7 +591,7 @@ def test_published_fast_w_overspends_on_a_crafted_two_dimensional_stream() -> No
 
 def test_published_rescuedp_overspends_on_a_crafted_two_dimensional_stream() -> None:
     data, w = np.zeros((22, 2)), 11
-    ledger = WindowLedger(WEventParams(0.9, w), runs=1, seed=0, sampler="numpy-laplace")
+    ledger = WindowLedger(WEventParams(0.9, w), runs=1, seed=0, sampler="numpy-laplace", keep_records=True)
     stream = GuardedStream(data)
     ledger.bind(stream)
     with pytest.raises(BudgetExceeded) as refused:

@@ -14,7 +14,7 @@ from budgetcheck.cli import main
 
 def spent_file(path: Path) -> Path:
     """A ledger file spent to exactly ε = 1 in one window of w = 4 (t = 1, 2)."""
-    ledger = bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(1.0, w=4), sampler="numpy-laplace"), durability="process")
+    ledger = bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(1.0, w=4), sampler="numpy-laplace", keep_records=True), durability="process")
     ledger.spend(1, 0.5, purpose="a")
     ledger.spend(2, 0.5, purpose="b")
     ledger.close()
@@ -22,7 +22,7 @@ def spent_file(path: Path) -> Path:
 
 
 def exported(tmp_path: Path) -> Path:
-    ledger = bc.WindowLedger(bc.WEventParams(1.0, w=4), sampler="numpy-laplace")
+    ledger = bc.WindowLedger(bc.WEventParams(1.0, w=4), sampler="numpy-laplace", keep_records=True)
     ledger.spend(1, 0.5, purpose="a")
     ledger.spend(2, 0.5, purpose="b")
     path = tmp_path / "log.jsonl"
@@ -65,7 +65,7 @@ def test_invalid_budgets_are_usage_errors(tmp_path: Path, kind: str, options: li
 
 def test_personalized_files_refuse_a_w_event_budget(tmp_path: Path) -> None:
     path = tmp_path / "p.db"
-    ledger = bc.open_ledger(path, bc.PersonalizedLedger(bc.RequirementSet([(3, 1.0), (5, 2.0)]), sampler="numpy-laplace"), durability="process")
+    ledger = bc.open_ledger(path, bc.PersonalizedLedger(bc.RequirementSet([(3, 1.0), (5, 2.0)]), sampler="numpy-laplace", keep_records=True), durability="process")
     ledger.close()
     result = CliRunner().invoke(main, ["audit", str(path), "--epsilon", "0.5"])
     assert result.exit_code == 2 and "personalized" in result.output and "epsilon=0.5" in result.output

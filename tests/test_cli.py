@@ -208,9 +208,9 @@ def test_verify_passes_personalized_and_swellfish_builtins(runner: CliRunner, na
 def test_audit_reads_personalized_and_swellfish_logs(runner: CliRunner, tmp_path: Path) -> None:
     from budgetcheck import PersonalizedLedger, PolicyCollection, RequirementSet, StreamPolicy, SwellfishLedger
 
-    personal = PersonalizedLedger(RequirementSet([(2, 1.0), (3, 0.5)]), runs=2, sampler="numpy-laplace")
+    personal = PersonalizedLedger(RequirementSet([(2, 1.0), (3, 0.5)]), runs=2, sampler="numpy-laplace", keep_records=True)
     personal.spend(1, [0.5, 0.25], purpose="p")
-    swell = SwellfishLedger(PolicyCollection([StreamPolicy(1, 4, [1.0, 1.0])]), epsilon=1.0, sampler="numpy-laplace")
+    swell = SwellfishLedger(PolicyCollection([StreamPolicy(1, 4, [1.0, 1.0])]), epsilon=1.0, sampler="numpy-laplace", keep_records=True)
     swell.spend(2, 0.5, purpose="p")
     for ledger, name in ((personal, "p.jsonl"), (swell, "s.jsonl")):
         ledger.export(tmp_path / name)

@@ -23,12 +23,12 @@ PARAMS = bc.WEventParams(epsilon=1.0, w=4)
 
 
 def fresh(path: Path, **kwargs: object) -> bc.WindowLedger:
-    return bc.open_ledger(path, bc.WindowLedger(PARAMS, runs=2, seed=3, **kwargs, sampler="numpy-laplace"), durability="process")  # type: ignore[arg-type]
+    return bc.open_ledger(path, bc.WindowLedger(PARAMS, runs=2, seed=3, **kwargs, sampler="numpy-laplace", keep_records=True), durability="process")  # type: ignore[arg-type]
 
 
 def test_spends_survive_a_reopen_and_match_an_in_memory_twin(tmp_path: Path) -> None:
     path = tmp_path / "l.db"
-    twin = bc.WindowLedger(PARAMS, runs=2, sampler="numpy-laplace")
+    twin = bc.WindowLedger(PARAMS, runs=2, sampler="numpy-laplace", keep_records=True)
     ledger = fresh(path)
     data = bc.GuardedStream(np.arange(16.0).reshape(8, 2))
     ledger.bind(data)
@@ -67,34 +67,34 @@ def test_a_ledger_file_refuses_other_parameters_and_used_ledgers(tmp_path: Path)
     path = tmp_path / "l.db"
     fresh(path).close()
     with pytest.raises(bc.InvalidArgument, match="epsilon=1.0, not epsilon=0.5"):
-        bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(0.5, 4), runs=2, sampler="numpy-laplace"))
-    used = bc.WindowLedger(PARAMS, runs=2, sampler="numpy-laplace")
+        bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(0.5, 4), runs=2, sampler="numpy-laplace", keep_records=True))
+    used = bc.WindowLedger(PARAMS, runs=2, sampler="numpy-laplace", keep_records=True)
     used.spend(1, 0.1, purpose="x")
     with pytest.raises(bc.InvalidArgument, match="already been used"):
         bc.open_ledger(tmp_path / "other.db", used)
     with pytest.raises(bc.InvalidArgument, match="durability"):
-        bc.open_ledger(tmp_path / "x.db", bc.WindowLedger(PARAMS, sampler="numpy-laplace"), durability="sometimes")
+        bc.open_ledger(tmp_path / "x.db", bc.WindowLedger(PARAMS, sampler="numpy-laplace", keep_records=True), durability="sometimes")
 
 
 def test_personalized_and_swellfish_ledgers_persist(tmp_path: Path) -> None:
     reqs = bc.RequirementSet([(3, 1.0), (5, 2.0)])
-    p = bc.open_ledger(tmp_path / "p.db", bc.PersonalizedLedger(reqs, sampler="numpy-laplace"))
+    p = bc.open_ledger(tmp_path / "p.db", bc.PersonalizedLedger(reqs, sampler="numpy-laplace", keep_records=True))
     for t in range(1, 6):
         p.spend(t, 0.3, purpose="p")
     p.close()
-    p2 = bc.open_ledger(tmp_path / "p.db", bc.PersonalizedLedger(reqs, sampler="numpy-laplace"))
+    p2 = bc.open_ledger(tmp_path / "p.db", bc.PersonalizedLedger(reqs, sampler="numpy-laplace", keep_records=True))
     np.testing.assert_allclose(p2.remaining(6), [[0.4, 0.8]], rtol=1e-12)
     with pytest.raises(bc.BudgetExceeded):
         p2.spend(6, 0.5, purpose="too much for w=3")
     assert bc.audit_file(tmp_path / "p.db").ok
 
     policies = bc.PolicyCollection([bc.StreamPolicy(1, 4, (1.0,)), bc.StreamPolicy(3, 8, (1.0, 1.0))])
-    s = bc.open_ledger(tmp_path / "s.db", bc.SwellfishLedger(policies, epsilon=1.0, sampler="numpy-laplace"))
+    s = bc.open_ledger(tmp_path / "s.db", bc.SwellfishLedger(policies, epsilon=1.0, sampler="numpy-laplace", keep_records=True))
     for t in range(1, 5):
         s.spend(t, 0.2, purpose="s")
     expected = s.remaining(5)
     s.close()
-    s2 = bc.open_ledger(tmp_path / "s.db", bc.SwellfishLedger(policies, epsilon=1.0, sampler="numpy-laplace"))
+    s2 = bc.open_ledger(tmp_path / "s.db", bc.SwellfishLedger(policies, epsilon=1.0, sampler="numpy-laplace", keep_records=True))
     np.testing.assert_array_equal(s2.remaining(5), expected)
     assert bc.audit_file(tmp_path / "s.db").ok
 
@@ -206,7 +206,7 @@ def test_a_reopened_file_never_reuses_noise(tmp_path: Path) -> None:
     path = tmp_path / "l.db"
     draws = []
     for t in (1, 2):
-        ledger = bc.open_ledger(path, bc.WindowLedger(PARAMS, seed=11, sampler="numpy-laplace"), durability="process")
+        ledger = bc.open_ledger(path, bc.WindowLedger(PARAMS, seed=11, sampler="numpy-laplace", keep_records=True), durability="process")
         stream = bc.GuardedStream(np.zeros((t, 1)))
         ledger.bind(stream)
         draws.append(ledger.laplace(list(stream)[-1], 0.1)[0, 0])
@@ -216,7 +216,7 @@ def test_a_reopened_file_never_reuses_noise(tmp_path: Path) -> None:
 
 def _hammer(path: str, worker: int, queue: "multiprocessing.Queue[tuple[int, int]]") -> None:
     rng = np.random.default_rng(worker)
-    ledger = bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(1.0, 5), sampler="numpy-laplace"), durability="process")
+    ledger = bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(1.0, 5), sampler="numpy-laplace", keep_records=True), durability="process")
     accepted = refused = 0
     for _ in range(60):
         t = max(ledger.t, 1) + int(rng.integers(0, 2))
@@ -231,7 +231,7 @@ def _hammer(path: str, worker: int, queue: "multiprocessing.Queue[tuple[int, int
 
 def test_processes_spending_against_one_file_never_exceed_a_window(tmp_path: Path) -> None:
     path = str(tmp_path / "shared.db")
-    bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(1.0, 5), sampler="numpy-laplace")).close()
+    bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(1.0, 5), sampler="numpy-laplace", keep_records=True)).close()
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     workers = [context.Process(target=_hammer, args=(path, k, queue)) for k in range(4)]
@@ -247,7 +247,7 @@ def test_processes_spending_against_one_file_never_exceed_a_window(tmp_path: Pat
     assert report.worst_ratio > 0.8  # the workers did fill the windows
     # Without the file's lock each worker alone would have believed it had the whole budget:
     totals: dict[int, float] = {}
-    for record in bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(1.0, 5), sampler="numpy-laplace")).records:
+    for record in bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(1.0, 5), sampler="numpy-laplace", keep_records=True)).records:
         totals[record.t] = totals.get(record.t, 0.0) + float(record.amounts[0])
     assert max(sum(totals.get(s, 0.0) for s in range(e - 4, e + 1)) for e in totals) <= 1.0
 

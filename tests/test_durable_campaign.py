@@ -54,7 +54,7 @@ def _hold_the_write_lock(path: Path) -> sqlite3.Connection:
 
 def test_a_writer_that_holds_the_lock_too_long_gives_ledger_busy_and_charges_nothing(tmp_path: Path) -> None:
     path = tmp_path / "l.db"
-    ledger = bc.open_ledger(path, bc.WindowLedger(PARAMS, sampler="numpy-laplace"), durability="process", lock_timeout=0.2)
+    ledger = bc.open_ledger(path, bc.WindowLedger(PARAMS, sampler="numpy-laplace", keep_records=True), durability="process", lock_timeout=0.2)
     ledger.spend(1, 0.25, purpose="before")
     holder = _hold_the_write_lock(path)
     try:
@@ -74,7 +74,7 @@ def test_ledger_busy_is_raised_after_about_the_timeout(tmp_path: Path) -> None:
     import time
 
     path = tmp_path / "l.db"
-    ledger = bc.open_ledger(path, bc.WindowLedger(PARAMS, sampler="numpy-laplace"), durability="process", lock_timeout=0.5)
+    ledger = bc.open_ledger(path, bc.WindowLedger(PARAMS, sampler="numpy-laplace", keep_records=True), durability="process", lock_timeout=0.5)
     holder = _hold_the_write_lock(path)
     try:
         start = time.monotonic()
@@ -91,7 +91,7 @@ def test_ledger_busy_is_raised_after_about_the_timeout(tmp_path: Path) -> None:
 @pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), True, "5"])
 def test_lock_timeout_is_checked(tmp_path: Path, bad: object) -> None:
     with pytest.raises(bc.InvalidArgument, match="lock_timeout"):
-        bc.open_ledger(tmp_path / "l.db", bc.WindowLedger(PARAMS, sampler="numpy-laplace"), lock_timeout=bad)  # type: ignore[arg-type]
+        bc.open_ledger(tmp_path / "l.db", bc.WindowLedger(PARAMS, sampler="numpy-laplace", keep_records=True), lock_timeout=bad)  # type: ignore[arg-type]
     assert not (tmp_path / "l.db").exists()
 
 

@@ -20,7 +20,7 @@ PARAMS = bc.WEventParams(epsilon=1.0, w=3)
 
 
 def fresh(path: Path) -> bc.WindowLedger:
-    return bc.open_ledger(path, bc.WindowLedger(PARAMS, sampler="numpy-laplace"), durability="process")
+    return bc.open_ledger(path, bc.WindowLedger(PARAMS, sampler="numpy-laplace", keep_records=True), durability="process")
 
 
 def forge(path: Path, sql: str, *args: object) -> None:
@@ -199,7 +199,7 @@ def test_an_empty_or_damaged_file_is_corrupt_never_a_fresh_ledger(tmp_path: Path
 
 
 def _create(path: str) -> None:
-    bc.open_ledger(path, bc.WindowLedger(PARAMS, sampler="numpy-laplace")).close()
+    bc.open_ledger(path, bc.WindowLedger(PARAMS, sampler="numpy-laplace", keep_records=True)).close()
 
 
 def test_processes_creating_one_new_file_at_once_all_open_it(tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ def test_each_run_is_held_to_its_own_epsilon_exactly(case: tuple[list[float], in
     changes nothing; remaining(t) is each run's exact remainder rounded down; the exact window sums
     are the oracle's; each run's records pass the audit under its own ε."""
     epsilons, w, steps = case
-    ledger = WindowLedger.with_epsilons(epsilons, w, sampler="numpy-laplace")
+    ledger = WindowLedger.with_epsilons(epsilons, w, sampler="numpy-laplace", keep_records=True)
     oracle = PerRunOracle(epsilons, w)
     for t, spend in steps:
         if oracle.allows(t, spend):
@@ -86,7 +86,7 @@ def test_each_run_is_held_to_its_own_epsilon_exactly(case: tuple[list[float], in
 
 
 def test_one_ulp_over_its_own_epsilon_is_refused_and_named() -> None:
-    ledger = WindowLedger.with_epsilons([0.3, 1.0], 2, sampler="numpy-laplace")
+    ledger = WindowLedger.with_epsilons([0.3, 1.0], 2, sampler="numpy-laplace", keep_records=True)
     ledger.spend(1, [0.3, 1.0], purpose="fill")  # each run's window exactly full
     assert ledger.remaining(2).tolist() == [0.0, 0.0]
     with pytest.raises(BudgetExceeded, match=r"run 0.*epsilon=0\.3"):
@@ -98,7 +98,7 @@ def test_one_ulp_over_its_own_epsilon_is_refused_and_named() -> None:
 
 
 def test_what_a_ledger_of_several_epsilon_says_about_itself(tmp_path: Path) -> None:
-    ledger = WindowLedger.with_epsilons([0.5, 0.5, 1.0], 4, seed=3, sampler="numpy-laplace")
+    ledger = WindowLedger.with_epsilons([0.5, 0.5, 1.0], 4, seed=3, sampler="numpy-laplace", keep_records=True)
     assert ledger.runs == 3 and ledger.w == 4
     assert isinstance(ledger.epsilon, np.ndarray) and ledger.epsilon.tolist() == [0.5, 0.5, 1.0]
     with pytest.raises(ValueError):
@@ -111,7 +111,7 @@ def test_what_a_ledger_of_several_epsilon_says_about_itself(tmp_path: Path) -> N
         open_ledger(tmp_path / "several.db", ledger)
     assert not (tmp_path / "several.db").exists()
     assert "epsilon=[0.5, 1.0]" in repr(ledger)
-    alike = WindowLedger.with_epsilons([0.5, 0.5], 4, sampler="numpy-laplace")  # one ε: an ordinary ledger
+    alike = WindowLedger.with_epsilons([0.5, 0.5], 4, sampler="numpy-laplace", keep_records=True)  # one ε: an ordinary ledger
     assert alike.epsilon == 0.5 and alike.params == WEventParams(0.5, 4)
 
 
@@ -126,13 +126,13 @@ def test_what_a_ledger_of_several_epsilon_says_about_itself(tmp_path: Path) -> N
 ])
 def test_bad_per_run_budgets_are_refused_by_name(epsilons: object, message: str) -> None:
     with pytest.raises(InvalidArgument, match=message):
-        WindowLedger.with_epsilons(epsilons, 3, sampler="numpy-laplace")  # type: ignore[arg-type]
+        WindowLedger.with_epsilons(epsilons, 3, sampler="numpy-laplace", keep_records=True)  # type: ignore[arg-type]
     as_floats = np.array(epsilons, dtype=object)
     if as_floats.ndim == 1 and as_floats.size and all(type(v) is float for v in as_floats):  # a float array: one vectorised check
         with pytest.raises(InvalidArgument, match=message):
-            WindowLedger.with_epsilons(np.array(epsilons, dtype=np.float64), 3, sampler="numpy-laplace")
+            WindowLedger.with_epsilons(np.array(epsilons, dtype=np.float64), 3, sampler="numpy-laplace", keep_records=True)
     with pytest.raises(InvalidArgument, match="w=0"):
-        WindowLedger.with_epsilons([0.1], 0, sampler="numpy-laplace")
+        WindowLedger.with_epsilons([0.1], 0, sampler="numpy-laplace", keep_records=True)
 
 
 @given(st.lists(budgets, min_size=1, max_size=6), st.integers(1, 400))
@@ -157,7 +157,7 @@ def test_a_share_of_a_read_only_view_of_a_writeable_array_is_not_remembered() ->
 
 def test_above_threshold_charges_each_run_its_own_epsilon() -> None:
     data = np.arange(1.0, 41.0).reshape(20, 2)
-    ledger = WindowLedger.with_epsilons([0.2, 0.2, 2.0], 5, seed=1, sampler="numpy-laplace")
+    ledger = WindowLedger.with_epsilons([0.2, 0.2, 2.0], 5, seed=1, sampler="numpy-laplace", keep_records=True)
     stream = GuardedStream(data)
     ledger.bind(stream)
     test = ledger.above_threshold(epsilon=np.array([0.02, 0.02, 0.2]), sensitivity=1.0, cells=(2,), max_footprint=5)
@@ -188,11 +188,11 @@ def test_every_builtin_mechanism_spends_and_errs_per_block_as_it_does_alone(name
     rng = np.random.default_rng(5)
     data = np.abs(100 + np.cumsum(rng.normal(0, 5, size=(120, 2)), axis=0)).round()
     w, epsilons = 10, (0.1, 1.0)
-    ledger = WindowLedger.with_epsilons(np.repeat(epsilons, RUNS), w, seed=1, sampler="numpy-laplace")
+    ledger = WindowLedger.with_epsilons(np.repeat(epsilons, RUNS), w, seed=1, sampler="numpy-laplace", keep_records=True)
     stacked = _mean_errors(name, data, ledger)
     reports = audit_windows_per_epsilon(ledger.records, epsilons=np.repeat(epsilons, RUNS).tolist(), w=w)
     assert sorted(reports) == list(epsilons) and all(r.ok and r.runs == RUNS for r in reports.values())
     for k, epsilon in enumerate(epsilons):
         block = slice(k * RUNS, (k + 1) * RUNS)
-        alone = _mean_errors(name, data, WindowLedger(WEventParams(epsilon, w), runs=RUNS, seed=2 + k, sampler="numpy-laplace"))
+        alone = _mean_errors(name, data, WindowLedger(WEventParams(epsilon, w), runs=RUNS, seed=2 + k, sampler="numpy-laplace", keep_records=True))
         assert stacked[block].mean() == pytest.approx(alone.mean(), rel=0.12), (name, epsilon)

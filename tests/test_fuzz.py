@@ -63,7 +63,7 @@ def test_constructors(epsilon: Any, w: Any, runs: Any, seed: Any, sampler: Any) 
 @given(calls=st.lists(st.tuples(st.sampled_from(["spend", "laplace", "bins", "dissimilarity", "remaining", "measure"]),
                                 values, numbers, values), min_size=1, max_size=8))
 def test_ledger_operations_leave_no_trace_when_they_fail(calls: list[tuple[str, Any, Any, Any]]) -> None:
-    ledger = bc.WindowLedger(bc.WEventParams(1.0, 3), runs=2, sampler="numpy-laplace")
+    ledger = bc.WindowLedger(bc.WEventParams(1.0, 3), runs=2, sampler="numpy-laplace", keep_records=True)
     stream = bc.GuardedStream(np.ones((6, 2)))
     ledger.bind(stream)
     for name, t, epsilon, extra in calls:
@@ -86,7 +86,7 @@ def test_ledger_operations_leave_no_trace_when_they_fail(calls: list[tuple[str, 
 @given(pairs=values, t=values, epsilon=numbers)
 def test_personalized_and_swellfish_inputs(pairs: Any, t: Any, epsilon: Any) -> None:
     reqs = works_or_refuses(bc.RequirementSet, pairs)
-    ledger = bc.PersonalizedLedger(bc.RequirementSet([(2, 1.0), (3, 0.5)]), sampler="numpy-laplace")
+    ledger = bc.PersonalizedLedger(bc.RequirementSet([(2, 1.0), (3, 0.5)]), sampler="numpy-laplace", keep_records=True)
     before = ledger.window_sum(1)
     if works_or_refuses(ledger.spend, t, epsilon, purpose="fuzz") is REFUSED:
         assert ledger.window_sum(1) == before and ledger.t == 0
@@ -134,7 +134,7 @@ def test_ledger_file_reader_on_garbage(tmp_path_factory: Any, blob: bytes, sqlit
     path = Path(tmp_path_factory.mktemp("fuzz")) / "ledger.db"
     path.write_bytes((b"SQLite format 3\x00" if sqlite_like else b"") + blob)
     works_or_refuses(bc.audit_file, path)
-    works_or_refuses(bc.open_ledger, path, bc.WindowLedger(bc.WEventParams(1.0, 2), sampler="numpy-laplace"))
+    works_or_refuses(bc.open_ledger, path, bc.WindowLedger(bc.WEventParams(1.0, 2), sampler="numpy-laplace", keep_records=True))
 
 
 @FUZZ

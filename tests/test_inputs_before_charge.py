@@ -23,7 +23,7 @@ def publish(tmp_path: Path, text: str, *extra: str, mechanism: str = "BD", fmt: 
 
 
 def stored(tmp_path: Path, w: int = 3) -> list[int]:
-    with bc.open_ledger(tmp_path / "l.db", bc.WindowLedger(epsilon=1.0, w=w)) as ledger:
+    with bc.open_ledger(tmp_path / "l.db", bc.WindowLedger(epsilon=1.0, w=w, keep_records=True)) as ledger:
         return sorted({r.t for r in ledger.records})
 
 
@@ -69,7 +69,7 @@ def test_timestamps_out_of_range_or_inexact_are_bad_rows(tmp_path: Path, fmt: st
 
 @pytest.mark.parametrize("t", [2**62 + 1, 2**63, 2**70])
 def test_a_ledger_refuses_timestamps_beyond_2_62(t: int) -> None:
-    ledger = bc.WindowLedger(epsilon=1.0, w=3)
+    ledger = bc.WindowLedger(epsilon=1.0, w=3, keep_records=True)
     with pytest.raises(bc.InvalidArgument, match="2\\^62"):
         ledger.spend(t, 0.1, purpose="x")
     assert ledger.t == 0
@@ -127,7 +127,7 @@ def test_a_failure_after_the_charge_never_leaves_a_ledger_that_cannot_restart(tm
 def test_an_audit_costs_what_its_records_cost(tmp_path: Path) -> None:
     """A two-row file with t = 2^53 never finished; now every window is still covered."""
     path = tmp_path / "l.db"
-    with bc.open_ledger(path, bc.WindowLedger(epsilon=1.0, w=10**6)) as ledger:
+    with bc.open_ledger(path, bc.WindowLedger(epsilon=1.0, w=10**6, keep_records=True)) as ledger:
         ledger.spend(1, 0.5, purpose="a")
         ledger.spend(2**53, 0.6, purpose="b")
         ledger.spend(2**53 + 10**6 - 1, 0.4, purpose="c")  # shares a window with t = 2^53: exactly 1
@@ -139,7 +139,7 @@ def test_an_audit_costs_what_its_records_cost(tmp_path: Path) -> None:
     assert report.checked == 2**53 + 10**6 - 1
     personalized = tmp_path / "p.db"
     requirements = bc.RequirementSet.from_counts([((3, 1.0), 2)])
-    with bc.open_ledger(personalized, bc.PersonalizedLedger(requirements)) as ledger:
+    with bc.open_ledger(personalized, bc.PersonalizedLedger(requirements, keep_records=True)) as ledger:
         ledger.spend(1, 0.5, purpose="a")
         ledger.spend(2**53, 0.5, purpose="b")
     assert bc.audit_file(personalized).ok

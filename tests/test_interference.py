@@ -66,7 +66,7 @@ def test_built_ins_of_every_notion_and_stateful_tests_show_nothing(name: str) ->
 def test_the_tap_does_not_change_what_an_ordinary_run_returns() -> None:
     data = np.arange(12.0).reshape(6, 2)
     plain = execute(load_mechanism("BD"), data, epsilon=1.0, w=3, runs=2, seed=5)
-    ledger = WindowLedger(WEventParams(epsilon=1.0, w=3), runs=2, seed=5, sampler="numpy-laplace")
+    ledger = WindowLedger(WEventParams(epsilon=1.0, w=3), runs=2, seed=5, sampler="numpy-laplace", keep_records=True)
     seen: list[Any] = []
     ledger._tap = lambda result: seen.append(result) or result
     tapped = load_mechanism("BD").run(GuardedStream(data), ledger)

@@ -67,7 +67,7 @@ def spend_sequences(draw: st.DrawFn) -> tuple[float, int, int, list[tuple[int, l
 def test_ledger_accepts_exactly_what_the_oracle_accepts(case: tuple[float, int, int, list[tuple[int, list[float]]]]) -> None:
     """Random spend sequences, scalar and batched: accept iff every window stays <= ε, exactly."""
     epsilon, w, runs, steps = case
-    ledger = WindowLedger(WEventParams(epsilon, w), runs=runs, sampler="numpy-laplace")
+    ledger = WindowLedger(WEventParams(epsilon, w), runs=runs, sampler="numpy-laplace", keep_records=True)
     oracle = Oracle(epsilon, w, runs)
     for t, spend in steps:
         expected = oracle.allows(t, spend)
@@ -112,7 +112,7 @@ def test_quick_commits_decide_as_the_oracle_and_catch_up_exactly(case: tuple[flo
     """Long runs of quick (float pre-checked) commits, mixed with exact ones: every decision is the
     oracle's, and the exact window sums asked for at the probes and at the end are the oracle's."""
     epsilon, w, runs, steps = case
-    ledger = WindowLedger(WEventParams(epsilon, w), runs=runs, sampler="numpy-laplace")
+    ledger = WindowLedger(WEventParams(epsilon, w), runs=runs, sampler="numpy-laplace", keep_records=True)
     oracle = Oracle(epsilon, w, runs)
     for t, spend, probe in steps:
         if oracle.allows(t, spend):
@@ -134,7 +134,7 @@ def test_spending_remaining_or_a_fraction_is_never_refused(
 ) -> None:
     """remaining(t) is rounded down: spending it, or any fraction of it, always succeeds."""
     epsilon, w, runs, steps = case
-    ledger = WindowLedger(WEventParams(epsilon, w), runs=runs, sampler="numpy-laplace")
+    ledger = WindowLedger(WEventParams(epsilon, w), runs=runs, sampler="numpy-laplace", keep_records=True)
     fraction = (fraction_bits % 1000) / 1000
     for t, _ in steps:
         ledger.spend(t, ledger.remaining(t) * fraction, purpose="a")
@@ -146,7 +146,7 @@ def test_spending_remaining_or_a_fraction_is_never_refused(
 @pytest.mark.parametrize("runs", [1, 100])
 def test_one_ulp_over_is_refused_and_exact_fill_is_accepted(epsilon: float, runs: int) -> None:
     """After 0.1 and 0.2, the window takes exactly remaining(3) and refuses its successor."""
-    ledger = WindowLedger(WEventParams(epsilon, 3), runs=runs, sampler="numpy-laplace")
+    ledger = WindowLedger(WEventParams(epsilon, 3), runs=runs, sampler="numpy-laplace", keep_records=True)
     ledger.spend(1, 0.1 * epsilon, purpose="a")
     ledger.spend(2, 0.2 * epsilon, purpose="b")
     left = ledger.remaining(3)
@@ -164,13 +164,13 @@ def test_classic_float_drift_is_not_refused() -> None:
     """Ten spends of share(1.0, 10) fit a window of 10 (0.1 * 10 > 1.0 in exact arithmetic)."""
     from budgetcheck import rounding
 
-    ledger = WindowLedger(WEventParams(1.0, 10), sampler="numpy-laplace")
+    ledger = WindowLedger(WEventParams(1.0, 10), sampler="numpy-laplace", keep_records=True)
     for t in range(1, 11):
         ledger.spend(t, rounding.share(1.0, 10), purpose="publication")
     assert ledger.remaining(10)[0] < 1e-15
     # Round-to-nearest 0.1 is above 1/10: the tenth spend overshoots by 5.55e-17 and is refused,
     # though the float sum of the window prints as 1.0.
-    float_ledger = WindowLedger(WEventParams(1.0, 10), sampler="numpy-laplace")
+    float_ledger = WindowLedger(WEventParams(1.0, 10), sampler="numpy-laplace", keep_records=True)
     for t in range(1, 10):
         float_ledger.spend(t, 0.1, purpose="publication")
     with pytest.raises(BudgetExceeded, match=r"window \[1, 10\] sum to 1\.0 > epsilon=1\.0 \(over by 5\.55e-17\)"):
@@ -178,7 +178,7 @@ def test_classic_float_drift_is_not_refused() -> None:
 
 
 def test_refusal_message_names_window_sum_epsilon_and_remaining() -> None:
-    ledger = WindowLedger(WEventParams(1.0, 5), runs=3, sampler="numpy-laplace")
+    ledger = WindowLedger(WEventParams(1.0, 5), runs=3, sampler="numpy-laplace", keep_records=True)
     ledger.spend(13, [0.5, 0.9, 0.1], purpose="publication")
     with pytest.raises(BudgetExceeded) as info:
         ledger.spend(17, 0.15, purpose="publication")
@@ -193,8 +193,8 @@ def test_refused_release_draws_no_noise_and_releases_nothing() -> None:
     """A refused laplace leaves the generator untouched: later noise equals a fresh ledger's."""
     params = WEventParams(1.0, 2)
     stream = GuardedStream([[5.0], [6.0], [7.0]])
-    refused = WindowLedger(params, seed=7, sampler="numpy-laplace")
-    fresh = WindowLedger(params, seed=7, sampler="numpy-laplace")
+    refused = WindowLedger(params, seed=7, sampler="numpy-laplace", keep_records=True)
+    fresh = WindowLedger(params, seed=7, sampler="numpy-laplace", keep_records=True)
     secrets = list(stream)
     refused.spend(1, 0.75, purpose="x")
     fresh.spend(1, 0.75, purpose="x")
@@ -210,8 +210,8 @@ def test_batched_ledger_matches_independent_scalar_ledgers() -> None:
     """One ledger of R runs refuses exactly when one of R scalar ledgers would."""
     rng = np.random.default_rng(3)
     params = WEventParams(0.7, 4)
-    batched = WindowLedger(params, runs=50, sampler="numpy-laplace")
-    scalars = [WindowLedger(params, sampler="numpy-laplace") for _ in range(50)]
+    batched = WindowLedger(params, runs=50, sampler="numpy-laplace", keep_records=True)
+    scalars = [WindowLedger(params, sampler="numpy-laplace", keep_records=True) for _ in range(50)]
     for t in range(1, 40):
         amounts = rng.uniform(0, 0.2, size=50)
         amounts = np.minimum(amounts, batched.remaining(t))
@@ -222,7 +222,7 @@ def test_batched_ledger_matches_independent_scalar_ledgers() -> None:
 
 
 def test_export_load_audit_round_trip_and_tamper_detection() -> None:
-    ledger = WindowLedger(WEventParams(0.5, 3), runs=2, seed=1, sampler="numpy-laplace")
+    ledger = WindowLedger(WEventParams(0.5, 3), runs=2, seed=1, sampler="numpy-laplace", keep_records=True)
     stream = GuardedStream([[1.0, 2.0]] * 6)
     ledger.bind(stream)
     for secret in stream:
@@ -241,7 +241,7 @@ def test_export_load_audit_round_trip_and_tamper_detection() -> None:
 
 
 def test_records_are_read_only() -> None:
-    ledger = WindowLedger(WEventParams(1.0, 2), sampler="numpy-laplace")
+    ledger = WindowLedger(WEventParams(1.0, 2), sampler="numpy-laplace", keep_records=True)
     ledger.spend(1, 0.5, purpose="p")
     record = ledger.records[0]
     with pytest.raises(ValueError, match="read-only"):
@@ -258,7 +258,7 @@ def test_every_release_gets_the_noise_scale_of_its_own_budget_and_sensitivity(ca
     record still holds sensitivity/ε rounded up for its own call, whatever came before it."""
     from budgetcheck import rounding
 
-    ledger = WindowLedger(WEventParams(1e9, 1), runs=2, sampler="numpy-laplace")
+    ledger = WindowLedger(WEventParams(1e9, 1), runs=2, sampler="numpy-laplace", keep_records=True)
     stream = GuardedStream(np.ones((len(calls), 1)))
     ledger.bind(stream)
     for secret, (sensitivity, budgets) in zip(stream, calls, strict=True):
@@ -280,7 +280,7 @@ def test_large_budget_arrays_repeated_bit_for_bit_share_one_copy_and_scale(calls
     from budgetcheck._core import _SCALE_MEMO_SIZE
 
     runs = _SCALE_MEMO_SIZE + 3
-    ledger = WindowLedger(WEventParams(1e9, 1), runs=runs, sampler="numpy-laplace")
+    ledger = WindowLedger(WEventParams(1e9, 1), runs=runs, sampler="numpy-laplace", keep_records=True)
     stream = GuardedStream(np.ones((len(calls), 1)))
     ledger.bind(stream)
     base = np.linspace(0.01, 0.2, runs)
@@ -309,7 +309,7 @@ class LedgerMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.ledger = WindowLedger(WEventParams(0.9, 4), runs=2, sampler="numpy-laplace")
+        self.ledger = WindowLedger(WEventParams(0.9, 4), runs=2, sampler="numpy-laplace", keep_records=True)
         self.oracle = Oracle(0.9, 4, 2)
         self.t = 1
 
@@ -356,7 +356,7 @@ TestLedgerMachine.settings = settings(max_examples=50, stateful_step_count=30, d
 def test_histogram_release_is_charged_the_maximum_over_bins() -> None:
     """One person, one bin per timestamp: bins released at 0.1, 0.3, 0 cost 0.3 (accounting §2)."""
     stream = GuardedStream([[10.0, 20.0, 30.0]] * 4)
-    ledger = WindowLedger(WEventParams(1.0, 3), runs=2, seed=3, sampler="numpy-laplace")
+    ledger = WindowLedger(WEventParams(1.0, 3), runs=2, seed=3, sampler="numpy-laplace", keep_records=True)
     ledger.bind(stream)
     out = ledger.laplace_bins(stream.secret(1), [[0.1, 0.3, 0.0], [0.5, 0.0, 0.0]])
     assert out.shape == (2, 3)
@@ -376,7 +376,7 @@ def test_histogram_release_rejects_bad_budgets() -> None:
     from budgetcheck import InvalidArgument
 
     stream = GuardedStream([[1.0, 2.0]])
-    ledger = WindowLedger(WEventParams(1.0, 3), runs=2, sampler="numpy-laplace")
+    ledger = WindowLedger(WEventParams(1.0, 3), runs=2, sampler="numpy-laplace", keep_records=True)
     with pytest.raises(InvalidArgument, match=r"epsilon has shape \(3,\); expected \(2, 2\) or \(2,\)"):
         ledger.laplace_bins(stream.secret(1), [0.1, 0.1, 0.1])
     with pytest.raises(InvalidArgument, match=r"epsilon\[1, 0\]=nan must be a finite number >= 0"):

@@ -75,12 +75,12 @@ def test_one_dimensional_stream_is_a_column() -> None:
 )
 def test_bad_ledger_arguments(kwargs: dict[str, object], match: str) -> None:
     with pytest.raises(InvalidArgument, match=match):
-        WindowLedger(WEventParams(1.0, 3), **kwargs, sampler="numpy-laplace")  # type: ignore[arg-type]
+        WindowLedger(WEventParams(1.0, 3), **kwargs, sampler="numpy-laplace", keep_records=True)  # type: ignore[arg-type]
 
 
 def test_ledger_needs_params_type() -> None:
     with pytest.raises(InvalidArgument, match=r"params=\(1\.0, 3\) must be a WEventParams"):
-        WindowLedger((1.0, 3), sampler="numpy-laplace")  # type: ignore[arg-type]
+        WindowLedger((1.0, 3), sampler="numpy-laplace", keep_records=True)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -95,7 +95,7 @@ def test_ledger_needs_params_type() -> None:
 )
 def test_bad_amounts_leave_the_ledger_unchanged(amount: object, match: str) -> None:
     """A refused amount raises and the ledger keeps its records and remaining budget."""
-    ledger = WindowLedger(WEventParams(1.0, 3), runs=2, sampler="numpy-laplace")
+    ledger = WindowLedger(WEventParams(1.0, 3), runs=2, sampler="numpy-laplace", keep_records=True)
     ledger.spend(1, 0.25, purpose="publication")
     before = (ledger.records, ledger.remaining(1).tolist(), ledger.t)
     with pytest.raises(InvalidArgument, match=match):
@@ -105,7 +105,7 @@ def test_bad_amounts_leave_the_ledger_unchanged(amount: object, match: str) -> N
 
 def test_timestamps_never_go_backwards() -> None:
     """A spend before the latest timestamp is refused and changes nothing."""
-    ledger = WindowLedger(WEventParams(1.0, 3), sampler="numpy-laplace")
+    ledger = WindowLedger(WEventParams(1.0, 3), sampler="numpy-laplace", keep_records=True)
     ledger.spend(5, 0.1, purpose="publication")
     with pytest.raises(TimestampOrder, match=r"t=4 is before the ledger's latest timestamp 5"):
         ledger.spend(4, 0.1, purpose="publication")
@@ -115,6 +115,6 @@ def test_timestamps_never_go_backwards() -> None:
 
 
 def test_empty_purpose_is_refused() -> None:
-    ledger = WindowLedger(WEventParams(1.0, 3), sampler="numpy-laplace")
+    ledger = WindowLedger(WEventParams(1.0, 3), sampler="numpy-laplace", keep_records=True)
     with pytest.raises(InvalidArgument, match=r"purpose='' must be a non-empty string"):
         ledger.spend(1, 0.1, purpose="")

@@ -35,7 +35,7 @@ AMOUNTS = st.sampled_from([0.0, 0.1, 0.2, 0.25, 1 / 3, 0.5, 0.3, 1.0, 2.0**-10])
 @given(requirements=requirement_sets(max_classes=3, max_users=3, max_w=4), steps=st.lists(st.tuples(st.integers(0, 2), st.lists(AMOUNTS, min_size=3, max_size=3)), min_size=1, max_size=12))
 def test_ledger_accepts_exactly_what_the_oracle_accepts(requirements: RequirementSet, steps: list[tuple[int, list[float]]]) -> None:
     C = requirements.n_classes
-    ledger = PersonalizedLedger(requirements, sampler="numpy-laplace")
+    ledger = PersonalizedLedger(requirements, sampler="numpy-laplace", keep_records=True)
     spent: dict[int, list[Fraction]] = {}
     t = 1
     for gap, amounts in steps:
@@ -63,7 +63,7 @@ def test_long_quick_sequences_decide_as_the_oracle_per_class(requirements: Requi
     """Many small spends (committed by the float pre-check without exact sums), some near a class's
     ε, and rare probes: every decision and every probed window sum is the oracle's."""
     C = requirements.n_classes
-    ledger = PersonalizedLedger(requirements, sampler="numpy-laplace")
+    ledger = PersonalizedLedger(requirements, sampler="numpy-laplace", keep_records=True)
     spent: dict[int, list[Fraction]] = {}
     small = st.floats(0.0, 0.05)
     t = 1
@@ -89,7 +89,7 @@ def test_long_quick_sequences_decide_as_the_oracle_per_class(requirements: Requi
 
 def test_ulp_boundary_and_remaining_is_spendable() -> None:
     requirements = RequirementSet([(3, 0.1 + 0.2), (2, 1.0)])
-    ledger = PersonalizedLedger(requirements, runs=2, sampler="numpy-laplace")
+    ledger = PersonalizedLedger(requirements, runs=2, sampler="numpy-laplace", keep_records=True)
     for t in (1, 2, 3):
         ledger.spend(t, ledger.remaining(t), purpose="all that remains")
     eps = requirements.classes[1].epsilon  # (w=3, 0.30000000000000004) sorts after (2, 1.0)
@@ -102,8 +102,8 @@ def test_ulp_boundary_and_remaining_is_spendable() -> None:
 @settings(max_examples=60, deadline=None)
 @given(w=st.integers(1, 5), amounts=st.lists(st.tuples(st.integers(0, 2), AMOUNTS), min_size=1, max_size=15))
 def test_one_class_agrees_with_the_window_ledger(w: int, amounts: list[tuple[int, float]]) -> None:
-    personal = PersonalizedLedger(RequirementSet.from_counts([((w, 1.0), 7)]), sampler="numpy-laplace")
-    plain = WindowLedger(WEventParams(epsilon=1.0, w=w), sampler="numpy-laplace")
+    personal = PersonalizedLedger(RequirementSet.from_counts([((w, 1.0), 7)]), sampler="numpy-laplace", keep_records=True)
+    plain = WindowLedger(WEventParams(epsilon=1.0, w=w), sampler="numpy-laplace", keep_records=True)
     t = 1
     for gap, x in amounts:
         t += gap
@@ -144,7 +144,7 @@ def test_sampling_mechanism_inclusion_frequencies() -> None:
     bins = (requirements.user_classes == 1).astype(np.int64)[None, :]  # low-budget users in bin 0
     stream = PersonalizedStream(requirements, bins, dimensions=2)
     runs = 4000
-    ledger = PersonalizedLedger(requirements, runs=runs, seed=5, sampler="numpy-laplace")
+    ledger = PersonalizedLedger(requirements, runs=runs, seed=5, sampler="numpy-laplace", keep_records=True)
     ledger.bind(stream)
     budgets = np.array([0.01, 1.0])
     theta, _ = ledger.reporting_error(budgets)
@@ -222,7 +222,7 @@ def test_bad_inputs_are_named(build: object, message: str) -> None:
 
 def test_bad_spend_changes_nothing() -> None:
     requirements = RequirementSet([(2, 1.0), (3, 0.5)])
-    ledger = PersonalizedLedger(requirements, runs=2, sampler="numpy-laplace")
+    ledger = PersonalizedLedger(requirements, runs=2, sampler="numpy-laplace", keep_records=True)
     ledger.spend(1, [0.5, 0.25], purpose="p")
     before = (ledger.records, ledger.remaining(2).tolist())
     for bad in ([0.1], [[0.1, -0.1], [0, 0]], [0.1, float("inf")]):
@@ -237,7 +237,7 @@ def test_export_round_trips_through_the_auditor() -> None:
     from budgetcheck import load_lines
 
     requirements = RequirementSet.from_counts([((2, 1.0), 3), ((3, 0.5), 2)])
-    ledger = PersonalizedLedger(requirements, runs=2, sampler="numpy-laplace")
+    ledger = PersonalizedLedger(requirements, runs=2, sampler="numpy-laplace", keep_records=True)
     ledger.spend(1, [[0.5, 0.25], [0.1, 0.2]], purpose="p")
     header, records = load_lines(ledger.jsonl())
     assert header.notion == "personalized" and header.classes == ((2, 1.0, 3), (3, 0.5, 2))
@@ -246,7 +246,7 @@ def test_export_round_trips_through_the_auditor() -> None:
 
 def test_a_million_users_in_five_classes_is_cheap() -> None:
     requirements = RequirementSet.from_counts([((w, eps), 200_000) for w, eps in [(10, 1.0), (20, 0.5), (40, 2.0), (80, 1.0), (120, 0.1)]])
-    ledger = PersonalizedLedger(requirements, runs=4, sampler="numpy-laplace")
+    ledger = PersonalizedLedger(requirements, runs=4, sampler="numpy-laplace", keep_records=True)
     for t in range(1, 30):
         ledger.spend(t, ledger.remaining(t) / 2, purpose="p")
     assert requirements.n_users == 1_000_000 and requirements.n_classes == 5

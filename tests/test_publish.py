@@ -51,7 +51,7 @@ def test_publish_writes_one_line_per_timestamp_and_the_file_audits(tmp_path: Pat
     assert all(float(v).is_integer() for line in lines for v in line[1:])  # discrete sampler: integers
     report = bc.audit_file(tmp_path / "l.db")
     assert report.ok and report.worst_ratio <= 1
-    with bc.open_ledger(tmp_path / "l.db", bc.WindowLedger(bc.WEventParams(1.0, 5))) as ledger:  # the default: discrete
+    with bc.open_ledger(tmp_path / "l.db", bc.WindowLedger(bc.WEventParams(1.0, 5), keep_records=True)) as ledger:  # the default: discrete
         assert {r.sampler for r in ledger.records} == {"discrete-laplace"}
 
 
@@ -168,7 +168,7 @@ def test_swellfish_release_generators_match_the_batch_runs() -> None:
     policies = load_policies(POLICIES.splitlines())
     for mechanism in (TSUniform(), TSSample(), TSBD(), TSBA(), UnicornPS(), UnicornIS(), Unicorn()):
         batch = bc.execute_swellfish(mechanism, policies, data, epsilon=1.0, runs=3, seed=5).releases
-        ledger = bc.SwellfishLedger(policies, epsilon=1.0, runs=3, seed=5, sampler="numpy-laplace")
+        ledger = bc.SwellfishLedger(policies, epsilon=1.0, runs=3, seed=5, sampler="numpy-laplace", keep_records=True)
         stream = bc.LiveStream(((t + 1, row) for t, row in enumerate(data)), dimensions=2)
         ledger.bind(stream)
         live = np.stack(list(mechanism.releases(stream, ledger)), axis=1)
@@ -219,7 +219,7 @@ def test_release_generators_match_the_batch_runs() -> None:
     for mechanism in (Uniform(), BD(), BA(), FASTw(), DSATw(sample_rate=0.15), RescueDP(), RescueDP(grouping=False), AdaPub(),
                       PeGaSus(), PeGaSus(smoother="james-stein", grouping=False)):
         batch = bc.execute(mechanism, data, epsilon=1.0, w=8, runs=3, seed=5).releases
-        ledger = bc.WindowLedger(bc.WEventParams(1.0, 8), runs=3, seed=5, sampler="numpy-laplace")
+        ledger = bc.WindowLedger(bc.WEventParams(1.0, 8), runs=3, seed=5, sampler="numpy-laplace", keep_records=True)
         stream = bc.LiveStream(((t + 1, row) for t, row in enumerate(data)), dimensions=3)
         ledger.bind(stream)
         live = np.stack(list(mechanism.releases(stream, ledger)), axis=1)
@@ -240,7 +240,7 @@ def test_live_stream_checks_order_width_and_is_consumed_once() -> None:
 
 def test_stand_ins_of_replayed_timestamps_cannot_be_read_live(tmp_path: Path) -> None:
     stream = bc.LiveStream([], dimensions=1, replayed=[1])
-    ledger = bc.open_ledger(tmp_path / "x.db", bc.WindowLedger(bc.WEventParams(1.0, 3), sampler="numpy-laplace"))
+    ledger = bc.open_ledger(tmp_path / "x.db", bc.WindowLedger(bc.WEventParams(1.0, 3), sampler="numpy-laplace", keep_records=True))
     ledger.bind(stream)
     (stand_in,) = list(stream)
     with pytest.raises(bc.LedgerCorrupt, match="replayed"):
@@ -268,9 +268,9 @@ def test_the_discrete_sampler_admits_integral_streams_at_bind_and_never_refuses_
     assert (out[0] / 2.0**-22).is_integer()
     # Counts: the stream is checked when a discrete ledger binds it (the data owner's step), not at a release.
     with pytest.raises(bc.InvalidArgument, match="not integers"):
-        bc.WindowLedger(bc.WEventParams(1.0, 2), sampler="discrete-laplace").bind(bc.GuardedStream(np.array([[1.0], [2.5]])))
+        bc.WindowLedger(bc.WEventParams(1.0, 2), sampler="discrete-laplace", keep_records=True).bind(bc.GuardedStream(np.array([[1.0], [2.5]])))
     live = bc.LiveStream(iter([(1, [2.0]), (2, [2.5])]), dimensions=1)
-    ledger = bc.WindowLedger(bc.WEventParams(1.0, 2), sampler="discrete-laplace")
+    ledger = bc.WindowLedger(bc.WEventParams(1.0, 2), sampler="discrete-laplace", keep_records=True)
     ledger.bind(live)
     secrets = iter(live)
     assert float(ledger.laplace(next(secrets), 0.5)[0, 0]).is_integer()
@@ -278,7 +278,7 @@ def test_the_discrete_sampler_admits_integral_streams_at_bind_and_never_refuses_
         next(secrets)
     # A measured fn may return anything: it goes on the fine grid (scale covers Δ + γ), never refused.
     stream = bc.GuardedStream(np.array([[1.0, 2.0]]))
-    ledger = bc.WindowLedger(bc.WEventParams(1.0, 2), sampler="discrete-laplace")
+    ledger = bc.WindowLedger(bc.WEventParams(1.0, 2), sampler="discrete-laplace", keep_records=True)
     ledger.bind(stream)
     (secret,) = stream
     noisy = ledger.measure(lambda v: v.mean(), secret, sensitivity=1.0, epsilon=0.5)

@@ -73,9 +73,9 @@ def test_stream_cannot_be_pickled() -> None:
 def test_a_bound_stream_refuses_a_second_ledger() -> None:
     """Reading through a private second ledger would keep spends out of the record."""
     stream = GuardedStream([[1.0], [2.0]])
-    main = WindowLedger(WEventParams(1.0, 2), sampler="numpy-laplace")
+    main = WindowLedger(WEventParams(1.0, 2), sampler="numpy-laplace", keep_records=True)
     main.bind(stream)
-    shadow = WindowLedger(WEventParams(1.0, 2), sampler="numpy-laplace")
+    shadow = WindowLedger(WEventParams(1.0, 2), sampler="numpy-laplace", keep_records=True)
     with pytest.raises(SecretAccess, match="another ledger"):
         shadow.laplace(stream.secret(1), 0.5)
     assert shadow.records == () and main.records == ()
@@ -84,7 +84,7 @@ def test_a_bound_stream_refuses_a_second_ledger() -> None:
 def test_measure_charges_and_hides_nothing_else() -> None:
     """measure runs fn once on a read-only copy and adds Laplace noise of scale sensitivity/ε."""
     stream = GuardedStream([[1.0, 2.0, 3.0]])
-    ledger = WindowLedger(WEventParams(1e9, 1), runs=4, sampler="numpy-laplace")
+    ledger = WindowLedger(WEventParams(1e9, 1), runs=4, sampler="numpy-laplace", keep_records=True)
     seen: list[np.ndarray] = []
 
     def total(values: np.ndarray) -> float:
@@ -101,7 +101,7 @@ def test_measure_charges_and_hides_nothing_else() -> None:
 def test_laplace_and_dissimilarity_are_seeded_and_reproducible() -> None:
     def run(seed: int) -> tuple[np.ndarray, np.ndarray]:
         stream = GuardedStream([[10.0, 20.0]])
-        ledger = WindowLedger(WEventParams(1.0, 1), runs=3, seed=seed, sampler="numpy-laplace")
+        ledger = WindowLedger(WEventParams(1.0, 1), runs=3, seed=seed, sampler="numpy-laplace", keep_records=True)
         dis = ledger.dissimilarity(stream.secret(1), np.zeros((3, 2)), 0.5)
         out = ledger.laplace(stream.secret(1), [0.5, 0.0, 0.25])
         return dis, out
@@ -116,7 +116,7 @@ def test_laplace_and_dissimilarity_are_seeded_and_reproducible() -> None:
 def test_measure_with_no_budget_never_runs_fn() -> None:
     """ε = 0 for every run would read the data for free: refused before fn sees anything."""
     stream = GuardedStream([[1.0, 2.0]])
-    ledger = WindowLedger(WEventParams(1.0, 1), runs=2, sampler="numpy-laplace")
+    ledger = WindowLedger(WEventParams(1.0, 1), runs=2, sampler="numpy-laplace", keep_records=True)
     seen: list[object] = []
     with pytest.raises(InvalidArgument, match="would read the data without paying"):
         ledger.measure(seen.append, stream.secret(1), sensitivity=1.0, epsilon=0.0)
@@ -126,7 +126,7 @@ def test_measure_with_no_budget_never_runs_fn() -> None:
 def test_inside_a_charge_only_the_charged_secret_is_open() -> None:
     """fn of measure(secret t=1) cannot reveal the (future) data of t=2."""
     stream = GuardedStream([[1.0], [2.0]])
-    ledger = WindowLedger(WEventParams(1.0, 2), sampler="numpy-laplace")
+    ledger = WindowLedger(WEventParams(1.0, 2), sampler="numpy-laplace", keep_records=True)
     ledger.bind(stream)
     future = stream.secret(2)
     with pytest.raises(SecretAccess, match=r"outside a charged ledger operation on Secret\(t=2, shape=\(1,\)\)"):

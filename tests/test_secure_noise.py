@@ -24,7 +24,7 @@ COUNTS = np.array([[120.0, 7.0, 0.0]] * 6)
 def _released(path: Path, *, seed: int = 0, sampler: str | None = None) -> tuple[np.ndarray, int]:
     """Laplace releases of COUNTS through a ledger file, and the file's session number."""
     kwargs = {} if sampler is None else {"sampler": sampler}
-    ledger = bc.open_ledger(path, bc.WindowLedger(epsilon=6.0, w=6, seed=seed, **kwargs), durability="process")
+    ledger = bc.open_ledger(path, bc.WindowLedger(epsilon=6.0, w=6, seed=seed, **kwargs, keep_records=True), durability="process")
     stream = bc.GuardedStream(COUNTS)
     ledger.bind(stream)
     out = np.stack([ledger.laplace(secret, 1.0)[0] for secret in stream])
@@ -57,7 +57,7 @@ def test_two_ledgers_opened_alike_on_the_same_data_draw_different_noise(tmp_path
     first, _ = _released(tmp_path / "a.db", seed=7)
     second, _ = _released(tmp_path / "b.db", seed=7)
     assert not np.array_equal(first, second)
-    memory = [bc.WindowLedger(epsilon=6.0, w=6, seed=7) for _ in range(2)]
+    memory = [bc.WindowLedger(epsilon=6.0, w=6, seed=7, keep_records=True) for _ in range(2)]
     outs = []
     for ledger in memory:
         stream = bc.GuardedStream(COUNTS)
@@ -73,7 +73,7 @@ def test_the_sampling_mechanisms_draws_are_unpredictable_unless_named(tmp_path: 
 
     def releases(sampler: str | None) -> np.ndarray:
         kwargs = {} if sampler is None else {"sampler": sampler}
-        ledger = bc.PersonalizedLedger(requirements, runs=50, seed=3, **kwargs)
+        ledger = bc.PersonalizedLedger(requirements, runs=50, seed=3, **kwargs, keep_records=True)
         stream = bc.PersonalizedStream(requirements, bins, dimensions=1)
         ledger.bind(stream)
         return np.stack([ledger.sample_release(secret, [0.05, 2.0]) for secret in stream])
@@ -84,10 +84,10 @@ def test_the_sampling_mechanisms_draws_are_unpredictable_unless_named(tmp_path: 
 
 def test_a_ledger_file_keeps_its_sampler(tmp_path: Path) -> None:
     path = tmp_path / "l.db"
-    bc.open_ledger(path, bc.WindowLedger(epsilon=1.0, w=3)).close()
+    bc.open_ledger(path, bc.WindowLedger(epsilon=1.0, w=3, keep_records=True)).close()
     with pytest.raises(bc.InvalidArgument, match="sampler discrete-laplace, not numpy-laplace"):
-        bc.open_ledger(path, bc.WindowLedger(epsilon=1.0, w=3, sampler="numpy-laplace"))
-    with bc.open_ledger(path, bc.WindowLedger(epsilon=1.0, w=3)) as again:
+        bc.open_ledger(path, bc.WindowLedger(epsilon=1.0, w=3, sampler="numpy-laplace", keep_records=True))
+    with bc.open_ledger(path, bc.WindowLedger(epsilon=1.0, w=3, keep_records=True)) as again:
         assert again.sampler == "discrete-laplace"
 
 
@@ -102,7 +102,7 @@ def test_adapub_and_pegasus_publish_with_secure_noise_and_resume(tmp_path: Path,
     assert again.exit_code == 0 and "replayed 15" in again.output, again.output
     lines = (tmp_path / "out.csv").read_text().splitlines()
     assert [int(line.split(",")[0]) for line in lines] == list(range(1, 41))
-    with bc.open_ledger(tmp_path / "l.db", bc.WindowLedger(epsilon=1.0, w=5)) as ledger:
+    with bc.open_ledger(tmp_path / "l.db", bc.WindowLedger(epsilon=1.0, w=5, keep_records=True)) as ledger:
         samplers = {r.sampler for r in ledger.records}
     assert samplers == {"discrete-laplace"}
     assert bc.audit_file(tmp_path / "l.db").ok
@@ -110,7 +110,7 @@ def test_adapub_and_pegasus_publish_with_secure_noise_and_resume(tmp_path: Path,
 
 def _threshold_rate(sampler: str, gap: float, runs: int = 2000) -> float:
     """P(q + ν >= θ + ρ) for one AboveThreshold query at q − θ = gap (Δ = 1, ε = 1), over ``runs`` runs."""
-    ledger = bc.WindowLedger(epsilon=1.0, w=2, runs=runs, sampler=sampler)
+    ledger = bc.WindowLedger(epsilon=1.0, w=2, runs=runs, sampler=sampler, keep_records=True)
     stream = bc.GuardedStream(np.array([[0.0], [0.0]]))
     ledger.bind(stream)
     test = ledger.above_threshold(epsilon=0.5, sensitivity=1.0, cells=(1,))

@@ -46,8 +46,8 @@ def _ledger(case: dict[str, Any], epsilons: list[float] | None = None) -> tuple[
     rng = np.random.default_rng(7)
     data = [rng.integers(0, 50, (case["length"], 2)).astype(float) for _ in range(case["streams"])]
     stream = bc.GuardedStream.stacked(data) if case["streams"] > 1 else bc.GuardedStream(data[0])
-    ledger = (bc.WindowLedger(bc.WEventParams(case["epsilon"], case["w"]), runs=case["runs"], seed=11, sampler="numpy-laplace") if epsilons is None
-              else bc.WindowLedger.with_epsilons(epsilons, case["w"], seed=11, sampler="numpy-laplace"))
+    ledger = (bc.WindowLedger(bc.WEventParams(case["epsilon"], case["w"]), runs=case["runs"], seed=11, sampler="numpy-laplace", keep_records=True) if epsilons is None
+              else bc.WindowLedger.with_epsilons(epsilons, case["w"], seed=11, sampler="numpy-laplace", keep_records=True))
     ledger.bind(stream)
     return ledger, list(stream)
 
@@ -142,7 +142,7 @@ def _series_against_steps(make: Callable[[], tuple[bc.WindowLedger, list[bc.Secr
 
 
 def test_a_series_checks_its_arguments_before_it_charges() -> None:
-    ledger = bc.WindowLedger(bc.WEventParams(1.0, 3), runs=2, sampler="numpy-laplace")
+    ledger = bc.WindowLedger(bc.WEventParams(1.0, 3), runs=2, sampler="numpy-laplace", keep_records=True)
     stream = bc.GuardedStream(np.ones((5, 1)))
     ledger.bind(stream)
     secrets = list(stream)
@@ -169,7 +169,7 @@ def test_records_keep_what_was_charged_and_share_one_frozen_copy_of_it() -> None
     """The records of a series are read-only views of one copy of the budgets (no copy per record);
     the records of laplace_bins and laplace_groups keep a read-only per-run maximum. Changing the
     caller's arrays afterwards changes no record."""
-    ledger = bc.WindowLedger(bc.WEventParams(1.0, 4), runs=2, sampler="numpy-laplace")
+    ledger = bc.WindowLedger(bc.WEventParams(1.0, 4), runs=2, sampler="numpy-laplace", keep_records=True)
     stream = bc.GuardedStream(np.ones((6, 3)))
     ledger.bind(stream)
     secrets = list(stream)
@@ -203,7 +203,7 @@ def test_the_whole_stream_run_of_a_fixed_schedule_is_the_step_by_step_run(rule: 
     outs, files = [], []
     for whole in (True, False):
         stream = bc.GuardedStream(data)
-        ledger = bc.WindowLedger(bc.WEventParams(1.0, 4), runs=3, seed=5, sampler="numpy-laplace")
+        ledger = bc.WindowLedger(bc.WEventParams(1.0, 4), runs=3, seed=5, sampler="numpy-laplace", keep_records=True)
         ledger.bind(stream)
         outs.append(run_fixed_schedule(rule, stream, ledger, False) if whole
                     else np.stack(list(fixed_schedule(rule, stream, ledger, False)), axis=1))
@@ -245,7 +245,7 @@ def test_a_fixed_schedule_evaluates_each_state_of_its_rule_once(array_state: boo
     for whole in (True, False):
         rule = _CountingRule(array_state)
         stream = bc.GuardedStream(data)
-        ledger = bc.WindowLedger(bc.WEventParams(1.0, 4), runs=3, seed=5, sampler="numpy-laplace")
+        ledger = bc.WindowLedger(bc.WEventParams(1.0, 4), runs=3, seed=5, sampler="numpy-laplace", keep_records=True)
         ledger.bind(stream)
         outs.append(run_fixed_schedule(rule, stream, ledger, False) if whole  # type: ignore[arg-type]
                     else np.stack(list(fixed_schedule(rule, stream, ledger, False)), axis=1))  # type: ignore[arg-type]
@@ -273,7 +273,7 @@ def test_a_state_key_holds_the_exact_bits_of_scalar_states_only() -> None:
 def test_a_series_on_a_ledger_file_persists_and_a_refused_one_writes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "series.db"
     params = bc.WEventParams(1.0, 4)
-    ledger = bc.open_ledger(path, bc.WindowLedger(params, runs=2, seed=3, sampler="numpy-laplace"), durability="process")
+    ledger = bc.open_ledger(path, bc.WindowLedger(params, runs=2, seed=3, sampler="numpy-laplace", keep_records=True), durability="process")
     stream = bc.GuardedStream(np.arange(16.0).reshape(8, 2))
     ledger.bind(stream)
     secrets = list(stream)
@@ -285,7 +285,7 @@ def test_a_series_on_a_ledger_file_persists_and_a_refused_one_writes_nothing(tmp
         ledger.laplace_series(secrets[4:6], [0.25, 0.5])
     assert journal.head() == head and ledger.t == 4
     ledger.close()
-    again = bc.open_ledger(path, bc.WindowLedger(params, runs=2, seed=3, sampler="numpy-laplace"), durability="process")
+    again = bc.open_ledger(path, bc.WindowLedger(params, runs=2, seed=3, sampler="numpy-laplace", keep_records=True), durability="process")
     assert again.t == 4 and len(again.records) == 4
     assert again.window_sum(4) == (bc.rounding.to_units(1.0),) * 2
     assert bc.audit_file(path).ok
@@ -295,7 +295,7 @@ def test_a_series_on_a_ledger_file_persists_and_a_refused_one_writes_nothing(tmp
 def test_a_series_is_checked_exactly_at_the_boundary(runs: int) -> None:
     """0.1 + 0.2 exceeds the double 0.3 by 2.8e-17 (refused) and fits in 0.1 + 0.2 rounded (allowed)."""
     for epsilon, allowed in ((0.3, False), (0.1 + 0.2, True)):
-        ledger = bc.WindowLedger(bc.WEventParams(epsilon, 2), runs=runs, sampler="numpy-laplace")
+        ledger = bc.WindowLedger(bc.WEventParams(epsilon, 2), runs=runs, sampler="numpy-laplace", keep_records=True)
         stream = bc.GuardedStream(np.ones((2, 1)))
         ledger.bind(stream)
         if allowed:

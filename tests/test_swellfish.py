@@ -64,7 +64,7 @@ def _oracle_ok(collection: PolicyCollection, totals: dict[int, Fraction], epsilo
     steps=st.lists(st.tuples(st.integers(0, 1), st.sampled_from([0.0, 0.1, 0.2, 1 / 3, 0.5, 0.3, 1.0])), min_size=1, max_size=14),
 )
 def test_ledger_accepts_exactly_what_the_brute_force_oracle_accepts(collection: PolicyCollection, steps: list[tuple[int, float]]) -> None:
-    ledger = SwellfishLedger(collection, epsilon=1.0, sampler="numpy-laplace")
+    ledger = SwellfishLedger(collection, epsilon=1.0, sampler="numpy-laplace", keep_records=True)
     totals: dict[int, Fraction] = {}
     t = 1
     for gap, x in steps:
@@ -83,7 +83,7 @@ def test_ledger_accepts_exactly_what_the_brute_force_oracle_accepts(collection: 
 
 
 def test_remaining_is_spendable_and_one_ulp_more_is_refused() -> None:
-    ledger = SwellfishLedger(EXAMPLE, epsilon=0.1 + 0.2, runs=2, sampler="numpy-laplace")
+    ledger = SwellfishLedger(EXAMPLE, epsilon=0.1 + 0.2, runs=2, sampler="numpy-laplace", keep_records=True)
     for t in range(2, 7):
         left = ledger.remaining(t)
         ledger.spend(t, left, purpose="all")
@@ -94,7 +94,7 @@ def test_remaining_is_spendable_and_one_ulp_more_is_refused() -> None:
 
 
 def test_top_set_names_the_timestamps_that_count() -> None:
-    ledger = SwellfishLedger(EXAMPLE, epsilon=1.0, sampler="numpy-laplace")
+    ledger = SwellfishLedger(EXAMPLE, epsilon=1.0, sampler="numpy-laplace", keep_records=True)
     for t, x in [(3, 0.125), (4, 0.25), (4, 0.25), (5, 0.1875), (6, 0.25)]:
         ledger.spend(t, x, purpose="p")
     assert ledger.top_set(1) == ((4, 0.5), (6, 0.25), (5, 0.1875))
@@ -102,7 +102,7 @@ def test_top_set_names_the_timestamps_that_count() -> None:
 
 def test_exact_release_only_where_nothing_is_relevant() -> None:
     stream = GuardedStream(np.arange(8.0))
-    ledger = SwellfishLedger(EXAMPLE, epsilon=1.0, sampler="numpy-laplace")
+    ledger = SwellfishLedger(EXAMPLE, epsilon=1.0, sampler="numpy-laplace", keep_records=True)
     ledger.bind(stream)
     assert ledger.release_exact(stream.secret(1)).tolist() == [[0.0]]
     with pytest.raises(InvalidArgument, match="relevant"):
@@ -120,7 +120,7 @@ def test_exact_release_only_where_nothing_is_relevant() -> None:
         (lambda: StreamPolicy(1, 2, [float("nan")]), "thresholds"),
         (lambda: StreamPolicy(1, 2, []), "empty"),
         (lambda: PolicyCollection([]), "non-empty"),
-        (lambda: SwellfishLedger(EXAMPLE, epsilon=0.0, sampler="numpy-laplace"), "epsilon"),
+        (lambda: SwellfishLedger(EXAMPLE, epsilon=0.0, sampler="numpy-laplace", keep_records=True), "epsilon"),
     ],
 )
 def test_bad_inputs_are_named(build: object, message: str) -> None:

@@ -75,10 +75,13 @@ class LedgerCore(abc.ABC):
 
     _stacking = False  # whether it reads stacked streams (GuardedStream.stacked): the w-event ledger does
 
-    __slots__ = ("_applying", "_depth", "_journal", "_noise", "_pending", "_records", "_refusals", "_repeated", "_replay", "_rng", "_runs", "_scale_memo",
+    __slots__ = ("_applying", "_depth", "_journal", "_keep", "_noise", "_pending", "_records", "_refusals", "_repeated", "_replay", "_rng", "_runs", "_scale_memo",
                  "_seed", "_t", "_tap", "_tapping")
 
-    def __init__(self, *, runs: int, seed: int, sampler: str = DISCRETE) -> None:
+    def __init__(self, *, runs: int, seed: int, sampler: str = DISCRETE, keep_records: bool = False) -> None:
+        if not isinstance(keep_records, bool):
+            raise InvalidArgument(f"keep_records={keep_records!r} must be True or False")
+        self._keep = keep_records  # in memory, records are kept only when asked: a long stream's memory stays flat
         self._runs = check_positive_int(runs, "runs")
         self._seed = check_positive_int(seed, "seed", minimum=0)
         self._rng = generator(sampler, self._seed)
@@ -111,6 +114,10 @@ class LedgerCore(abc.ABC):
         """Every accepted spend, in order (immutable records; read from the file if durable)."""
         if self._journal is not None:
             return tuple(row.record for row in self._journal.rows())
+        if not self._keep:
+            raise InvalidArgument(f"{type(self).__name__} keeps no records in memory (keep_records=False, the default, so that "
+                                  "its memory stays flat over any number of timestamps): construct it with keep_records=True "
+                                  "to read or export them, or keep it in a file (open_ledger)")
         return tuple(self._records)
 
     @property
@@ -144,7 +151,7 @@ class LedgerCore(abc.ABC):
 
     def jsonl(self) -> Iterator[str]:
         """The header and every record as JSON lines (for ``budgetcheck audit``)."""
-        return dump_lines(self.header(), self._records)
+        return dump_lines(self.header(), self.records)
 
     def export(self, target: str | Path | IO[str]) -> None:
         """Write :meth:`jsonl` to a path or an open text file."""
@@ -178,7 +185,7 @@ class LedgerCore(abc.ABC):
             self._replay.match(record)
         elif self._journal is not None:
             self._pending.append(record)
-        else:
+        elif self._keep:
             self._records.append(record)
 
     def _noisy(self, values: FloatArray, budgets: FloatArray, scale: FloatArray, sensitivity: float, *, per_run: bool = False,

@@ -53,7 +53,7 @@ def _settings(notion: str) -> Iterator[_Setting]:
         requirements = RequirementSet([(2, 0.5)] * 3 + [(3, 1.0)] * 3)
         low = rng.integers(0, 2, size=(length, requirements.n_users))
         high = 1 - low
-        yield _Setting("6 users in two classes, 2 bins", lambda: PersonalizedLedger(requirements, runs=3, seed=1, sampler="numpy-laplace"),
+        yield _Setting("6 users in two classes, 2 bins", lambda: PersonalizedLedger(requirements, runs=3, seed=1, sampler="numpy-laplace", keep_records=True),
                        lambda: PersonalizedStream(requirements, low, dimensions=2),
                        lambda: PersonalizedStream(requirements, high, dimensions=2))
         return
@@ -63,11 +63,12 @@ def _settings(notion: str) -> Iterator[_Setting]:
         from budgetcheck._swellfish import SwellfishLedger
 
         policies = PolicyCollection([StreamPolicy(4, 8, (2.0, 1.0)), StreamPolicy(2, 3, (1.0,))])
-        yield _Setting("epsilon=1, J=[4, 8] and [2, 3]", lambda: SwellfishLedger(policies, epsilon=1.0, runs=3, seed=1, sampler="numpy-laplace"),
+        yield _Setting("epsilon=1, J=[4, 8] and [2, 3]", lambda: SwellfishLedger(policies, epsilon=1.0, runs=3, seed=1, sampler="numpy-laplace", keep_records=True),
                        lambda: GuardedStream(small), lambda: GuardedStream(large))
         return
     for epsilon, w in ((1.0, 3), (0.5, 1), (2.0, 8)):
-        yield _Setting(f"epsilon={epsilon}, w={w}", functools.partial(WindowLedger, WEventParams(epsilon=epsilon, w=w), runs=3, seed=1),
+        yield _Setting(f"epsilon={epsilon}, w={w}", functools.partial(WindowLedger, WEventParams(epsilon=epsilon, w=w), runs=3, seed=1,
+                                                                   sampler="numpy-laplace", keep_records=True),
                        lambda: GuardedStream(small), lambda: GuardedStream(large))
 
 

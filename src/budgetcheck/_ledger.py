@@ -48,7 +48,7 @@ class WindowLedger(LaplaceReleases):
     _stacking = True
 
     def __init__(self, params: WEventParams | None = None, *, epsilon: float | None = None, w: int | None = None, runs: int = 1,
-                 seed: int = 0, sampler: str = DISCRETE) -> None:
+                 seed: int = 0, sampler: str = DISCRETE, keep_records: bool = False) -> None:
         if params is None:  # WindowLedger(epsilon=1.0, w=3), as one would write it
             if epsilon is None or w is None:
                 raise InvalidArgument(f"give epsilon and w (got epsilon={epsilon!r}, w={w!r}) or params=WEventParams(epsilon, w)")
@@ -57,7 +57,7 @@ class WindowLedger(LaplaceReleases):
             raise InvalidArgument(f"give either params={params!r} or epsilon and w, not both")
         if not isinstance(params, WEventParams):
             raise InvalidArgument(f"params={params!r} must be a WEventParams(epsilon=..., w=...)")
-        super().__init__(runs=runs, seed=seed, sampler=sampler)
+        super().__init__(runs=runs, seed=seed, sampler=sampler, keep_records=keep_records)
         self._params = params
         self._epsilon: float | FloatArray = params.epsilon
         self._eps_units: int | ObjectArray = rounding.to_units(params.epsilon)
@@ -65,13 +65,14 @@ class WindowLedger(LaplaceReleases):
         self._windows = ExactWindows(params.w, self._runs)
 
     @classmethod
-    def with_epsilons(cls, epsilons: ArrayLike, w: int, *, seed: int = 0, sampler: str = DISCRETE) -> WindowLedger:
+    def with_epsilons(cls, epsilons: ArrayLike, w: int, *, seed: int = 0, sampler: str = DISCRETE,
+                      keep_records: bool = False) -> WindowLedger:
         """A ledger of ``len(epsilons)`` runs in which run r is held to w-event ``epsilons[r]``-privacy
         (the benchmark runs the ε of several settings in one pass). Every check is the same as
         for one ε, run by run; :attr:`epsilon` is then the per-run array (a float when all agree).
         """
         budgets = check_epsilons(epsilons)
-        ledger = cls(WEventParams(float(budgets.max()), w), runs=budgets.size, seed=seed, sampler=sampler)
+        ledger = cls(WEventParams(float(budgets.max()), w), runs=budgets.size, seed=seed, sampler=sampler, keep_records=keep_records)
         if (budgets != budgets[0]).any():
             budgets.setflags(write=False)
             ledger._epsilon = budgets

@@ -130,12 +130,12 @@ def execute(
     """Run ``mechanism`` on ``data`` (shape (T, d), or a GuardedStream, stacked or not) under (ε, w)
     for ``runs`` seeded runs; ``epsilon`` may give one ε per run (``WindowLedger.with_epsilons``).
 
-    An experiment, not a publication: its noise is reproducible from ``seed`` (``numpy-laplace``)
+    An experiment, not a publication: the ledger keeps its records (for audits) and its noise is reproducible from ``seed`` (``numpy-laplace``)
     unless ``sampler`` names another; to publish, use a ledger file (:func:`budgetcheck.publish`)."""
     stream = data if isinstance(data, GuardedStream) else GuardedStream(data)
     if np.ndim(epsilon) == 0:
-        return _run(mechanism, stream, WindowLedger(WEventParams(epsilon=epsilon, w=w), runs=runs, seed=seed, sampler=sampler))
-    ledger = WindowLedger.with_epsilons(epsilon, w, seed=seed, sampler=sampler)
+        return _run(mechanism, stream, WindowLedger(WEventParams(epsilon=epsilon, w=w), runs=runs, seed=seed, sampler=sampler, keep_records=True))
+    ledger = WindowLedger.with_epsilons(epsilon, w, seed=seed, sampler=sampler, keep_records=True)
     if ledger.runs != runs:
         raise InvalidArgument(f"epsilon has {ledger.runs} budgets but runs={runs!r}; give one ε per run")
     return _run(mechanism, stream, ledger)
@@ -154,7 +154,7 @@ def execute_personalized(
     """Run a personalized mechanism on per-user ``bins`` (shape (T, n)) under ``requirements``
     (an experiment: reproducible noise from ``seed``, as :func:`execute`)."""
     stream = PersonalizedStream(requirements, bins, dimensions=dimensions)
-    return _run(mechanism, stream, PersonalizedLedger(requirements, runs=runs, seed=seed, sampler=sampler))
+    return _run(mechanism, stream, PersonalizedLedger(requirements, runs=runs, seed=seed, sampler=sampler, keep_records=True))
 
 
 def execute_swellfish(
@@ -169,4 +169,4 @@ def execute_swellfish(
 ) -> Execution[SwellfishLedger]:
     """Run a Swellfish mechanism on ``data`` (shape (T, d)) under (ε, Φ) (an experiment: reproducible
     noise from ``seed``, as :func:`execute`)."""
-    return _run(mechanism, GuardedStream(data), SwellfishLedger(policies, epsilon=epsilon, runs=runs, seed=seed, sampler=sampler))
+    return _run(mechanism, GuardedStream(data), SwellfishLedger(policies, epsilon=epsilon, runs=runs, seed=seed, sampler=sampler, keep_records=True))

@@ -41,10 +41,11 @@ class PersonalizedLedger(LedgerCore):
 
     __slots__ = ("_counts", "_eps_bounds", "_eps_units", "_requirements", "_windows")
 
-    def __init__(self, requirements: RequirementSet, *, runs: int = 1, seed: int = 0, sampler: str = DISCRETE) -> None:
+    def __init__(self, requirements: RequirementSet, *, runs: int = 1, seed: int = 0, sampler: str = DISCRETE,
+                 keep_records: bool = False) -> None:
         if not isinstance(requirements, RequirementSet):
             raise InvalidArgument(f"requirements must be a RequirementSet, got {type(requirements).__name__}")
-        super().__init__(runs=runs, seed=seed, sampler=sampler)
+        super().__init__(runs=runs, seed=seed, sampler=sampler, keep_records=keep_records)
         self._requirements = requirements
         self._counts = np.array(requirements.counts, dtype=np.float64)
         self._eps_units = [rounding.to_units(r.epsilon) for r in requirements.classes]

@@ -73,13 +73,13 @@ def _replay(result: VerifyResult, case: AnyCase) -> tuple[LedgerCore, BudgetExce
     ledger: LedgerCore
     stream: GuardedStream | PersonalizedStream
     if isinstance(case, PersonalizedCase):
-        ledger = PersonalizedLedger(case.requirements, runs=case.runs, seed=case.seed, sampler="numpy-laplace")
+        ledger = PersonalizedLedger(case.requirements, runs=case.runs, seed=case.seed, sampler="numpy-laplace", keep_records=True)
         stream = PersonalizedStream(case.requirements, case.bins, dimensions=case.dimensions)
     elif isinstance(case, SwellfishCase):
-        ledger = SwellfishLedger(case.policies, epsilon=case.epsilon, runs=case.runs, seed=case.seed, sampler="numpy-laplace")
+        ledger = SwellfishLedger(case.policies, epsilon=case.epsilon, runs=case.runs, seed=case.seed, sampler="numpy-laplace", keep_records=True)
         stream = GuardedStream(case.data)
     else:
-        ledger = WindowLedger(WEventParams(case.epsilon, case.w), runs=case.runs, seed=case.seed, sampler="numpy-laplace")
+        ledger = WindowLedger(WEventParams(case.epsilon, case.w), runs=case.runs, seed=case.seed, sampler="numpy-laplace", keep_records=True)
         stream = GuardedStream(case.data)
     ledger.bind(stream)
     try:

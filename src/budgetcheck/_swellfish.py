@@ -37,10 +37,11 @@ class SwellfishLedger(LaplaceReleases):
 
     __slots__ = ("_current", "_current_t", "_eps_units", "_epsilon", "_policies", "_sums", "_tops", "_top_times")
 
-    def __init__(self, policies: PolicyCollection, *, epsilon: float, runs: int = 1, seed: int = 0, sampler: str = DISCRETE) -> None:
+    def __init__(self, policies: PolicyCollection, *, epsilon: float, runs: int = 1, seed: int = 0, sampler: str = DISCRETE,
+                 keep_records: bool = False) -> None:
         if not isinstance(policies, PolicyCollection):
             raise InvalidArgument(f"policies must be a PolicyCollection, got {type(policies).__name__}")
-        super().__init__(runs=runs, seed=seed, sampler=sampler)
+        super().__init__(runs=runs, seed=seed, sampler=sampler, keep_records=keep_records)
         self._policies = policies
         self._epsilon = check_epsilon(epsilon)
         self._eps_units = rounding.to_units(self._epsilon)
