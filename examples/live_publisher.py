@@ -17,7 +17,7 @@ from budgetcheck import BudgetExceeded, GuardedStream, WEventParams, WindowLedge
 def main() -> None:
     hourly_counts = np.array([[120, 40], [130, 38], [400, 41], [410, 45], [150, 39], [140, 44]], dtype=float)
     stream = GuardedStream(hourly_counts)
-    ledger = WindowLedger(WEventParams(epsilon=1.0, w=3), seed=7, sampler="numpy-laplace")
+    ledger = WindowLedger(WEventParams(epsilon=1.0, w=3), seed=7, sampler="numpy-laplace", keep_records=True)
     ledger.bind(stream)
     for secret in stream:
         want = 0.6 if secret.t == 3 else 0.25  # a greedy spend at t = 3 ...
