@@ -96,8 +96,8 @@ def test_verify_json_report_is_stable(runner: CliRunner) -> None:
     report = json.loads(result.output)
     assert report["version"] == 1 and report["profile"] == "quick"
     (entry,) = report["results"]
-    assert set(entry) == {"mechanism", "reference", "examples", "runs", "worst_window_over_epsilon", "verdict", "stages", "notion"}
-    assert entry["verdict"] == "pass" and 0 < entry["worst_window_over_epsilon"] <= 1
+    assert set(entry) == {"mechanism", "reference", "examples", "runs", "worst_window_over_epsilon", "worst_was_refused", "verdict", "stages", "notion"}
+    assert entry["verdict"] == "pass" and 0 < entry["worst_window_over_epsilon"] <= 1 and entry["worst_was_refused"] is False
     assert [stage["stage"] for stage in entry["stages"]] == ["ledger replay", "secret access", "proof", "statistical audit"]
 
 

@@ -161,3 +161,36 @@ def test_verify_leaves_nothing_in_the_working_directory(tmp_path: Path) -> None:
     assert result.returncode in (0, 3), result.stderr
     assert sorted(p.name for p in work.iterdir() if p.name != "__pycache__") == ["mymech.py"]
     assert (cache / "budgetcheck" / "hypothesis").is_dir()
+
+
+class Greedy:
+    """Spends 0.75 ε at every timestamp: the second spend of any window of w >= 2 is refused."""
+
+    name = "Greedy"
+
+    def run(self, stream: bc.GuardedStream, ledger: bc.WindowLedger) -> np.ndarray:
+        out = []
+        for secret in stream:
+            out.append(ledger.laplace(secret, 0.75 * ledger.params.epsilon))
+        return np.stack(out, axis=1)
+
+
+def test_the_worst_figure_of_a_refused_mechanism_is_its_attempt() -> None:
+    """It read 1.000 for a mechanism failing by overspending (the refused spend was not counted)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from budgetcheck.cli import main
+
+    result = bc.verify_mechanism("test_first_hour:Greedy", stages="a", examples=30)
+    assert result.verdict == "fail"
+    assert result.worst_refused and result.worst_ratio == pytest.approx(1.5)  # 0.75 + 0.75 attempted
+    table = CliRunner().invoke(main, ["verify", "test_first_hour:Greedy", "--stages", "a", "--examples", "30"])
+    assert table.exit_code == 1 and "1.500000 refused" in table.output
+    report = json.loads(CliRunner().invoke(main, ["verify", "test_first_hour:Greedy", "--stages", "a", "--examples", "30",
+                                                  "--json"]).output)
+    row = report["results"][0] if "results" in report else report
+    assert row["worst_was_refused"] is True and row["worst_window_over_epsilon"] == pytest.approx(1.5)
+    honest = bc.verify_mechanism("BD", stages="a", examples=20)
+    assert not honest.worst_refused and honest.worst_ratio <= 1

@@ -75,7 +75,7 @@ class LedgerCore(abc.ABC):
 
     _stacking = False  # whether it reads stacked streams (GuardedStream.stacked): the w-event ledger does
 
-    __slots__ = ("_applying", "_depth", "_journal", "_keep", "_noise", "_pending", "_records", "_refusals", "_repeated", "_replay", "_rng", "_runs", "_scale_memo",
+    __slots__ = ("_applying", "_depth", "_journal", "_keep", "_noise", "_pending", "_records", "_refused_worst", "_refusals", "_repeated", "_replay", "_rng", "_runs", "_scale_memo",
                  "_seed", "_t", "_tap", "_tapping")
 
     def __init__(self, *, runs: int, seed: int, sampler: str = DISCRETE, keep_records: bool = False) -> None:
@@ -89,6 +89,7 @@ class LedgerCore(abc.ABC):
         self._t = 0
         self._records: list[SpendRecord] = []
         self._refusals = 0
+        self._refused_worst = 0.0  # the largest window sum / ε a refused spend would have made
         self._journal: Journal | None = None
         self._depth = 0
         self._pending: list[SpendRecord] = []
@@ -129,6 +130,12 @@ class LedgerCore(abc.ABC):
     def journal(self) -> Journal | None:
         """The durable file behind this ledger (see :func:`budgetcheck.open_ledger`), if any."""
         return self._journal
+
+    @property
+    def worst_refused_ratio(self) -> float:
+        """The largest window sum / ε that a refused spend would have made (0.0 if none was refused):
+        what a mechanism attempted, for reports that must agree with a refusal."""
+        return self._refused_worst
 
     @property
     def refusals(self) -> int:
@@ -269,13 +276,17 @@ class LedgerCore(abc.ABC):
     def _operation(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run one charged operation ``fn(*args, **kwargs)`` (see :func:`journaled`); its output
         passes the tap, if one is set, once (an operation called inside another is not tapped)."""
-        if self._tap is None or self._tapping:
-            return self._untapped(fn, *args, **kwargs)
-        self._tapping = True
         try:
-            result = self._untapped(fn, *args, **kwargs)
-        finally:
-            self._tapping = False
+            if self._tap is None or self._tapping:
+                return self._untapped(fn, *args, **kwargs)
+            self._tapping = True
+            try:
+                result = self._untapped(fn, *args, **kwargs)
+            finally:
+                self._tapping = False
+        except BudgetExceeded as exc:
+            self._refused_worst = max(self._refused_worst, exc.window_sum / exc.epsilon)
+            raise
         return self._tap(result)
 
     def _untapped(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

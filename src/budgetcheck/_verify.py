@@ -103,6 +103,7 @@ class VerifyResult:
     counterexample: Counterexample | None
     stages: tuple[StageResult, ...] = ()
     worst_case: AnyCase | None = attrs.field(default=None, eq=False, repr=False)
+    worst_refused: bool = False  # worst_ratio is the sum of a refused attempt
     notion: str = "w-event"
 
     @property
@@ -130,6 +131,7 @@ class VerifyResult:
             "examples": self.examples,
             "runs": self.runs,
             "worst_window_over_epsilon": self.worst_ratio,
+            "worst_was_refused": self.worst_refused,
             "verdict": self.verdict,
             "stages": [stage.to_json() for stage in self.stages],
         }
@@ -243,7 +245,8 @@ def verify_mechanism(
         if "a" in stages:
             results.append(StageResult("ledger replay", FAIL if other else PASS,
                                        f"{counterexample.reason}: {counterexample.detail}" if other and counterexample else
-                                       f"{replay.examples} streams, {replay.runs} runs, worst window {replay.worst_ratio:.6f} of epsilon"))
+                                       f"{replay.examples} streams, {replay.runs} runs, worst window {replay.worst_ratio:.6f} of epsilon"
+                                       + (" (an attempted spend, refused)" if replay.worst_refused else "")))
         if "b" in stages:
             results.append(_secret_stage(mechanism, counterexample.detail if secret and counterexample else None))
     notion = notion_of(mechanism)
@@ -261,6 +264,7 @@ def verify_mechanism(
         stages=tuple(results),
         worst_case=replay.worst_case if replay else None,
         notion=notion,
+        worst_refused=replay.worst_refused if replay else False,
     )
 
 
@@ -328,13 +332,14 @@ class _Replay:
     worst_ratio: float
     counterexample: Counterexample | None
     worst_case: AnyCase | None = None
+    worst_refused: bool = False  # the worst figure is a spend the ledger refused (what was attempted)
 
 
 def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Replay:
     """Stages (a) and (b): ``examples`` generated cases, shrinking any failure."""
     mechanism = load_mechanism(reference)
     tally = {"examples": 0, "runs": 0}
-    worst = [Fraction(0)]
+    worst = [Fraction(0), Fraction(0)]  # the largest window / ε, and 1 if it was a refused attempt
     worst_case: list[AnyCase] = []
     failures: list[Counterexample] = []
     notion = notion_of(mechanism)
@@ -375,6 +380,7 @@ def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Re
         worst_ratio=float(worst[0]),
         counterexample=counterexample,
         worst_case=worst_case[0] if worst_case else None,
+        worst_refused=bool(worst[1]),
     )
 
 
@@ -416,21 +422,30 @@ def _check_case(mechanism: Any, case: AnyCase, worst: list[Fraction]) -> None:
         where = " (on a ledger of several ε)" if several else ""
         try:
             ledger, ratio, violations = run(mechanism, case)
-        except BudgetExceeded as exc:
+        except BudgetExceeded as exc:  # the attempted sum is the figure that agrees with the verdict
+            _note_refused(worst, Fraction(exc.window_sum) / Fraction(exc.epsilon))
             raise _Violation(f"overspend refused by the ledger{where}", str(exc), several_epsilons=several) from exc
         except SecretAccess as exc:
             raise _Violation("secret access", _located(exc), several_epsilons=several) from exc
         except Exception as exc:  # a crash is a finding, with its location
             raise _Violation(f"crash{where}", f"{type(exc).__name__}: {exc} ({_located(exc)})", several_epsilons=several) from exc
         if ledger.refusals:
+            _note_refused(worst, Fraction(ledger.worst_refused_ratio))
             raise _Violation(
                 "overspend attempted",
                 f"the mechanism asked for more than a window allows {ledger.refusals} time(s) and swallowed the refusal{where}",
                 several_epsilons=several,
             )
-        worst[0] = max(worst[0], ratio)
+        if ratio > worst[0]:
+            worst[0], worst[1] = ratio, Fraction(0)
         if violations:
             raise _Violation("window over epsilon", violations[0], several_epsilons=several)
+
+
+def _note_refused(worst: list[Fraction], attempted: Fraction) -> None:
+    """worst[0] is the largest window / ε seen; worst[1] (1 or 0) whether that was a refused attempt."""
+    if attempted > worst[0]:
+        worst[0], worst[1] = attempted, Fraction(1)
 
 
 def _located(exc: BaseException) -> str:
