@@ -194,3 +194,28 @@ def test_the_worst_figure_of_a_refused_mechanism_is_its_attempt() -> None:
     assert row["worst_was_refused"] is True and row["worst_window_over_epsilon"] == pytest.approx(1.5)
     honest = bc.verify_mechanism("BD", stages="a", examples=20)
     assert not honest.worst_refused and honest.worst_ratio <= 1
+
+
+def test_publish_reads_one_format_writes_another_with_the_same_key_and_a_json_summary(tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from budgetcheck.cli import main
+
+    args = ["publish", "Uniform", "--ledger", str(tmp_path / "l.db"), "--epsilon", "1", "--w", "3", "-d", "2",
+            "--format", "csv", "--output-format", "jsonl", "--json", "--out", str(tmp_path / "o.jsonl")]
+    result = CliRunner().invoke(main, args, input="1,3,4\n2,5,6\n")
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert [sorted(row) for row in rows] == [["counts", "t"]] * 2 and [row["t"] for row in rows] == [1, 2]
+    summary = json.loads(result.stderr.strip().splitlines()[-1])
+    assert summary["published"] == 2 and summary["replayed"] == 0 and len(summary["head"]) == 64
+    again = CliRunner().invoke(main, ["publish", "Uniform", "--ledger", str(tmp_path / "l.db"), "--epsilon", "1", "--w", "3",
+                                      "-d", "2", "--out", str(tmp_path / "o.jsonl")], input="3,1,1\n")  # csv output now
+    assert again.exit_code == 2 and "format" in again.output  # the file keeps the output format it was started with
+    echoed = CliRunner().invoke(main, ["publish", "Uniform", "--ledger", str(tmp_path / "m.db"), "--epsilon", "1", "--w", "3",
+                                       "-d", "2", "--format", "jsonl", "--out", str(tmp_path / "m.jsonl")],
+                                input="".join(json.dumps(row) + "\n" for row in [{"t": 1, "counts": [2, 2]}]))
+    assert echoed.exit_code == 0 and json.loads((tmp_path / "m.jsonl").read_text())["counts"]  # output readable as input
+    assert "--output-format" in CliRunner().invoke(main, ["publish", "--help"]).output

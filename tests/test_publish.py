@@ -196,7 +196,7 @@ def test_jsonl_input_and_output(tmp_path: Path) -> None:
     text = "".join(f'{{"t": {t}, "counts": [{t}, 2]}}\n' for t in range(1, 6))
     code, output = invoke(tmp_path, text, "--format", "jsonl", mechanism="Uniform")
     assert code == 0, output
-    assert (tmp_path / "out.csv").read_text().count('"values"') == 5
+    assert (tmp_path / "out.csv").read_text().count('"counts"') == 5  # the input's key
 
 
 def test_publish_refuses_reproducible_noise_and_creates_nothing(tmp_path: Path) -> None:

@@ -42,7 +42,12 @@ def _finite(value: float) -> float:
                    "or {'t':..,'user':..,'bin':..} (a row with only t closes t). '-' is stdin.")
 @click.option("--out", "out_path", default=None, type=FilePath(dir_okay=False, path_type=Path),
               help="Append releases to this file (exactly once across restarts); default stdout.")
-@click.option("--format", "fmt", type=click.Choice(["csv", "jsonl"]), default="csv", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["csv", "jsonl"]), default="csv", show_default=True,
+              help="Input rows: csv (t,c_1,..,c_d) or jsonl ({\"t\": t, \"counts\": [..]}); also the output's unless "
+                   "--output-format is given.")
+@click.option("--output-format", "output_format", type=click.Choice(["csv", "jsonl"]), default=None,
+              help="Releases: csv (t,r_1,..,r_d) or jsonl ({\"t\": t, \"counts\": [..]}, the input's key). Default: --format.")
+@click.option("--json", "as_json", is_flag=True, help="Print the closing summary on stderr as JSON.")
 @click.option("--sampler", type=click.Choice(list(SAMPLERS)), default=DISCRETE, show_default=True,
               help="discrete-laplace: exact, from the OS CSPRNG (integer counts). numpy-laplace is refused: its "
                    "seeded noise could be subtracted from the releases.")
@@ -53,8 +58,8 @@ def _finite(value: float) -> float:
               help="Seconds to wait for another writer of the ledger before giving up with exit 5 (nothing charged).")
 @click.option("--skip-bad-rows", is_flag=True, help="Report malformed rows on stderr and go on (default: stop at the first).")
 def publish(mechanism: str, ledger_path: Path, epsilon: float | None, w: int | None, requirements_path: Path | None,
-            policies_path: Path | None, dimensions: int, input_path: Path, out_path: Path | None, fmt: str, sampler: str,
-            durability: str, lock_timeout: float, skip_bad_rows: bool) -> None:
+            policies_path: Path | None, dimensions: int, input_path: Path, out_path: Path | None, fmt: str,
+            output_format: str | None, as_json: bool, sampler: str, durability: str, lock_timeout: float, skip_bad_rows: bool) -> None:
     """Publish a live stream through MECHANISM on a durable ledger, one timestamp at a time.
 
     Exit codes: 0 done; 1 a spend refused (nothing released for that timestamp); 2 usage or input
@@ -79,7 +84,7 @@ def publish(mechanism: str, ledger_path: Path, epsilon: float | None, w: int | N
         stdout = sys.stdout
         with click.open_file(str(input_path), encoding="utf-8", errors="replace") as lines:  # binary: bad rows
             summary = run(mech, lines, ledger_path, epsilon=epsilon, w=w, requirements=requirements, policies=policies,
-                          dimensions=dimensions, out=None if out_path else stdout, out_path=out_path, fmt=fmt, sampler=sampler,
+                          dimensions=dimensions, out=None if out_path else stdout, out_path=out_path, fmt=fmt, output_format=output_format, sampler=sampler,
                           durability=durability, lock_timeout=lock_timeout, skip_bad_rows=skip_bad_rows,
                           on_reject=lambda message: click.echo(f"rejected {message}", err=True))
     except LedgerCorrupt as exc:
@@ -94,6 +99,10 @@ def publish(mechanism: str, ledger_path: Path, epsilon: float | None, w: int | N
     except (InvalidArgument, BudgetcheckError) as exc:
         click.echo(f"Error: {exc} (nothing was released for it; earlier releases are kept)", err=True)
         sys.exit(EXIT_USAGE)
+    if as_json:
+        click.echo(json.dumps({"version": 1, "published": summary.published, "replayed": summary.replayed,
+                               "rewritten": summary.rewritten, "rejected": list(summary.rejected), "head": summary.head}), err=True)
+        return
     click.echo(f"published {summary.published} timestamps (replayed {summary.replayed}, rewrote {summary.rewritten}, "
                f"rejected {len(summary.rejected)}); ledger head {summary.head}", err=True)
 

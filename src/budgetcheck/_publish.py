@@ -27,7 +27,7 @@ from budgetcheck._durable import replay_ledger
 from budgetcheck._validation import MAX_VALUE
 from budgetcheck._journal import LOCK_TIMEOUT
 from budgetcheck._errors import BadRow, InvalidArgument, LedgerCorrupt
-from budgetcheck._events import check_row_length, content_lines, json_row, parse_events, parse_timestamp, timestamps
+from budgetcheck._events import FORMATS, check_row_length, content_lines, json_row, parse_events, parse_timestamp, timestamps
 from budgetcheck._journal import canonical
 from budgetcheck._ledger import WindowLedger
 from budgetcheck._live import LiveStream
@@ -111,6 +111,7 @@ def publish(
     out: IO[str] | None = None,
     out_path: str | Path | None = None,
     fmt: str = "csv",
+    output_format: str | None = None,
     sampler: str = DISCRETE,
     durability: str = "full",
     lock_timeout: float = LOCK_TIMEOUT,
@@ -133,12 +134,16 @@ def publish(
         raise InvalidArgument(f"mechanism {getattr(mechanism, 'name', mechanism)!r} cannot publish live: it has no releases(stream, ledger) generator")
     if (out is None) == (out_path is None):
         raise InvalidArgument("give exactly one of out (a stream) and out_path (a file)")
+    out_fmt = fmt if output_format is None else output_format  # fmt: the input rows' format (and the output's by default)
+    for name, given in (("fmt", fmt), ("output_format", out_fmt)):
+        if given not in FORMATS:
+            raise InvalidArgument(f"{name}={given!r} must be one of {list(FORMATS)}")
     ledger = _ledger(mechanism, epsilon=epsilon, w=w, requirements=requirements, policies=policies, sampler=sampler)
     replay_ledger(ledger_path, ledger, durability=durability, lock_timeout=lock_timeout)
     journal = ledger.journal
     assert journal is not None
     try:
-        claim: dict[str, Any] = {"mechanism": str(mechanism.name), "dimensions": dimensions, "format": fmt}
+        claim: dict[str, Any] = {"mechanism": str(mechanism.name), "dimensions": dimensions, "format": out_fmt}
         if requirements is not None:
             claim["users"] = hashlib.sha256(canonical([[str(u), requirements.class_of(u).w, requirements.class_of(u).epsilon]
                                                        for u in requirements.users])).hexdigest()
@@ -149,14 +154,14 @@ def publish(
             written = _reconcile(Path(out_path), len(stored))
             handle: IO[str] = open(out_path, "a", encoding="utf-8")
             for t, value in stored[written:]:
-                _write(handle, t, value, fmt, sampler)
+                _write(handle, t, value, out_fmt, sampler)
                 rewritten += 1
             _flush(handle, durability)
         else:
             assert out is not None
             handle = out
             if stored:  # a crash between storing and writing it can only have lost the last release
-                _write(handle, *stored[-1], fmt, sampler)
+                _write(handle, *stored[-1], out_fmt, sampler)
                 _flush(handle, durability)
                 rewritten = 1
         try:
@@ -186,7 +191,7 @@ def publish(
                         raise LedgerCorrupt(f"replaying t={stored[index][0]} gave {row.tolist()}, the file recorded {stored[index][1].tolist()}")
                     continue
                 ledger._store_release(stream.current, row)
-                _write(handle, stream.current, row, fmt, sampler)
+                _write(handle, stream.current, row, out_fmt, sampler)
                 _flush(handle, durability)
                 published += 1
         finally:
@@ -268,7 +273,7 @@ def _write(handle: IO[str], t: int, value: FloatArray, fmt: str, sampler: str) -
     if fmt == "csv":
         handle.write(",".join([str(t), *(repr(v) for v in numbers)]) + "\n")
     else:
-        handle.write(json.dumps({"t": t, "values": numbers}) + "\n")
+        handle.write(json.dumps({"t": t, "counts": numbers}) + "\n")  # the key of the input rows
 
 
 def _flush(handle: IO[str], durability: str) -> None:
