@@ -46,3 +46,17 @@ def test_bench_in_a_log_writes_plain_progress_lines(tmp_path: Path) -> None:
     lines = [line for line in result.stderr.splitlines() if line.startswith("cells:")]
     assert lines[0].startswith("cells: ") and "to run" in lines[0]
     assert lines[-1].startswith("cells: ") and "(100%)" in lines[-1]
+
+
+def test_bench_json_gives_every_cell_and_finding(tmp_path: Path) -> None:
+    import json
+
+    args = ["bench", "--quick", "--mechanism", "Uniform", "--mechanism", "Sample", "--stream", "s40-a10-p300", "--runs", "2",
+            "--results", str(tmp_path / "r.sqlite"), "--no-progress", "--json"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["cells_run_now"] == 6 and len(report["cells"]) == 6
+    assert {cell["mechanism"] for cell in report["cells"]} == {"Uniform", "Sample"}
+    assert all(cell["mae_mean"] > 0 and cell["runs"] == 2 for cell in report["cells"])
+    assert len(report["findings"]) == 3 and all(f["best"] in ("Uniform", "Sample") for f in report["findings"])

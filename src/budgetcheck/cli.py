@@ -381,11 +381,12 @@ def _plain(text: str) -> str:
 @click.option("--report", "report_dir", type=FilePath(file_okay=False, path_type=Path), default=None,
               help="Also write the report (tables, figures) into this directory.")
 @click.option("--progress/--no-progress", default=True, help="Progress bar on stderr.")
+@click.option("--json", "as_json", is_flag=True, help="Print the cells' summaries and findings as JSON instead of tables.")
 @click.pass_context
 def bench(ctx: click.Context, grid: str, config: Path | None, mechanism: tuple[str, ...], stream: tuple[str, ...],
           epsilon: tuple[float, ...], ws: tuple[int, ...], runs: int | None, growth: float, mre_bound: float,
           results: Path | None, jobs: int, executor: str, scheduler: str | None, export: Path | None,
-          report_dir: Path | None, progress: bool) -> None:
+          report_dir: Path | None, progress: bool, as_json: bool) -> None:
     """Run the utility benchmark (Schäler, Hütter, Schäler 2022) and print its result tables.
 
     Every cell is stored as it finishes; run the same command again to resume.
@@ -410,9 +411,12 @@ def bench(ctx: click.Context, grid: str, config: Path | None, mechanism: tuple[s
         chosen = base.select(mechanisms=mechanism, streams=stream, epsilons=epsilon, ws=ws, runs=runs)
         target = results or Path(f"bench-{name}.sqlite")
         ran, stored = run_benchmark(chosen, target, jobs=jobs, scheduler=scheduler, progress=progress)
-        click.echo(f"{target}: {ran} cells run now, {stored} stored before, {len(chosen.cells())} in the grid")
         text, uniform_ok = text_report(target)
-        click.echo(text)
+        if as_json:
+            click.echo(json.dumps(_bench_json(target, ran, stored, uniform_ok), indent=2))
+        else:
+            click.echo(f"{target}: {ran} cells run now, {stored} stored before, {len(chosen.cells())} in the grid")
+            click.echo(text)
         if export is not None:
             with ResultStore(target) as store:
                 click.echo(f"exported {store.export(export)} rows to {export}")
@@ -422,6 +426,24 @@ def bench(ctx: click.Context, grid: str, config: Path | None, mechanism: tuple[s
     except BudgetcheckError as exc:
         raise InputError(str(exc)) from exc
     sys.exit(EXIT_OK if uniform_ok else EXIT_VIOLATION)
+
+
+def _bench_json(target: Path, ran: int, stored: int, uniform_ok: bool) -> dict[str, object]:
+    """The results file's cell summaries and per-setting findings, as ``bench --json`` prints them."""
+    from budgetcheck.bench.report import findings, summarize
+    from budgetcheck.bench.store import ResultStore
+
+    with ResultStore(target) as store:
+        summaries = summarize(store)
+    return {
+        "version": 1, "results": str(target), "cells_run_now": ran, "cells_stored_before": stored, "uniform_ok": uniform_ok,
+        "cells": [{"mechanism": s.cell.mechanism, "stream": s.cell.stream, "epsilon": s.cell.epsilon, "w": s.cell.w,
+                   "runs": s.runs, "mae_mean": s.mae_mean, "mae_q95": s.mae_q95, "mre_mean": s.mre_mean, "mre_q95": s.mre_q95}
+                  for s in summaries],
+        "findings": [{"stream": f.stream, "epsilon": f.epsilon, "w": f.w, "best": f.best, "best_mae": f.best_mae,
+                      "baseline": f.baseline, "baseline_mae": f.baseline_mae, "baseline_supremacy": f.supremacy}
+                     for f in findings(summaries)],
+    }
 
 
 @bench.command(name="report")
