@@ -219,3 +219,13 @@ def test_publish_reads_one_format_writes_another_with_the_same_key_and_a_json_su
                                 input="".join(json.dumps(row) + "\n" for row in [{"t": 1, "counts": [2, 2]}]))
     assert echoed.exit_code == 0 and json.loads((tmp_path / "m.jsonl").read_text())["counts"]  # output readable as input
     assert "--output-format" in CliRunner().invoke(main, ["publish", "--help"]).output
+
+
+def test_errors_name_the_public_class_and_swallowed_refusals_are_remembered() -> None:
+    ledger = bc.WindowLedger(epsilon=1.0, w=3)
+    with pytest.raises(TypeError, match=r"^WindowLedger\.spend\(\) missing 1 required keyword-only argument: 'purpose'"):
+        ledger.spend(1, 0.5)  # type: ignore[call-arg]
+    ledger.spend(1, 0.75, purpose="a")
+    with pytest.raises(bc.BudgetExceeded):
+        ledger.spend(2, 0.5, purpose="b")
+    assert ledger.refusals == 1 and ledger.worst_refused_ratio == pytest.approx(1.25)

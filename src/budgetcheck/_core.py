@@ -63,9 +63,18 @@ def journaled(method: F) -> F:
 
     @functools.wraps(method)
     def wrapper(self: LedgerCore, *args: Any, **kwargs: Any) -> Any:
-        if self._journal is None and self._tap is None:
-            return method(self, *args, **kwargs)
-        return self._operation(functools.partial(method, self), *args, **kwargs)
+        try:
+            if self._journal is None and self._tap is None:
+                return method(self, *args, **kwargs)
+            return self._operation(functools.partial(method, self), *args, **kwargs)
+        except BudgetExceeded as exc:
+            self._refused_worst = max(self._refused_worst, exc.window_sum / exc.epsilon)
+            raise
+        except TypeError as exc:  # a call that does not fit the signature names the public class, not a base
+            inner = f"{method.__qualname__}()"
+            if str(exc).startswith(inner):
+                raise TypeError(str(exc).replace(inner, f"{type(self).__name__}.{method.__name__}()", 1)) from None
+            raise
 
     return cast(F, wrapper)
 
