@@ -18,6 +18,7 @@ from budgetcheck._audit import audit_windows_per_epsilon as audit_windows_per_ep
 from budgetcheck._errors import BudgetcheckError as BudgetcheckError
 from budgetcheck._errors import BudgetExceeded as BudgetExceeded
 from budgetcheck._errors import InvalidArgument as InvalidArgument
+from budgetcheck._errors import MeasurementFailed as MeasurementFailed
 from budgetcheck._errors import MechanismContractError as MechanismContractError
 from budgetcheck._errors import SecretAccess as SecretAccess
 from budgetcheck._errors import TimestampOrder as TimestampOrder
@@ -77,6 +78,7 @@ __all__ = [
     "LedgerCorrupt",
     "LedgerHeader",
     "LiveStream",
+    "MeasurementFailed",
     "MechanismContractError",
     "PersonalizedLedger",
     "PersonalizedMechanism",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import functools
 import secrets
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
@@ -19,7 +20,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck._live import LiveStream
-from budgetcheck._errors import BudgetExceeded, InvalidArgument, LedgerCorrupt, TimestampOrder
+from budgetcheck._errors import BudgetExceeded, InvalidArgument, LedgerCorrupt, MeasurementFailed, SecretAccess, TimestampOrder
 from budgetcheck._noise import DISCRETE, NUMPY, NoiseSource, make_noise
 from budgetcheck._records import LedgerHeader, SpendRecord, dump_lines
 from budgetcheck._secret import Secret, charged, claim, is_placeholder, stacked_rows
@@ -496,10 +497,14 @@ class LaplaceReleases(LedgerCore):
         scale, delta = self._reserve(secret, amounts, amounts, check_sensitivity(sensitivity), purpose, integral=False)
         stacked = bool(stacked_rows(secret))
         with charged(secret) as values:
-            if stacked:  # fn sees one stream's payload; each run gets its own stream's result
-                result = self._per_run(secret, np.stack([_apply(fn, row, "measure") for row in values]))
-            else:
-                result = _apply(fn, values, "measure")
+            outcomes = [_apply(fn, row) for row in values] if stacked else [_apply(fn, values)]
+            del values  # nothing of the data stays in this frame, which a raised error's traceback shows
+        failures = [outcome for outcome in outcomes if isinstance(outcome, str)]
+        if failures:
+            raise measurement_failed("measure", failures[0])
+        results = [outcome for outcome in outcomes if not isinstance(outcome, str)]
+        # stacked: fn sees one stream's payload; each run gets its own stream's result
+        result = self._per_run(secret, np.stack(results)) if stacked else results[0]
         return self._noisy(result, amounts, scale, delta, per_run=stacked, integral=False)
 
     # -- hooks and internals ------------------------------------------------------------------
@@ -587,14 +592,34 @@ def _same_bits(a: FloatArray, b: FloatArray) -> bool:
     return bool(x[0] == y[0] and x[middle] == y[middle] and x[-1] == y[-1] and np.array_equal(x, y))
 
 
-def _apply(fn: Callable[[FloatArray], ArrayLike], payload: object, what: str) -> FloatArray:
-    """fn on a read-only copy of the payload; its result must be finite."""
+def _apply(fn: Callable[[FloatArray], ArrayLike], payload: object) -> FloatArray | str:
+    """fn on a read-only copy of the payload: its finite result, or why it failed — only the kind of
+    failure, never its message, arguments, result or traceback (they may hold the data). The caller
+    raises :func:`measurement_failed` once no local of its own holds the data any more."""
     copy = np.array(payload, dtype=np.float64)
     copy.setflags(write=False)
-    result = np.asarray(fn(copy), dtype=np.float64)
+    try:
+        result = np.asarray(fn(copy), dtype=np.float64)
+    except SecretAccess as exc:  # fn touched another secret: say where (code, not data), for verify's stage (b)
+        outside = [frame for frame in traceback.extract_tb(exc.__traceback__) if "/budgetcheck/" not in frame.filename]
+        where = f" at {outside[-1].filename}:{outside[-1].lineno}" if outside else ""
+        return f"{_SECRET_ACCESS}{where}"
+    except BaseException as exc:  # noqa: BLE001 — whatever it was, it leaves without what it carried
+        return f"raised {type(exc).__name__}"
     if not np.isfinite(result).all():
-        raise InvalidArgument(f"{what}: fn returned non-finite values {result!r}")
+        return "returned non-finite values"
     return result
+
+
+_SECRET_ACCESS = "read a Secret outside its charge"
+
+
+def measurement_failed(what: str, failure: str) -> MeasurementFailed | SecretAccess:
+    """The error of a failed measured function: SecretAccess (where it read) or MeasurementFailed."""
+    if failure.startswith(_SECRET_ACCESS):
+        return SecretAccess(f"{what}: fn {failure}")
+    return MeasurementFailed(f"{what}: fn {failure}; its message, arguments and traceback are withheld (they may hold "
+                             "the data); the charge stands, since the data was read")
 
 
 class Replay:

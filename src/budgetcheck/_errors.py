@@ -46,6 +46,11 @@ class MechanismContractError(BudgetcheckError, RuntimeError):
     """A mechanism broke its contract with the harness (e.g. wrong output shape, non-finite output)."""
 
 
+class MeasurementFailed(MechanismContractError):
+    """A measured function raised or returned non-finite values. Its message, arguments, result and
+    traceback are withheld (they may hold the data it was given); the charge stands (it read them)."""
+
+
 class DataUnavailable(BudgetcheckError, RuntimeError):
     """A data set needs an optional extra (``pip install budgetcheck[data]``) or a user's file."""
 

@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck import rounding
-from budgetcheck._core import LaplaceReleases, _apply, journaled
+from budgetcheck._core import LaplaceReleases, _apply, journaled, measurement_failed
 from budgetcheck._noise import DISCRETE, NUMPY
 from budgetcheck._errors import BudgetExceeded, InvalidArgument, LedgerCorrupt
 from budgetcheck._params import WEventParams
@@ -288,8 +288,10 @@ class WindowLedger(LaplaceReleases):
             self._commit(t, SpendRecord(t=s, purpose=f"{purpose} (read at t={t})", amounts=amounts, sensitivity=sensitivity,
                                         noise_scale=scale, sampler=self._noise.name))
         with contextlib.ExitStack() as stack:
-            result = _apply(fn, [stack.enter_context(charged(secret)) for secret in secrets], "measure_footprint")
-        return self._noisy(result, amounts, scale, sensitivity, integral=False)
+            outcome = _apply(fn, [stack.enter_context(charged(secret)) for secret in secrets])
+        if isinstance(outcome, str):
+            raise measurement_failed("measure_footprint", outcome)
+        return self._noisy(outcome, amounts, scale, sensitivity, integral=False)
 
     def above_threshold(
         self,

@@ -1,0 +1,82 @@
+"""A measured function cannot carry the data out in an exception (verify issue, class 4): not in its
+message or arguments, not in the error's cause or context, not in the locals of any frame on the
+traceback the mechanism catches, not in a non-finite result's message."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import numpy as np
+import pytest
+
+import budgetcheck as bc
+
+SECRET_VALUE = 987654.0  # what the true stream holds and an attacker tries to read back
+
+
+def _frames(tb: types.TracebackType | None) -> list[types.FrameType]:
+    frames = []
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    return frames
+
+
+def _holds_the_data(value: Any, depth: int = 0) -> bool:
+    if depth > 3:
+        return False
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind == "f" and bool((value == SECRET_VALUE).any())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_the_data(v, depth + 1) for v in value)
+    if isinstance(value, float):
+        return value == SECRET_VALUE
+    return isinstance(value, str) and "987654" in value
+
+
+def _raising_with_the_data(values: np.ndarray) -> float:
+    raise ValueError(values.copy(), f"leaked {values.tolist()}")
+
+
+def _returning_nan_with_the_data(values: np.ndarray) -> np.ndarray:
+    return np.concatenate([[np.nan], values.ravel()])
+
+
+class _Exit(BaseException):
+    pass
+
+
+def _raising_a_base_exception(values: np.ndarray) -> float:
+    raise _Exit(values.copy())
+
+
+@pytest.mark.parametrize("fn", [_raising_with_the_data, _returning_nan_with_the_data, _raising_a_base_exception])
+@pytest.mark.parametrize("operation", ["measure", "measure_footprint", "stacked"])
+def test_nothing_of_the_data_leaves_with_a_failed_measurement(fn: Any, operation: str) -> None:
+    data = np.array([[SECRET_VALUE, 3.0], [SECRET_VALUE, 5.0]])
+    ledger = bc.WindowLedger(epsilon=1.0, w=2, runs=2 if operation == "stacked" else 1, sampler="numpy-laplace")
+    stream = bc.GuardedStream.stacked([data, data]) if operation == "stacked" else bc.GuardedStream(data)
+    ledger.bind(stream)
+    first = next(iter(stream))
+    with pytest.raises(bc.MeasurementFailed) as caught:
+        if operation == "measure_footprint":
+            ledger.measure_footprint(fn, [first], sensitivity=1.0, epsilon=0.5)
+        else:
+            ledger.measure(fn, first, sensitivity=1.0, epsilon=0.5)
+    error = caught.value
+    assert "987654" not in str(error) and not any(_holds_the_data(arg) for arg in error.args)
+    assert error.__cause__ is None and error.__context__ is None
+    for frame in _frames(error.__traceback__)[1:]:  # the first is this test's own, which holds `data`
+        assert not any(_holds_the_data(value) for value in frame.f_locals.values()), frame.f_code.co_name
+    assert ledger.t == 1  # the charge stands: the data was read
+
+
+def test_a_working_measurement_is_unchanged() -> None:
+    ledger = bc.WindowLedger(epsilon=1.0, w=2, sampler="numpy-laplace", seed=3)
+    stream = bc.GuardedStream(np.array([[4.0, 6.0]]))
+    ledger.bind(stream)
+    (secret,) = stream
+    out = ledger.measure(lambda v: v.mean(), secret, sensitivity=1.0, epsilon=0.5)
+    expected = 5.0 + np.random.default_rng(3).laplace(0.0, 2.0, (1,))
+    np.testing.assert_allclose(out, expected)
