@@ -1,20 +1,24 @@
 """Load and scale of durable ledgers (issue: durable ledger).
 
-1. Committed spends per second on a ledger file (one transaction per spend), durability 'full'
-   (fsync per commit) and 'process', against the same spends on an in-memory ledger.
-2. A long stream through a ledger with records kept on disk: peak memory (tracemalloc) at growing
-   stream lengths must stay flat.
+1. Committed spends per second on one ledger file (one transaction per spend) by N = 1, 2, 4 writer
+   processes, durability 'full' (fsync per commit) and 'process', against the same spends on an
+   in-memory ledger; the ratio process / full per N (the README quotes it).
+2. A long stream (a spend at every t) through an in-memory WindowLedger (keeping no records, the
+   default) and through a ledger file: the process's resident memory (and its peak) at every tenth
+   of the stream must stay flat.
 3. Auditing a ledger file of N records (written in bulk with the same hash chain), in seconds.
 4. SIGKILL-and-restart of `budgetcheck publish` at random points (see tests/test_publish.py).
 5. The concurrency campaign (budgetcheck.durable.campaign): N = 2, 4, 8 processes spending on the
    newest timestamp of one file, both durability modes; every window audited after each run.
 
-    python benchmarks/durable_load.py [--quick] [--stream N] [--audit N] [--kills K] [--campaign-runs R]
+    python benchmarks/durable_load.py [--quick] [--stream N] [--file-stream N] [--writer-spends S] [--audit N]
+                                      [--kills K] [--campaign-runs R]
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import resource
 import sqlite3
 import sys
@@ -22,6 +26,7 @@ import tempfile
 import time
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -30,14 +35,43 @@ from budgetcheck.durable.campaign import run_campaign
 from budgetcheck._journal import RECORD_VERSION, SPEND, encode_detail, genesis, row_hash
 
 
-def spends_per_second(folder: Path, durability: str, n: int) -> float:
-    ledger = bc.open_ledger(folder / f"rate-{durability}.db", bc.WindowLedger(bc.WEventParams(1.0, 100), sampler="numpy-laplace"), durability=durability)
-    start = time.perf_counter()
-    for t in range(1, n + 1):
-        ledger.spend(t, 0.009, purpose="load")
-    rate = n / (time.perf_counter() - start)
+def _writer(path: str, durability: str, spends: int, amount: float, start: Any, results: Any) -> None:
+    """One writer process: ``spends`` spends of ``amount`` at its newest known timestamp, each its own transaction."""
+    ledger = bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(1.0, 100), sampler="numpy-laplace"), durability=durability)
+    accepted = stale = 0
+    start.wait()
+    for k in range(spends):
+        try:
+            ledger.spend(max(ledger.t, k + 1), amount, purpose="load")
+            accepted += 1
+        except bc.TimestampOrder:  # another writer moved on between our read of t and our lock
+            stale += 1
     ledger.close()
-    return rate
+    results.put((accepted, stale))
+
+
+def spends_per_second(folder: Path, durability: str, writers: int, spends: int) -> tuple[float, int]:
+    """Committed spends per second of ``writers`` processes on one fresh file (``spends`` each; wall
+    time from the common start to the last writer's end), and how many spends were stale."""
+    path = str(folder / f"rate-{durability}-{writers}.db")
+    amount = 0.9 / (writers * spends)  # every spend fits: the rate measured is that of commits, not refusals
+    bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(1.0, 100), sampler="numpy-laplace"), durability=durability).close()
+    context = multiprocessing.get_context("fork")
+    start, results = context.Event(), context.Queue()
+    workers = [context.Process(target=_writer, args=(path, durability, spends, amount, start, results)) for _ in range(writers)]
+    for process in workers:
+        process.start()
+    time.sleep(0.5)  # every writer has opened the file and waits
+    began = time.perf_counter()
+    start.set()
+    reports = [results.get(timeout=3600) for _ in workers]
+    seconds = time.perf_counter() - began
+    for process in workers:
+        process.join(timeout=60)
+    report = bc.audit_file(path)
+    if not report.ok or report.records != sum(accepted for accepted, _ in reports):
+        raise SystemExit(f"the rate file {path} fails its audit or lost spends: {report}")
+    return sum(accepted for accepted, _ in reports) / seconds, sum(stale for _, stale in reports)
 
 
 def in_memory_rate(n: int) -> float:
@@ -48,9 +82,9 @@ def in_memory_rate(n: int) -> float:
     return n / (time.perf_counter() - start)
 
 
-def long_stream(folder: Path | None, length: int, w: int) -> list[tuple[int, float, float]]:
-    """(t, resident MiB, seconds) at checkpoints of a spend at every t through a ledger file (or,
-    ``folder`` None, an in-memory ledger keeping no records: the library's default)."""
+def long_stream(folder: Path | None, length: int, w: int) -> list[tuple[int, float, float, float]]:
+    """(t, resident MiB, peak resident MiB, seconds) at every tenth of a spend at every t through a
+    ledger file (or, ``folder`` None, an in-memory ledger keeping no records: the library's default)."""
     ledger = bc.WindowLedger(bc.WEventParams(1.0, w), sampler="numpy-laplace")
     if folder is not None:
         ledger = bc.open_ledger(folder / "long.db", ledger, durability="process")
@@ -61,7 +95,7 @@ def long_stream(folder: Path | None, length: int, w: int) -> list[tuple[int, flo
     for t in range(1, length + 1):
         ledger.spend(t, amount, purpose="s")
         if t in checkpoints:
-            points.append((t, _rss_mib(), time.perf_counter() - start))
+            points.append((t, _rss_mib(), _peak_mib(), time.perf_counter() - start))
     ledger.close()
     return points
 
@@ -70,6 +104,11 @@ def _rss_mib() -> float:
     with open("/proc/self/statm") as handle:
         pages = int(handle.read().split()[1])
     return pages * resource.getpagesize() / 2**20
+
+
+def _peak_mib() -> float:
+    """The process's peak resident set so far (ru_maxrss, KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
 
 
 def bulk_file(path: Path, n: int, w: int) -> None:
@@ -99,29 +138,42 @@ def bulk_file(path: Path, n: int, w: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds)")
-    parser.add_argument("--stream", type=int, default=None, help="length of the long stream (default 10^7, quick 10^5)")
+    parser.add_argument("--stream", type=int, default=None,
+                        help="length of the in-memory long stream (default 10^7, quick 2*10^5)")
+    parser.add_argument("--file-stream", type=int, default=None,
+                        help="length of the long stream through a ledger file (default 10^7, quick 10^5)")
+    parser.add_argument("--writer-spends", type=int, default=None,
+                        help="spends per writer in the rate section (default 5,000, quick 1,000)")
     parser.add_argument("--audit", type=int, default=None, help="records in the audited file (default 10^7, quick 10^5)")
     parser.add_argument("--kills", type=int, default=None, help="kill points of the crash test (default 100, quick 5)")
     parser.add_argument("--campaign-runs", type=int, default=None,
                         help="runs per (N, durability) of the concurrency campaign (default 17, i.e. 102 in all; quick 1)")
     args = parser.parse_args()
-    stream = args.stream or (10**5 if args.quick else 10**7)
+    stream = args.stream or (2 * 10**5 if args.quick else 10**7)
+    file_stream = args.file_stream or (10**5 if args.quick else 10**7)
     audited = args.audit or (10**5 if args.quick else 10**7)
     kills = args.kills if args.kills is not None else (5 if args.quick else 100)
-    rate_n = 2000 if args.quick else 20000
+    rate_n = args.writer_spends or (1000 if args.quick else 5000)
     w = 10**4
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
+        for where, length in (("in memory", stream), ("ledger file", file_stream)):
+            points = long_stream(None if where == "in memory" else folder, length, w)
+            for t, mib, peak, seconds in points:
+                print(f"long stream ({where}) w={w}: t={t:>10,}  resident {mib:7.1f} MiB  peak {peak:7.1f} MiB  {seconds:8.1f} s")
+            (t1, m1, p1, _), (t5, m5, p5, _), (tn, mn, pn, _) = points[0], points[len(points) // 2 - 1], points[-1]
+            print(f"resident memory ({where}): t={t1:,} -> {t5:,} -> {tn:,}: {m1:.1f} -> {m5:.1f} -> {mn:.1f} MiB "
+                  f"({mn - m1:+.1f} MiB from N/10 to N, {mn - m5:+.1f} from N/2 to N); peak {p1:.1f} -> {p5:.1f} -> {pn:.1f} MiB")
+        in_memory_rate(200)  # compiles the kernels outside the measurement
         memory = in_memory_rate(rate_n)
-        for durability in ("full", "process"):
-            rate = spends_per_second(folder, durability, rate_n)
-            print(f"committed spends/s, durability={durability}: {rate:,.0f} (in-memory ledger: {memory:,.0f}/s; {rate_n} spends)")
-        for where in ("in memory", "ledger file"):
-            points = long_stream(None if where == "in memory" else folder, stream, w)
-            for t, mib, seconds in points:
-                print(f"long stream ({where}) w={w}: t={t:>10,}  resident {mib:7.1f} MiB  {seconds:8.1f} s")
-            growth = points[-1][1] - points[0][1]
-            print(f"resident memory ({where}) from t={points[0][0]:,} to t={points[-1][0]:,}: {growth:+.1f} MiB")
+        print(f"in-memory ledger: {memory:,.0f} spends/s ({rate_n} spends)")
+        for writers in (1, 2, 4):
+            rates = {}
+            for durability in ("full", "process"):
+                rates[durability], stale = spends_per_second(folder, durability, writers, rate_n)
+                print(f"committed spends/s, N={writers} writer(s), durability={durability}: {rates[durability]:,.0f} "
+                      f"({writers} x {rate_n} spends, {stale} stale)")
+            print(f"N={writers}: durability process / full = {rates['process'] / rates['full']:.1f}x")
         start = time.perf_counter()
         report = bc.audit_file(folder / "long.db")
         print(f"audit of the long stream's own file ({report.records:,} records): {time.perf_counter() - start:.1f} s, ok={report.ok}")
