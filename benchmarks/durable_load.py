@@ -18,9 +18,11 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing
 import resource
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
@@ -33,6 +35,9 @@ import numpy as np
 import budgetcheck as bc
 from budgetcheck.durable.campaign import run_campaign
 from budgetcheck._journal import RECORD_VERSION, SPEND, encode_detail, genesis, row_hash
+
+
+_RATE_FILES = itertools.count()
 
 
 def _writer(path: str, durability: str, spends: int, amount: float, start: Any, results: Any) -> None:
@@ -53,7 +58,7 @@ def _writer(path: str, durability: str, spends: int, amount: float, start: Any, 
 def spends_per_second(folder: Path, durability: str, writers: int, spends: int) -> tuple[float, int]:
     """Committed spends per second of ``writers`` processes on one fresh file (``spends`` each; wall
     time from the common start to the last writer's end), and how many spends were stale."""
-    path = str(folder / f"rate-{durability}-{writers}.db")
+    path = str(folder / f"rate-{durability}-{writers}-{next(_RATE_FILES)}.db")  # a fresh file each time
     amount = 0.9 / (writers * spends)  # every spend fits: the rate measured is that of commits, not refusals
     bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(1.0, 100), sampler="numpy-laplace"), durability=durability).close()
     context = multiprocessing.get_context("fork")
@@ -144,6 +149,8 @@ def main() -> None:
                         help="length of the long stream through a ledger file (default 10^7, quick 10^5)")
     parser.add_argument("--writer-spends", type=int, default=None,
                         help="spends per writer in the rate section (default 5,000, quick 1,000)")
+    parser.add_argument("--rate-rounds", type=int, default=None,
+                        help="rounds of the rate section, full and process interleaved (default 5, quick 1)")
     parser.add_argument("--audit", type=int, default=None, help="records in the audited file (default 10^7, quick 10^5)")
     parser.add_argument("--kills", type=int, default=None, help="kill points of the crash test (default 100, quick 5)")
     parser.add_argument("--campaign-runs", type=int, default=None,
@@ -167,13 +174,7 @@ def main() -> None:
         in_memory_rate(200)  # compiles the kernels outside the measurement
         memory = in_memory_rate(rate_n)
         print(f"in-memory ledger: {memory:,.0f} spends/s ({rate_n} spends)")
-        for writers in (1, 2, 4):
-            rates = {}
-            for durability in ("full", "process"):
-                rates[durability], stale = spends_per_second(folder, durability, writers, rate_n)
-                print(f"committed spends/s, N={writers} writer(s), durability={durability}: {rates[durability]:,.0f} "
-                      f"({writers} x {rate_n} spends, {stale} stale)")
-            print(f"N={writers}: durability process / full = {rates['process'] / rates['full']:.1f}x")
+        rates(folder, rate_n, args.rate_rounds or (1 if args.quick else 5))
         start = time.perf_counter()
         report = bc.audit_file(folder / "long.db")
         print(f"audit of the long stream's own file ({report.records:,} records): {time.perf_counter() - start:.1f} s, ok={report.ok}")
@@ -197,6 +198,28 @@ def main() -> None:
         campaign_runs = args.campaign_runs if args.campaign_runs is not None else (1 if args.quick else 17)
         if campaign_runs:
             campaign(folder, campaign_runs)
+
+
+def rates(folder: Path, spends: int, rounds: int) -> None:
+    """Section 1: for N = 1, 2, 4 writers, ``rounds`` rounds of 'full' then 'process' (interleaved, so that
+    both see the same disk and load); per N the median rates and the median and range of the per-round
+    ratio process / full (an fsync's latency varies a lot with what else uses the disk)."""
+    for writers in (1, 2, 4):
+        measured: dict[str, list[float]] = {"full": [], "process": []}
+        ratios = []
+        stale = 0
+        for _ in range(rounds):
+            for durability in ("full", "process"):
+                rate, late = spends_per_second(folder, durability, writers, spends)
+                measured[durability].append(rate)
+                stale += late
+            ratios.append(measured["process"][-1] / measured["full"][-1])
+        print(f"committed spends/s, N={writers} writer(s) x {spends} spends, {rounds} round(s): "
+              f"full {statistics.median(measured['full']):,.0f} (range {min(measured['full']):,.0f}-{max(measured['full']):,.0f}), "
+              f"process {statistics.median(measured['process']):,.0f} "
+              f"(range {min(measured['process']):,.0f}-{max(measured['process']):,.0f}); {stale} stale")
+        print(f"N={writers}: durability process / full = {statistics.median(ratios):.1f}x median "
+              f"(rounds {', '.join(f'{r:.1f}' for r in ratios)})")
 
 
 def campaign(folder: Path, runs: int) -> None:
