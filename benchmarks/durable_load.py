@@ -11,8 +11,8 @@
 5. The concurrency campaign (budgetcheck.durable.campaign): N = 2, 4, 8 processes spending on the
    newest timestamp of one file, both durability modes; every window audited after each run.
 
-    python benchmarks/durable_load.py [--quick] [--stream N] [--file-stream N] [--writer-spends S] [--audit N]
-                                      [--kills K] [--campaign-runs R]
+    python benchmarks/durable_load.py [--quick] [--stream N] [--file-stream N] [--writer-spends S] [--rate-rounds R]
+                                      [--audit N] [--kills K] [--campaign-runs R]
 """
 
 from __future__ import annotations
@@ -146,9 +146,9 @@ def main() -> None:
     parser.add_argument("--stream", type=int, default=None,
                         help="length of the in-memory long stream (default 10^7, quick 2*10^5)")
     parser.add_argument("--file-stream", type=int, default=None,
-                        help="length of the long stream through a ledger file (default 10^7, quick 10^5)")
+                        help="length of the long stream through a ledger file (default 10^7, quick 5*10^4)")
     parser.add_argument("--writer-spends", type=int, default=None,
-                        help="spends per writer in the rate section (default 5,000, quick 1,000)")
+                        help="spends per writer in the rate section (default 5,000, quick 200)")
     parser.add_argument("--rate-rounds", type=int, default=None,
                         help="rounds of the rate section, full and process interleaved (default 5, quick 1)")
     parser.add_argument("--audit", type=int, default=None, help="records in the audited file (default 10^7, quick 10^5)")
@@ -157,10 +157,10 @@ def main() -> None:
                         help="runs per (N, durability) of the concurrency campaign (default 17, i.e. 102 in all; quick 1)")
     args = parser.parse_args()
     stream = args.stream or (2 * 10**5 if args.quick else 10**7)
-    file_stream = args.file_stream or (10**5 if args.quick else 10**7)
+    file_stream = args.file_stream or (5 * 10**4 if args.quick else 10**7)
     audited = args.audit or (10**5 if args.quick else 10**7)
     kills = args.kills if args.kills is not None else (5 if args.quick else 100)
-    rate_n = args.writer_spends or (1000 if args.quick else 5000)
+    rate_n = args.writer_spends or (200 if args.quick else 5000)
     w = 10**4
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
