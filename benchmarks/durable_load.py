@@ -40,9 +40,13 @@ from budgetcheck._journal import RECORD_VERSION, SPEND, encode_detail, genesis, 
 _RATE_FILES = itertools.count()
 
 
+def _rate_ledger() -> bc.WindowLedger:
+    return bc.WindowLedger(bc.WEventParams(1.0, 100), sampler="numpy-laplace")
+
+
 def _writer(path: str, durability: str, spends: int, amount: float, start: Any, results: Any) -> None:
     """One writer process: ``spends`` spends of ``amount`` at its newest known timestamp, each its own transaction."""
-    ledger = bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(1.0, 100), sampler="numpy-laplace"), durability=durability)
+    ledger = bc.open_ledger(path, _rate_ledger(), durability=durability)
     accepted = stale = 0
     start.wait()
     for k in range(spends):
@@ -60,10 +64,11 @@ def spends_per_second(folder: Path, durability: str, writers: int, spends: int) 
     time from the common start to the last writer's end), and how many spends were stale."""
     path = str(folder / f"rate-{durability}-{writers}-{next(_RATE_FILES)}.db")  # a fresh file each time
     amount = 0.9 / (writers * spends)  # every spend fits: the rate measured is that of commits, not refusals
-    bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(1.0, 100), sampler="numpy-laplace"), durability=durability).close()
+    bc.open_ledger(path, _rate_ledger(), durability=durability).close()
     context = multiprocessing.get_context("fork")
     start, results = context.Event(), context.Queue()
-    workers = [context.Process(target=_writer, args=(path, durability, spends, amount, start, results)) for _ in range(writers)]
+    workers = [context.Process(target=_writer, args=(path, durability, spends, amount, start, results))
+               for _ in range(writers)]
     for process in workers:
         process.start()
     time.sleep(0.5)  # every writer has opened the file and waits
@@ -167,10 +172,12 @@ def main() -> None:
         for where, length in (("in memory", stream), ("ledger file", file_stream)):
             points = long_stream(None if where == "in memory" else folder, length, w)
             for t, mib, peak, seconds in points:
-                print(f"long stream ({where}) w={w}: t={t:>10,}  resident {mib:7.1f} MiB  peak {peak:7.1f} MiB  {seconds:8.1f} s")
+                print(f"long stream ({where}) w={w}: t={t:>10,}  resident {mib:7.1f} MiB  peak {peak:7.1f} MiB  "
+                      f"{seconds:8.1f} s")
             (t1, m1, p1, _), (t5, m5, p5, _), (tn, mn, pn, _) = points[0], points[len(points) // 2 - 1], points[-1]
             print(f"resident memory ({where}): t={t1:,} -> {t5:,} -> {tn:,}: {m1:.1f} -> {m5:.1f} -> {mn:.1f} MiB "
-                  f"({mn - m1:+.1f} MiB from N/10 to N, {mn - m5:+.1f} from N/2 to N); peak {p1:.1f} -> {p5:.1f} -> {pn:.1f} MiB")
+                  f"({mn - m1:+.1f} MiB from N/10 to N, {mn - m5:+.1f} from N/2 to N); "
+                  f"peak {p1:.1f} -> {p5:.1f} -> {pn:.1f} MiB")
         in_memory_rate(200)  # compiles the kernels outside the measurement
         memory = in_memory_rate(rate_n)
         print(f"in-memory ledger: {memory:,.0f} spends/s ({rate_n} spends)")
@@ -215,7 +222,8 @@ def rates(folder: Path, spends: int, rounds: int) -> None:
                 stale += late
             ratios.append(measured["process"][-1] / measured["full"][-1])
         print(f"committed spends/s, N={writers} writer(s) x {spends} spends, {rounds} round(s): "
-              f"full {statistics.median(measured['full']):,.0f} (range {min(measured['full']):,.0f}-{max(measured['full']):,.0f}), "
+              f"full {statistics.median(measured['full']):,.0f} "
+              f"(range {min(measured['full']):,.0f}-{max(measured['full']):,.0f}), "
               f"process {statistics.median(measured['process']):,.0f} "
               f"(range {min(measured['process']):,.0f}-{max(measured['process']):,.0f}); {stale} stale")
         print(f"N={writers}: durability process / full = {statistics.median(ratios):.1f}x median "

@@ -18,7 +18,7 @@ import budgetcheck as bc
 STEPS = 20_000  # the default run; the slow test below runs 200,000
 LONG = 200_000
 
-Step = Callable[[Any, int], None]
+Step = Callable[[Any, int], object]
 
 
 def growth(make: Callable[[int], tuple[Any, Step]], steps: int, warm: int) -> int:
@@ -70,13 +70,17 @@ def _threshold(steps: int) -> tuple[Any, Step]:
 
 
 CASES: dict[str, Callable[[int], tuple[Any, Step]]] = {
-    "window spend": _plain(lambda: bc.WindowLedger(epsilon=1.0, w=10), lambda ledger, t: ledger.spend(t, 0.05, purpose="a")),
+    "window spend": _plain(lambda: bc.WindowLedger(epsilon=1.0, w=10),
+                           lambda ledger, t: ledger.spend(t, 0.05, purpose="a")),
     "several epsilons": _plain(lambda: bc.WindowLedger.with_epsilons([1.0, 0.5, 2.0], 10),
                                lambda ledger, t: ledger.spend(t, [0.05, 0.02, 0.1], purpose="a")),
-    "laplace on a GuardedStream": _laplace_on(lambda steps: bc.GuardedStream(np.arange(2 * steps, dtype=np.float64).reshape(steps, 2) % 7)),
-    "laplace on a LiveStream": _laplace_on(lambda steps: bc.LiveStream(((t, [t % 7, 3]) for t in range(1, steps + 1)), dimensions=2)),
+    "laplace on a GuardedStream": _laplace_on(
+        lambda steps: bc.GuardedStream(np.arange(2 * steps, dtype=np.float64).reshape(steps, 2) % 7)),
+    "laplace on a LiveStream": _laplace_on(
+        lambda steps: bc.LiveStream(((t, [t % 7, 3]) for t in range(1, steps + 1)), dimensions=2)),
     "above threshold": _threshold,
-    "personalized": _plain(lambda: bc.PersonalizedLedger(REQUIREMENTS), lambda ledger, t: ledger.spend(t, [0.1, 0.2], purpose="a")),
+    "personalized": _plain(lambda: bc.PersonalizedLedger(REQUIREMENTS),
+                           lambda ledger, t: ledger.spend(t, [0.1, 0.2], purpose="a")),
     "swellfish": _plain(lambda: bc.SwellfishLedger(POLICIES, epsilon=1.0),
                         lambda ledger, t: ledger.spend(t, 0.1 if t <= 5 else 0.0, purpose="a")),
 }
@@ -98,7 +102,8 @@ def test_memory_is_flat_over_200000_timestamps(name: str) -> None:
 
 def test_kept_records_are_what_grows() -> None:
     """The bound above has power: the same ledger keeping its records grows by about a record per step."""
-    kept = _plain(lambda: bc.WindowLedger(epsilon=1.0, w=10, keep_records=True), lambda ledger, t: ledger.spend(t, 0.05, purpose="a"))
+    kept = _plain(lambda: bc.WindowLedger(epsilon=1.0, w=10, keep_records=True),
+                  lambda ledger, t: ledger.spend(t, 0.05, purpose="a"))
     assert growth(kept, STEPS, STEPS // 4) > 100 * (STEPS - STEPS // 4)
 
 
