@@ -87,7 +87,7 @@ def _spend(path: str, durability: str, params: WEventParams, worker: int, spends
     rng = random.Random(seed)
     journal = ledger.journal
     assert journal is not None
-    journal._db = _Jittered(journal._db, rng)  # type: ignore[assignment]
+    journal._db = _Jittered(journal._db, rng)
     accepted: list[Spend] = []
     refused = stale = 0
     start.wait()
