@@ -407,8 +407,12 @@ class Journal:
     def begin(self) -> list[JournalRow]:
         """Take the write lock; the spend rows other writers committed since we last looked."""
         self._begun = (self._last, self._head, len(self._published))
-        with self._guard("begin a transaction"):
-            self._store.begin_write()
+        try:
+            with self._guard("begin a transaction"):
+                self._store.begin_write()
+        except BaseException:
+            self._store.rollback()  # a lock wait that timed out may leave a failed transaction open
+            raise
         try:
             rows = self._catch_up()
         except BaseException:

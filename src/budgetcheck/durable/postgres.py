@@ -69,6 +69,13 @@ def split_url(url: str) -> tuple[str, str, str]:
     return urllib.parse.urlunsplit(parts._replace(query=rest)), name, redact(url)
 
 
+def with_ledger(url: str, name: str) -> str:
+    """``url`` naming the ledger ``name`` (replacing any ``ledger=`` it has)."""
+    parts = urllib.parse.urlsplit(url)
+    query = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True) if k != "ledger"]
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode([*query, ("ledger", name)])))
+
+
 def redact(url: str) -> str:
     """``url`` without its password (in the authority or a ``password=`` parameter)."""
     parts = urllib.parse.urlsplit(url)
@@ -120,8 +127,11 @@ class PostgresStore:
             raise
 
     def _exists(self) -> bool:
-        found = self._db.execute("SELECT to_regclass(%s)", (f'"{self._schema}".meta',)).fetchone()
-        return found is not None and found[0] is not None
+        # a query of the catalog (in this statement's snapshot), not to_regclass (whose catalog cache may miss a table
+        # another host committed while this one waited for the advisory lock)
+        found = self._db.execute("SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = %s AND tablename = 'meta'",
+                                 (self._schema,)).fetchone()
+        return found is not None
 
     def _create(self, meta: list[tuple[str, str]], start: bytes) -> None:
         """Make the ledger's schema whole in one transaction, under an advisory lock (one maker at a time)."""
