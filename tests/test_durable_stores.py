@@ -322,3 +322,95 @@ def test_auditing_a_missing_postgres_ledger_creates_nothing(pg_server: str) -> N
         bc.audit_file(target)
     with pytest.raises(bc.LedgerCorrupt, match="holds no budgetcheck ledger"):
         bc.audit_file(target)
+
+
+def test_a_retried_operation_is_charged_once_and_returns_the_first_output(store: str) -> None:
+    """A client times out, does not know whether its call committed, and sends it again with the same id
+    (here from another process's connection, as a retry on another host would)."""
+    first = writer(store)
+    data = bc.GuardedStream(np.array([[3.0], [4.0], [5.0]]))
+    first.bind(data)
+    secrets = list(data)
+    with first.idempotent("req-1"):
+        out = first.laplace(secrets[0], 0.4, purpose="count")
+    retry_host = writer(store)
+    retry_data = bc.GuardedStream(np.array([[3.0], [4.0], [5.0]]))
+    retry_host.bind(retry_data)
+    retried_secret = list(retry_data)[0]
+    for ledger, secret in ((first, secrets[0]), (retry_host, retried_secret), (retry_host, retried_secret)):
+        with ledger.idempotent("req-1"):
+            again = ledger.laplace(secret, 0.4, purpose="count")
+        np.testing.assert_array_equal(again, out)
+    with retry_host.idempotent("req-2"):
+        assert retry_host.spend(1, 0.1, purpose="reserve") is None
+    with first.idempotent("req-2"):
+        assert first.spend(1, 0.1, purpose="reserve") is None  # stored: not charged twice
+    assert [(r.t, r.purpose) for r in retry_host.records] == [(1, "count"), (1, "reserve")]
+    assert float(first.remaining(1)[0]) == pytest.approx(0.5) and float(retry_host.remaining(1)[0]) == pytest.approx(0.5)
+    for ledger in (first, retry_host):
+        ledger.close()
+    report = bc.audit_file(store)
+    assert report.ok and report.records == 2, report
+
+
+@pytest.mark.parametrize("other", ["method", "amount", "purpose", "timestamp"])
+def test_an_id_reused_for_another_operation_is_refused_and_charges_nothing(store: str, other: str) -> None:
+    ledger = writer(store)
+    data = bc.GuardedStream(np.array([[3.0], [4.0]]))
+    ledger.bind(data)
+    secrets = list(data)
+    with ledger.idempotent("req-1"):
+        ledger.laplace(secrets[0], 0.4, purpose="count")
+    journal = ledger.journal
+    assert journal is not None
+    head = journal.head()
+    call: Callable[[], object] = {
+        "method": lambda: ledger.spend(1, 0.4, purpose="count"),
+        "amount": lambda: ledger.laplace(secrets[0], 0.3, purpose="count"),
+        "purpose": lambda: ledger.laplace(secrets[0], 0.4, purpose="other"),
+        "timestamp": lambda: ledger.laplace(secrets[1], 0.4, purpose="count"),
+    }[other]
+    with pytest.raises(bc.InvalidArgument, match="operation_id='req-1' is stored for another call"):
+        with ledger.idempotent("req-1"):
+            call()
+    assert journal.head() == head
+    assert float(ledger.remaining(2)[0]) == pytest.approx(0.6)
+    ledger.close()
+
+
+def test_idempotent_blocks_are_checked(store: str, tmp_path: Path) -> None:
+    with pytest.raises(bc.InvalidArgument, match="needs a ledger kept in a store"):
+        with bc.WindowLedger(PARAMS).idempotent("x"):
+            pass
+    ledger = writer(store)
+    for bad in ("", "x" * 257, 7):
+        with pytest.raises(bc.InvalidArgument, match="operation_id="):
+            with ledger.idempotent(bad):  # type: ignore[arg-type]
+                pass
+    with ledger.idempotent("one"):
+        ledger.spend(1, 0.1, purpose="a")
+        with pytest.raises(bc.InvalidArgument, match="one id, one operation"):
+            ledger.spend(1, 0.1, purpose="b")
+        with pytest.raises(bc.InvalidArgument, match="one id names one operation"):
+            with ledger.idempotent("two"):
+                pass
+    assert [r.purpose for r in ledger.records] == ["a"]
+    ledger.close()
+
+
+def test_the_unique_index_refuses_a_forged_second_use_of_an_id(store: str) -> None:
+    """The store itself, not only the ledger's look-up, keeps an id to one operation."""
+    ledger = writer(store)
+    with ledger.idempotent("req-1"):
+        ledger.spend(1, 0.1, purpose="a")
+    journal = ledger.journal
+    assert journal is not None
+    from budgetcheck._records import SpendRecord
+
+    record = SpendRecord(t=1, purpose="forged", amounts=np.array([0.1]))
+    journal.begin()
+    with pytest.raises(bc.InvalidArgument, match="already stored"):
+        journal.append([record], None, operation={"operation": "req-1", "call": "0" * 64})
+    journal.rollback()
+    ledger.close()
+    assert bc.audit_file(store).records == 1
