@@ -10,9 +10,11 @@
 4. SIGKILL-and-restart of `budgetcheck publish` at random points (see tests/test_publish.py).
 5. The concurrency campaign (budgetcheck.durable.campaign): N = 2, 4, 8 processes spending on the
    newest timestamp of one file, both durability modes; every window audited after each run.
+6. A shared ledger: committed spends/s of N = 1, 2, 4 writer processes on one PostgreSQL ledger (a
+   server started by pgserver, if it is installed) and, for comparison, on one SQLite file.
 
     python benchmarks/durable_load.py [--quick] [--stream N] [--file-stream N] [--writer-spends S] [--rate-rounds R]
-                                      [--audit N] [--kills K] [--campaign-runs R]
+                                      [--audit N] [--kills K] [--campaign-runs R] [--shared-spends N] [--only-shared]
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
+import warnings
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -160,7 +164,15 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=None, help="kill points of the crash test (default 100, quick 5)")
     parser.add_argument("--campaign-runs", type=int, default=None,
                         help="runs per (N, durability) of the concurrency campaign (default 17, i.e. 102 in all; quick 1)")
+    parser.add_argument("--shared-spends", type=int, default=None,
+                        help="spends per writer in section 6 (default 2000, quick 300; 0 skips it)")
+    parser.add_argument("--only-shared", action="store_true", help="run section 6 only")
     args = parser.parse_args()
+    shared_spends = args.shared_spends if args.shared_spends is not None else (300 if args.quick else 2000)
+    if args.only_shared:
+        with tempfile.TemporaryDirectory() as tmp:
+            shared(Path(tmp), shared_spends)
+        return
     stream = args.stream or (2 * 10**5 if args.quick else 10**7)
     file_stream = args.file_stream or (5 * 10**4 if args.quick else 10**7)
     audited = args.audit or (10**5 if args.quick else 10**7)
@@ -205,6 +217,61 @@ def main() -> None:
         campaign_runs = args.campaign_runs if args.campaign_runs is not None else (1 if args.quick else 17)
         if campaign_runs:
             campaign(folder, campaign_runs)
+        if shared_spends:
+            shared(folder, shared_spends)
+
+
+def _shared_writer(target: str, durability: str, n: int, start: multiprocessing.synchronize.Event,
+                   results: multiprocessing.queues.Queue[float]) -> None:
+    ledger = bc.open_ledger(target, bc.WindowLedger(bc.WEventParams(1.0, 100), sampler="numpy-laplace"), durability=durability)
+    start.wait()
+    began = time.perf_counter()
+    for _ in range(n):
+        ledger.spend(1, 1e-6, purpose="shared")  # every writer on one timestamp: each commit serialised with the others'
+    results.put(time.perf_counter() - began)
+    ledger.close()
+
+
+def shared_rate(target: str, writers: int, durability: str, n: int) -> float:
+    """Committed spends/s of ``writers`` forked processes making ``n`` spends each on one ledger."""
+    bc.open_ledger(target, bc.WindowLedger(bc.WEventParams(1.0, 100), sampler="numpy-laplace"), durability=durability).close()
+    context = multiprocessing.get_context("fork")
+    start, results = context.Event(), context.Queue()
+    processes = [context.Process(target=_shared_writer, args=(target, durability, n, start, results)) for _ in range(writers)]
+    for process in processes:
+        process.start()
+    time.sleep(0.5)  # every writer connected and waiting
+    start.set()
+    slowest = max(results.get(timeout=600) for _ in processes)
+    for process in processes:
+        process.join(timeout=60)
+    report = bc.audit_file(target)
+    assert report.ok and report.records == writers * n, report
+    return writers * n / slowest
+
+
+def shared(folder: Path, n: int) -> None:
+    """Section 6: one ledger, N = 1, 2, 4 writers, on SQLite and (if pgserver is installed) PostgreSQL."""
+    targets: list[tuple[str, object]] = [("sqlite", lambda: str(folder / f"shared-{uuid.uuid4().hex}.db"))]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import pgserver
+    except ImportError:
+        print("shared ledger on PostgreSQL: skipped (pip install pgserver 'budgetcheck[postgres]' to measure it)")
+    else:
+        from budgetcheck.durable.postgres import with_ledger
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            url = str(pgserver.get_server(folder / "pg", cleanup_mode="stop").get_uri())
+        targets.append(("postgresql", lambda: with_ledger(url, f"bench_{uuid.uuid4().hex[:12]}")))
+    for store, fresh in targets:
+        for durability in ("process", "full"):
+            for writers in (1, 2, 4):
+                rate = shared_rate(fresh(), writers, durability, n)  # type: ignore[operator]
+                print(f"shared ledger {store:>10} {durability:>7} N={writers}: {rate:,.0f} committed spends/s "
+                      f"({writers} x {n} spends, audit ok)")
 
 
 def rates(folder: Path, spends: int, rounds: int) -> None:

@@ -26,6 +26,7 @@ from budgetcheck._audit_file import FileAudit as FileAudit
 from budgetcheck._audit_file import audit_file as audit_file
 from budgetcheck._durable import open_ledger as open_ledger
 from budgetcheck._errors import LedgerBusy as LedgerBusy
+from budgetcheck._errors import LedgerUnavailable as LedgerUnavailable
 from budgetcheck._errors import LedgerCorrupt as LedgerCorrupt
 from budgetcheck._ledger import WindowLedger as WindowLedger
 from budgetcheck._live import LiveStream as LiveStream
@@ -77,6 +78,7 @@ __all__ = [
     "LedgerBusy",
     "LedgerCorrupt",
     "LedgerHeader",
+    "LedgerUnavailable",
     "LiveStream",
     "MeasurementFailed",
     "MechanismContractError",

@@ -16,12 +16,11 @@ import functools
 import json
 import math
 import multiprocessing
-import sqlite3
 import struct
 from fractions import Fraction
 from pathlib import Path
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -29,10 +28,13 @@ from budgetcheck import rounding
 from budgetcheck._audit import StreamingWindows
 from budgetcheck._audit_notions import audit_personalized, audit_swellfish
 from budgetcheck._errors import InvalidArgument, LedgerCorrupt
-from budgetcheck._journal import FILE_VERSION, FORMAT, ROW_COLUMNS, connect, decode_row, genesis, link_problem, stored_head
+from budgetcheck._journal import FILE_VERSION, FORMAT, ROW_COLUMNS, decode_row, genesis, link_problem, open_store, stored_head
 from budgetcheck._policies import PolicyCollection, StreamPolicy
 from budgetcheck._records import LedgerHeader, SpendRecord
 from budgetcheck._validation import check_epsilon, check_positive_int
+
+if TYPE_CHECKING:
+    from budgetcheck.durable.store import Store
 
 
 @attrs.frozen
@@ -63,19 +65,20 @@ def verify_chain(path: str, after: int, upto: int, previous_hex: str, anchor_hex
     """Check rows after..upto continue the chain from ``previous_hex``: (first problem, last good seq,
     its hash, whether ``anchor_hex`` — an earlier head — is the hash of a row on the way). Rows up to
     ``upto`` are never changed by a writer (append-only), so any later read snapshot sees them."""
-    db = connect(path)
+    db = open_store(path)
     previous, seen = bytes.fromhex(previous_hex), after
     anchor = None if anchor_hex is None else bytes.fromhex(anchor_hex)
     found = anchor == previous
     try:
-        cursor = db.execute(f"SELECT {ROW_COLUMNS} FROM records WHERE seq > ? AND seq <= ? ORDER BY seq", (after, upto))
-        for row in cursor:
-            problem = link_problem(row, seen + 1, previous)
-            if problem is not None:
-                return problem, seen, previous.hex(), found
-            previous, seen = row[8], seen + 1
-            found = found or previous == anchor
-    except sqlite3.DatabaseError as exc:
+        with db.guard("read records"):
+            cursor = db.execute(f"SELECT {ROW_COLUMNS} FROM records WHERE seq > ? AND seq <= ? ORDER BY seq", (after, upto))
+            for row in cursor:
+                problem = link_problem(row, seen + 1, previous)
+                if problem is not None:
+                    return problem, seen, previous.hex(), found
+                previous, seen = row[8], seen + 1
+                found = found or previous == anchor
+    except LedgerCorrupt as exc:
         return f"record {seen + 1}: unreadable ({exc})", seen, previous.hex(), found
     finally:
         db.close()
@@ -132,28 +135,35 @@ def audit_file(path: str | Path, *, expect_head: str | None = None, max_violatio
                 raise ValueError("not 32 bytes")
         except ValueError as exc:
             raise InvalidArgument(f"expect_head={expect_head!r} must be a SHA-256 head in hex (64 digits): {exc}") from None
-    db = connect(path)
+    db = open_store(path)
+    name = db.name  # a URL without its password
     try:
-        db.execute("BEGIN")  # one read snapshot for the head and every row up to it
-        header, count, head = _read_meta(db, str(path))
+        with db.guard("read the ledger"):
+            db.begin_read()  # one read snapshot for the head and every row up to it
+        header, count, head = _read_meta(db, name)
         checked = header
         if override:
             if header.notion != "w-event":
                 raise InvalidArgument(f"{', '.join(f'{k}={v!r}' for k, v in override.items())} applies to w-event ledger files; "
-                                      f"{path} is a {header.notion} file, whose budgets are in its header")
+                                      f"{name} is a {header.notion} file, whose budgets are in its header")
             checked = attrs.evolve(header, epsilon=header.epsilon if epsilon is None else epsilon, w=header.w if w is None else w)
-        return _audit(db, str(path), header, count, head, expect_head, max_violations, checked)
-    except sqlite3.DatabaseError as exc:
-        raise LedgerCorrupt(f"{path}: the file is damaged (truncated or overwritten): {exc}") from exc
+        with db.guard("read the ledger"):
+            return _audit(db, str(path), header, count, head, expect_head, max_violations, checked)
+    except LedgerCorrupt as exc:
+        if isinstance(exc.__cause__, LedgerCorrupt) or exc.__cause__ is None:
+            raise
+        raise LedgerCorrupt(f"{name}: the file is damaged (truncated or overwritten): {exc}") from exc
     finally:
+        db.rollback()
         db.close()
 
 
-def _read_meta(db: sqlite3.Connection, path: str) -> tuple[LedgerHeader, int, str]:
+def _read_meta(db: Store, path: str) -> tuple[LedgerHeader, int, str]:
     try:
-        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-    except sqlite3.DatabaseError as exc:
-        raise LedgerCorrupt(f"{path}: not a budgetcheck ledger file ({exc})") from exc
+        with db.guard("read the meta table"):
+            meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+    except LedgerCorrupt as exc:
+        raise LedgerCorrupt(f"{path}: not a budgetcheck ledger file ({exc.__cause__})") from exc
     if meta.get("format") != FORMAT:
         raise LedgerCorrupt(f"{path}: format {meta.get('format')!r} is not {FORMAT!r}")
     if meta.get("version") != str(FILE_VERSION):
@@ -164,11 +174,12 @@ def _read_meta(db: sqlite3.Connection, path: str) -> tuple[LedgerHeader, int, st
                               classes=raw.get("classes", ()), policies=raw.get("policies", ()))
     except (KeyError, TypeError, ValueError) as exc:
         raise LedgerCorrupt(f"{path}: malformed meta table: {exc}") from exc
-    count, head = stored_head(db, path)
+    with db.guard("read the head"):
+        count, head = stored_head(db, path)
     return header, count, head.hex()
 
 
-def _audit(db: sqlite3.Connection, path: str, header: LedgerHeader, count: int, head: str,
+def _audit(db: Store, path: str, header: LedgerHeader, count: int, head: str,
            expect_head: str | None, max_violations: int, checked_against: LedgerHeader) -> FileAudit:
     """The chain from the file's own header; the composition against ``checked_against`` (the header,
     or the caller's stricter ε and w)."""
@@ -188,12 +199,12 @@ def _audit(db: sqlite3.Connection, path: str, header: LedgerHeader, count: int, 
     checked, worst, violations, broken = composition
     if problem is None and broken is not None:
         problem = broken
-    return FileAudit(path=path, notion=header.notion, records=seen, head=last, problem=problem,
+    return FileAudit(path=db.name, notion=header.notion, records=seen, head=last, problem=problem,
                      checked=checked, worst_ratio=worst, violations=violations, epsilon=checked_against.epsilon,
                      w=checked_against.w)
 
 
-def _audit_parallel(db: sqlite3.Connection, path: str, header: LedgerHeader, start: str, count: int, anchor: str | None,
+def _audit_parallel(db: Store, path: str, header: LedgerHeader, start: str, count: int, anchor: str | None,
                     streaming: bool, max_violations: int) -> tuple[str | None, int, str, bool, Composition]:
     """The chain in two halves in two more processes while this one re-checks the composition.
 
@@ -229,7 +240,7 @@ def _audit_parallel(db: sqlite3.Connection, path: str, header: LedgerHeader, sta
 Composition = tuple[int, Fraction, tuple[str, ...], str | None]
 
 
-def _composition(db: sqlite3.Connection, header: LedgerHeader, streaming: bool, max_violations: int, *,
+def _composition(db: Store, header: LedgerHeader, streaming: bool, max_violations: int, *,
                  upto: int = 2**62) -> Composition:
     """(constraints checked, worst sum / budget, violations, a malformed record) over every stored
     spend record up to row ``upto`` (releases charge nothing)."""

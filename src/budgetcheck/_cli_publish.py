@@ -11,8 +11,8 @@ from pathlib import Path
 import click
 
 from budgetcheck._audit_file import audit_file
-from budgetcheck._cli_types import FilePath
-from budgetcheck._errors import BudgetcheckError, BudgetExceeded, InvalidArgument, LedgerBusy, LedgerCorrupt
+from budgetcheck._cli_types import FilePath, LedgerTarget
+from budgetcheck._errors import BudgetcheckError, BudgetExceeded, InvalidArgument, LedgerBusy, LedgerCorrupt, LedgerUnavailable
 from budgetcheck._journal import DURABILITY, LOCK_TIMEOUT
 from budgetcheck._noise import DISCRETE, SAMPLERS
 
@@ -27,8 +27,9 @@ def _finite(value: float) -> float:
 
 @click.command()
 @click.argument("mechanism")
-@click.option("--ledger", "ledger_path", required=True, type=FilePath(dir_okay=False, path_type=Path),
-              help="The ledger file (created if missing; a restart resumes from it).")
+@click.option("--ledger", "ledger_path", required=True, type=LedgerTarget(dir_okay=False, path_type=Path),
+              help="The ledger file, or a shared ledger's postgresql://user@host:port/db[?ledger=name] URL (created if "
+                   "missing; a restart resumes from it).")
 @click.option("--epsilon", type=float, default=None, help="The budget ε (w-event and Swellfish mechanisms).")
 @click.option("--w", type=int, default=None, help="The window length w (w-event mechanisms).")
 @click.option("--requirements", "requirements_path", default=None, type=FilePath(exists=True, dir_okay=False, path_type=Path),
@@ -57,7 +58,7 @@ def _finite(value: float) -> float:
               callback=lambda _ctx, _param, value: _finite(value),
               help="Seconds to wait for another writer of the ledger before giving up with exit 5 (nothing charged).")
 @click.option("--skip-bad-rows", is_flag=True, help="Report malformed rows on stderr and go on (default: stop at the first).")
-def publish(mechanism: str, ledger_path: Path, epsilon: float | None, w: int | None, requirements_path: Path | None,
+def publish(mechanism: str, ledger_path: Path | str, epsilon: float | None, w: int | None, requirements_path: Path | None,
             policies_path: Path | None, dimensions: int, input_path: Path, out_path: Path | None, fmt: str,
             output_format: str | None, as_json: bool, sampler: str, durability: str, lock_timeout: float, skip_bad_rows: bool) -> None:
     """Publish a live stream through MECHANISM on a durable ledger, one timestamp at a time.
@@ -88,10 +89,10 @@ def publish(mechanism: str, ledger_path: Path, epsilon: float | None, w: int | N
                           durability=durability, lock_timeout=lock_timeout, skip_bad_rows=skip_bad_rows,
                           on_reject=lambda message: click.echo(f"rejected {message}", err=True))
     except LedgerCorrupt as exc:
-        click.echo(f"Error: {ledger_path}: {exc}", err=True)
+        click.echo(f"Error: {_shown(ledger_path)}: {exc}", err=True)
         sys.exit(EXIT_CORRUPT)
-    except LedgerBusy as exc:
-        click.echo(f"Error: {ledger_path}: {exc} (nothing was charged or released for it; rerun to resume)", err=True)
+    except (LedgerBusy, LedgerUnavailable) as exc:
+        click.echo(f"Error: {_shown(ledger_path)}: {exc} (nothing was charged or released for it; rerun to resume)", err=True)
         sys.exit(EXIT_BUSY)
     except BudgetExceeded as exc:
         click.echo(f"Error: refused, nothing released for this timestamp: {exc}", err=True)
@@ -107,7 +108,18 @@ def publish(mechanism: str, ledger_path: Path, epsilon: float | None, w: int | N
                f"rejected {len(summary.rejected)}); ledger head {summary.head}", err=True)
 
 
-def audit_ledger_file(path: Path, expect_head: str | None, as_json: bool, epsilon: float | None = None,
+def _shown(target: Path | str) -> str:
+    """A ledger path, or its URL without the password."""
+    from budgetcheck._journal import is_url
+
+    if is_url(target):
+        from budgetcheck.durable.postgres import redact
+
+        return redact(str(target))
+    return str(target)
+
+
+def audit_ledger_file(path: Path | str, expect_head: str | None, as_json: bool, epsilon: float | None = None,
                       w: int | None = None) -> None:
     """``budgetcheck audit`` on a ledger file: chain, head and composition (against the file's header,
     or a w-event file's windows against the given ε and w); exits."""
@@ -116,8 +128,11 @@ def audit_ledger_file(path: Path, expect_head: str | None, as_json: bool, epsilo
     except LedgerCorrupt as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(EXIT_CORRUPT)
+    except LedgerUnavailable as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(EXIT_BUSY)
     except InvalidArgument as exc:
-        click.echo(f"Error: {path}: {exc}", err=True)
+        click.echo(f"Error: {_shown(path)}: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     if as_json:
         click.echo(json.dumps({"version": 1, "notion": report.notion, "ok": report.ok, "records": report.records,
@@ -126,7 +141,7 @@ def audit_ledger_file(path: Path, expect_head: str | None, as_json: bool, epsilo
                                **({"epsilon": report.epsilon, "w": report.w} if report.notion == "w-event" else {})}, indent=2))
     else:
         checked = f" (windows checked against epsilon={report.epsilon!r}, w={report.w})" if report.notion == "w-event" else ""
-        click.echo(f"{path}: {report.notion} ledger file, {report.records} records, head {report.head}{checked}")
+        click.echo(f"{report.path}: {report.notion} ledger file, {report.records} records, head {report.head}{checked}")
         click.echo(f"chain: {'ok' if report.problem is None else 'BROKEN: ' + report.problem}")
         click.echo(f"{report.checked} constraints checked; worst: {float(report.worst_ratio):.6f} of the budget")
         for violation in report.violations:

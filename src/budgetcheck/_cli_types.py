@@ -18,6 +18,15 @@ class FilePath(click.Path):
             self.fail(f"{value!r} is not a usable path: {exc}", param, ctx)
 
 
+class LedgerTarget(FilePath):
+    """A ledger file path, or a ``postgresql://`` URL kept as the text it is (a Path would fold its ``//``)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value.startswith(("postgresql://", "postgres://")):
+            return value
+        return super().convert(value, param, ctx)
+
+
 class Progress:
     """A one-line progress note on a terminal's stderr, overwritten in place and erased before the
     next table row; nothing at all when stderr is not a terminal (logs get plain lines only)."""

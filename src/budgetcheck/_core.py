@@ -9,7 +9,10 @@ before any value is read, and raises (changing nothing) when the spend would bre
 from __future__ import annotations
 
 import abc
+import contextlib
 import functools
+import hashlib
+import json
 import secrets
 import traceback
 from collections.abc import Callable, Iterator
@@ -86,7 +89,7 @@ class LedgerCore(abc.ABC):
     _stacking = False  # whether it reads stacked streams (GuardedStream.stacked): the w-event ledger does
 
     __slots__ = ("_applying", "_depth", "_journal", "_keep", "_noise", "_pending", "_records", "_refused_worst", "_refusals", "_repeated", "_replay", "_rng", "_runs", "_scale_memo",
-                 "_seed", "_t", "_tap", "_tapping")
+                 "_operation_id", "_seed", "_t", "_tap", "_tapping")
 
     def __init__(self, *, runs: int, seed: int, sampler: str = DISCRETE, keep_records: bool = False) -> None:
         if not isinstance(keep_records, bool):
@@ -101,6 +104,7 @@ class LedgerCore(abc.ABC):
         self._refusals = 0
         self._refused_worst = 0.0  # the largest window sum / ε a refused spend would have made
         self._journal: Journal | None = None
+        self._operation_id: list[Any] | None = None  # [id, used] inside idempotent()
         self._depth = 0
         self._pending: list[SpendRecord] = []
         self._applying = False
@@ -151,6 +155,26 @@ class LedgerCore(abc.ABC):
     def refusals(self) -> int:
         """How many spends this ledger refused (each left the ledger unchanged otherwise)."""
         return self._refusals
+
+    @contextlib.contextmanager
+    def idempotent(self, operation_id: str) -> Iterator[None]:
+        """``with ledger.idempotent("request-42"): out = ledger.laplace(...)`` — the one charged operation in
+        the block is stored under ``operation_id`` (durable ledgers). A client that retries after a timeout,
+        not knowing whether the first attempt committed, sends the same id: if it is stored, nothing is
+        charged again and the stored output is returned. The id is kept in the hash chain under a unique
+        index; reusing it for another call (another method, timestamp, amount or purpose) is refused."""
+        if self._journal is None:
+            raise InvalidArgument(f"idempotent(operation_id={operation_id!r}) needs a ledger kept in a store (open_ledger)")
+        if not isinstance(operation_id, str) or not 0 < len(operation_id) <= 256:
+            raise InvalidArgument(f"operation_id={operation_id!r} must be a string of 1 to 256 characters")
+        if self._operation_id is not None:
+            raise InvalidArgument(f"idempotent(operation_id={operation_id!r}) inside idempotent({self._operation_id[0]!r}): "
+                                  "one id names one operation")
+        self._operation_id = [operation_id, False]
+        try:
+            yield
+        finally:
+            self._operation_id = None
 
     def bind(self, stream: object) -> None:
         """Make this ledger the only one that may read ``stream`` (``execute`` does this first).
@@ -316,15 +340,26 @@ class LedgerCore(abc.ABC):
     def _journaled(self, method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result: Any = None
         error: BaseException | None = None
+        operation = self._claim_operation_id(method, args, kwargs)
 
         def charge(journal: Journal) -> None:
             nonlocal result, error
+            if operation is not None:
+                stored = journal.find_operation(operation["operation"])  # read under the lock, after the catch-up
+                if stored is not None:
+                    journal.rollback()
+                    if stored[0] != operation["call"]:
+                        error = InvalidArgument(f"operation_id={operation['operation']!r} is stored for another call (another "
+                                                f"method, timestamp, amount or purpose): {_name_of(method)}() was not charged")
+                    else:  # a retry of a committed operation: charged once, the first attempt's output
+                        result = stored[1]
+                    return
             try:
                 result = method(*args, **kwargs)  # a refusal raises here, before anything is read
             except BaseException as exc:  # recorded below if it had charged (the data was read)
                 error = exc
             if self._pending:
-                journal.append(self._pending, result if isinstance(result, np.ndarray) else None)
+                journal.append(self._pending, result if isinstance(result, np.ndarray) else None, operation=operation)
                 journal.commit()
             else:  # refused (or nothing charged): nothing to write
                 journal.rollback()
@@ -338,6 +373,17 @@ class LedgerCore(abc.ABC):
         if error is not None:
             raise error
         return result
+
+    def _claim_operation_id(self, method: Callable[..., Any], args: tuple[Any, ...],
+                            kwargs: dict[str, Any]) -> dict[str, str] | None:
+        """The id (and call fingerprint) of this operation if it runs inside :meth:`idempotent`, once per block."""
+        if self._operation_id is None:
+            return None
+        operation_id, used = self._operation_id
+        if used:
+            raise InvalidArgument(f"operation_id={operation_id!r} already named an operation in this block: one id, one operation")
+        self._operation_id[1] = True
+        return {"operation": operation_id, "call": _call_key(method, args, kwargs)}
 
     def _store_release(self, t: int, values: FloatArray) -> None:
         """Append to the ledger file that ``values`` was published for t (a publisher's release, in
@@ -674,6 +720,33 @@ class Replay:
         if not whole or (self._next < len(self._rows) and self._rows[self._next].op == op):
             raise LedgerCorrupt(f"replay diverged at record {matched[0].seq}: operation boundaries differ from the file's")
         return matched[-1].output
+
+
+def _name_of(method: Callable[..., Any]) -> str:
+    """A charged method's name (it arrives as a partial bound to the ledger)."""
+    return str(getattr(method, "__name__", None) or getattr(getattr(method, "func", None), "__name__", "operation"))
+
+
+def _call_key(method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """A fingerprint of a charged call that never reads data: the method, and its arguments with each
+    secret as its timestamp, arrays as lists and functions by name (SHA-256, hex)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, Secret):
+            return {"secret": value.t}
+        if isinstance(value, np.ndarray):
+            return value.tolist()
+        if isinstance(value, (list, tuple)):
+            return [plain(item) for item in value]
+        if callable(value):
+            return f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', type(value).__name__)}"
+        if value is None or isinstance(value, (str, int, float, bool)):
+            return value
+        return repr(value)
+
+    text = json.dumps([_name_of(method), plain(list(args)), {key: plain(value) for key, value in kwargs.items()}], sort_keys=True,
+                      separators=(",", ":"), default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _timestamp_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:

@@ -63,6 +63,11 @@ class LedgerBusy(BudgetcheckError, TimeoutError):
     """Another writer held a ledger's lock longer than the lock timeout; nothing was charged."""
 
 
+class LedgerUnavailable(BudgetcheckError, ConnectionError):
+    """A ledger store cannot be reached: the database server refused or dropped the connection, or the
+    driver of its extra (``pip install 'budgetcheck[postgres]'``) is missing; nothing was charged."""
+
+
 class BadRow(InvalidArgument):
     """A publisher's input row is malformed; ``row`` is its 1-based line number."""
 

@@ -28,9 +28,9 @@ import os
 import sqlite3
 import struct
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
 import numpy as np
@@ -38,6 +38,9 @@ from numpy.typing import NDArray
 
 from budgetcheck._errors import InvalidArgument, LedgerBusy, LedgerCorrupt
 from budgetcheck._records import LedgerHeader, SpendRecord, finite_or_none, none_to_inf
+
+if TYPE_CHECKING:
+    from budgetcheck.durable.store import Store
 
 FloatArray = NDArray[np.float64]
 FORMAT: Final = "budgetcheck.journal"
@@ -65,6 +68,7 @@ CREATE TABLE records (
     hash BLOB NOT NULL
 );
 CREATE UNIQUE INDEX published_once ON records (t) WHERE kind = 1;
+CREATE UNIQUE INDEX operation_once ON records (json_extract(detail, '$.operation')) WHERE kind = 0;
 CREATE TABLE head (id INTEGER PRIMARY KEY CHECK (id = 1), count INTEGER NOT NULL, hash BLOB NOT NULL);
 CREATE TRIGGER records_head AFTER INSERT ON records BEGIN UPDATE head SET count = NEW.seq, hash = NEW.hash WHERE id = 1; END;
 CREATE TRIGGER records_no_update BEFORE UPDATE ON records BEGIN SELECT RAISE(ABORT, 'ledger records are append-only'); END;
@@ -99,11 +103,13 @@ def row_hash(previous: bytes, version: int, kind: int, seq: int, op: int, t: int
                                     struct.pack("<q", len(detail)), detail, tail))).digest()
 
 
-def encode_detail(record: SpendRecord) -> bytes:
-    if record.noise_scale is None:  # a plain spend: the same few details over and over
+def encode_detail(record: SpendRecord, operation: dict[str, str] | None = None) -> bytes:
+    """The detail JSON of a spend row; an idempotent operation's first row also carries its id and call."""
+    if record.noise_scale is None and operation is None:  # a plain spend: the same few details over and over
         return _plain_detail(record.purpose, record.sensitivity, record.sampler)
     return canonical({"purpose": record.purpose, "sensitivity": record.sensitivity,
-                      "noise_scale": finite_or_none(record.noise_scale), "sampler": record.sampler})
+                      "noise_scale": None if record.noise_scale is None else finite_or_none(record.noise_scale),
+                      "sampler": record.sampler, **(operation or {})})
 
 
 @functools.lru_cache(maxsize=1024)
@@ -180,9 +186,20 @@ def connect(path: str | Path, *, durability: str = "full", lock_timeout: float =
     return db
 
 
+def initial_meta(header: LedgerHeader) -> list[tuple[str, str]]:
+    """The meta table of a new ledger (either store)."""
+    return [("format", FORMAT), ("version", str(FILE_VERSION)), ("header", canonical(header.to_json()).decode()),
+            ("sessions", "0")]
+
+
 def create(path: str | Path, header: LedgerHeader) -> None:
     """Make a ledger file at ``path`` unless one is there: built whole beside it, then linked into
     place (atomic: a reader or a second creator sees no file or the whole one, never an empty one)."""
+    create_file(path, initial_meta(header), genesis(header))
+
+
+def create_file(path: str | Path, meta: list[tuple[str, str]], start: bytes) -> None:
+    """:func:`create` from the meta rows and H_0."""
     path = Path(path)
     if path.exists():
         return
@@ -195,10 +212,9 @@ def create(path: str | Path, header: LedgerHeader) -> None:
             for statement in _SCHEMA.split(";\n"):
                 if statement.strip():
                     db.execute(statement)
-            for key, value in (("format", FORMAT), ("version", str(FILE_VERSION)),
-                               ("header", canonical(header.to_json()).decode()), ("sessions", "0")):
+            for key, value in meta:
                 db.execute("INSERT INTO meta VALUES (?, ?)", (key, value))
-            db.execute("INSERT INTO head VALUES (1, 0, ?)", (genesis(header),))
+            db.execute("INSERT INTO head VALUES (1, 0, ?)", (start,))
             db.execute("COMMIT")
         finally:
             db.close()  # checkpoints the WAL into the file
@@ -233,7 +249,7 @@ def link_problem(row: tuple[Any, ...], expected_seq: int, previous: bytes) -> st
     return None
 
 
-def stored_head(db: sqlite3.Connection, path: str) -> tuple[int, bytes]:
+def stored_head(db: Store | sqlite3.Connection, path: str) -> tuple[int, bytes]:
     """(records committed, hash of the last one) as the ``head`` table keeps them."""
     row = db.execute("SELECT count, hash FROM head WHERE id = 1").fetchone()
     if row is None or not isinstance(row[0], int) or not isinstance(row[1], bytes):
@@ -241,38 +257,108 @@ def stored_head(db: sqlite3.Connection, path: str) -> tuple[int, bytes]:
     return row[0], row[1]
 
 
+def is_url(target: str | Path) -> bool:
+    """Whether ``target`` names a PostgreSQL ledger (``postgresql://…``) rather than an SQLite file."""
+    return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
+
+
+def open_store(target: str | Path, *, durability: str = "full", lock_timeout: float = LOCK_TIMEOUT,
+               header: LedgerHeader | None = None) -> Store:
+    """A connection to the ledger store ``target`` (a file path or a ``postgresql://`` URL), made first
+    (atomically, whole) from ``header`` if one is given and the store holds no ledger yet."""
+    if durability not in DURABILITY:
+        raise InvalidArgument(f"durability={durability!r} must be one of {sorted(DURABILITY)}")
+    create_with = None if header is None else (initial_meta(header), genesis(header))
+    if is_url(target):
+        from budgetcheck.durable.postgres import PostgresStore
+
+        return PostgresStore(str(target), durability=durability, lock_timeout=lock_timeout, create=create_with)
+    return SqliteStore(target, durability=durability, lock_timeout=lock_timeout, create=create_with)
+
+
+@final
+class SqliteStore:
+    """An SQLite ledger file in WAL mode: ``BEGIN IMMEDIATE`` is the write lock, ``BEGIN`` a read snapshot."""
+
+    __slots__ = ("_db", "_path", "_timeout")
+    operation_key: Final = "json_extract(detail, '$.operation')"
+
+    def __init__(self, path: str | Path, *, durability: str = "full", lock_timeout: float = LOCK_TIMEOUT,
+                 create: tuple[list[tuple[str, str]], bytes] | None = None) -> None:
+        if create is not None:
+            create_file(path, *create)
+        self._path, self._timeout = str(path), lock_timeout
+        self._db = connect(path, durability=durability, lock_timeout=lock_timeout)
+        if create is not None:  # files made before operation ids: add their index (a no-op when there)
+            try:
+                with self.guard("add the operation-id index"):
+                    self._db.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS operation_once ON records ({self.operation_key}) "
+                                     "WHERE kind = 0")
+            except BaseException:
+                self._db.close()
+                raise
+
+    @property
+    def name(self) -> str:
+        return self._path
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        return self._db.execute(sql, params)
+
+    def begin_write(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def begin_read(self) -> None:
+        self._db.execute("BEGIN")
+
+    def commit(self) -> None:
+        self._db.execute("COMMIT")
+
+    def rollback(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+
+    def in_transaction(self) -> bool:
+        return bool(self._db.in_transaction)
+
+    def guard(self, what: str) -> _Guard:
+        return _Guard(self._path, what, self._timeout)
+
+    def duplicate(self, exc: BaseException | None) -> bool:
+        return isinstance(exc, sqlite3.IntegrityError) and "UNIQUE" in str(exc)
+
+    def close(self) -> None:
+        self._db.close()
+
+
 @final
 class Journal:
-    """The SQLite file behind a durable ledger (one connection; see :func:`budgetcheck.open_ledger`).
+    """The store behind a durable ledger (one connection; see :func:`budgetcheck.open_ledger`).
 
     It remembers how far it has read the chain (``_last``, ``_head``) and the releases it has seen;
-    the ledger applies every spend row the journal hands it, so the two never disagree.
+    the ledger applies every spend row the journal hands it, so the two never disagree. What differs
+    between an SQLite file and a PostgreSQL database is in its :class:`~budgetcheck.durable.store.Store`.
     """
 
-    __slots__ = ("_begun", "_db", "_head", "_header", "_last", "_lock_timeout", "_path", "_published", "session")
+    __slots__ = ("_begun", "_head", "_header", "_last", "_published", "_store", "session")
 
     def __init__(self, path: str | Path, header: LedgerHeader, *, durability: str = "full",
                  lock_timeout: float = LOCK_TIMEOUT) -> None:
-        self._path = str(path)
         self._header = header
-        self._lock_timeout = lock_timeout
-        if durability not in DURABILITY:
-            raise InvalidArgument(f"durability={durability!r} must be one of {sorted(DURABILITY)}")
-        create(path, header)
-        self._db = connect(path, durability=durability, lock_timeout=lock_timeout)
+        self._store = open_store(path, durability=durability, lock_timeout=lock_timeout, header=header)
         try:
             with self._guard("open"):
-                self._db.execute("BEGIN IMMEDIATE")
+                self._store.begin_write()
                 try:
                     self._check_meta()
                     sessions = int(self._meta("sessions")) + 1
-                    self._db.execute("UPDATE meta SET value=? WHERE key='sessions'", (str(sessions),))
-                    self._db.execute("COMMIT")
+                    self._store.execute("UPDATE meta SET value=? WHERE key='sessions'", (str(sessions),))
+                    self._store.commit()
                 finally:
-                    if self._db.in_transaction:
-                        self._db.execute("ROLLBACK")
+                    self._store.rollback()
         except BaseException:
-            self._db.close()
+            self._store.close()
             raise
         self.session = sessions
         self._last, self._head = 0, genesis(header)
@@ -281,7 +367,21 @@ class Journal:
 
     @property
     def path(self) -> str:
-        return self._path
+        """The file path or URL (without its password) of the store."""
+        return self._store.name
+
+    @property
+    def _path(self) -> str:
+        return self._store.name
+
+    @property
+    def _db(self) -> Any:
+        """The store's own connection (tests and the campaign wrap it to interleave other writers)."""
+        return self._store._db  # type: ignore[attr-defined]
+
+    @_db.setter
+    def _db(self, db: Any) -> None:
+        self._store._db = db  # type: ignore[attr-defined]
 
     def head(self) -> tuple[int, str]:
         """(records committed, head hash in hex): publish it to anchor the file against rollback."""
@@ -289,26 +389,30 @@ class Journal:
         return count, head.hex()
 
     def close(self) -> None:
-        self._db.close()
+        self._store.close()
 
     def load(self, lookback: int | None) -> list[JournalRow]:
         """Verify the whole chain in one read snapshot; the spend rows that can still matter (t at
         least the latest t − ``lookback``; every one if None), and the releases are remembered."""
         with self._guard("read records"):
-            self._db.execute("BEGIN")
+            self._store.begin_read()
             try:
-                (latest,) = self._db.execute("SELECT COALESCE(MAX(t), 0) FROM records WHERE kind = 0").fetchone()
+                (latest,) = self._store.execute("SELECT COALESCE(MAX(t), 0) FROM records WHERE kind = 0").fetchone()
                 since = 0 if lookback is None else int(latest) - lookback
                 self._last, self._head, self._published = 0, genesis(self._header), []
                 return self._verified(since)
             finally:
-                self._db.execute("COMMIT")
+                self._store.rollback()  # read only: ends the snapshot
 
     def begin(self) -> list[JournalRow]:
-        """BEGIN IMMEDIATE (the write lock); the spend rows other writers committed since we last looked."""
+        """Take the write lock; the spend rows other writers committed since we last looked."""
         self._begun = (self._last, self._head, len(self._published))
-        with self._guard("begin a transaction"):
-            self._db.execute("BEGIN IMMEDIATE")
+        try:
+            with self._guard("begin a transaction"):
+                self._store.begin_write()
+        except BaseException:
+            self._store.rollback()  # a lock wait that timed out may leave a failed transaction open
+            raise
         try:
             rows = self._catch_up()
         except BaseException:
@@ -320,34 +424,56 @@ class Journal:
     def commit(self) -> None:
         """COMMIT (durable before anything is released); the trigger has moved the head along."""
         with self._guard("commit"):
-            self._db.execute("COMMIT")
+            self._store.commit()
 
     def rollback(self) -> None:
         """Undo the open transaction (if any): back to exactly what the lock showed after the catch-up
         (never a head read after the lock is let go: another writer may have committed by then)."""
-        with contextlib.suppress(sqlite3.Error):
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
+        self._store.rollback()
         self._last, self._head, known = self._begun
         del self._published[known:]
 
-    def append(self, records: list[SpendRecord], output: FloatArray | None) -> None:
-        """Append one operation's records (inside :meth:`begin`/:meth:`commit`); the output goes on the last."""
+    def append(self, records: list[SpendRecord], output: FloatArray | None, *, operation: dict[str, str] | None = None) -> None:
+        """Append one operation's records (inside :meth:`begin`/:meth:`commit`); the output goes on the
+        last, ``operation`` (its id and call, see :meth:`find_operation`) in the first's detail."""
         if not records:
             return
         op = self._last + 1  # an operation is named by the position of its first record
         for index, record in enumerate(records):
             amounts = np.ascontiguousarray(record.amounts, dtype="<f8").tobytes()
             blob = encode_array(output) if output is not None and index == len(records) - 1 else None
-            self._insert(SPEND, op, record.t, amounts, encode_detail(record), blob)
+            detail = encode_detail(record) if operation is None or index else encode_detail(record, operation)
+            try:
+                self._insert(SPEND, op, record.t, amounts, detail, blob)
+            except LedgerCorrupt as exc:
+                if operation is not None and self._store.duplicate(exc.__cause__):
+                    raise InvalidArgument(f"operation_id={operation['operation']!r} is already stored in {self.path}") from exc
+                raise
+
+    def find_operation(self, operation_id: str) -> tuple[str, FloatArray | None] | None:
+        """(call, stored output) of the operation stored under ``operation_id`` (inside :meth:`begin`), or None."""
+        with self._guard("look up an operation id"):
+            row = self._store.execute(f"SELECT seq, detail FROM records WHERE kind = 0 AND {self._store.operation_key} = ?",
+                                      (operation_id,)).fetchone()
+            if row is None:
+                return None
+            seq, detail = row
+            last = self._store.execute("SELECT output FROM records WHERE op = ? AND kind = 0 ORDER BY seq DESC",
+                                       (seq,)).fetchone()
+        try:
+            call = str(json.loads(detail)["call"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise LedgerCorrupt(f"{self.path}: record {seq}: malformed operation id: {exc}") from exc
+        output = None if last is None or last[0] is None else decode_array(bytes(last[0]), f"record {seq}")
+        return call, output
 
     def append_release(self, t: int, values: FloatArray) -> None:
         """Append that the value of timestamp t was published (inside a transaction; once per t)."""
         try:
             self._insert(RELEASE, self._last + 1, t, b"", b"", encode_array(values))
         except LedgerCorrupt as exc:
-            if isinstance(exc.__cause__, sqlite3.IntegrityError):
-                raise LedgerCorrupt(f"{self._path}: timestamp {t} was already published") from exc
+            if self._store.duplicate(exc.__cause__):
+                raise LedgerCorrupt(f"{self.path}: timestamp {t} was already published") from exc
             raise
         self._published.append((t, np.array(values, dtype=np.float64)))
 
@@ -358,22 +484,21 @@ class Journal:
     def claim(self, key: str, value: str) -> None:
         """Store meta[key] = value the first time; later opens must ask for the same value."""
         with self._guard(f"record {key}"):
-            self._db.execute("BEGIN IMMEDIATE")
+            self._store.begin_write()
             try:
-                row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+                row = self._store.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
                 if row is None:
-                    self._db.execute("INSERT INTO meta VALUES (?, ?)", (key, value))
-                self._db.execute("COMMIT")
+                    self._store.execute("INSERT INTO meta VALUES (?, ?)", (key, value))
+                self._store.commit()
             finally:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
+                self._store.rollback()
         if row is not None and row[0] != value:
-            raise InvalidArgument(f"ledger file {self._path!r} was written with {key} {row[0]}, not {value}")
+            raise InvalidArgument(f"ledger file {self.path!r} was written with {key} {row[0]}, not {value}")
 
     def rows(self, *, since_t: int = 0) -> Iterator[JournalRow]:
         """Every stored spend row with t >= since_t, in order (chain not re-verified: see the auditor)."""
         with self._guard("read records"):
-            cursor = self._db.execute(f"SELECT {ROW_COLUMNS} FROM records WHERE kind = 0 AND t >= ? ORDER BY seq", (since_t,))
+            cursor = self._store.execute(f"SELECT {ROW_COLUMNS} FROM records WHERE kind = 0 AND t >= ? ORDER BY seq", (since_t,))
             for row in cursor:
                 yield decode_row(row, self._header)
 
@@ -382,18 +507,18 @@ class Journal:
         seq = self._last + 1
         digest = row_hash(self._head, RECORD_VERSION, kind, seq, op, t, amounts, detail, output)
         with self._guard("append a record"):
-            self._db.execute(f"INSERT INTO records ({ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                             (seq, RECORD_VERSION, kind, op, t, amounts, detail.decode(), output, digest))
+            self._store.execute(f"INSERT INTO records ({ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                (seq, RECORD_VERSION, kind, op, t, amounts, detail.decode(), output, digest))
         self._last, self._head = seq, digest
 
     def _catch_up(self) -> list[JournalRow]:
         count, head = self._stored_head()
         if count == self._last:
             if head != self._head:
-                raise LedgerCorrupt(f"{self._path}: head hash changed under an unchanged count {count}")
+                raise LedgerCorrupt(f"{self.path}: head hash changed under an unchanged count {count}")
             return []
         if count < self._last:
-            raise LedgerCorrupt(f"{self._path}: the file has {count} records, fewer than the {self._last} already seen (rolled back?)")
+            raise LedgerCorrupt(f"{self.path}: the file has {count} records, fewer than the {self._last} already seen (rolled back?)")
         return self._verified(0)
 
     def _verified(self, since_t: int) -> list[JournalRow]:
@@ -404,52 +529,53 @@ class Journal:
         rows: list[JournalRow] = []
         seen = after
         with self._guard("read records"):
-            cursor = self._db.execute(f"SELECT {ROW_COLUMNS} FROM records WHERE seq > ? AND seq <= ? ORDER BY seq", (after, count))
+            cursor = self._store.execute(f"SELECT {ROW_COLUMNS} FROM records WHERE seq > ? AND seq <= ? ORDER BY seq",
+                                         (after, count))
             for row in cursor:
                 problem = link_problem(row, seen + 1, previous)
                 if problem is not None:
-                    raise LedgerCorrupt(f"{self._path}: {problem}")
+                    raise LedgerCorrupt(f"{self.path}: {problem}")
                 previous, seen = row[8], seen + 1
                 if row[2] == RELEASE:
                     self._published.append((int(row[4]), decode_array(row[7], f"release at record {row[0]}")))
                 elif row[4] >= since_t:
                     rows.append(decode_row(row, self._header))
         if previous != head or seen != count:
-            raise LedgerCorrupt(f"{self._path}: the file ends at record {seen}, but its head names record {count}")
+            raise LedgerCorrupt(f"{self.path}: the file ends at record {seen}, but its head names record {count}")
         self._last, self._head = count, previous
         return rows
 
     def _stored_head(self) -> tuple[int, bytes]:
         with self._guard("read the head"):
-            return stored_head(self._db, self._path)
+            return stored_head(self._store, self.path)
 
     def _meta(self, key: str) -> str:
-        row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        row = self._store.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         if row is None:
-            raise LedgerCorrupt(f"{self._path}: meta entry {key!r} is missing")
+            raise LedgerCorrupt(f"{self.path}: meta entry {key!r} is missing")
         return str(row[0])
 
     def _check_meta(self) -> None:
         if self._meta("format") != FORMAT:
-            raise LedgerCorrupt(f"{self._path}: format {self._meta('format')!r} is not {FORMAT!r}")
+            raise LedgerCorrupt(f"{self.path}: format {self._meta('format')!r} is not {FORMAT!r}")
         if self._meta("version") != str(FILE_VERSION):
-            raise LedgerCorrupt(f"{self._path}: file version {self._meta('version')!r} is not supported (expected {FILE_VERSION})")
+            raise LedgerCorrupt(f"{self.path}: file version {self._meta('version')!r} is not supported (expected {FILE_VERSION})")
         try:
             stored = json.loads(self._meta("header"))
         except json.JSONDecodeError as exc:
-            raise LedgerCorrupt(f"{self._path}: the stored header is not JSON: {exc}") from exc
+            raise LedgerCorrupt(f"{self.path}: the stored header is not JSON: {exc}") from exc
         wanted = json.loads(canonical(self._header.to_json()))
         if not isinstance(stored, dict):
-            raise LedgerCorrupt(f"{self._path}: the stored header is not a JSON object: {stored!r}")
+            raise LedgerCorrupt(f"{self.path}: the stored header is not a JSON object: {stored!r}")
         if stored != wanted:
             differ = sorted(k for k in set(stored) | set(wanted) if stored.get(k) != wanted.get(k))
             raise InvalidArgument(
-                f"ledger file {self._path!r} was kept under {', '.join(f'{k}={stored.get(k)!r}' for k in differ)}, "
+                f"ledger file {self.path!r} was kept under {', '.join(f'{k}={stored.get(k)!r}' for k in differ)}, "
                 f"not {', '.join(f'{k}={wanted.get(k)!r}' for k in differ)}"
             )
 
-    def _guard(self, what: str) -> _Guard:
-        return _Guard(self._path, what, self._lock_timeout)
+    def _guard(self, what: str) -> contextlib.AbstractContextManager[None]:
+        return self._store.guard(what)
 
 
 @final

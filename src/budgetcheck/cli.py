@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from budgetcheck._audit import audit_windows
-from budgetcheck._cli_types import FilePath, Progress
+from budgetcheck._cli_types import FilePath, LedgerTarget, Progress
 from budgetcheck._errors import InvalidArgument
 from budgetcheck._records import LedgerHeader, SpendRecord, load_lines
 from budgetcheck._verify import PROFILES, VerifyResult, load_mechanism, verify_mechanism
@@ -260,21 +260,22 @@ def _prove_row(row: dict[str, Any], as_json: bool, progress: Progress) -> None:
 
 
 @main.command()
-@click.argument("log", type=FilePath(exists=True, dir_okay=False, path_type=Path))
+@click.argument("log", type=LedgerTarget(exists=True, dir_okay=False, path_type=Path))
 @click.option("--epsilon", type=float, default=None,
               help="The ε to check the windows against (default: the log's header; w-event logs and files).")
 @click.option("--w", type=int, default=None, help="The window length w to check against (default: the log's header).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report.")
 @click.option("--expect-head", default=None, help="Ledger files: the head hash you kept (detects a rolled-back file).")
-def audit(log: Path, epsilon: float | None, w: int | None, as_json: bool, expect_head: str | None) -> None:
-    """Re-check a ledger LOG offline: an exported JSON-lines log, or a ledger file (hash chain, head,
-    every composition constraint; exit 4 if the chain is broken or the file damaged)."""
-    from budgetcheck._journal import is_journal
+def audit(log: Path | str, epsilon: float | None, w: int | None, as_json: bool, expect_head: str | None) -> None:
+    """Re-check a ledger LOG offline: an exported JSON-lines log, a ledger file or a postgresql:// ledger URL
+    (hash chain, head, every composition constraint; exit 4 if the chain is broken or the file damaged)."""
+    from budgetcheck._journal import is_journal, is_url
 
-    if is_journal(log):
+    if is_url(log) or is_journal(log):
         from budgetcheck._cli_publish import audit_ledger_file
 
         audit_ledger_file(log, expect_head, as_json, epsilon, w)
+    log = Path(log)
     try:
         with log.open(encoding="utf-8") as handle:
             header, records = load_lines(handle)

@@ -1,4 +1,4 @@
-"""A concurrency campaign against one ledger store: several processes spend on the newest
+"""A concurrency campaign against one ledger store (SQLite files in a directory, or PostgreSQL ledgers): several processes spend on the newest
 timestamp at once (most spends collide with another writer's, many are refused), then every
 window is audited and every accepted spend is looked up in the file.
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import random
 import time
+import uuid
 from collections import Counter
 from fractions import Fraction
 from pathlib import Path
@@ -22,7 +23,7 @@ import attrs
 from budgetcheck._audit_file import _read_meta, audit_file
 from budgetcheck._durable import open_ledger
 from budgetcheck._errors import BudgetExceeded, TimestampOrder
-from budgetcheck._journal import ROW_COLUMNS, connect, decode_row
+from budgetcheck._journal import ROW_COLUMNS, decode_row, is_url, open_store
 from budgetcheck._ledger import WindowLedger
 from budgetcheck._params import WEventParams
 
@@ -87,7 +88,7 @@ def _spend(path: str, durability: str, params: WEventParams, worker: int, spends
     rng = random.Random(seed)
     journal = ledger.journal
     assert journal is not None
-    journal._db = _Jittered(journal._db, rng)  # type: ignore[assignment]
+    journal._db = _Jittered(journal._db, rng)
     accepted: list[Spend] = []
     refused = stale = 0
     start.wait()
@@ -108,13 +109,14 @@ def _spend(path: str, durability: str, params: WEventParams, worker: int, spends
 def run_campaign(directory: str | Path, *, writers: int, durability: str = "process", runs: int = 1, spends: int = 40,
                  params: WEventParams = WEventParams(epsilon=1.0, w=4), seed: int = 0) -> CampaignResult:
     """``runs`` rounds of ``writers`` processes (forked) spending ``spends`` times each on a fresh
-    ledger file in ``directory``; every file is audited and compared with what the writers were told."""
+    ledger file in ``directory`` (or, given a ``postgresql://`` URL, a fresh ledger in that database);
+    every ledger is audited and compared with what the writers were told."""
     context = multiprocessing.get_context("fork")
     totals = Counter[str]()
     worst = Fraction(0)
     errors: list[str] = []
     for run in range(runs):
-        path = str(Path(directory) / f"campaign-{writers}-{durability}-{run}.db")
+        path = _fresh(directory, f"campaign-{writers}-{durability}-{run}")
         open_ledger(path, WindowLedger(params, sampler="numpy-laplace"), durability=durability).close()
         start, results = context.Event(), context.Queue()
         workers = [context.Process(target=_writer, args=(path, durability, params, k, spends, seed * 1_000_003 + run * 101 + k,
@@ -144,9 +146,18 @@ def run_campaign(directory: str | Path, *, writers: int, durability: str = "proc
                           lost=totals["lost"], phantom=totals["phantom"], errors=tuple(errors))
 
 
+def _fresh(store: str | Path, name: str) -> str:
+    """A new ledger: a file ``name``.db in the directory ``store``, or a new ledger name in the database at that URL."""
+    if is_url(store):
+        from budgetcheck.durable.postgres import with_ledger
+
+        return with_ledger(str(store), f"{name.replace('-', '_')}_{uuid.uuid4().hex[:12]}")
+    return str(Path(store) / f"{name}.db")
+
+
 def _stored(path: str) -> list[Any]:
     """Every spend record in the file, read without the ledger's checks (which an over-spent file fails)."""
-    db = connect(path)
+    db = open_store(path)
     try:
         header = _read_meta(db, path)[0]
         return [decode_row(row, header).record for row in db.execute(f"SELECT {ROW_COLUMNS} FROM records WHERE kind = 0")]

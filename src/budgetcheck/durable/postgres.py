@@ -1,0 +1,228 @@
+"""A ledger kept in PostgreSQL, shared by publishers on several hosts (``pip install 'budgetcheck[postgres]'``).
+
+``postgresql://user@host:port/db?ledger=name`` names the ledger: its tables live in the schema
+``name`` (default ``budgetcheck``), so one database holds any number of ledgers. The tables, the
+bytes and the hash chain are those of an SQLite ledger file; the triggers are PL/pgSQL: the head is
+kept by an AFTER INSERT trigger in the same transaction, and UPDATE, DELETE and TRUNCATE of records
+are refused. The write lock is the head row (``SELECT … FOR UPDATE`` in a READ COMMITTED
+transaction: every statement after it sees every commit before it); ``load`` and the audit read one
+REPEATABLE READ READ ONLY snapshot. ``lock_timeout`` is PostgreSQL's (then LedgerBusy);
+``durability="process"`` is ``synchronous_commit = off`` (a killed client loses nothing committed;
+a server crash may lose the last commits). A new ledger is made in one transaction under an advisory
+lock, so hosts creating the same ledger at once make it once. psycopg is imported only here.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+import zlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final, final
+
+from budgetcheck._errors import InvalidArgument, LedgerBusy, LedgerCorrupt, LedgerUnavailable
+
+if TYPE_CHECKING:
+    from psycopg import Connection
+
+DEFAULT_LEDGER: Final = "budgetcheck"
+_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+_SCHEMA = """
+CREATE TABLE {s}.meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE {s}.records (
+    seq BIGINT PRIMARY KEY,
+    version BIGINT NOT NULL,
+    kind BIGINT NOT NULL,
+    op BIGINT NOT NULL,
+    t BIGINT NOT NULL,
+    amounts BYTEA NOT NULL,
+    detail TEXT NOT NULL,
+    output BYTEA,
+    hash BYTEA NOT NULL
+);
+CREATE UNIQUE INDEX published_once ON {s}.records (t) WHERE kind = 1;
+CREATE UNIQUE INDEX operation_once ON {s}.records (((detail::json) ->> 'operation')) WHERE kind = 0;
+CREATE TABLE {s}.head (id BIGINT PRIMARY KEY CHECK (id = 1), count BIGINT NOT NULL, hash BYTEA NOT NULL);
+CREATE FUNCTION {s}.records_head() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN UPDATE {s}.head SET count = NEW.seq, hash = NEW.hash WHERE id = 1; RETURN NEW; END $$;
+CREATE FUNCTION {s}.records_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'ledger records are append-only'; END $$;
+CREATE TRIGGER records_head AFTER INSERT ON {s}.records FOR EACH ROW EXECUTE FUNCTION {s}.records_head();
+CREATE TRIGGER records_no_update BEFORE UPDATE OR DELETE ON {s}.records FOR EACH ROW EXECUTE FUNCTION {s}.records_append_only();
+CREATE TRIGGER records_no_truncate BEFORE TRUNCATE ON {s}.records FOR EACH STATEMENT EXECUTE FUNCTION {s}.records_append_only()
+"""
+
+
+def split_url(url: str) -> tuple[str, str, str]:
+    """(connection URL for the driver, ledger name, the URL as messages show it: no password)."""
+    parts = urllib.parse.urlsplit(url)
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    names = [value for key, value in query if key == "ledger"]
+    if len(names) > 1:
+        raise InvalidArgument(f"ledger URL {redact(url)!r} names the ledger {len(names)} times")
+    name = names[0] if names else DEFAULT_LEDGER
+    if not _NAME.fullmatch(name):
+        raise InvalidArgument(f"ledger={name!r} in {redact(url)!r} must be 1 to 63 lower-case letters, digits or '_', "
+                              "not starting with a digit (it names the ledger's schema)")
+    rest = urllib.parse.urlencode([(key, value) for key, value in query if key != "ledger"])
+    return urllib.parse.urlunsplit(parts._replace(query=rest)), name, redact(url)
+
+
+def with_ledger(url: str, name: str) -> str:
+    """``url`` naming the ledger ``name`` (replacing any ``ledger=`` it has)."""
+    parts = urllib.parse.urlsplit(url)
+    query = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True) if k != "ledger"]
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode([*query, ("ledger", name)])))
+
+
+def redact(url: str) -> str:
+    """``url`` without its password (in the authority or a ``password=`` parameter)."""
+    parts = urllib.parse.urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        user, host = netloc.rsplit("@", 1)
+        netloc = f"{user.split(':', 1)[0]}{':***' if ':' in user else ''}@{host}"
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    shown = "&".join(f"{k}={'***' if k == 'password' else v}" for k, v in query)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=shown))
+
+
+def _driver() -> Any:
+    try:
+        import psycopg
+    except ImportError as exc:
+        raise LedgerUnavailable("a postgresql:// ledger needs the PostgreSQL driver: pip install 'budgetcheck[postgres]' "
+                                f"({exc})") from None
+    return psycopg
+
+
+@final
+class PostgresStore:
+    """One autocommit connection to a ledger's schema (see the module docstring)."""
+
+    __slots__ = ("_db", "_errors", "_name", "_schema", "_timeout")
+
+    def __init__(self, url: str, *, durability: str = "full", lock_timeout: float = 60.0,
+                 create: tuple[list[tuple[str, str]], bytes] | None = None) -> None:
+        driver = _driver()
+        conninfo, self._schema, self._name = split_url(url)
+        self._timeout = lock_timeout
+        self._errors = driver.errors
+        try:
+            self._db: Connection[Any] = driver.connect(conninfo, autocommit=True, connect_timeout=max(1, int(lock_timeout)))
+        except driver.Error as exc:
+            raise LedgerUnavailable(f"cannot connect to the ledger {self._name}: {_first_line(exc)}") from None
+        try:
+            with self.guard("set up the connection"):
+                self._db.execute(f"SET lock_timeout = {max(1, round(lock_timeout * 1000))}")
+                self._db.execute(f"SET synchronous_commit = {'on' if durability == 'full' else 'off'}")
+                self._db.execute(f'SET search_path = "{self._schema}"')
+                if create is not None:
+                    self._create(*create)
+                elif not self._exists():
+                    raise LedgerCorrupt(f"{self._name}: the database holds no budgetcheck ledger named {self._schema!r}")
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _exists(self) -> bool:
+        # a query of the catalog (in this statement's snapshot), not to_regclass (whose catalog cache may miss a table
+        # another host committed while this one waited for the advisory lock)
+        found = self._db.execute("SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = %s AND tablename = 'meta'",
+                                 (self._schema,)).fetchone()
+        return found is not None
+
+    def _create(self, meta: list[tuple[str, str]], start: bytes) -> None:
+        """Make the ledger's schema whole in one transaction, under an advisory lock (one maker at a time)."""
+        if self._exists():
+            return
+        key = zlib.crc32(f"budgetcheck ledger {self._schema}".encode()) - 2**31
+        with self._db.transaction():
+            self._db.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+            if self._exists():  # another host made it while we waited: theirs is the ledger
+                return
+            self._db.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._schema}"')
+            for statement in _SCHEMA.split(";\n"):
+                self._db.execute(statement.format(s=f'"{self._schema}"'))
+            for name, value in meta:
+                self._db.execute("INSERT INTO meta VALUES (%s, %s)", (name, value))
+            self._db.execute("INSERT INTO head VALUES (1, 0, %s)", (start,))
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def operation_key(self) -> str:
+        return "((detail::json) ->> 'operation')"
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._db.execute(_placeholders(sql), params)
+
+    def begin_write(self) -> None:
+        self._db.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+        self._db.execute("SELECT count FROM head WHERE id = 1 FOR UPDATE")
+
+    def begin_read(self) -> None:
+        self._db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+
+    def commit(self) -> None:
+        self._db.execute("COMMIT")
+
+    def rollback(self) -> None:
+        try:
+            if self.in_transaction():
+                self._db.execute("ROLLBACK")
+        except Exception:  # noqa: BLE001 — a lost connection has nothing left to undo
+            return
+
+    def in_transaction(self) -> bool:
+        status = self._db.info.transaction_status
+        return bool(status.name in ("INTRANS", "INERROR", "ACTIVE"))
+
+    def guard(self, what: str) -> _Guard:
+        return _Guard(self, what)
+
+    def duplicate(self, exc: BaseException | None) -> bool:
+        return isinstance(exc, self._errors.UniqueViolation)
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def _placeholders(sql: str, _cache: dict[str, str] = {}) -> str:  # noqa: B006 — a cache on purpose
+    """The journal's ``?`` placeholders as psycopg's ``%s`` (the journal's SQL has no other ``?`` or ``%``)."""
+    converted = _cache.get(sql)
+    if converted is None:
+        converted = _cache[sql] = sql.replace("%", "%%").replace("?", "%s")
+    return converted
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+@final
+class _Guard:
+    """PostgreSQL errors as LedgerBusy (lock timeout), LedgerUnavailable (connection lost) or LedgerCorrupt."""
+
+    __slots__ = ("_store", "_what")
+
+    def __init__(self, store: PostgresStore, what: str) -> None:
+        self._store, self._what = store, what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        errors = self._store._errors
+        name = self._store.name
+        if isinstance(exc, errors.LockNotAvailable):
+            raise LedgerBusy(f"{name}: cannot {self._what}: another writer held the ledger's lock for more than "
+                             f"lock_timeout={self._store._timeout} s; nothing was charged, try again") from exc
+        if isinstance(exc, errors.OperationalError) and self._store._db.closed:
+            raise LedgerUnavailable(f"{name}: cannot {self._what}: the connection was lost: {_first_line(exc)}") from exc
+        if isinstance(exc, errors.Error):
+            raise LedgerCorrupt(f"{name}: cannot {self._what}: {_first_line(exc)}") from exc
+
