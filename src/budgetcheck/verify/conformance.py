@@ -1,0 +1,109 @@
+"""Rule conformance: the charges a run actually made are ones its proved allocation rule allows.
+
+``budgetcheck prove`` proves a rule (``allocation_rule()``) as a transition system: from any state
+satisfying its invariant, for either decision and any actual spends 0 <= x_p <= the rule's charge
+for purpose p, every window stays within ε and the invariant holds again (proving.py, step 2). So
+a run is covered by the proof exactly when some decision sequence explains its charges: at every
+timestamp, for some decision, each purpose's spend is at most the rule's charge, and the rule's
+state advances with that decision and those spends. This module simulates the rule's float
+back-end (the code the mechanism runs) on the recorded charges, keeping every state a decision
+consistent with them reaches, and names the first timestamp no state explains.
+
+Per notion the rule runs with (ε, w) (w-event), (ε, max |J|) (Swellfish, Theorem 4.3), or per
+requirement class with (ε_c, w_c) or the strictest requirement (personalized, Du et al. 2025).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from budgetcheck._records import SpendRecord
+from budgetcheck.ops import FLOAT, per_run
+from budgetcheck.proving import AllocationRule, RuleEnv
+from budgetcheck.verify.explore import Setting
+
+STATES_KEPT = 16  # states consistent with the charges so far; beyond this the check stops (never a false alarm)
+
+
+def _key(value: Any) -> Any:
+    if isinstance(value, (tuple, list)):
+        return tuple(_key(item) for item in value)
+    if isinstance(value, (np.ndarray, np.generic, int, float, bool)):
+        array = np.asarray(value)
+        return (array.dtype.str, array.shape, array.tobytes())
+    return repr(value)
+
+
+def _distinct(states: list[Any]) -> list[Any]:
+    """The states without repeats (by their exact bits)."""
+    if len(states) < 2:
+        return states
+    kept: dict[Any, Any] = {}
+    for state in states:
+        kept.setdefault(_key(state), state)
+    return list(kept.values())
+
+
+def _scalar(value: Any) -> float:
+    return float(np.asarray(value, dtype=np.float64).reshape(-1)[0])
+
+
+def _charges_by_t(records: Sequence[SpendRecord], column: int | None) -> dict[int, dict[str, float]]:
+    """Per timestamp, the (positive) amount charged per purpose of run 0 (column c: class c)."""
+    spent: dict[int, dict[str, float]] = {}
+    for record in records:
+        amounts = np.asarray(record.amounts, dtype=np.float64)
+        amount = float(amounts[0] if column is None else amounts[0, column])
+        if amount > 0.0:
+            row = spent.setdefault(record.t, {})
+            row[record.purpose] = row.get(record.purpose, 0.0) + amount
+    return spent
+
+
+def departure(rule: AllocationRule, env: RuleEnv, spent: dict[int, dict[str, float]], length: int) -> str | None:
+    """The first timestamp whose charges no decision of the rule allows, or None if every step is explained."""
+    purposes = tuple(rule.purposes)
+    states: list[Any] = [per_run(rule.initial(FLOAT, env), 1)]
+    for t in range(1, length + 1):
+        observed = spent.get(t, {})
+        unknown = sorted(set(observed) - set(purposes))
+        if unknown:
+            return f"t={t}: charged {unknown} ({observed}), a purpose the rule {list(purposes)} does not have"
+        x = tuple(observed.get(p, 0.0) for p in purposes)
+        exact: list[Any] = []
+        within: list[Any] = []
+        allowed: dict[bool, tuple[float, ...]] = {}
+        for state in states:
+            for decision in (False, True):
+                choice = np.array([decision])
+                charges = tuple(_scalar(c) for c in rule.charges(FLOAT, env, state, choice))
+                allowed.setdefault(decision, charges)
+                if all(0.0 <= xi <= ci for xi, ci in zip(x, charges, strict=True)):
+                    following = rule.advance(FLOAT, env, state, choice, tuple(np.array([xi]) for xi in x))
+                    (exact if x == charges else within).append(following)
+        found = _distinct(exact or within)
+        if not found:
+            rule_text = "; ".join(f"decision {d}: {dict(zip(purposes, c, strict=True))}" for d, c in sorted(allowed.items()))
+            return (f"t={t}: the mechanism charged {dict(zip(purposes, x, strict=True))}, more than the rule allows for "
+                    f"any decision ({rule_text}{', from the first of ' + str(len(states)) + ' states' if len(states) > 1 else ''})")
+        if len(found) > STATES_KEPT:
+            return None  # too many explanations to follow: no verdict, never a false alarm
+        states = found
+    return None
+
+
+def first_departure(rule: AllocationRule, setting: Setting, records: Sequence[SpendRecord]) -> str | None:
+    """Where an explored run's charges leave the rule (see the module docstring), or None."""
+    if setting.notion == "personalized":
+        strictest = RuleEnv(min(eps for _, eps, _ in setting.classes), max(w for w, _, _ in setting.classes))
+        for c, (w, eps, _) in enumerate(setting.classes):
+            spent = _charges_by_t(records, c)
+            found = [departure(rule, env, spent, setting.length) for env in (RuleEnv(eps, w), strictest)]
+            if all(f is not None for f in found):
+                return f"class {c} (w={w}, epsilon={eps}): {found[0]}"
+        return None
+    env = RuleEnv(setting.epsilon, setting.window)
+    return departure(rule, env, _charges_by_t(records, None), setting.length)
