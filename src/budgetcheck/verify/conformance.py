@@ -26,6 +26,7 @@ from budgetcheck.proving import AllocationRule, RuleEnv
 from budgetcheck.verify.explore import Setting
 
 STATES_KEPT = 16  # states consistent with the charges so far; beyond this the check stops (never a false alarm)
+UNDECIDED = "undecided: too many rule states explain the charges to follow them"
 
 
 def _key(value: Any) -> Any:
@@ -64,7 +65,8 @@ def _charges_by_t(records: Sequence[SpendRecord], column: int | None) -> dict[in
 
 
 def departure(rule: AllocationRule, env: RuleEnv, spent: dict[int, dict[str, float]], length: int) -> str | None:
-    """The first timestamp whose charges no decision of the rule allows, or None if every step is explained."""
+    """The first timestamp whose charges no decision of the rule allows, None if every step is
+    explained, or :data:`UNDECIDED`."""
     purposes = tuple(rule.purposes)
     states: list[Any] = [per_run(rule.initial(FLOAT, env), 1)]
     for t in range(1, length + 1):
@@ -90,20 +92,23 @@ def departure(rule: AllocationRule, env: RuleEnv, spent: dict[int, dict[str, flo
             return (f"t={t}: the mechanism charged {dict(zip(purposes, x, strict=True))}, more than the rule allows for "
                     f"any decision ({rule_text}{', from the first of ' + str(len(states)) + ' states' if len(states) > 1 else ''})")
         if len(found) > STATES_KEPT:
-            return None  # too many explanations to follow: no verdict, never a false alarm
+            return UNDECIDED  # too many explanations to follow: no verdict, never a false alarm
         states = found
     return None
 
 
 def first_departure(rule: AllocationRule, setting: Setting, records: Sequence[SpendRecord]) -> str | None:
-    """Where an explored run's charges leave the rule (see the module docstring), or None."""
+    """Where an explored run's charges leave the rule (see the module docstring), None, or :data:`UNDECIDED`."""
     if setting.notion == "personalized":
         strictest = RuleEnv(min(eps for _, eps, _ in setting.classes), max(w for w, _, _ in setting.classes))
         for c, (w, eps, _) in enumerate(setting.classes):
             spent = _charges_by_t(records, c)
             found = [departure(rule, env, spent, setting.length) for env in (RuleEnv(eps, w), strictest)]
-            if all(f is not None for f in found):
-                return f"class {c} (w={w}, epsilon={eps}): {found[0]}"
+            if None in found:
+                continue
+            if UNDECIDED in found:
+                return UNDECIDED
+            return f"class {c} (w={w}, epsilon={eps}): {found[0]}"
         return None
     env = RuleEnv(setting.epsilon, setting.window)
     return departure(rule, env, _charges_by_t(records, None), setting.length)

@@ -148,7 +148,8 @@ class Run:
     def call(self, reference: str) -> str:
         """Python that replays this run through the real ledger (paste it into a session)."""
         outputs = [np.asarray(o).tolist() if o is not None else None for o in self.outputs]
-        return (f"budgetcheck.verify.explore.replay_outputs({reference!r}, {self.setting.to_json()!r}, {outputs!r})")
+        return (f"from budgetcheck.verify.explore import replay_outputs; "
+                f"replay_outputs({reference!r}, {self.setting.to_json()!r}, {outputs!r})")
 
 
 def _is_threshold(result: Any) -> bool:
@@ -253,7 +254,7 @@ def codes_plan(codes: NDArray[np.int64]) -> Plan:
         if _is_threshold(natural):  # one answer per cell: the last axis of the cells
             per = natural[0].size
             return np.broadcast_to(np.asarray(VALUES)[row[np.arange(per) % columns]].reshape(natural[0].shape), natural.shape).copy()
-        return np.asarray(VALUES)[picked].reshape(natural.shape)
+        return np.asarray(np.asarray(VALUES)[picked].reshape(natural.shape), dtype=np.float64)
 
     return plan
 
@@ -292,6 +293,7 @@ class Exploration:
     checked_rule: bool
     seconds: float
     nondeterministic: str | None = None
+    undecided: int = 0  # runs whose charges conformance could not follow (too many rule states)
 
 
 def small_settings(notion: str) -> Iterator[Setting]:
@@ -327,7 +329,7 @@ def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any 
     With ``rule`` (the mechanism's ``allocation_rule()``), every run is also checked for
     conformance (:func:`budgetcheck.verify.conformance.first_departure`).
     """
-    from budgetcheck.verify.conformance import first_departure
+    from budgetcheck.verify.conformance import UNDECIDED, first_departure
 
     if profile not in BUDGETS:
         raise InvalidArgument(f"profile={profile!r} must be one of {sorted(BUDGETS)}")
@@ -335,14 +337,14 @@ def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any 
     notion = notion_of(mechanism)
     rng = np.random.default_rng(seed)
     start = time.perf_counter()
-    state: dict[str, Any] = {"runs": 0, "worst": None, "w": 0, "T": 0, "errors": []}
+    state: dict[str, Any] = {"runs": 0, "worst": None, "w": 0, "T": 0, "errors": [], "undecided": 0}
 
     def judge(run: Run) -> str | None:
         """A violation or departure found in this run, or None; keeps the tally and the worst run."""
         state["runs"] += 1
         state["w"] = max(state["w"], run.setting.window)
         state["T"] = max(state["T"], run.setting.length)
-        if run.error is not None and len(state["errors"]) < 3:
+        if run.error is not None:
             state["errors"].append(f"{run.setting.describe()}: {run.error}")
         if state["worst"] is None or run.ratio > state["worst"].ratio:
             state["worst"] = run
@@ -350,7 +352,9 @@ def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any 
             return "violation"
         if rule is not None:
             departure = first_departure(rule, run.setting, run.records)
-            if departure is not None:
+            if departure == UNDECIDED:
+                state["undecided"] += 1
+            elif departure is not None:
                 state["departure"] = (departure, run)
                 return "departure"
         return None
@@ -361,7 +365,7 @@ def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any 
         return Exploration(runs=state["runs"], w_max=state["w"], horizon=state["T"], worst=state["worst"],
                            violation=violation if departure is None else None,
                            conformance=departure[0] if departure else None, conformance_run=departure[1] if departure else None,
-                           errors=tuple(state["errors"]), checked_rule=rule is not None,
+                           errors=tuple(state["errors"]), checked_rule=rule is not None, undecided=state["undecided"],
                            seconds=time.perf_counter() - start, nondeterministic=nondeterministic)
 
     for setting in small_settings(notion):
