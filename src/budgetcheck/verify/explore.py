@@ -348,8 +348,6 @@ def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any 
             state["errors"].append(f"{run.setting.describe()}: {run.error}")
         if state["worst"] is None or run.ratio > state["worst"].ratio:
             state["worst"] = run
-        if run.violated:
-            return "violation"
         if rule is not None:
             departure = first_departure(rule, run.setting, run.records)
             if departure == UNDECIDED:
@@ -357,13 +355,13 @@ def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any 
             elif departure is not None:
                 state["departure"] = (departure, run)
                 return "departure"
-        return None
+        return "violation" if run.violated else None
 
     def finish(violation: Run | None) -> Exploration:
         departure = state.get("departure")
         nondeterministic = _nondeterministic(mechanism, violation or state["worst"])
         return Exploration(runs=state["runs"], w_max=state["w"], horizon=state["T"], worst=state["worst"],
-                           violation=violation if departure is None else None,
+                           violation=violation if violation is not None and violation.violated else None,
                            conformance=departure[0] if departure else None, conformance_run=departure[1] if departure else None,
                            errors=tuple(state["errors"]), checked_rule=rule is not None, undecided=state["undecided"],
                            seconds=time.perf_counter() - start, nondeterministic=nondeterministic)
