@@ -23,15 +23,16 @@ def test_verify_all_passes_the_builtins(runner: CliRunner) -> None:
     result = runner.invoke(main, ["verify", "--all", "--examples", "25"])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0].split() == ["mechanism", "examples", "runs", "worst", "window", "/", "ε", "replay", "secret", "proof", "audit", "verdict"]
+    assert lines[0].split() == ["mechanism", "examples", "runs", "worst", "window", "/", "ε", "replay", "secret", "explore", "conform",
+                                "proof", "audit", "bound", "(w,", "T,", "runs", "explored)", "verdict"]
     assert [line.split()[0] for line in lines[2:7]] == ["Uniform", "Sample", "BD", "BA", "Hybrid"]
-    assert all(line.split()[-1] == "pass" for line in lines[2:7])
+    assert all(line.split()[-1] == "proved" and "64, 256," in line for line in lines[2:7])
 
 
 def test_verify_rejects_a_broken_mechanism_with_a_reproducible_call(runner: CliRunner) -> None:
     result = runner.invoke(main, ["verify", "broken.mutants:UniformOverWMinusOne", "--stages", "ab"])
     assert result.exit_code == 1, result.output
-    assert "FAIL" in result.output and "[ledger replay] fail" in result.output
+    assert "VIOLATED" in result.output and "[ledger replay] fail" in result.output
     assert "reproduce: budgetcheck.execute(budgetcheck.load_mechanism('broken.mutants:UniformOverWMinusOne')" in result.output
 
 
@@ -56,7 +57,8 @@ def test_verify_writes_junit_xml(runner: CliRunner, tmp_path: Path) -> None:
     result = runner.invoke(main, ["verify", "broken.mutants:ReadsSecret", "--stages", "ab", "--junit-xml", str(report)])
     assert result.exit_code == 1
     text = report.read_text()
-    assert '<testsuite name="budgetcheck verify" tests="2" failures="1">' in text
+    assert '<testsuite name="budgetcheck verify" tests="3" failures="2">' in text  # the verdict and the stage
+    assert 'name="reads-secret: verdict"><failure message="violated"' in text
     assert 'name="reads-secret: secret access"><failure' in text
 
 
@@ -85,7 +87,7 @@ def test_ba_as_published_shrinks_to_the_known_smallest_case(runner: CliRunner) -
     result = runner.invoke(main, ["verify", "broken.mutants:BAAsPublished", "--json", "--stages", "ab"])
     assert result.exit_code == 1
     report = json.loads(result.output)["results"][0]
-    assert report["verdict"] == "fail"
+    assert report["verdict"] == "violated"
     assert report["counterexample"]["w"] == 2
     assert report["counterexample"]["reason"] == "overspend refused by the ledger"
 
@@ -94,11 +96,14 @@ def test_verify_json_report_is_stable(runner: CliRunner) -> None:
     result = runner.invoke(main, ["verify", "BD", "--examples", "10", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
-    assert report["version"] == 1 and report["profile"] == "quick"
+    assert report["version"] == 2 and report["profile"] == "quick" and report["require"] == "bounded"
     (entry,) = report["results"]
-    assert set(entry) == {"mechanism", "reference", "examples", "runs", "worst_window_over_epsilon", "worst_was_refused", "verdict", "stages", "notion"}
-    assert entry["verdict"] == "pass" and 0 < entry["worst_window_over_epsilon"] <= 1 and entry["worst_was_refused"] is False
-    assert [stage["stage"] for stage in entry["stages"]] == ["ledger replay", "secret access", "proof", "statistical audit"]
+    assert set(entry) == {"mechanism", "reference", "examples", "runs", "worst_window_over_epsilon", "worst_was_refused", "verdict", "stages",
+                          "notion", "bound"}
+    assert entry["verdict"] == "proved" and 0 < entry["worst_window_over_epsilon"] <= 1 and entry["worst_was_refused"] is False
+    assert entry["bound"] == {"w_max": 64, "horizon": 256, "runs_explored": entry["bound"]["runs_explored"]} and entry["bound"]["runs_explored"] > 0
+    assert [stage["stage"] for stage in entry["stages"]] == ["ledger replay", "secret access", "exploration", "rule conformance", "proof",
+                                                             "statistical audit"]
 
 
 def test_verify_is_reproducible(runner: CliRunner) -> None:
@@ -201,7 +206,11 @@ def test_verify_passes_personalized_and_swellfish_builtins(runner: CliRunner, na
     assert result.exit_code == 0, result.output
     (entry,) = json.loads(result.output)["results"]
     verdicts = {stage["stage"]: stage["verdict"] for stage in entry["stages"]}
-    assert verdicts == {"ledger replay": "pass", "secret access": "pass", "proof": "pass", "statistical audit": "pass"}
+    expected = {"ledger replay": "pass", "secret access": "pass", "exploration": "pass", "proof": "pass", "statistical audit": "pass"}
+    if not name.startswith("Unicorn"):  # the Unicorn family has a bounded exhaustive proof, no rule to conform to
+        expected["rule conformance"] = "pass"
+    assert verdicts == expected
+    assert entry["verdict"] == ("verified to a bound" if name.startswith("Unicorn") else "proved")
     assert entry["notion"] in ("personalized", "swellfish")
 
 

@@ -147,9 +147,14 @@ class Run:
 
     def call(self, reference: str) -> str:
         """Python that replays this run through the real ledger (paste it into a session)."""
-        outputs = [np.asarray(o).tolist() if o is not None else None for o in self.outputs]
+        outputs = [_plain(o) if o is not None else None for o in self.outputs]
         return (f"from budgetcheck.verify.explore import replay_outputs; "
                 f"replay_outputs({reference!r}, {self.setting.to_json()!r}, {outputs!r})")
+
+
+def _plain(output: FloatArray) -> Any:
+    """Nested lists of floats, None where unpaid (NaN): what numpy reads back as the same array."""
+    return np.where(np.isnan(output), None, output).tolist()
 
 
 def _is_threshold(result: Any) -> bool:
@@ -337,7 +342,7 @@ def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any 
     notion = notion_of(mechanism)
     rng = np.random.default_rng(seed)
     start = time.perf_counter()
-    state: dict[str, Any] = {"runs": 0, "worst": None, "w": 0, "T": 0, "errors": [], "undecided": 0}
+    state: dict[str, Any] = {"runs": 0, "worst": None, "w": 0, "T": 0, "errors": [], "undecided": 0, "longest": None}
 
     def judge(run: Run) -> str | None:
         """A violation or departure found in this run, or None; keeps the tally and the worst run."""
@@ -348,6 +353,8 @@ def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any 
             state["errors"].append(f"{run.setting.describe()}: {run.error}")
         if state["worst"] is None or run.ratio > state["worst"].ratio:
             state["worst"] = run
+        if state["longest"] is None or run.setting.length > state["longest"].setting.length:
+            state["longest"] = run
         if rule is not None:
             departure = first_departure(rule, run.setting, run.records)
             if departure == UNDECIDED:
@@ -359,7 +366,7 @@ def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any 
 
     def finish(violation: Run | None) -> Exploration:
         departure = state.get("departure")
-        nondeterministic = _nondeterministic(mechanism, violation or state["worst"])
+        nondeterministic = _nondeterministic(mechanism, [violation or state["worst"], state["longest"]])
         return Exploration(runs=state["runs"], w_max=state["w"], horizon=state["T"], worst=state["worst"],
                            violation=violation if violation is not None and violation.violated else None,
                            conformance=departure[0] if departure else None, conformance_run=departure[1] if departure else None,
@@ -377,19 +384,25 @@ def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any 
     return finish(None)
 
 
-def _nondeterministic(mechanism: Any, run: Run | None) -> str | None:
-    """Why the run does not replay to the same records (unseeded randomness, a clock, state kept
-    between runs), or None: exploration judges a mechanism only if its outputs determine it."""
-    if run is None or run.error is not None:
-        return None
-    try:
-        again = replay_outputs(mechanism, run.setting, run.outputs)
-    except Exception as exc:
-        return f"replaying its own outputs failed: {type(exc).__name__}: {exc}"
-    if again.ratio != run.ratio or len(again.records) != len(run.records):
-        return (f"the same outputs gave a worst window of {float(again.ratio):.6f} of epsilon on a second run, "
-                f"{float(run.ratio):.6f} on the first ({run.setting.describe()})")
+def _nondeterministic(mechanism: Any, runs: Sequence[Run | None]) -> str | None:
+    """Why a run does not replay to the same charges (unseeded randomness, a clock, state kept
+    between runs), or None: exploration judges a mechanism only if its outputs and seed determine
+    it. Checked on the worst run and the longest one (where a coin shows over hundreds of steps)."""
+    for run in runs:
+        if run is None or run.error is not None:
+            continue
+        try:
+            again = replay_outputs(mechanism, run.setting, run.outputs)
+        except Exception as exc:
+            return f"replaying its own outputs failed ({run.setting.describe()}): {type(exc).__name__}: {exc}"
+        if _charges(again.records) != _charges(run.records) or again.ratio != run.ratio:
+            return (f"the same charged outputs gave other charges on a second run ({run.setting.describe()}; worst window "
+                    f"{float(again.ratio):.6f} of epsilon, {float(run.ratio):.6f} on the first)")
     return None
+
+
+def _charges(records: Sequence[SpendRecord]) -> list[tuple[int, str, list[float]]]:
+    return [(r.t, r.purpose, np.asarray(r.amounts, dtype=np.float64).ravel().tolist()) for r in records]
 
 
 def _tree(mechanism: Any, setting: Setting, depth: int) -> Iterator[Run]:
