@@ -180,6 +180,9 @@ def test_the_pytest_plugin_passes_every_kth_with_its_bound(pytester: pytest.Pyte
     pytester.makepyfile(every_kth=source, test_nothing="def test_placeholder():\n    pass\n")
     outcome = pytester.runpytest_subprocess("--budgetcheck", "every_kth:EveryKth", "-p", "no:cacheprovider")
     outcome.assert_outcomes(passed=2)
+    strict = pytester.runpytest_subprocess("--budgetcheck", "every_kth:EveryKth", "--budgetcheck-require", "proof", "-p", "no:cacheprovider")
+    strict.assert_outcomes(passed=1, failed=1)
+    strict.stdout.fnmatch_lines(["*EveryKth: verified to a bound (w <= 64, T <= 256*"])
 
 
 def test_the_pre_commit_example_exits_0_on_every_kth() -> None:

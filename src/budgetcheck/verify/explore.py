@@ -154,7 +154,8 @@ class Run:
 
 def _plain(output: FloatArray) -> Any:
     """Nested lists of floats, None where unpaid (NaN): what numpy reads back as the same array."""
-    return np.where(np.isnan(output), None, output).tolist()
+    values = np.asarray(output, dtype=np.float64)
+    return np.where(np.isnan(values), np.array(None, dtype=object), values.astype(object)).tolist()
 
 
 def _is_threshold(result: Any) -> bool:
