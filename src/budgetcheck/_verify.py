@@ -318,8 +318,8 @@ def _timed(stage: Callable[[], StageResult]) -> StageResult:
 
 
 def _replay_w_max(notion: str, max_length: int) -> int:
-    """The largest window the replay strategies draw (w-event: 40; personalized and Swellfish: small)."""
-    return min(40, max_length) if notion == "w-event" else min(8, max_length)
+    """The largest window the replay strategies draw (w-event: w <= 40; personalized: w_c <= 12; Swellfish: |J| <= 24)."""
+    return min({"w-event": 40, "personalized": 12}.get(notion, 24), max_length)
 
 
 def _exploration_stages(reference: str, mechanism: AnyMechanism, budget: str, seed: int) -> tuple[list[StageResult], Any]:

@@ -66,7 +66,18 @@ def _charges_by_t(records: Sequence[SpendRecord], column: int | None) -> dict[in
 
 def departure(rule: AllocationRule, env: RuleEnv, spent: dict[int, dict[str, float]], length: int) -> str | None:
     """The first timestamp whose charges no decision of the rule allows, None if every step is
-    explained, or :data:`UNDECIDED`."""
+    explained, or :data:`UNDECIDED`.
+
+    First follows one explanation where a step's spends are below both decisions' charges (the
+    skip: e.g. a Swellfish timestamp released exactly for free), which keeps the states few; a
+    departure found that way is confirmed by following every explanation (never a false alarm)."""
+    found = _departure(rule, env, spent, length, prefer_skip=True)
+    if found is None or found == UNDECIDED:
+        return found
+    return _departure(rule, env, spent, length, prefer_skip=False)
+
+
+def _departure(rule: AllocationRule, env: RuleEnv, spent: dict[int, dict[str, float]], length: int, *, prefer_skip: bool) -> str | None:
     purposes = tuple(rule.purposes)
     states: list[Any] = [per_run(rule.initial(FLOAT, env), 1)]
     for t in range(1, length + 1):
@@ -75,8 +86,8 @@ def departure(rule: AllocationRule, env: RuleEnv, spent: dict[int, dict[str, flo
         if unknown:
             return f"t={t}: charged {unknown} ({observed}), a purpose the rule {list(purposes)} does not have"
         x = tuple(observed.get(p, 0.0) for p in purposes)
-        exact: list[Any] = []
-        within: list[Any] = []
+        exact: list[tuple[bool, Any]] = []
+        within: list[tuple[bool, Any]] = []
         allowed: dict[bool, tuple[float, ...]] = {}
         for state in states:
             for decision in (False, True):
@@ -85,8 +96,10 @@ def departure(rule: AllocationRule, env: RuleEnv, spent: dict[int, dict[str, flo
                 allowed.setdefault(decision, charges)
                 if all(0.0 <= xi <= ci for xi, ci in zip(x, charges, strict=True)):
                     following = rule.advance(FLOAT, env, state, choice, tuple(np.array([xi]) for xi in x))
-                    (exact if x == charges else within).append(following)
-        found = _distinct(exact or within)
+                    (exact if x == charges else within).append((decision, following))
+        if not exact and prefer_skip and any(not d for d, _ in within):
+            within = [(d, state) for d, state in within if not d]
+        found = _distinct([state for _, state in exact or within])
         if not found:
             rule_text = "; ".join(f"decision {d}: {dict(zip(purposes, c, strict=True))}" for d, c in sorted(allowed.items()))
             return (f"t={t}: the mechanism charged {dict(zip(purposes, x, strict=True))}, more than the rule allows for "
@@ -103,12 +116,15 @@ def first_departure(rule: AllocationRule, setting: Setting, records: Sequence[Sp
         strictest = RuleEnv(min(eps for _, eps, _ in setting.classes), max(w for w, _, _ in setting.classes))
         for c, (w, eps, _) in enumerate(setting.classes):
             spent = _charges_by_t(records, c)
-            found = [departure(rule, env, spent, setting.length) for env in (RuleEnv(eps, w), strictest)]
-            if None in found:
+            own = departure(rule, RuleEnv(eps, w), spent, setting.length)
+            if own is None:
                 continue
-            if UNDECIDED in found:
+            strict = departure(rule, strictest, spent, setting.length)
+            if strict is None:
+                continue
+            if UNDECIDED in (own, strict):
                 return UNDECIDED
-            return f"class {c} (w={w}, epsilon={eps}): {found[0]}"
+            return f"class {c} (w={w}, epsilon={eps}): {own}"
         return None
     env = RuleEnv(setting.epsilon, setting.window)
     return departure(rule, env, _charges_by_t(records, None), setting.length)

@@ -10,7 +10,7 @@ charge, so a refused spend is seen with the sum it attempted. It then searches t
 sequences for the one that maximises the worst window sum / ε (Kellaris et al. 2014, Theorem 3;
 per-user window / ε_i, Du et al. 2025; TOP_δ(J) sum / ε, Tex et al. Theorem 4.2): exhaustively
 over short horizons (every branch of the tree of binary far-below / far-above choices), then by
-a seeded beam search with mutation at w up to the profile's w_max over horizons of 4w.
+a seeded beam search with mutation at w up to the profile's w_max over horizons of 4w, d up to 32.
 
 Exploration runs one run per ledger (``runs=1``), so an operation's output has a leading axis of
 one run, except AboveThreshold's (above, opened, starts) triple, whose leading axis is 3.
@@ -269,18 +269,23 @@ def codes_plan(codes: NDArray[np.int64]) -> Plan:
 
 @attrs.frozen
 class Budget:
-    """How much exploring a profile does: exhaustive depth, then guided runs per window."""
+    """How much exploring a profile does: exhaustive depth, then guided runs per (w, d)."""
 
     tree_depth: int  # binary choices enumerated exhaustively (2^depth leaves at most)
-    windows: tuple[int, ...]  # the guided search's w (or max w_c, max |J|), horizons 4w; the last is w_max
-    runs: tuple[int, ...]  # guided runs per window: structured families first, then mutated children of the best
+    guided: tuple[tuple[int, int, int], ...]  # (w (or max w_c, max |J|), d, runs) over horizons of 4w
     beam: int = 3
-    children: int = 3
+
+    @property
+    def w_max(self) -> int:
+        return max(w for w, _, _ in self.guided)
 
 
+# d = 32 at the largest w: per-dimension decisions (FASTwAsPublished's per-column samples) drift
+# apart in some of 32 columns far more often than in some of 8 (about 15 in 16 runs against 8 in
+# 16), at the same cost per run for every built-in (their work is vectorised over d).
 BUDGETS = {
-    "quick": Budget(tree_depth=6, windows=(5, 24, 64), runs=(20, 10, 6)),
-    "thorough": Budget(tree_depth=10, windows=(5, 17, 41, 64, 128), runs=(60, 50, 40, 30, 20), beam=4, children=5),
+    "quick": Budget(tree_depth=5, guided=((5, 1, 12), (24, 3, 6), (64, 32, 4))),
+    "thorough": Budget(tree_depth=10, guided=((5, 1, 60), (17, 3, 40), (41, 8, 30), (64, 32, 30), (128, 32, 20), (128, 3, 10)), beam=4),
 }
 
 
@@ -316,17 +321,16 @@ def small_settings(notion: str) -> Iterator[Setting]:
         yield Setting("w-event", length, d, w=w)
 
 
-def large_settings(notion: str, windows: Sequence[int]) -> Iterator[Setting]:
-    """The windows ``windows`` over horizons of 4w, d up to 3 (guided search)."""
-    for w in windows:
-        d = 1 if w == windows[0] else (8 if w == windows[-1] else 3)
+def large_settings(notion: str, guided: Sequence[tuple[int, int, int]]) -> Iterator[Setting]:
+    """Each (w, d) of ``guided`` over a horizon of 4w (guided search)."""
+    for w, d, _ in guided:
         length = 4 * w
         if notion == "personalized":
-            yield Setting("personalized", length, d, classes=((max(1, w // 4), 0.5, 1), (w, 1.0, 2)))
+            yield Setting("personalized", length, d, classes=((max(1, w // 4), 0.5, 1), (w, 1.0, 1)))
         elif notion == "swellfish":
             yield Setting("swellfish", length, d, policies=((w, 2 * w - 1, (2.0, 1.0)), (1, max(1, w // 3), (1.0,))))
         else:
-            yield Setting("w-event", length, d, w=w, epsilon=0.5 if w == windows[0] else 1.0)
+            yield Setting("w-event", length, d, w=w, epsilon=0.5 if w == guided[0][0] else 1.0)
 
 
 def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any = None) -> Exploration:
@@ -378,7 +382,7 @@ def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any 
         for run in _tree(mechanism, setting, budget.tree_depth):
             if judge(run) is not None:
                 return finish(run)
-    for setting, runs in zip(large_settings(notion, budget.windows), budget.runs, strict=True):
+    for setting, (_, _, runs) in zip(large_settings(notion, budget.guided), budget.guided, strict=True):
         for run in _guided(mechanism, setting, runs, budget, rng):
             if judge(run) is not None:
                 return finish(run)
@@ -430,8 +434,8 @@ def _families(setting: Setting, columns: int, rng: np.random.Generator) -> Itera
     yield _repeats(rows, columns, rng)
     yield np.where(column == 0, 5, np.where((span >> np.minimum(column - 1, 20)) % 2 == 1, HIGH, LOW)).astype(np.int64)
     yield np.full((rows, columns), HIGH, dtype=np.int64)
-    yield _repeats(rows, columns, rng)
     yield np.where((span // (2 * setting.window + 1) + column) % 2 == 0, HIGH, LOW).astype(np.int64)
+    yield _repeats(rows, columns, rng)
     yield _repeats(rows, columns, rng)
     yield np.where(span % 2 == column % 2, HIGH, LOW).astype(np.int64)
     yield np.where((span % max(2, setting.window)) < 2, HIGH, 2).astype(np.int64)
