@@ -65,7 +65,7 @@ def main() -> None:
 @click.argument("mechanism", nargs=-1)
 @click.option("--all", "verify_all", is_flag=True, help="Verify every built-in mechanism.")
 @click.option("--profile", type=click.Choice(sorted(PROFILES)), default="quick", show_default=True,
-              help="quick: 100 cases, exploration to w = 64 (T = 4w), proofs for w <= 12, 4,000 audit runs; "
+              help="quick: 60 cases, exploration to w = 64 (T = 4w), proofs for w <= 12, 4,000 audit runs; "
                    "thorough: 1,000, w = 128, 128, 40,000.")
 @click.option("--examples", default=None, type=click.IntRange(1), help="Generated cases per mechanism (overrides the profile).")
 @click.option("--stages", default=STAGES, show_default=True,
