@@ -97,11 +97,17 @@ def test_the_violating_outputs_replay_through_the_real_ledger_to_the_same_sum() 
     found = explore(budgetcheck.load_mechanism("mechanisms:FASTwAsPublished"), profile="quick")
     run = found.violation
     assert run is not None and run.ratio > 1 and run.setting.dimensions >= 2
-    again = replay_outputs("mechanisms:FASTwAsPublished", run.setting.to_json(), [None if o is None else o.tolist() for o in run.outputs])
+    outputs = [None if o is None else o.tolist() for o in run.outputs]
+    again = replay_outputs("mechanisms:FASTwAsPublished", run.setting.to_json(), outputs)
     assert again.ratio == run.ratio and again.refused == run.refused
-    assert [(r.t, r.purpose, r.amounts.tolist()) for r in again.records] == [(r.t, r.purpose, r.amounts.tolist()) for r in run.records]
+
+    def charges(records: tuple[SpendRecord, ...]) -> list[tuple[int, str, list[float]]]:
+        return [(r.t, r.purpose, r.amounts.tolist()) for r in records]
+
+    assert charges(again.records) == charges(run.records)
     scope: dict[str, object] = {}
-    exec(run.call("mechanisms:FASTwAsPublished").replace("; replay_outputs(", "; result = replay_outputs(", 1), scope)  # noqa: S102
+    pasted_call = run.call("mechanisms:FASTwAsPublished").replace("; replay_outputs(", "; result = replay_outputs(", 1)
+    exec(pasted_call, scope)  # noqa: S102 - the call verify prints
     pasted = scope["result"]
     assert isinstance(pasted, type(run)) and pasted.ratio == run.ratio
 
@@ -152,12 +158,14 @@ def test_every_kth_is_verified_to_a_bound_and_exits_0_but_not_under_require_proo
     assert "does not meet --require proof" in strict.output
     report = json.loads(runner.invoke(main, ["verify", "plain_mechanisms:EveryKth", "--stages", "e", "--json"]).output)
     entry = report["results"][0]
-    assert entry["verdict"] == "verified to a bound" and entry["bound"]["w_max"] == 64 and entry["bound"]["runs_explored"] > 0
+    assert entry["verdict"] == "verified to a bound"
+    assert entry["bound"]["w_max"] == 64 and entry["bound"]["runs_explored"] > 0
 
 
 def test_a_proved_builtin_meets_require_proof_and_junit_carries_the_verdict(tmp_path: Path) -> None:
     out = tmp_path / "v.xml"
-    result = CliRunner().invoke(main, ["verify", "Sample", "--stages", "ce", "--require", "proof", "--junit-xml", str(out)])
+    arguments = ["verify", "Sample", "--stages", "ce", "--require", "proof", "--junit-xml", str(out)]
+    result = CliRunner().invoke(main, arguments)
     assert result.exit_code == 0, result.output
     assert "proved" in result.output.splitlines()[2]
     assert 'name="Sample: verdict"><system-out>proved (w &lt;= 64' in out.read_text()
@@ -180,7 +188,8 @@ def test_the_pytest_plugin_passes_every_kth_with_its_bound(pytester: pytest.Pyte
     pytester.makepyfile(every_kth=source, test_nothing="def test_placeholder():\n    pass\n")
     outcome = pytester.runpytest_subprocess("--budgetcheck", "every_kth:EveryKth", "-p", "no:cacheprovider")
     outcome.assert_outcomes(passed=2)
-    strict = pytester.runpytest_subprocess("--budgetcheck", "every_kth:EveryKth", "--budgetcheck-require", "proof", "-p", "no:cacheprovider")
+    strict = pytester.runpytest_subprocess("--budgetcheck", "every_kth:EveryKth", "--budgetcheck-require", "proof",
+                                           "-p", "no:cacheprovider")
     strict.assert_outcomes(passed=1, failed=1)
     strict.stdout.fnmatch_lines(["*EveryKth: verified to a bound (w <= 64, T <= 256*"])
 

@@ -93,8 +93,12 @@ class StageResult:
     detail: str = ""
     seconds: float = attrs.field(default=0.0, eq=False)
 
-    def to_json(self) -> dict[str, object]:
-        return {"stage": self.stage, "verdict": self.verdict, "detail": self.detail, "seconds": round(self.seconds, 3)}
+    def to_json(self, *, timings: bool = False) -> dict[str, object]:
+        """The stage as JSON; with its seconds only if ``timings`` (a report stays reproducible without)."""
+        found: dict[str, object] = {"stage": self.stage, "verdict": self.verdict, "detail": self.detail}
+        if timings:
+            found["seconds"] = round(self.seconds, 3)
+        return found
 
 
 @attrs.frozen
@@ -151,7 +155,7 @@ class VerifyResult:
     def failed_stage(self) -> str | None:
         return next((stage.stage for stage in self.stages if stage.verdict == FAIL), None)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self, *, timings: bool = False) -> dict[str, object]:
         report: dict[str, object] = {
             "mechanism": self.mechanism,
             "reference": self.reference,
@@ -161,7 +165,7 @@ class VerifyResult:
             "worst_was_refused": self.worst_refused,
             "verdict": self.outcome.value,
             "bound": self.bound.to_json() if self.bound is not None else None,
-            "stages": [stage.to_json() for stage in self.stages],
+            "stages": [stage.to_json(timings=timings) for stage in self.stages],
         }
         report["notion"] = self.notion
         if self.counterexample is not None:

@@ -75,6 +75,7 @@ def main() -> None:
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="Seed (reproducible runs).")
 @click.option("--max-length", default=60, show_default=True, type=click.IntRange(1), help="Longest generated stream.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report instead of the table.")
+@click.option("--timings", is_flag=True, help="With --json: each stage's seconds (the report is then not reproducible).")
 @click.option("--junit-xml", type=FilePath(dir_okay=False, path_type=Path), default=None, help="Also write a JUnit XML report.")
 @click.option("--report", type=FilePath(dir_okay=False, path_type=Path), default=None,
               help="Plot the window sums of the worst run found against ε (PNG, or HTML for .html); one mechanism only.")
@@ -88,6 +89,7 @@ def verify(
     seed: int,
     max_length: int,
     as_json: bool,
+    timings: bool,
     junit_xml: Path | None,
     report: Path | None,
 ) -> None:
@@ -127,7 +129,7 @@ def verify(
         if not as_json:
             _print_row(result)  # as soon as it is decided
     if as_json:
-        click.echo(json.dumps({"version": 2, "profile": profile, "require": require, "results": [r.to_json() for r in results]}, indent=2))
+        click.echo(json.dumps({"version": 2, "profile": profile, "require": require, "results": [r.to_json(timings=timings) for r in results]}, indent=2))
     else:
         _print_details(results, require)
     if junit_xml is not None:

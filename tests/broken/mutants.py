@@ -724,7 +724,8 @@ class _HandBD:
     def dissimilarity_budget(self, unit: FloatArray, w: int) -> FloatArray:
         return unit
 
-    def publication_budget(self, candidate: FloatArray, quiet: FloatArray, since: FloatArray, half: float) -> FloatArray:
+    def publication_budget(self, candidate: FloatArray, quiet: FloatArray, since: FloatArray,
+                           half: float) -> FloatArray:
         """``quiet``: consecutive skips before t; ``since``: 1 if t - 1 ended a quiet spell of 56 or more."""
         return candidate
 
@@ -772,7 +773,8 @@ class BDCatchesUpAfterQuiet(_HandBD):
 
     name: str = "bd-catches-up-after-quiet"
 
-    def publication_budget(self, candidate: FloatArray, quiet: FloatArray, since: FloatArray, half: float) -> FloatArray:
+    def publication_budget(self, candidate: FloatArray, quiet: FloatArray, since: FloatArray,
+                           half: float) -> FloatArray:
         return np.where((quiet >= 56) | (since == 1), half, candidate)
 
 
@@ -794,7 +796,8 @@ class UniformRecalibratesLate:
         for secret in stream:
             out[:, secret.t - 1] = ledger.laplace(secret, budget)
             if secret.t > 3 * w and secret.t % 64 == 0:
-                out[:, secret.t - 1] = (out[:, secret.t - 1] + ledger.laplace(secret, budget, purpose="recalibration")) / 2
+                again = ledger.laplace(secret, budget, purpose="recalibration")
+                out[:, secret.t - 1] = (out[:, secret.t - 1] + again) / 2
         return out
 
 
@@ -841,4 +844,5 @@ CORPUS: list[tuple[Callable[[], object], str]] = [
     (BDCatchesUpAfterQuiet, "exploration"),
     (UniformRecalibratesLate, "exploration"),
 ]
-CLASS_ONE = (BDLargeWindowDissimilarity, BDCatchesUpAfterQuiet, UniformRecalibratesLate)  # issue 28 class 1: caught only by stage e
+# issue 28 class 1: caught only by stage e
+CLASS_ONE = (BDLargeWindowDissimilarity, BDCatchesUpAfterQuiet, UniformRecalibratesLate)

@@ -89,7 +89,8 @@ class Setting:
         return cls(notion=str(value["notion"]), length=int(value["length"]), dimensions=int(value["dimensions"]),
                    epsilon=float(value.get("epsilon", 1.0)), w=int(value.get("w", 1)),
                    classes=tuple((int(w), float(e), int(n)) for w, e, n in value.get("classes", ())),
-                   policies=tuple((int(s), int(e), tuple(float(x) for x in th)) for s, e, th in value.get("policies", ())),
+                   policies=tuple((int(s), int(e), tuple(float(x) for x in th))
+                                  for s, e, th in value.get("policies", ())),
                    seed=int(value.get("seed", 1)))
 
     def requirements(self) -> RequirementSet:
@@ -111,7 +112,8 @@ class Setting:
         """A stand-in stream of zeros: the charged outputs the mechanism sees are the explorer's."""
         if self.notion == "personalized":
             users = sum(n for _, _, n in self.classes)
-            return PersonalizedStream(self.requirements(), np.zeros((self.length, users), dtype=np.int64), dimensions=self.dimensions)
+            bins = np.zeros((self.length, users), dtype=np.int64)
+            return PersonalizedStream(self.requirements(), bins, dimensions=self.dimensions)
         return GuardedStream(np.zeros((self.length, self.dimensions)))
 
     def audit(self, records: Sequence[SpendRecord]) -> tuple[Fraction, tuple[str, ...]]:
@@ -211,7 +213,8 @@ def run_plan(mechanism: Any, setting: Setting, plan: Plan) -> Run:
     except Exception as exc:  # a failure on outputs the ledger can produce: reported, not a violation
         error = f"{type(exc).__name__}: {exc}"
     if refused is None and ledger.refusals:
-        refused = f"the mechanism asked for more than a window allows {ledger.refusals} time(s) and swallowed the refusal"
+        refused = (f"the mechanism asked for more than a window allows {ledger.refusals} time(s) "
+                   "and swallowed the refusal")
         attempted = Fraction(ledger.worst_refused_ratio)
     records = ledger.records
     ratio, violations = setting.audit(records)
@@ -259,7 +262,8 @@ def codes_plan(codes: NDArray[np.int64]) -> Plan:
         picked = row[np.arange(size) % columns]
         if _is_threshold(natural):  # one answer per cell: the last axis of the cells
             per = natural[0].size
-            return np.broadcast_to(np.asarray(VALUES)[row[np.arange(per) % columns]].reshape(natural[0].shape), natural.shape).copy()
+            answers = np.asarray(VALUES)[row[np.arange(per) % columns]].reshape(natural[0].shape)
+            return np.broadcast_to(answers, natural.shape).copy()
         return np.asarray(np.asarray(VALUES)[picked].reshape(natural.shape), dtype=np.float64)
 
     return plan
@@ -285,7 +289,8 @@ class Budget:
 # 16), at the same cost per run for every built-in (their work is vectorised over d).
 BUDGETS = {
     "quick": Budget(tree_depth=5, guided=((5, 1, 12), (24, 3, 6), (64, 32, 4))),
-    "thorough": Budget(tree_depth=10, guided=((5, 1, 60), (17, 3, 40), (41, 8, 30), (64, 32, 30), (128, 32, 20), (128, 3, 10)), beam=4),
+    "thorough": Budget(tree_depth=10, beam=4,
+                       guided=((5, 1, 60), (17, 3, 40), (41, 8, 30), (64, 32, 30), (128, 32, 20), (128, 3, 10))),
 }
 
 
@@ -374,7 +379,8 @@ def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any 
         nondeterministic = _nondeterministic(mechanism, [violation or state["worst"], state["longest"]])
         return Exploration(runs=state["runs"], w_max=state["w"], horizon=state["T"], worst=state["worst"],
                            violation=violation if violation is not None and violation.violated else None,
-                           conformance=departure[0] if departure else None, conformance_run=departure[1] if departure else None,
+                           conformance=departure[0] if departure else None,
+                           conformance_run=departure[1] if departure else None,
                            errors=tuple(state["errors"]), checked_rule=rule is not None, undecided=state["undecided"],
                            seconds=time.perf_counter() - start, nondeterministic=nondeterministic)
 
@@ -401,8 +407,8 @@ def _nondeterministic(mechanism: Any, runs: Sequence[Run | None]) -> str | None:
         except Exception as exc:
             return f"replaying its own outputs failed ({run.setting.describe()}): {type(exc).__name__}: {exc}"
         if _charges(again.records) != _charges(run.records) or again.ratio != run.ratio:
-            return (f"the same charged outputs gave other charges on a second run ({run.setting.describe()}; worst window "
-                    f"{float(again.ratio):.6f} of epsilon, {float(run.ratio):.6f} on the first)")
+            return (f"the same charged outputs gave other charges on a second run ({run.setting.describe()}; "
+                    f"worst window {float(again.ratio):.6f} of epsilon, {float(run.ratio):.6f} on the first)")
     return None
 
 
