@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from budgetcheck import execute
+from budgetcheck import load_mechanism
 from budgetcheck.cli import main
 from mechanisms import BA
 
@@ -23,15 +24,16 @@ def test_verify_all_passes_the_builtins(runner: CliRunner) -> None:
     result = runner.invoke(main, ["verify", "--all", "--examples", "25"])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0].split() == ["mechanism", "examples", "runs", "worst", "window", "/", "ε", "replay", "secret", "proof", "audit", "verdict"]
+    assert lines[0].split() == ["mechanism", "examples", "runs", "worst", "window", "/", "ε", "replay", "secret", "explore", "conform",
+                                "proof", "audit", "bound", "(w,", "T,", "runs", "explored)", "verdict"]
     assert [line.split()[0] for line in lines[2:7]] == ["Uniform", "Sample", "BD", "BA", "Hybrid"]
-    assert all(line.split()[-1] == "pass" for line in lines[2:7])
+    assert all(line.split()[-1] == "proved" and "64, 256," in line for line in lines[2:7])
 
 
 def test_verify_rejects_a_broken_mechanism_with_a_reproducible_call(runner: CliRunner) -> None:
     result = runner.invoke(main, ["verify", "broken.mutants:UniformOverWMinusOne", "--stages", "ab"])
     assert result.exit_code == 1, result.output
-    assert "FAIL" in result.output and "[ledger replay] fail" in result.output
+    assert "VIOLATED" in result.output and "[ledger replay] fail" in result.output
     assert "reproduce: budgetcheck.execute(budgetcheck.load_mechanism('broken.mutants:UniformOverWMinusOne')" in result.output
 
 
@@ -56,7 +58,8 @@ def test_verify_writes_junit_xml(runner: CliRunner, tmp_path: Path) -> None:
     result = runner.invoke(main, ["verify", "broken.mutants:ReadsSecret", "--stages", "ab", "--junit-xml", str(report)])
     assert result.exit_code == 1
     text = report.read_text()
-    assert '<testsuite name="budgetcheck verify" tests="2" failures="1">' in text
+    assert '<testsuite name="budgetcheck verify" tests="3" failures="2">' in text  # the verdict and the stage
+    assert 'name="reads-secret: verdict"><failure message="violated"' in text
     assert 'name="reads-secret: secret access"><failure' in text
 
 
@@ -85,7 +88,7 @@ def test_ba_as_published_shrinks_to_the_known_smallest_case(runner: CliRunner) -
     result = runner.invoke(main, ["verify", "broken.mutants:BAAsPublished", "--json", "--stages", "ab"])
     assert result.exit_code == 1
     report = json.loads(result.output)["results"][0]
-    assert report["verdict"] == "fail"
+    assert report["verdict"] == "violated"
     assert report["counterexample"]["w"] == 2
     assert report["counterexample"]["reason"] == "overspend refused by the ledger"
 
@@ -94,16 +97,21 @@ def test_verify_json_report_is_stable(runner: CliRunner) -> None:
     result = runner.invoke(main, ["verify", "BD", "--examples", "10", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
-    assert report["version"] == 1 and report["profile"] == "quick"
+    assert report["version"] == 2 and report["profile"] == "quick" and report["require"] == "bounded"
     (entry,) = report["results"]
-    assert set(entry) == {"mechanism", "reference", "examples", "runs", "worst_window_over_epsilon", "worst_was_refused", "verdict", "stages", "notion"}
-    assert entry["verdict"] == "pass" and 0 < entry["worst_window_over_epsilon"] <= 1 and entry["worst_was_refused"] is False
-    assert [stage["stage"] for stage in entry["stages"]] == ["ledger replay", "secret access", "proof", "statistical audit"]
+    assert set(entry) == {"mechanism", "reference", "examples", "runs", "worst_window_over_epsilon", "worst_was_refused", "verdict", "stages",
+                          "notion", "bound"}
+    assert entry["verdict"] == "proved" and 0 < entry["worst_window_over_epsilon"] <= 1 and entry["worst_was_refused"] is False
+    assert entry["bound"] == {"w_max": 64, "horizon": 256, "runs_explored": entry["bound"]["runs_explored"]} and entry["bound"]["runs_explored"] > 0
+    assert [stage["stage"] for stage in entry["stages"]] == ["ledger replay", "secret access", "exploration", "rule conformance", "proof",
+                                                             "statistical audit"]
 
 
 def test_verify_is_reproducible(runner: CliRunner) -> None:
-    args = ["verify", "BA", "--examples", "15", "--seed", "3", "--json", "--stages", "abd"]
+    args = ["verify", "BA", "--examples", "15", "--seed", "3", "--json", "--stages", "abde"]
     assert runner.invoke(main, args).output == runner.invoke(main, args).output
+    timed = json.loads(runner.invoke(main, [*args, "--timings"]).output)  # stage seconds only when asked for
+    assert all(stage["seconds"] >= 0 for stage in timed["results"][0]["stages"])
 
 
 @pytest.mark.parametrize(
@@ -115,7 +123,7 @@ def test_verify_is_reproducible(runner: CliRunner) -> None:
         (["verify", "json:dumps"], "is not a StreamMechanism"),
         (["verify", "json:JSONDecoder"], "is not a StreamMechanism"),
         (["verify", "BD", "--examples", "0"], "0 is not in the range x>=1"),
-        (["verify", "BD", "--stages", "xz"], "must be letters from 'abcd'"),
+        (["verify", "BD", "--stages", "xz"], "must be letters from 'abcde'"),
         (["verify", "BD", "--profile", "slow"], "'slow' is not one of"),
         (["prove", "BD", "--w-min", "5", "--w-max", "2"], "is larger than --w-max"),
     ],
@@ -201,7 +209,14 @@ def test_verify_passes_personalized_and_swellfish_builtins(runner: CliRunner, na
     assert result.exit_code == 0, result.output
     (entry,) = json.loads(result.output)["results"]
     verdicts = {stage["stage"]: stage["verdict"] for stage in entry["stages"]}
-    assert verdicts == {"ledger replay": "pass", "secret access": "pass", "proof": "pass", "statistical audit": "pass"}
+    expected = {"ledger replay": "pass", "secret access": "pass", "exploration": "pass", "proof": "pass", "statistical audit": "pass"}
+    from budgetcheck.proving import rule_of
+
+    has_rule = rule_of(load_mechanism(name)) is not None  # the Unicorn family (and TINAR) has a bounded exhaustive proof, no rule
+    if has_rule:
+        expected["rule conformance"] = "pass"
+    assert verdicts == expected
+    assert entry["verdict"] == ("proved" if has_rule else "verified to a bound")
     assert entry["notion"] in ("personalized", "swellfish")
 
 

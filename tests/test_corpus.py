@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from budgetcheck import verify_mechanism
-from broken.mutants import CORPUS
+from budgetcheck.verify.verdict import Outcome
+from broken.mutants import CLASS_ONE, CORPUS
 from mechanisms import BUILTIN
 
 
@@ -25,6 +26,14 @@ def test_every_mutant_is_rejected_at_its_stage(mutant: type, stage: str) -> None
 def test_no_false_alarm_on_builtins(name: str) -> None:
     result = verify_mechanism(name, examples=60)
     assert result.verdict == "pass", [s.to_json() for s in result.stages]
+    assert result.outcome in (Outcome.PROVED, Outcome.BOUNDED)
+
+
+@pytest.mark.parametrize("mutant", CLASS_ONE, ids=[m.__name__ for m in CLASS_ONE])
+def test_class_one_mutants_need_the_exploration_stage(mutant: type) -> None:
+    """Issue 28 class 1: every stage but exploration (e) passes them, so stage e is what catches them."""
+    without = verify_mechanism(f"broken.mutants:{mutant.__name__}", examples=60, stages="abcd")
+    assert without.outcome is not Outcome.VIOLATED, [s.to_json() for s in without.stages]
 
 
 def test_home_made_pba_control_passes_every_stage_it_can() -> None:
@@ -32,8 +41,9 @@ def test_home_made_pba_control_passes_every_stage_it_can() -> None:
     nullification bound the same home-made code passes replay, secret access and the audit."""
     result = verify_mechanism("broken.mutants:HomeMadePBAControl", examples=60)
     verdicts = {s.stage: s.verdict for s in result.stages}
-    assert verdicts == {"ledger replay": "pass", "secret access": "pass", "proof": "not proved",
+    assert verdicts == {"ledger replay": "pass", "secret access": "pass", "exploration": "pass", "proof": "not proved",
                         "statistical audit": "pass"}, [s.to_json() for s in result.stages]
+    assert result.outcome is Outcome.BOUNDED
 
 
 @pytest.mark.parametrize(("reference", "verdict"), [("broken.mutants:BDDissimilarityHalfSensitivity", "fail"), ("BD", "pass")])

@@ -1,4 +1,7 @@
-"""`budgetcheck verify`, stage (a): ledger replay on generated streams with a brute-force recheck.
+"""`budgetcheck verify`: the stage list, profiles and verdicts; stage (a), ledger replay on
+generated streams with a brute-force recheck, lives here. Stage (e), output-driven exploration
+with rule conformance, is :mod:`budgetcheck.verify.explore`; the verdict a user acts on is
+:mod:`budgetcheck.verify.verdict`.
 
 Each Hypothesis example runs the mechanism through a fresh ledger, then re-checks every window of
 every run from the ledger's records with the independent auditor (:mod:`budgetcheck._audit`). A
@@ -12,6 +15,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from fractions import Fraction
@@ -36,6 +40,7 @@ from budgetcheck._mechanism import (
     execute_swellfish,
     notion_of,
 )
+from budgetcheck.verify.verdict import Outcome, meets, outcome
 from budgetcheck.strategies import (
     PersonalizedCase,
     SwellfishCase,
@@ -81,14 +86,34 @@ PASS, FAIL, NOT_PROVED, INCONCLUSIVE = "pass", "fail", "not proved", "inconclusi
 
 @attrs.frozen
 class StageResult:
-    """One stage of ``verify``: its name, verdict (pass / fail / not proved / inconclusive), detail."""
+    """One stage of ``verify``: its name, verdict (pass / fail / not proved / inconclusive), detail, time."""
 
     stage: str
     verdict: str
     detail: str = ""
+    seconds: float = attrs.field(default=0.0, eq=False)
 
-    def to_json(self) -> dict[str, str]:
-        return {"stage": self.stage, "verdict": self.verdict, "detail": self.detail}
+    def to_json(self, *, timings: bool = False) -> dict[str, object]:
+        """The stage as JSON; with its seconds only if ``timings`` (a report stays reproducible without)."""
+        found: dict[str, object] = {"stage": self.stage, "verdict": self.verdict, "detail": self.detail}
+        if timings:
+            found["seconds"] = round(self.seconds, 3)
+        return found
+
+
+@attrs.frozen
+class Bound:
+    """How far the stages looked: the largest w and horizon T exercised, and the runs explored."""
+
+    w_max: int
+    horizon: int
+    runs_explored: int
+
+    def describe(self) -> str:
+        return f"w <= {self.w_max}, T <= {self.horizon}, {self.runs_explored} runs explored"
+
+    def to_json(self) -> dict[str, int]:
+        return {"w_max": self.w_max, "horizon": self.horizon, "runs_explored": self.runs_explored}
 
 
 @attrs.frozen
@@ -105,26 +130,32 @@ class VerifyResult:
     worst_case: AnyCase | None = attrs.field(default=None, eq=False, repr=False)
     worst_refused: bool = False  # worst_ratio is the sum of a refused attempt
     notion: str = "w-event"
+    bound: Bound | None = None  # what exploration and replay covered
+
+    @property
+    def outcome(self) -> Outcome:
+        """The verdict a user acts on: proved, verified to a bound, violated or inconclusive."""
+        return outcome(((stage.stage, stage.verdict) for stage in self.stages), violated=self.counterexample is not None)
+
+    def meets(self, require: str = "bounded") -> bool:
+        """Whether the verdict satisfies ``--require`` (bounded, the default, or proof)."""
+        return meets(self.outcome, require)
 
     @property
     def passed(self) -> bool:
-        return self.verdict == PASS
+        """Proved or verified to a bound (what ``verify`` exits 0 on by default)."""
+        return self.meets("bounded")
 
     @property
     def verdict(self) -> str:
-        """fail if any stage failed; else inconclusive if any was not proved/inconclusive; else pass."""
-        verdicts = {stage.verdict for stage in self.stages}
-        if self.counterexample is not None or FAIL in verdicts:
-            return FAIL
-        if verdicts & {NOT_PROVED, INCONCLUSIVE}:
-            return INCONCLUSIVE
-        return PASS
+        """The stage-style verdict: fail (violated), inconclusive, or pass (proved or verified to a bound)."""
+        return self.outcome.legacy
 
     @property
     def failed_stage(self) -> str | None:
         return next((stage.stage for stage in self.stages if stage.verdict == FAIL), None)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self, *, timings: bool = False) -> dict[str, object]:
         report: dict[str, object] = {
             "mechanism": self.mechanism,
             "reference": self.reference,
@@ -132,8 +163,9 @@ class VerifyResult:
             "runs": self.runs,
             "worst_window_over_epsilon": self.worst_ratio,
             "worst_was_refused": self.worst_refused,
-            "verdict": self.verdict,
-            "stages": [stage.to_json() for stage in self.stages],
+            "verdict": self.outcome.value,
+            "bound": self.bound.to_json() if self.bound is not None else None,
+            "stages": [stage.to_json(timings=timings) for stage in self.stages],
         }
         report["notion"] = self.notion
         if self.counterexample is not None:
@@ -205,14 +237,18 @@ class Profile:
     """How much time ``verify`` spends: generated cases, proof range, audit runs."""
 
     examples: int
-    w_max: int
+    w_max: int  # of the proof
     audit_runs: int
+    explore: str  # the exploration budget (budgetcheck.verify.explore.BUDGETS): w up to 64 or 128, T = 4w
 
 
 PROFILES = {
-    "quick": Profile(examples=100, w_max=12, audit_runs=4000),
-    "thorough": Profile(examples=1000, w_max=128, audit_runs=40000),
+    # quick replays 60 cases (the corpus's replay mutants are all caught at 60): exploration now
+    # covers the spends at w up to 64, and the profile must stay under 2 minutes on 2 cores
+    "quick": Profile(examples=60, w_max=12, audit_runs=4000, explore="quick"),
+    "thorough": Profile(examples=1000, w_max=128, audit_runs=40000, explore="thorough"),
 }
+STAGES = "abcde"  # a replay, b secret access, c proof, d statistical audit, e exploration and rule conformance
 
 
 def verify_mechanism(
@@ -222,23 +258,30 @@ def verify_mechanism(
     seed: int = 0,
     max_length: int = 60,
     profile: str = "quick",
-    stages: str = "abcd",
+    stages: str = STAGES,
 ) -> VerifyResult:
-    """Run the four stages on one mechanism (``stages`` selects a subset, e.g. "ab").
+    """Run the stages on one mechanism (``stages`` selects a subset, e.g. "ab").
 
     (a) ledger replay on generated cases with a brute-force recheck, shrinking any failure;
     (b) secret access: any read of the true stream outside a charged ledger operation;
+    (e) output-driven exploration of w up to the profile's (64 quick, 128 thorough) with, for a
+        mechanism that exposes a rule, conformance of every explored run's charges to it;
     (c) proof of the mechanism's allocation rule for w in 1..profile.w_max ("not proved" if it
         exposes none); (d) statistical lower bound on the loss for neighbouring streams.
     """
     if profile not in PROFILES:
         raise InvalidArgument(f"profile={profile!r} must be one of {sorted(PROFILES)}")
+    if not isinstance(stages, str) or not stages or set(stages) - set(STAGES):
+        raise InvalidArgument(f"stages={stages!r} must be letters from {STAGES!r}")
     chosen = PROFILES[profile]
     examples = chosen.examples if examples is None else examples
+    started = time.perf_counter()
     replay = _replay(reference, examples=examples, seed=seed, max_length=max_length) if "a" in stages or "b" in stages else None
+    replay_seconds = time.perf_counter() - started
     mechanism = load_mechanism(reference)
     results: list[StageResult] = []
     counterexample = replay.counterexample if replay is not None else None
+    bound = Bound(w_max=max_length if replay is not None else 0, horizon=max_length if replay is not None else 0, runs_explored=0)
     if replay is not None:
         secret = counterexample is not None and counterexample.reason == "secret access"
         other = counterexample is not None and not secret
@@ -246,14 +289,19 @@ def verify_mechanism(
             results.append(StageResult("ledger replay", FAIL if other else PASS,
                                        f"{counterexample.reason}: {counterexample.detail}" if other and counterexample else
                                        f"{replay.examples} streams, {replay.runs} runs, worst window {replay.worst_ratio:.6f} of epsilon"
-                                       + (" (an attempted spend, refused)" if replay.worst_refused else "")))
+                                       + (" (an attempted spend, refused)" if replay.worst_refused else ""), replay_seconds))
         if "b" in stages:
-            results.append(_secret_stage(mechanism, counterexample.detail if secret and counterexample else None))
+            results.append(_timed(lambda: _secret_stage(mechanism, counterexample.detail if secret and counterexample else None)))
+        bound = Bound(w_max=_replay_w_max(notion_of(mechanism), max_length), horizon=max_length, runs_explored=0)
     notion = notion_of(mechanism)
+    if "e" in stages:
+        explored, found = _exploration_stages(reference, mechanism, chosen.explore, seed)
+        results += explored
+        bound = Bound(w_max=max(bound.w_max, found.w_max), horizon=max(bound.horizon, found.horizon), runs_explored=found.runs)
     if "c" in stages:
-        results.append(_proof_stage(mechanism, chosen.w_max))
+        results.append(_timed(lambda: _proof_stage(mechanism, chosen.w_max)))
     if "d" in stages:
-        results.append(_statistical_stage(mechanism, notion, chosen.audit_runs, seed))
+        results.append(_timed(lambda: _statistical_stage(mechanism, notion, chosen.audit_runs, seed)))
     return VerifyResult(
         mechanism=mechanism.name,
         reference=reference,
@@ -265,7 +313,61 @@ def verify_mechanism(
         worst_case=replay.worst_case if replay else None,
         notion=notion,
         worst_refused=replay.worst_refused if replay else False,
+        bound=bound,
     )
+
+
+def _timed(stage: Callable[[], StageResult]) -> StageResult:
+    started = time.perf_counter()
+    result = stage()
+    return attrs.evolve(result, seconds=time.perf_counter() - started)
+
+
+def _replay_w_max(notion: str, max_length: int) -> int:
+    """The largest window the replay strategies draw (w-event: w <= 40; personalized: w_c <= 12; Swellfish: |J| <= 24)."""
+    return min({"w-event": 40, "personalized": 12}.get(notion, 24), max_length)
+
+
+def _exploration_stages(reference: str, mechanism: AnyMechanism, budget: str, seed: int) -> tuple[list[StageResult], Any]:
+    """Stage (e): output-driven exploration and, for a mechanism with a rule, conformance to it."""
+    from budgetcheck.proving import rule_of
+    from budgetcheck.verify.explore import explore
+
+    rule = rule_of(mechanism)
+    found = explore(mechanism, profile=budget, seed=seed, rule=rule)
+    scope = f"{found.runs} runs, w <= {found.w_max}, T <= {found.horizon}"
+    worst = found.worst
+    if found.violation is not None:
+        run = found.violation
+        what = run.refused if run.refused is not None else run.violations[0]
+        kind = "overspend refused by the ledger" if run.refused is not None else "window over epsilon"
+        detail = (f"{kind} at {run.setting.describe()}: {what} (window sum {float(run.ratio):.6f} of epsilon); "
+                  f"replay: {run.call(reference)}")
+        exploration = StageResult("exploration", FAIL, detail, found.seconds)
+    elif found.nondeterministic is not None:
+        exploration = StageResult("exploration", INCONCLUSIVE, f"the mechanism is not a function of its charged outputs and seed: "
+                                                               f"{found.nondeterministic}", found.seconds)
+    elif worst is None or worst.error is not None and found.runs == len(found.errors):
+        exploration = StageResult("exploration", INCONCLUSIVE, f"no run completed: {'; '.join(found.errors)}", found.seconds)
+    else:
+        failed = f"; the mechanism failed on {len(found.errors)}+ output sequences (e.g. {found.errors[0]})" if found.errors else ""
+        exploration = StageResult("exploration", PASS, f"{scope}, worst window {float(worst.ratio):.6f} of epsilon "
+                                                       f"({worst.setting.describe()}){failed}", found.seconds)
+    stages = [exploration]
+    if rule is not None:
+        if found.conformance is not None and found.conformance_run is not None:
+            run = found.conformance_run
+            stages.append(StageResult("rule conformance", FAIL, f"{run.setting.describe()}: {found.conformance}; "
+                                                                f"replay: {run.call(reference)}"))
+        elif found.violation is not None:
+            stages.append(StageResult("rule conformance", NOT_PROVED, "not judged: exploration found a violation first"))
+        elif found.undecided:
+            stages.append(StageResult("rule conformance", NOT_PROVED, f"the charges of {found.undecided} of {found.runs} explored "
+                                                                      f"runs have too many explanations to follow"))
+        else:
+            stages.append(StageResult("rule conformance", PASS, f"the charges of all {found.runs} explored runs ({scope}) are "
+                                                                "ones the allocation rule allows for some decision sequence"))
+    return stages, found
 
 
 def _secret_stage(mechanism: AnyMechanism, read: str | None) -> StageResult:

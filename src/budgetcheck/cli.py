@@ -23,7 +23,8 @@ from budgetcheck._audit import audit_windows
 from budgetcheck._cli_types import FilePath, LedgerTarget, Progress
 from budgetcheck._errors import InvalidArgument
 from budgetcheck._records import LedgerHeader, SpendRecord, load_lines
-from budgetcheck._verify import PROFILES, VerifyResult, load_mechanism, verify_mechanism
+from budgetcheck._verify import PROFILES, STAGES, VerifyResult, load_mechanism, verify_mechanism
+from budgetcheck.verify.verdict import REQUIREMENTS, Outcome, exit_code
 from budgetcheck.strategies import VerificationCase
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERNAL = 0, 1, 2, 3, 70
@@ -64,12 +65,17 @@ def main() -> None:
 @click.argument("mechanism", nargs=-1)
 @click.option("--all", "verify_all", is_flag=True, help="Verify every built-in mechanism.")
 @click.option("--profile", type=click.Choice(sorted(PROFILES)), default="quick", show_default=True,
-              help="quick: 100 cases, proofs for w <= 12, 4,000 audit runs; thorough: 1,000, 64, 40,000.")
+              help="quick: 60 cases, exploration to w = 64 (T = 4w), proofs for w <= 12, 4,000 audit runs; "
+                   "thorough: 1,000, w = 128, 128, 40,000.")
 @click.option("--examples", default=None, type=click.IntRange(1), help="Generated cases per mechanism (overrides the profile).")
-@click.option("--stages", default="abcd", show_default=True, help="Stages to run: a replay, b secret access, c proof, d statistical audit.")
+@click.option("--stages", default=STAGES, show_default=True,
+              help="Stages to run: a replay, b secret access, c proof, d statistical audit, e exploration and rule conformance.")
+@click.option("--require", type=click.Choice(REQUIREMENTS), default="bounded", show_default=True,
+              help="What exits 0: bounded (proved, or verified to the bound printed) or proof (proved only).")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="Seed (reproducible runs).")
 @click.option("--max-length", default=60, show_default=True, type=click.IntRange(1), help="Longest generated stream.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report instead of the table.")
+@click.option("--timings", is_flag=True, help="With --json: each stage's seconds (the report is then not reproducible).")
 @click.option("--junit-xml", type=FilePath(dir_okay=False, path_type=Path), default=None, help="Also write a JUnit XML report.")
 @click.option("--report", type=FilePath(dir_okay=False, path_type=Path), default=None,
               help="Plot the window sums of the worst run found against ε (PNG, or HTML for .html); one mechanism only.")
@@ -79,18 +85,27 @@ def verify(
     profile: str,
     examples: int | None,
     stages: str,
+    require: str,
     seed: int,
     max_length: int,
     as_json: bool,
+    timings: bool,
     junit_xml: Path | None,
     report: Path | None,
 ) -> None:
     """Check that MECHANISM (a built-in name such as BD, or module:attr) never overspends.
 
-    Four stages, each reported: (a) ledger replay on generated streams with an independent
-    brute-force recheck of every window; (b) secret access; (c) Z3 proof of the allocation rule;
-    (d) statistical lower bound on the privacy loss. Exit codes: 0 all pass, 1 a violation,
-    2 usage error, 3 inconclusive (e.g. not proved).
+    Five stages, each reported: (a) ledger replay on generated streams with an independent
+    brute-force recheck of every window; (b) secret access and non-interference; (e) exploration
+    with charged outputs the verifier chooses, and conformance of the charges to the allocation
+    rule; (c) Z3 proof of the allocation rule; (d) statistical lower bound on the privacy loss.
+    Verdict per mechanism: proved (rule proved and conformance held), verified to a bound (nothing
+    found up to the w and T printed), violated, or inconclusive.
+
+    \b
+    Exit codes: 0 every verdict meets --require (default bounded: proved or verified to a bound);
+    1 a violation; 2 usage error; 3 inconclusive, or not meeting --require (e.g. --require proof
+    on a mechanism without a rule).
     """
     _hypothesis_cache()
     references = list(mechanism)
@@ -100,18 +115,23 @@ def verify(
         references += [name for name in BUILTIN if name not in references]
     if not references:
         raise click.UsageError("name a MECHANISM (e.g. BD or my_module:MyMechanism) or pass --all")
-    if not stages or set(stages) - set("abcd"):
-        raise click.BadParameter(f"stages={stages!r} must be letters from 'abcd'", param_hint="--stages")
+    if not stages or set(stages) - set(STAGES):
+        raise click.BadParameter(f"stages={stages!r} must be letters from {STAGES!r}", param_hint="--stages")
     results = []
+    if not as_json:
+        _print_header()
     for reference in references:
         try:
-            results.append(verify_mechanism(reference, examples=examples, seed=seed, max_length=max_length, profile=profile, stages=stages))
+            result = verify_mechanism(reference, examples=examples, seed=seed, max_length=max_length, profile=profile, stages=stages)
         except InvalidArgument as exc:
             raise click.BadParameter(str(exc), param_hint="MECHANISM") from exc
+        results.append(result)
+        if not as_json:
+            _print_row(result)  # as soon as it is decided
     if as_json:
-        click.echo(json.dumps({"version": 1, "profile": profile, "results": [r.to_json() for r in results]}, indent=2))
+        click.echo(json.dumps({"version": 2, "profile": profile, "require": require, "results": [r.to_json(timings=timings) for r in results]}, indent=2))
     else:
-        _print_table(results)
+        _print_details(results, require)
     if junit_xml is not None:
         junit_xml.write_text(_junit(results), encoding="utf-8")
     if report is not None:
@@ -123,19 +143,33 @@ def verify(
         from budgetcheck._report import write_report
 
         write_report(results[0], case, report)
-    verdicts = {r.verdict for r in results}
-    sys.exit(EXIT_VIOLATION if "fail" in verdicts else EXIT_INCONCLUSIVE if "inconclusive" in verdicts else EXIT_OK)
+    sys.exit(exit_code((r.outcome for r in results), require))
 
 
-def _print_table(results: list[VerifyResult]) -> None:
-    header = f"{'mechanism':<22} {'examples':>8} {'runs':>6} {'worst window / ε':>17}  {'replay':<7} {'secret':<7} {'proof':<12} {'audit':<12} verdict"
-    click.echo(header)
-    click.echo("-" * len(header))
+_COLUMNS = ("ledger replay", "secret access", "exploration", "rule conformance", "proof", "statistical audit")
+_HEADER = (f"{'mechanism':<22} {'examples':>8} {'runs':>6} {'worst window / ε':>17}  {'replay':<7} {'secret':<7} {'explore':<7} "
+           f"{'conform':<10} {'proof':<10} {'audit':<7} {'bound (w, T, runs explored)':<28} verdict")
+
+
+def _print_header() -> None:
+    click.echo(_HEADER)
+    click.echo("-" * len(_HEADER))
+
+
+def _print_row(r: VerifyResult) -> None:
+    by_stage = {stage.stage: stage.verdict for stage in r.stages}
+    c = [by_stage.get(name, "-") for name in _COLUMNS]
+    bound = f"{r.bound.w_max}, {r.bound.horizon}, {r.bound.runs_explored}" if r.bound is not None else "-"
+    verdict = r.outcome.value if r.outcome in (Outcome.PROVED, Outcome.BOUNDED) else r.outcome.value.upper()
+    click.echo(f"{r.mechanism:<22} {r.examples:>8} {r.runs:>6} {_worst(r):>17}  {c[0]:<7} {c[1]:<7} {c[2]:<7} {c[3]:<10} {c[4]:<10} "
+               f"{c[5]:<7} {bound:<28} {verdict}")
+
+
+def _print_details(results: list[VerifyResult], require: str) -> None:
     for r in results:
-        by_stage = {stage.stage: stage.verdict for stage in r.stages}
-        cells = [by_stage.get(name, "-") for name in ("ledger replay", "secret access", "proof", "statistical audit")]
-        click.echo(f"{r.mechanism:<22} {r.examples:>8} {r.runs:>6} {_worst(r):>17}  {cells[0]:<7} {cells[1]:<7} {cells[2]:<12} {cells[3]:<12} {r.verdict.upper() if r.verdict != 'pass' else 'pass'}")
-    for r in results:
+        if r.outcome is Outcome.BOUNDED and r.bound is not None:
+            short = " (does not meet --require proof)" if require == "proof" else ""
+            click.echo(f"\n{r.mechanism}: verified to a bound: {r.bound.describe()}{short}")
         for stage in r.stages:
             if stage.verdict != "pass":
                 click.echo(f"\n{r.mechanism} [{stage.stage}] {stage.verdict}: {stage.detail}")
@@ -153,6 +187,15 @@ def _junit(results: list[VerifyResult]) -> str:
     cases = []
     failures = 0
     for r in results:
+        bound = f" ({r.bound.describe()})" if r.bound is not None else ""
+        verdict = quoteattr(f"{r.mechanism}: verdict")
+        if r.outcome is Outcome.VIOLATED:
+            failures += 1
+            cases.append(f"  <testcase classname=\"budgetcheck.verify\" name={verdict}><failure message={quoteattr(r.outcome.value)}/></testcase>")
+        elif r.outcome is Outcome.INCONCLUSIVE:
+            cases.append(f"  <testcase classname=\"budgetcheck.verify\" name={verdict}><skipped message={quoteattr(r.outcome.value)}/></testcase>")
+        else:
+            cases.append(f"  <testcase classname=\"budgetcheck.verify\" name={verdict}><system-out>{quoteattr(r.outcome.value + bound)[1:-1]}</system-out></testcase>")
         for stage in r.stages:
             name = quoteattr(f"{r.mechanism}: {stage.stage}")
             if stage.verdict == "pass":

@@ -1,9 +1,10 @@
 """pytest integration: ``pytest --budgetcheck MECH`` and the ``budgetcheck_verify`` fixture.
 
 Loaded automatically (entry point ``pytest11``). ``--budgetcheck BD --budgetcheck pkg:Mine`` adds
-one test per mechanism that fails unless ``verify`` passes every stage;
-``--budgetcheck-profile thorough`` trades time for power. In a test, the fixture
-``budgetcheck_verify("pkg:Mine")`` asserts the same and returns the result.
+one test per mechanism that fails unless ``verify``'s verdict meets ``--budgetcheck-require``
+(``bounded``, the default: proved or verified to a bound, as ``budgetcheck verify`` exits 0;
+``proof``: proved only); ``--budgetcheck-profile thorough`` trades time for power. In a test, the
+fixture ``budgetcheck_verify("pkg:Mine")`` asserts the same and returns the result.
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("budgetcheck")
     group.addoption("--budgetcheck", action="append", default=[], metavar="MECH", help="verify this mechanism (repeatable)")
     group.addoption("--budgetcheck-profile", default="quick", choices=["quick", "thorough"], help="verify profile")
+    group.addoption("--budgetcheck-require", default="bounded", choices=["bounded", "proof"],
+                    help="what passes: bounded (proved or verified to a bound) or proof (proved only)")
 
 
 def _explain(result: VerifyResult) -> str:
-    lines = [f"{result.mechanism}: {result.verdict}"]
+    bound = f" ({result.bound.describe()})" if result.bound is not None else ""
+    lines = [f"{result.mechanism}: {result.outcome.value}{bound}"]
     lines += [f"  [{stage.stage}] {stage.verdict}: {stage.detail}" for stage in result.stages]
     if result.counterexample is not None:
         lines.append(f"  reproduce: {result.counterexample.call(result.reference)}")
@@ -33,14 +37,15 @@ def _explain(result: VerifyResult) -> str:
 class BudgetcheckItem(pytest.Item):
     """One ``verify`` run as a test item."""
 
-    def __init__(self, *, reference: str, profile: str, **kwargs: Any) -> None:
+    def __init__(self, *, reference: str, profile: str, require: str = "bounded", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.reference = reference
         self.profile = profile
+        self.require = require
 
     def runtest(self) -> None:
         result = verify_mechanism(self.reference, profile=self.profile)
-        if not result.passed:
+        if not result.meets(self.require):
             raise AssertionError(_explain(result))
 
     def reportinfo(self) -> tuple[str, int, str]:
@@ -48,18 +53,19 @@ class BudgetcheckItem(pytest.Item):
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    profile = config.getoption("--budgetcheck-profile")
+    profile, require = config.getoption("--budgetcheck-profile"), config.getoption("--budgetcheck-require")
     for reference in config.getoption("--budgetcheck"):
-        items.append(BudgetcheckItem.from_parent(session, name=f"budgetcheck[{reference}]", reference=reference, profile=profile))
+        items.append(BudgetcheckItem.from_parent(session, name=f"budgetcheck[{reference}]", reference=reference, profile=profile,
+                                                 require=require))
 
 
 @pytest.fixture
 def budgetcheck_verify() -> Callable[..., VerifyResult]:
-    """Assert that a mechanism verifies: ``budgetcheck_verify("pkg:Mine", profile="quick")``."""
+    """Assert that a mechanism verifies: ``budgetcheck_verify("pkg:Mine", profile="quick", require="bounded")``."""
 
-    def check(reference: str, **options: Any) -> VerifyResult:
+    def check(reference: str, require: str = "bounded", **options: Any) -> VerifyResult:
         result = verify_mechanism(reference, **options)
-        assert result.passed, _explain(result)
+        assert result.meets(require), _explain(result)
         return result
 
     return check

@@ -19,9 +19,10 @@ from budgetcheck import (
     rounding,
 )
 
+from budgetcheck.ops import FLOAT, per_run
 from budgetcheck.proving import RuleEnv
 from mechanisms.dsat import DSATw
-from mechanisms.rules import DistanceTestRule
+from mechanisms.rules import BDRule, DistanceTestRule, PeriodicRule
 
 FloatArray = NDArray[np.float64]
 
@@ -704,6 +705,102 @@ class RescueDPKalmanFromTrueSeries:
 
 
 # (mutant, the stage that must catch it)
+# -- class 1 of issue 28: a correct rule, code that spends differently in some regime --------------
+# Written as a third party would: the public API and the built-in rules, nothing else. Each exposes a
+# rule ``budgetcheck prove`` proves; the code departs from it only where replay (w <= 40, T <= 60)
+# does not look, so only exploration and rule conformance (stage e) catch them.
+
+
+@attrs.frozen
+class _HandBD:
+    """BD by hand (Kellaris et al. 2014, Fig. 2) over the proved BDRule's float back-end; the
+    subclasses change one budget in one regime (the hooks)."""
+
+    name: str = "hand-bd"
+
+    def allocation_rule(self) -> BDRule:
+        return BDRule()
+
+    def dissimilarity_budget(self, unit: FloatArray, w: int) -> FloatArray:
+        return unit
+
+    def publication_budget(self, candidate: FloatArray, quiet: FloatArray, since: FloatArray,
+                           half: float) -> FloatArray:
+        """``quiet``: consecutive skips before t; ``since``: 1 if t - 1 ended a quiet spell of 56 or more."""
+        return candidate
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        rule, env = self.allocation_rule(), RuleEnv(ledger.params.epsilon, ledger.params.w)
+        runs = ledger.runs
+        state = per_run(rule.initial(FLOAT, env), runs)
+        last = np.zeros((runs, stream.dimensions))
+        quiet, since = np.zeros(runs), np.zeros(runs)  # consecutive skips; whether t - 1 ended a long quiet spell
+        half = rounding.share(ledger.params.epsilon, 2)
+        out = np.zeros((runs, stream.length, stream.dimensions))
+        for secret in stream:
+            unit, candidate = rule.charges(FLOAT, env, state, np.full(runs, True))
+            dissimilarity = self.dissimilarity_budget(np.broadcast_to(unit, (runs,)), env.w)
+            dis = ledger.dissimilarity(secret, last, dissimilarity)
+            candidate = self.publication_budget(np.broadcast_to(candidate, (runs,)), quiet, since, half)
+            with np.errstate(divide="ignore"):
+                publish = (candidate > 0) & (dis > 1.0 / candidate)
+            spent = np.where(publish, candidate, 0.0)
+            if publish.any():
+                last = np.where(publish[:, None], ledger.laplace(secret, spent), last)
+            since = np.where(publish & (quiet >= 56), 1.0, 0.0)
+            quiet = np.where(publish, 0.0, quiet + 1)
+            state = rule.advance(FLOAT, env, state, publish, (dissimilarity, spent))
+            out[:, secret.t - 1] = last
+        return out
+
+
+@attrs.frozen
+class BDLargeWindowDissimilarity(_HandBD):
+    """For w > 40 the author 'simplified' the dissimilarity budget to ε/w (the rule's is ε/(2w)):
+    the dissimilarities alone fill a window, so any publication overspends — but only for w > 40."""
+
+    name: str = "bd-large-window-dissimilarity"
+
+    def dissimilarity_budget(self, unit: FloatArray, w: int) -> FloatArray:
+        return unit * 2.0 if w > 40 else unit
+
+
+@attrs.frozen
+class BDCatchesUpAfterQuiet(_HandBD):
+    """After a quiet spell (56 or more consecutive skips) the author 'catches up': the publication
+    that ends it and the next one each take the whole half budget ε/2, whatever the window already
+    holds. Only that decision sequence triggers it (replay's streams, T <= 60, hardly produce it)."""
+
+    name: str = "bd-catches-up-after-quiet"
+
+    def publication_budget(self, candidate: FloatArray, quiet: FloatArray, since: FloatArray,
+                           half: float) -> FloatArray:
+        return np.where((quiet >= 56) | (since == 1), half, candidate)
+
+
+@attrs.frozen
+class UniformRecalibratesLate:
+    """Uniform (ε/w per timestamp, the proved PeriodicRule) that, once warmed up (after 3w
+    timestamps), adds a recalibration release at every 64th timestamp: two charges of ε/w at such
+    a t. Replay's streams (T <= 60) never reach one."""
+
+    name: str = "uniform-recalibrates-late"
+
+    def allocation_rule(self) -> PeriodicRule:
+        return PeriodicRule(every=1)
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        w = ledger.params.w
+        budget = rounding.share(ledger.params.epsilon, w)
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        for secret in stream:
+            out[:, secret.t - 1] = ledger.laplace(secret, budget)
+            if secret.t > 3 * w and secret.t % 64 == 0:
+                again = ledger.laplace(secret, budget, purpose="recalibration")
+                out[:, secret.t - 1] = (out[:, secret.t - 1] + again) / 2
+        return out
+
+
 CORPUS: list[tuple[Callable[[], object], str]] = [
     (MeasureKeepsPayload, "secret access"),
     (PBANullificationMinimum, "ledger replay"),
@@ -743,4 +840,9 @@ CORPUS: list[tuple[Callable[[], object], str]] = [
     (MeasureTinySensitivity, "statistical audit"),
     (SeriesOverWMinusOne, "ledger replay"),
     (SeriesHalfSensitivity, "statistical audit"),
+    (BDLargeWindowDissimilarity, "exploration"),
+    (BDCatchesUpAfterQuiet, "exploration"),
+    (UniformRecalibratesLate, "exploration"),
 ]
+# issue 28 class 1: caught only by stage e
+CLASS_ONE = (BDLargeWindowDissimilarity, BDCatchesUpAfterQuiet, UniformRecalibratesLate)

@@ -1,0 +1,63 @@
+"""The verdict a user acts on, from the stages' results, and what ``--require`` lets exit 0.
+
+*proved*: the allocation rule is proved and every explored run's charges conformed to it, so the
+proof covers the code that runs. *verified to a bound*: nothing was found by the stages that ran,
+up to the stated w and horizon (no rule, or the rule's conformance was not checked). *violated*:
+a stage found an overspend, a read, a leak or a departure from the rule. *inconclusive*: a stage
+could not decide (a nondeterministic mechanism, an unknown proof, a failure to run).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+
+from budgetcheck._errors import InvalidArgument
+
+PASS, FAIL, NOT_PROVED, INCONCLUSIVE = "pass", "fail", "not proved", "inconclusive"
+EXIT_OK, EXIT_VIOLATION, EXIT_INCONCLUSIVE = 0, 1, 3
+REQUIREMENTS = ("bounded", "proof")
+
+
+class Outcome(enum.Enum):
+    """One mechanism's verdict, as the table, JSON and JUnit outputs print it."""
+
+    PROVED = "proved"
+    BOUNDED = "verified to a bound"
+    VIOLATED = "violated"
+    INCONCLUSIVE = "inconclusive"
+
+    @property
+    def legacy(self) -> str:
+        """The stage-style verdict: fail, inconclusive, or pass (proved or bounded)."""
+        return {Outcome.VIOLATED: FAIL, Outcome.INCONCLUSIVE: INCONCLUSIVE}.get(self, PASS)
+
+
+def outcome(stages: Iterable[tuple[str, str]], *, violated: bool = False) -> Outcome:
+    """The verdict from (stage name, stage verdict) pairs (see the module docstring)."""
+    by_stage = dict(stages)
+    verdicts = set(by_stage.values())
+    if violated or FAIL in verdicts:
+        return Outcome.VIOLATED
+    if INCONCLUSIVE in verdicts:
+        return Outcome.INCONCLUSIVE
+    if by_stage.get("proof") == PASS and by_stage.get("rule conformance") == PASS:
+        return Outcome.PROVED
+    if PASS in (by_stage.get("exploration"), by_stage.get("ledger replay")):
+        return Outcome.BOUNDED
+    return Outcome.INCONCLUSIVE  # nothing ran that covers the mechanism's code
+
+
+def meets(verdict: Outcome, require: str) -> bool:
+    """Whether ``verdict`` satisfies ``--require`` (``proof``: proved; ``bounded``: proved or bounded)."""
+    if require not in REQUIREMENTS:
+        raise InvalidArgument(f"require={require!r} must be one of {REQUIREMENTS}")
+    return verdict is Outcome.PROVED or (require == "bounded" and verdict is Outcome.BOUNDED)
+
+
+def exit_code(verdicts: Iterable[Outcome], require: str = "bounded") -> int:
+    """0 if every verdict meets ``require``; 1 if any is violated; else 3 (inconclusive or short of it)."""
+    found = list(verdicts)
+    if Outcome.VIOLATED in found:
+        return EXIT_VIOLATION
+    return EXIT_OK if all(meets(v, require) for v in found) else EXIT_INCONCLUSIVE
