@@ -704,7 +704,56 @@ class RescueDPKalmanFromTrueSeries:
 
 
 # (mutant, the stage that must catch it)
+
+
+# --- issue 28, class 2: leaks that only a property of the data triggers (caught by secret access) ---
+
+
+def _keeping_uniform(stream: GuardedStream, ledger: WindowLedger, leak: Callable[[list[FloatArray]], bool]) -> FloatArray:
+    """Uniform through measure() whose measured function keeps each payload aside; where ``leak``
+    says so on what it kept, the release is the kept true value itself."""
+    budget = rounding.share(ledger.params.epsilon, ledger.params.w)
+    out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+    kept: list[FloatArray] = []
+
+    def counts(values: FloatArray) -> FloatArray:
+        kept.append(np.array(values))
+        return np.asarray(values)
+
+    for secret in stream:
+        noisy = ledger.measure(counts, secret, sensitivity=1.0, epsilon=budget)
+        out[:, secret.t - 1] = kept[-1][None, :] if leak(kept) else noisy
+    return out
+
+
+@attrs.frozen
+class LeaksAboveAMillion:
+    """Uniform that publishes a timestamp's true counts whenever one of them exceeds 10^6 (a large
+    count "needs no noise"): the fixed Poisson(3)/Poisson(40) pair never triggers it."""
+
+    name: str = "leaks-above-a-million"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        return _keeping_uniform(stream, ledger, lambda kept: bool(kept[-1].max() > 1e6))
+
+
+@attrs.frozen
+class LeaksOnThreeEqualCounts:
+    """Uniform that publishes the true counts when the first count was the same, above 100, at three
+    consecutive timestamps (a "stable" series): only a pattern in the data opens it."""
+
+    name: str = "leaks-on-three-equal-counts"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        def stable(kept: list[FloatArray]) -> bool:
+            last = [float(k[0]) for k in kept[-3:]]
+            return len(last) == 3 and last[0] == last[1] == last[2] > 100
+        return _keeping_uniform(stream, ledger, stable)
+
+
 CORPUS: list[tuple[Callable[[], object], str]] = [
+    (LeaksAboveAMillion, "secret access"),
+    (LeaksOnThreeEqualCounts, "secret access"),
     (MeasureKeepsPayload, "secret access"),
     (PBANullificationMinimum, "ledger replay"),
     (PBANullificationAverage, "ledger replay"),
