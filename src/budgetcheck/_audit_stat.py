@@ -22,7 +22,7 @@ Neighbours, per notion (streams of d = 2: one individual sits in one bin per tim
   runs publish there; the spikes h − 1, h, h + 1 against one more;
 - personalized (Du et al. 2025): one user moved to another bin at one timestamp, for a user of each
   requirement class, at the start, middle and end of their window; compared with that user's ε_i;
-  and where the shared publish decision flips: k users of a large population already moved at t = 1
+  and where the shared publish decision flips: k users of a large population already moved at t = 2
   (k found by bisection) against k + 1;
 - Swellfish (Tex et al.): a policy's pattern, θ added at its timestamps, at every placement inside
   its relevance interval; compared with ε.
@@ -208,7 +208,7 @@ def statistical_audit(
     # decision flips: at t = 1 of a zero stream (the mechanism's state is known there) and in the
     # middle of a window of the constant stream
     for where, level, position in (("at t=1", 0.0, 0), ("mid-window", _BASE_LEVEL, w + w // 2)):
-        flat = np.full((length, 2), level)
+        flat = np.full((length, 1), level)  # d = 1: a mean dissimilarity over d bins would dilute the flip
         height = decision_flip(pilot, flat, position, seed=seed + 10_000)
         if height is None:
             continue
@@ -223,7 +223,7 @@ def statistical_audit(
 
 def personalized_audit(mechanism: PersonalizedMechanism, *, runs: int = 4000, alpha: float = 0.05, seed: int = 0,
                        pilot_runs: int = 400) -> StatFinding:
-    """Personalized: one user of each class moves from bin 0 to bin 1 at one timestamp; and at t = 1,
+    """Personalized: one user of each class moves from bin 0 to bin 1 at one timestamp; and at t = 2,
     where the shared publish decision flips, k users of a class already moved against k + 1."""
     requirements = RequirementSet([(2, 0.5)] * _CLASS_SIZE + [(3, 1.0)] * _CLASS_SIZE)
     length = 9
@@ -252,11 +252,11 @@ def personalized_audit(mechanism: PersonalizedMechanism, *, runs: int = 4000, al
             continue
         for k in range(max(0, count - 1), min(count + 1, members.size - 1) + 1):
             before = base.copy()
-            before[0, members[:k]] = 1
+            before[1, members[:k]] = 1
             after = before.copy()
-            after[0, members[k]] = 1
-            pairs.append(NeighbourPair(f"decision flip at t=1 ({k} vs {k + 1} users of (w={requirement.w}, "
-                                       f"epsilon={requirement.epsilon}) in bin 1)", before, after, (0,), 1.0, 1,
+            after[1, members[k]] = 1
+            pairs.append(NeighbourPair(f"decision flip at t=2 ({k} vs {k + 1} users of (w={requirement.w}, "
+                                       f"epsilon={requirement.epsilon}) in bin 1)", before, after, (1,), 1.0, 1,
                                        requirement.epsilon))
     return _audit(runner(runs), pairs, runs=runs, alpha=alpha, seed=seed, w=max(r.w for r in requirements.classes))
 
@@ -265,12 +265,12 @@ _CLASS_SIZE = 24  # users per requirement class: enough for the shared decision 
 
 
 def _users_flip(run: Run, base: FloatArray, members: NDArray[np.int64], *, seed: int) -> int | None:
-    """k such that with the first k of ``members`` in bin 1 at t = 1 fewer than half the runs publish
+    """k such that with the first k of ``members`` in bin 1 at t = 2 (t = 1 always publishes) fewer than half the runs publish
     there and with k + 1 at least half; None if the share does not cross 1/2 (bisection)."""
     def rate(k: int) -> float:
         bins = base.copy()
-        bins[0, members[:k]] = 1
-        return float(np.mean(_moved(run(bins, seed), 0)))
+        bins[1, members[:k]] = 1
+        return float(np.mean(_moved(run(bins, seed), 1)))
 
     low, high = 0, int(members.size)
     if not rate(low) < 0.5 <= rate(high):

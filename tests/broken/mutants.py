@@ -751,7 +751,27 @@ class LeaksOnThreeEqualCounts:
         return _keeping_uniform(stream, ledger, stable)
 
 
+# --- issue 28, class 3: a vector query whose sensitivity only shows for d >= 2 (statistical audit) ---
+
+
+@attrs.frozen
+class PrefixCountsDeclaresOne:
+    """Publishes the cumulative histogram (count of bins 0..j, per column j) through measure() at ε/w
+    with sensitivity 1: one individual added to bin 0 moves every prefix, L1 sensitivity d. At d = 1
+    it is a plain count (sensitivity 1, correct), so a one-column audit cannot see it."""
+
+    name: str = "prefix-counts-declares-one"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        budget = rounding.share(ledger.params.epsilon, ledger.params.w)
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        for secret in stream:
+            out[:, secret.t - 1] = ledger.measure(np.cumsum, secret, sensitivity=1.0, epsilon=budget)
+        return out
+
+
 CORPUS: list[tuple[Callable[[], object], str]] = [
+    (PrefixCountsDeclaresOne, "statistical audit"),
     (LeaksAboveAMillion, "secret access"),
     (LeaksOnThreeEqualCounts, "secret access"),
     (MeasureKeepsPayload, "secret access"),
