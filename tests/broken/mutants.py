@@ -770,7 +770,34 @@ class PrefixCountsDeclaresOne:
         return out
 
 
+# --- issue 28, class 4: public routes around the guard (caught by secret access) ---
+
+
+@attrs.frozen
+class VaultThroughGlobalsAndGc:
+    """Finds the vault from a method's ``__globals__`` and ``gc.get_referents`` (whatever holds the
+    payloads), and publishes the true counts: the guard cannot stop introspection, non-interference must."""
+
+    name: str = "vault-through-globals-and-gc"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        import gc
+
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        for secret in stream:
+            ledger.laplace(secret, rounding.share(ledger.params.epsilon, ledger.params.w))  # looks like Uniform
+            namespace = type(secret).__init__.__globals__
+            pending = list(namespace.values())
+            for _ in range(3):  # three levels of referents from the module's names
+                pending = [r for x in pending for r in gc.get_referents(x)]
+                for found in pending:
+                    if isinstance(found, dict) and id(secret) in found:
+                        out[:, secret.t - 1] = found[id(secret)]
+        return out
+
+
 CORPUS: list[tuple[Callable[[], object], str]] = [
+    (VaultThroughGlobalsAndGc, "secret access"),
     (PrefixCountsDeclaresOne, "statistical audit"),
     (LeaksAboveAMillion, "secret access"),
     (LeaksOnThreeEqualCounts, "secret access"),
