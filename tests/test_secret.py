@@ -131,3 +131,84 @@ def test_inside_a_charge_only_the_charged_secret_is_open() -> None:
     future = stream.secret(2)
     with pytest.raises(SecretAccess, match=r"fn read a Secret outside its charge at .*test_secret.py:\d+"):
         ledger.measure(lambda v: reveal(future), stream.secret(1), sensitivity=1.0, epsilon=0.5)  # where, never what
+
+
+# -- issue 28, item 6: the public routes to the vault -------------------------------------------------------
+
+import gc  # noqa: E402
+import weakref  # noqa: E402
+
+
+def _holds(found: object, payload: np.ndarray) -> bool:
+    """Whether ``found`` is (or directly contains) an array equal to ``payload``."""
+    items = found.values() if isinstance(found, dict) else found if isinstance(found, (list, tuple, set)) else [found]
+    return any(isinstance(x, np.ndarray) and x.shape == payload.shape and np.array_equal(x, payload) for x in items)
+
+
+def _marker_stream() -> tuple[object, np.ndarray]:
+    from budgetcheck import GuardedStream
+
+    payload = np.array([[123457.0, 98765.0]])
+    stream = GuardedStream(payload)
+    return stream, payload[0]
+
+
+def test_no_method_globals_name_the_vault() -> None:
+    """A mechanism's first try: Secret.<method>.__globals__ (or importing the module) gives no dict of
+    payloads, and no module-level object of _secret holds one."""
+    import budgetcheck._secret as module
+
+    stream, payload = _marker_stream()
+    secret = next(iter(stream))  # type: ignore[call-overload]
+    for function in (type(secret).__init__, type(secret).__repr__, module.charged, module.reveal, module.claim):
+        for value in function.__globals__.values():  # type: ignore[attr-defined]
+            assert not _holds(value, payload), value
+            for inner in getattr(value, "__closure__", None) or ():
+                assert not _holds(inner.cell_contents, payload)
+            assert not _holds(getattr(value, "__self__", None), payload)
+
+
+def test_the_finalize_registry_does_not_lead_to_the_vault() -> None:
+    stream, payload = _marker_stream()
+    for info in list(weakref.finalize._registry.values()):  # type: ignore[attr-defined]
+        assert not _holds(getattr(info.func, "__self__", None), payload)
+        assert not any(_holds(arg, payload) for arg in info.args)
+
+
+def test_gc_referents_of_a_secret_its_class_and_its_stream_do_not_reach_the_payload() -> None:
+    stream, payload = _marker_stream()
+    secret = next(iter(stream))  # type: ignore[call-overload]
+    for start in (secret, type(secret), stream):
+        seen = gc.get_referents(start)
+        assert not any(_holds(x, payload) for x in seen)
+        assert not any(_holds(y, payload) for x in seen for y in gc.get_referents(x))
+
+
+def test_a_measure_function_cannot_name_its_exception_after_the_data() -> None:
+    """Class 4: fn raises an exception whose class name, message and arguments carry the data; the
+    error that leaves measure() names none of it and holds no context, cause or frame of fn."""
+    from budgetcheck import GuardedStream, MeasurementFailed, WEventParams, WindowLedger
+
+    def fn(values: np.ndarray) -> np.ndarray:
+        kind = type(f"Count{int(values[0])}", (Exception,), {})
+        raise kind(values, f"{values[0]}")
+
+    ledger = WindowLedger(WEventParams(epsilon=1.0, w=1), runs=1, seed=0, sampler="numpy-laplace")
+    stream = GuardedStream([[424242.0]])
+    ledger.bind(stream)
+    with pytest.raises(MeasurementFailed) as caught:
+        ledger.measure(fn, next(iter(stream)), sensitivity=1.0, epsilon=1.0)
+    error = caught.value
+    assert "424242" not in str(error) and "424242" not in repr(error.args)
+    assert error.__context__ is None and error.__cause__ is None
+    frames = [tb.tb_frame for tb in _tracebacks(error.__traceback__)]
+    assert all(fn.__code__ is not frame.f_code for frame in frames)
+    assert not any(_holds(v, np.array([424242.0])) for frame in frames for v in frame.f_locals.values())
+
+
+def _tracebacks(tb: object) -> list[object]:
+    out = []
+    while tb is not None:
+        out.append(tb)
+        tb = tb.tb_next  # type: ignore[attr-defined]
+    return out

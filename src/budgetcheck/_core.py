@@ -651,7 +651,8 @@ def _apply(fn: Callable[[FloatArray], ArrayLike], payload: object) -> FloatArray
         where = f" at {outside[-1].filename}:{outside[-1].lineno}" if outside else ""
         return f"{_SECRET_ACCESS}{where}"
     except BaseException as exc:  # noqa: BLE001 — whatever it was, it leaves without what it carried
-        return f"raised {type(exc).__name__}"
+        kind = type(exc)  # a class made by fn may carry the data in its name: only built-in classes are named
+        return f"raised {kind.__name__}" if kind.__module__ == "builtins" else "raised an exception of a class it defined"
     if not np.isfinite(result).all():
         return "returned non-finite values"
     return result

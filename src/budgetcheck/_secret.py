@@ -5,12 +5,27 @@ private vault keyed by the secret and are handed out only inside a charged ledge
 other use (float(), comparison, numpy conversion, truthiness, iteration, indexing, arithmetic,
 pickling, copying) raises :class:`SecretAccess`. The payload is an arbitrary array so that per-user
 data (one row per user) fits the same type.
+
+The vault is not a module attribute, a closure cell or a bound method's ``__self__``: it is a local
+of a suspended generator (:func:`_vault`), so neither ``import``, a method's ``__globals__``, the
+``weakref.finalize`` registry (its callback is :func:`_forget` with the secret's id only), nor
+``gc.get_referents`` of a secret, of its class or of a module function reaches the payloads.
+
+What a Python-level guard cannot stop: code in the same process can reach any object by introspection
+that leaves Python's object model (``ctypes``, reading ``/proc/self/mem``), by walking the generator's
+frame or ``gc.get_referents`` of it, by reading the caller's frames (``sys._getframe``, a traceback's
+``tb_frame``: the array the user passed to ``execute`` is there), or by calling this module's own
+functions as the ledger does. The guard is a guard against mistakes, not a sandbox. What catches a
+mechanism that takes such a route is verify's non-interference check (stage (b),
+:mod:`budgetcheck._interference`): whatever it reads, it has to act on it, and then its releases or
+its charges differ between two streams whose charged outputs are held equal; the generated pairs make
+sure the route is met even when only some data opens it.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any, NoReturn, final
 
 import numpy as np
@@ -18,8 +33,42 @@ from numpy.typing import NDArray
 
 from budgetcheck._errors import SecretAccess
 
-# Keyed by id(): a Secret refuses ==, so it cannot be a dict key itself. Entries die with it.
-_VAULT: dict[int, NDArray[np.float64]] = {}
+
+
+def _vault() -> Generator[NDArray[np.float64] | None, tuple[str, int, NDArray[np.float64] | None], None]:
+    """The payloads, keyed by id() (a Secret refuses ==, so it cannot be a dict key itself), held
+    as a local of this generator: ("put", id, payload), ("get", id, None), ("drop", id, None)."""
+    store: dict[int, NDArray[np.float64]] = {}
+    answer: NDArray[np.float64] | None = None
+    while True:
+        verb, key, payload = yield answer
+        answer = None
+        while _DEAD:  # finalized secrets (a finalizer may run while this generator runs: it only notes the id)
+            store.pop(_DEAD.pop(), None)
+        if verb == "put" and payload is not None:
+            store[key] = payload
+        elif verb == "get":
+            answer = store[key]
+        else:
+            store.pop(key, None)
+
+
+_PORT = _vault()
+next(_PORT)
+
+
+_DEAD: list[int] = []  # ids of finalized secrets whose payloads leave the vault at its next operation
+
+
+def _forget(key: int) -> None:
+    """The finalizer of a secret: its payload leaves the vault at the vault's next operation."""
+    _DEAD.append(key)
+
+
+def _payload(secret: Secret) -> NDArray[np.float64]:
+    payload = _PORT.send(("get", id(secret), None))
+    assert payload is not None
+    return payload
 # ids of stand-ins: secrets of timestamps a restarted publisher replays from its ledger file.
 _STAND_INS: set[int] = set()
 # ids of the secrets whose charge has passed and whose values are being read right now.
@@ -48,8 +97,8 @@ class Secret:
         self._rows = rows
         self._shape = frozen.shape[1:] if rows else frozen.shape
         self._claim: list[object] = [] if claim is None else claim
-        _VAULT[id(self)] = frozen
-        weakref.finalize(self, _VAULT.pop, id(self), None)
+        _PORT.send(("put", id(self), frozen))
+        weakref.finalize(self, _forget, id(self))
         if stand_in:
             _STAND_INS.add(id(self))
             weakref.finalize(self, _STAND_INS.discard, id(self))
@@ -187,7 +236,7 @@ class _Charged:
         self._secret = secret
 
     def __enter__(self) -> NDArray[np.float64]:
-        payload = _VAULT[id(self._secret)]  # before opening: a failed lookup leaves nothing open
+        payload = _payload(self._secret)  # before opening: a failed lookup leaves nothing open
         _OPEN.append(id(self._secret))
         return payload
 
@@ -222,4 +271,4 @@ def reveal(secret: object) -> NDArray[np.float64]:
         raise SecretAccess(f"expected a Secret from a GuardedStream, got {type(secret).__name__}")
     if id(secret) not in _OPEN:
         _refuse(secret, "reading the values outside a charged ledger operation")
-    return _VAULT[id(secret)]
+    return _payload(secret)

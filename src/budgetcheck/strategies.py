@@ -7,6 +7,8 @@ data-dependent decision; d ranges from 1 to 64.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import numpy as np
 from hypothesis import strategies as st
@@ -152,3 +154,80 @@ def swellfish_cases(draw: st.DrawFn, *, max_runs: int = 3) -> SwellfishCase:
     epsilon = draw(st.one_of(st.sampled_from(EPSILONS), st.floats(1e-3, 10.0)))
     return SwellfishCase(policies=policies, data=data, epsilon=epsilon, runs=draw(st.integers(1, max_runs)),
                          seed=draw(st.integers(0, 2**32 - 1)))
+
+
+# -- pairs of streams for the non-interference check (verify stage (b)) -------------------------------
+
+COUNT_LEVELS = (0, 1, 3, 50, 1000, 10**6, 10**6 + 1, 10**9)
+
+
+@attrs.frozen
+class StreamPair:
+    """Two inputs of one shape for the non-interference check, with the ledger parameters that read them.
+
+    ``notion`` says which fields matter: w-event (``epsilon``, ``w``), personalized (``requirements``,
+    ``dimensions``; the streams are per-user bins) or Swellfish (``policies``, ``epsilon``)."""
+
+    notion: str
+    first: NDArray[Any] = attrs.field(eq=False, repr=False)
+    second: NDArray[Any] = attrs.field(eq=False, repr=False)
+    epsilon: float = 1.0
+    w: int = 1
+    requirements: RequirementSet | None = attrs.field(default=None, eq=False)
+    policies: PolicyCollection | None = attrs.field(default=None, eq=False)
+    dimensions: int = 1
+
+
+def _counts(draw: st.DrawFn, length: int, d: int) -> FloatArray:
+    """A count stream (T, d) of one shape the mechanisms meet: counts from 0 to 10^9 (each level that
+    flips a comparison: 0, 1, 10^6 and one above it), spikes on a constant, long runs of one value, or
+    every entry free (Hypothesis fills most of an array with one value: runs and repeats come for free)."""
+    from hypothesis.extra.numpy import arrays
+
+    level = st.one_of(st.sampled_from(COUNT_LEVELS), st.integers(0, 10**9))
+    kind = draw(st.sampled_from(["free", "constant", "spikes", "runs"]))
+    if kind == "free":  # at most 4 free columns, repeated across d (a 40 x 64 array of free draws overruns Hypothesis)
+        free = np.asarray(draw(arrays(np.int64, (length, min(d, 4)), elements=level)), dtype=np.float64)
+        return np.asarray(free[:, np.arange(d) % free.shape[1]], dtype=np.float64)
+    data = np.full((length, d), float(draw(level)))
+    if kind == "spikes":
+        for t in draw(st.lists(st.integers(0, length - 1), max_size=3)):
+            data[t] = float(draw(level))
+    elif kind == "runs":
+        t = 0
+        while t < length:
+            run = draw(st.integers(1, max(1, length - t)))
+            data[t:t + run] = float(draw(level))
+            t += run
+    return data
+
+
+def _dimensions(max_dimensions: int) -> st.SearchStrategy[int]:
+    return st.one_of(st.integers(1, 4), st.integers(1, max_dimensions))
+
+
+@st.composite
+def stream_pairs(draw: st.DrawFn, notion: str, *, max_length: int = 40, max_dimensions: int = 64) -> StreamPair:
+    """Two streams of one shape (and the ledger that reads them) for ``notion``: counts from 0 to 10^9,
+    spikes, zeros, constants, long runs, d from 1 to 64; per-user bins for personalized; policy
+    collections for Swellfish. The second stream is drawn independently, so Hypothesis shrinks either
+    towards zeros and one value."""
+    if notion == "personalized":
+        from hypothesis.extra.numpy import arrays
+
+        requirements = draw(requirement_sets(max_classes=3, max_users=6, max_w=6))
+        d = draw(st.integers(1, 4))
+        length = draw(st.integers(1, max_length // 2))
+        bins = arrays(np.int64, (length, requirements.n_users), elements=st.integers(-1, d - 1))
+        return StreamPair("personalized", draw(bins), draw(bins), requirements=requirements, dimensions=d)
+    epsilon = draw(st.sampled_from((0.5, 1.0, 2.0, 1 / 3)))
+    if notion == "swellfish":
+        policies = draw(policy_collections(horizon=12, max_policies=3))
+        length = policies.horizon + draw(st.integers(0, 4))
+        d = draw(_dimensions(8))
+        return StreamPair("swellfish", _counts(draw, length, d), _counts(draw, length, d), epsilon=epsilon, policies=policies,
+                          dimensions=d)
+    length = draw(st.integers(1, max_length))
+    d = draw(_dimensions(max_dimensions))
+    return StreamPair("w-event", _counts(draw, length, d), _counts(draw, length, d), epsilon=epsilon, w=draw(st.integers(1, 12)),
+                      dimensions=d)

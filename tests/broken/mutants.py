@@ -801,7 +801,101 @@ class UniformRecalibratesLate:
         return out
 
 
+# --- issue 28, class 2: leaks that only a property of the data triggers (caught by secret access) ---
+
+
+def _keeping_uniform(stream: GuardedStream, ledger: WindowLedger, leak: Callable[[list[FloatArray]], bool]) -> FloatArray:
+    """Uniform through measure() whose measured function keeps each payload aside; where ``leak``
+    says so on what it kept, the release is the kept true value itself."""
+    budget = rounding.share(ledger.params.epsilon, ledger.params.w)
+    out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+    kept: list[FloatArray] = []
+
+    def counts(values: FloatArray) -> FloatArray:
+        kept.append(np.array(values))
+        return np.asarray(values)
+
+    for secret in stream:
+        noisy = ledger.measure(counts, secret, sensitivity=1.0, epsilon=budget)
+        out[:, secret.t - 1] = kept[-1][None, :] if leak(kept) else noisy
+    return out
+
+
+@attrs.frozen
+class LeaksAboveAMillion:
+    """Uniform that publishes a timestamp's true counts whenever one of them exceeds 10^6 (a large
+    count "needs no noise"): the fixed Poisson(3)/Poisson(40) pair never triggers it."""
+
+    name: str = "leaks-above-a-million"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        return _keeping_uniform(stream, ledger, lambda kept: bool(kept[-1].max() > 1e6))
+
+
+@attrs.frozen
+class LeaksOnThreeEqualCounts:
+    """Uniform that publishes the true counts when the first count was the same, above 100, at three
+    consecutive timestamps (a "stable" series): only a pattern in the data opens it."""
+
+    name: str = "leaks-on-three-equal-counts"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        def stable(kept: list[FloatArray]) -> bool:
+            last = [float(k[0]) for k in kept[-3:]]
+            return len(last) == 3 and last[0] == last[1] == last[2] > 100
+        return _keeping_uniform(stream, ledger, stable)
+
+
+# --- issue 28, class 3: a vector query whose sensitivity only shows for d >= 2 (statistical audit) ---
+
+
+@attrs.frozen
+class PrefixCountsDeclaresOne:
+    """Publishes the cumulative histogram (count of bins 0..j, per column j) through measure() at ε/w
+    with sensitivity 1: one individual added to bin 0 moves every prefix, L1 sensitivity d. At d = 1
+    it is a plain count (sensitivity 1, correct), so a one-column audit cannot see it."""
+
+    name: str = "prefix-counts-declares-one"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        budget = rounding.share(ledger.params.epsilon, ledger.params.w)
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        for secret in stream:
+            out[:, secret.t - 1] = ledger.measure(np.cumsum, secret, sensitivity=1.0, epsilon=budget)
+        return out
+
+
+# --- issue 28, class 4: public routes around the guard (caught by secret access) ---
+
+
+@attrs.frozen
+class VaultThroughGlobalsAndGc:
+    """Finds the vault from a method's ``__globals__`` and ``gc.get_referents`` (whatever holds the
+    payloads), and publishes the true counts: the guard cannot stop introspection, non-interference must."""
+
+    name: str = "vault-through-globals-and-gc"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        import gc
+
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        for secret in stream:
+            ledger.laplace(secret, rounding.share(ledger.params.epsilon, ledger.params.w))  # looks like Uniform
+            namespace = type(secret).__init__.__globals__
+            pending = list(namespace.values())
+            for _ in range(3):  # three levels of referents from the module's names
+                pending = [r for x in pending for r in gc.get_referents(x)]
+                for found in pending:
+                    if isinstance(found, dict) and id(secret) in found:
+                        out[:, secret.t - 1] = found[id(secret)]
+        return out
+
+
 CORPUS: list[tuple[Callable[[], object], str]] = [
+    (VaultThroughGlobalsAndGc, "secret access"),
+    (PrefixCountsDeclaresOne, "statistical audit"),
+    (LeaksAboveAMillion, "secret access"),
+    (LeaksOnThreeEqualCounts, "secret access"),
     (MeasureKeepsPayload, "secret access"),
     (PBANullificationMinimum, "ledger replay"),
     (PBANullificationAverage, "ledger replay"),
