@@ -23,9 +23,10 @@ from budgetcheck._live import LiveStream
 from budgetcheck._errors import BudgetExceeded, InvalidArgument, LedgerCorrupt, MeasurementFailed, SecretAccess, TimestampOrder
 from budgetcheck._noise import DISCRETE, NUMPY, NoiseSource, make_noise
 from budgetcheck._records import LedgerHeader, SpendRecord, dump_lines
-from budgetcheck._secret import Secret, charged, claim, is_placeholder, stacked_rows
+from budgetcheck._secret import Secret, charged, claim, is_placeholder, neighbours_of, stacked_rows
 from budgetcheck._stream import SecretSequence
 from budgetcheck._validation import check_amounts, check_bin_amounts, check_label, check_positive_int, check_sensitivity, check_timestamp
+from budgetcheck.ledger.queries import Identity, Query, Relation, check_query, derived_sensitivity, group_norms, linear_sensitivity, resolve
 
 if TYPE_CHECKING:
     from budgetcheck._journal import Journal, JournalRow
@@ -401,18 +402,21 @@ class LaplaceReleases(LedgerCore):
         self._charge(t, amounts, SpendRecord(t=t, purpose=purpose, amounts=amounts))
 
     @journaled
-    def laplace(self, secret: Secret, epsilon: ArrayLike, *, sensitivity: float = 1.0, purpose: str = "publication") -> FloatArray:
-        """Release the secret plus Laplace noise of scale sensitivity/ε (rounded up), per run.
+    def laplace(self, secret: Secret, epsilon: ArrayLike, *, sensitivity: float | None = None, purpose: str = "publication") -> FloatArray:
+        """Release the secret plus Laplace noise of scale Δ/ε (rounded up), per run.
 
+        Δ is the identity's L1 sensitivity under the stream's neighbouring relation (1 for the
+        default, one person in one bin); ``sensitivity`` may ask for more noise, never less.
         Returns shape (runs, *secret.shape); rows of runs with ε = 0 are NaN (nothing released).
         """
         amounts = check_amounts(epsilon, self._runs)
-        scale, delta = self._reserve(secret, amounts, amounts, check_sensitivity(sensitivity), purpose)
+        scale, delta = self._reserve(secret, amounts, amounts, self._derive(secret, Identity(), sensitivity), purpose)
         with charged(secret) as values:
             return self._noisy(self._per_run(secret, values), amounts, scale, delta, per_run=True)
 
     @journaled
-    def laplace_bins(self, secret: Secret, epsilon: ArrayLike, *, sensitivity: float = 1.0, purpose: str = "publication") -> FloatArray:
+    def laplace_bins(self, secret: Secret, epsilon: ArrayLike, *, sensitivity: float | None = None,
+                     purpose: str = "publication") -> FloatArray:
         """Release each bin of a histogram with its own budget; charge the maximum over bins.
 
         ``epsilon`` has shape (runs, d) (or (d,), the same for every run), d = secret.shape[-1].
@@ -423,13 +427,13 @@ class LaplaceReleases(LedgerCore):
         self._check_secret(secret)
         bins = int(secret.shape[-1]) if secret.shape else 1
         budgets = check_bin_amounts(epsilon, self._runs, bins)
-        scale, delta = self._reserve(secret, _frozen_max(budgets), budgets, check_sensitivity(sensitivity), purpose)
+        scale, delta = self._reserve(secret, _frozen_max(budgets), budgets, self._derive(secret, Identity(), sensitivity), purpose)
         with charged(secret) as values:
             return self._noisy(self._per_run(secret, values), budgets, scale, delta, per_run=True)
 
     @journaled
     def laplace_groups(
-        self, secret: Secret, labels: ArrayLike, epsilon: ArrayLike, *, sensitivity: float = 1.0, purpose: str = "publication"
+        self, secret: Secret, labels: ArrayLike, epsilon: ArrayLike, *, sensitivity: float | None = None, purpose: str = "publication"
     ) -> FloatArray:
         """Noisy sums of groups of bins, each group with its own budget; charge the maximum over groups.
 
@@ -437,7 +441,9 @@ class LaplaceReleases(LedgerCore):
         labels[r, j] in [0, G), or in none (−1). ``epsilon`` has shape (runs, G) (or (G,)). A
         person sits in one bin, hence in one group, per timestamp: the groups are disjoint and
         the charge is max_g ε_{t,g} (accounting rules §2; RescueDP's and AdaPub's groups).
-        Returns (runs, G): Σ_{j in g} values[j] + Lap(Δ/ε_g); NaN where ε_g = 0.
+        Returns (runs, G): Σ_{j in g} values[j] + Lap(Δ/ε_g); NaN where ε_g = 0. Δ is the group sums'
+        sensitivity under the stream's relation (:class:`~budgetcheck.ledger.queries.GroupSums`, the
+        largest over runs); ``sensitivity`` may ask for more, never less.
         """
         self._check_secret(secret)
         bins = int(secret.shape[-1]) if secret.shape else 1
@@ -451,7 +457,9 @@ class LaplaceReleases(LedgerCore):
         budgets = check_bin_amounts(epsilon, self._runs, count)
         if groups.size and (groups.min() < -1 or groups.max() >= count):
             raise InvalidArgument(f"labels must lie in [-1, {count}) for epsilon with {count} groups, got [{groups.min()}, {groups.max()}]")
-        scale, delta = self._reserve(secret, _frozen_max(budgets), budgets, check_sensitivity(sensitivity), purpose)
+        relation = cast(Relation, neighbours_of(secret))
+        derived = resolve(linear_sensitivity(group_norms(groups), relation), relation, sensitivity, "the group sums")
+        scale, delta = self._reserve(secret, _frozen_max(budgets), budgets, derived, purpose)
         with charged(secret) as values:
             sums = np.zeros((self._runs, count))
             member = groups >= 0
@@ -460,10 +468,38 @@ class LaplaceReleases(LedgerCore):
             return self._noisy(sums, budgets, scale, delta, per_run=True)
 
     @journaled
+    def laplace_query(self, secret: Secret, query: Query, epsilon: ArrayLike, *, sensitivity: float | None = None,
+                      purpose: str = "publication") -> FloatArray:
+        """Release ``query`` of the secret's histogram plus Laplace noise of scale Δ/ε (rounded up), per run.
+
+        Δ is the query's L1 sensitivity, computed from the stream's neighbouring relation (see
+        :mod:`budgetcheck.ledger.queries`); ``sensitivity`` may ask for more noise, never less.
+        Returns shape (runs, m) for a query of m answers; NaN rows where ε = 0.
+        """
+        query = check_query(query)
+        amounts = check_amounts(epsilon, self._runs)
+        derived = self._derive(secret, query, sensitivity)
+        scale, delta = self._reserve(secret, amounts, amounts, derived, purpose, integral=query.integral)
+        with charged(secret) as values:
+            answers = query.apply(values)
+            del values
+        return self._noisy(self._per_run(secret, answers), amounts, scale, delta, per_run=True, integral=query.integral)
+
+    def _derive(self, secret: Secret, query: Query, declared: object) -> float:
+        """The sensitivity of ``query`` on ``secret`` under its stream's relation, or a larger declared one."""
+        if not isinstance(secret, Secret):
+            raise InvalidArgument(f"secret must be a Secret from a guarded stream, got {type(secret).__name__}")
+        if len(secret.shape) > 1:
+            raise InvalidArgument(f"a query reads a one-dimensional histogram, got a secret of shape {secret.shape}")
+        d = int(secret.shape[0]) if secret.shape else 1
+        return derived_sensitivity(query, cast(Relation, neighbours_of(secret)), d, declared)
+
+    @journaled
     def dissimilarity(self, secret: Secret, last_release: ArrayLike, epsilon: ArrayLike, *, purpose: str = "dissimilarity") -> FloatArray:
         """Noisy mean absolute difference between the secret and each run's last release.
 
-        Kellaris et al. 2014, Figure 2 lines 3-4: sensitivity 1/d, Laplace scale (1/d)/ε. Returns
+        Kellaris et al. 2014, Figure 2 lines 3-4: sensitivity 1/d (k/d, or 2/d for replace-one, under
+        the stream's relation), Laplace scale (1/d)/ε. Returns
         shape (runs,); NaN for runs with ε = 0.
         """
         self._check_secret(secret)
@@ -472,7 +508,8 @@ class LaplaceReleases(LedgerCore):
         expected = (self._runs, *secret.shape)
         if last.shape != expected or not np.isfinite(last).all():
             raise InvalidArgument(f"last_release must be finite with shape {expected}, got shape {last.shape}")
-        scale, delta = self._reserve(secret, amounts, amounts, 1.0 / int(np.prod(secret.shape)), purpose, integral=False)
+        identity = Identity().sensitivity(cast(Relation, neighbours_of(secret)), 2)  # ‖Δ‖₁ <= k (or 2): the mean moves by ‖Δ‖₁/n
+        scale, delta = self._reserve(secret, amounts, amounts, identity / int(np.prod(secret.shape)), purpose, integral=False)
         with charged(secret) as values:
             distance = np.abs(last - self._per_run(secret, values)).reshape(self._runs, -1).mean(axis=1)
             return self._noisy(distance, amounts, scale, delta, per_run=True, integral=False)

@@ -28,6 +28,7 @@ from budgetcheck._secret import Secret, charged, claim, stacked_rows
 from budgetcheck._threshold import ThresholdTest
 from budgetcheck._validation import check_amount_rows, check_epsilons, check_label, check_sensitivity
 from budgetcheck._exact import ExactVector
+from budgetcheck.ledger.queries import Identity
 from budgetcheck._windows import ExactWindows
 
 FloatArray = NDArray[np.float64]
@@ -109,7 +110,7 @@ class WindowLedger(LaplaceReleases):
         return tuple(window.tolist())
 
     @journaled
-    def laplace_series(self, secrets: Sequence[Secret], epsilon: ArrayLike, *, sensitivity: float = 1.0,
+    def laplace_series(self, secrets: Sequence[Secret], epsilon: ArrayLike, *, sensitivity: float | None = None,
                        purpose: str = "publication") -> FloatArray:
         """Release several timestamps in one operation: secret k plus Laplace noise of scale Δ/ε_k
         (rounded up), per run — what k calls of :meth:`laplace` in timestamp order release, bit for bit.
@@ -133,7 +134,7 @@ class WindowLedger(LaplaceReleases):
             raise InvalidArgument("secrets must come from one stream (one shape)")
         budgets = check_amount_rows(epsilon, len(secrets), self._runs)  # (k, 1) or (k, runs)
         purpose = check_label(purpose)
-        sensitivity = check_sensitivity(sensitivity)
+        sensitivity = max(self._derive(secret, Identity(), sensitivity) for secret in secrets)
         for secret in secrets:
             self._check_secret(secret)
         scales = self._noise.scale(sensitivity, budgets, integral=True)

@@ -377,7 +377,8 @@ class GreedyTwice:
         return out
 
 
-# --- wrong sensitivity (caught by the statistical audit) ---
+# --- wrong sensitivity (a declared one below the stream's relation is refused at run time; a vouched one
+# (measure) is caught by the statistical audit) ---
 
 
 @attrs.frozen
@@ -712,7 +713,7 @@ CORPUS: list[tuple[Callable[[], object], str]] = [
     (RescueDPKalmanFromTrueSeries, "secret access"),
     (BDDissimilarityOverPopulation, "statistical audit"),
     (SampleDecidesOnTrueValue, "secret access"),
-    (SwellfishThresholdUnits, "statistical audit"),
+    (SwellfishThresholdUnits, "ledger replay"),  # a sensitivity below the stream's relation is refused at run time
     (DSATUnchargedTest, "ledger replay"),
     (RescueDPIgnoresRemaining, "ledger replay"),
     (AdaPubRereadsClusters, "ledger replay"),
@@ -739,8 +740,8 @@ CORPUS: list[tuple[Callable[[], object], str]] = [
     (SpendsAllThatRemains, "ledger replay"),
     (HomeMadeWindowOffByOne, "ledger replay"),
     (GreedyTwice, "ledger replay"),
-    (UniformHalfSensitivity, "statistical audit"),
+    (UniformHalfSensitivity, "ledger replay"),  # refused at run time: the identity's sensitivity is derived
     (MeasureTinySensitivity, "statistical audit"),
     (SeriesOverWMinusOne, "ledger replay"),
-    (SeriesHalfSensitivity, "statistical audit"),
+    (SeriesHalfSensitivity, "ledger replay"),  # refused at run time, as above
 ]
