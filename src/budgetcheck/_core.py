@@ -26,6 +26,7 @@ from budgetcheck._records import LedgerHeader, SpendRecord, dump_lines
 from budgetcheck._secret import Secret, charged, claim, is_placeholder, neighbours_of, stacked_rows
 from budgetcheck._stream import SecretSequence
 from budgetcheck._validation import check_amounts, check_bin_amounts, check_label, check_positive_int, check_sensitivity, check_timestamp
+from budgetcheck.ledger.isolation import FORK, SECRET_ACCESS, check_isolation, forked, in_process
 from budgetcheck.ledger.queries import Identity, Query, Relation, check_query, derived_sensitivity, group_norms, linear_sensitivity, resolve
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ class LedgerCore(abc.ABC):
     _stacking = False  # whether it reads stacked streams (GuardedStream.stacked): the w-event ledger does
 
     __slots__ = ("_applying", "_depth", "_journal", "_keep", "_noise", "_pending", "_records", "_refused_worst", "_refusals", "_repeated", "_replay", "_rng", "_runs", "_scale_memo",
-                 "_seed", "_t", "_tap", "_tapping")
+                 "_seed", "_t", "_tap", "_tapping", "_vouched")
 
     def __init__(self, *, runs: int, seed: int, sampler: str = DISCRETE, keep_records: bool = False) -> None:
         if not isinstance(keep_records, bool):
@@ -101,6 +102,7 @@ class LedgerCore(abc.ABC):
         self._records: list[SpendRecord] = []
         self._refusals = 0
         self._refused_worst = 0.0  # the largest window sum / ε a refused spend would have made
+        self._vouched = 0  # charges whose sensitivity the caller vouched for (measure, measure_footprint)
         self._journal: Journal | None = None
         self._depth = 0
         self._pending: list[SpendRecord] = []
@@ -147,6 +149,12 @@ class LedgerCore(abc.ABC):
         """The largest window sum / ε that a refused spend would have made (0.0 if none was refused):
         what a mechanism attempted, for reports that must agree with a refusal."""
         return self._refused_worst
+
+    @property
+    def vouched(self) -> int:
+        """How many charges paid for a sensitivity the caller vouched for (``measure``): if any, only the
+        statistical audit can check the releases (verify: "needs the statistical audit", never "proved")."""
+        return self._vouched
 
     @property
     def refusals(self) -> int:
@@ -523,25 +531,30 @@ class LaplaceReleases(LedgerCore):
         sensitivity: float,
         epsilon: ArrayLike,
         purpose: str = "measurement",
+        isolation: str = FORK,
     ) -> FloatArray:
-        """Noisy fn(values): the caller vouches that fn has L1 sensitivity ``sensitivity``.
+        """Noisy fn(values): the caller *vouches* that fn has L1 sensitivity ``sensitivity``.
 
-        fn sees a read-only copy of the payload and runs once, and only if some run pays (ε > 0);
-        its finite result gets Laplace noise of scale sensitivity/ε per run. Returns shape
+        For what :mod:`budgetcheck.ledger.queries` cannot express (prefer :meth:`laplace_query`,
+        whose sensitivity the library derives). fn runs once, only if some run pays (ε > 0), on a
+        read-only copy of the payload, in a process forked for this call (``isolation='fork'``):
+        nothing it stores survives, only its finite float result comes back (see
+        :mod:`budgetcheck.ledger.isolation`; ``isolation='trusted'`` runs it here, for code you
+        trust). The result gets Laplace noise of scale sensitivity/ε per run; the record is marked
+        ``vouched`` (only the statistical audit can check such a sensitivity). Returns shape
         (runs, *fn_output.shape).
         """
         amounts = self._measurement_amounts(fn, epsilon, "measure")
-        scale, delta = self._reserve(secret, amounts, amounts, check_sensitivity(sensitivity), purpose, integral=False)
+        isolation = check_isolation(isolation)
+        scale, delta = self._reserve(secret, amounts, amounts, check_sensitivity(sensitivity), purpose, integral=False, vouched=True)
         stacked = bool(stacked_rows(secret))
         with charged(secret) as values:
-            outcomes = [_apply(fn, row) for row in values] if stacked else [_apply(fn, values)]
+            outcome = call_measured(fn, list(values) if stacked else [values], isolation)
             del values  # nothing of the data stays in this frame, which a raised error's traceback shows
-        failures = [outcome for outcome in outcomes if isinstance(outcome, str)]
-        if failures:
-            raise measurement_failed("measure", failures[0])
-        results = [outcome for outcome in outcomes if not isinstance(outcome, str)]
+        if isinstance(outcome, str):
+            raise measurement_failed("measure", outcome)
         # stacked: fn sees one stream's payload; each run gets its own stream's result
-        result = self._per_run(secret, np.stack(results)) if stacked else results[0]
+        result = self._per_run(secret, np.stack(outcome)) if stacked else outcome[0]
         return self._noisy(result, amounts, scale, delta, per_run=stacked, integral=False)
 
     # -- hooks and internals ------------------------------------------------------------------
@@ -602,7 +615,7 @@ class LaplaceReleases(LedgerCore):
         return amounts, scale
 
     def _reserve(self, secret: Secret, amounts: FloatArray, budgets: FloatArray, sensitivity: float, purpose: str, *,
-                 integral: bool = True) -> tuple[FloatArray, float]:
+                 integral: bool = True, vouched: bool = False) -> tuple[FloatArray, float]:
         """Charge ``amounts`` at the secret's timestamp for a Laplace release at ``budgets``.
 
         Returns the noise scales (sensitivity/budget rounded up, by the noise source's rule for
@@ -615,8 +628,10 @@ class LaplaceReleases(LedgerCore):
             amounts, scale = self._recurring(purpose, amounts, sensitivity, integral)
         else:
             scale = self._scale(sensitivity, budgets, integral)
-        record = SpendRecord(t=t, purpose=purpose, amounts=amounts, sensitivity=sensitivity, noise_scale=scale, sampler=self._noise.name)
+        record = SpendRecord(t=t, purpose=purpose, amounts=amounts, sensitivity=sensitivity, noise_scale=scale, sampler=self._noise.name,
+                             vouched=vouched)
         self._charge(t, amounts, record)
+        self._vouched += vouched
         return scale, sensitivity
 
 
@@ -629,31 +644,24 @@ def _same_bits(a: FloatArray, b: FloatArray) -> bool:
     return bool(x[0] == y[0] and x[middle] == y[middle] and x[-1] == y[-1] and np.array_equal(x, y))
 
 
-def _apply(fn: Callable[[FloatArray], ArrayLike], payload: object) -> FloatArray | str:
-    """fn on a read-only copy of the payload: its finite result, or why it failed — only the kind of
-    failure, never its message, arguments, result or traceback (they may hold the data). The caller
-    raises :func:`measurement_failed` once no local of its own holds the data any more."""
-    copy = np.array(payload, dtype=np.float64)
-    copy.setflags(write=False)
-    try:
-        result = np.asarray(fn(copy), dtype=np.float64)
-    except SecretAccess as exc:  # fn touched another secret: say where (code, not data), for verify's stage (b)
-        outside = [frame for frame in traceback.extract_tb(exc.__traceback__) if "/budgetcheck/" not in frame.filename]
-        where = f" at {outside[-1].filename}:{outside[-1].lineno}" if outside else ""
-        return f"{_SECRET_ACCESS}{where}"
-    except BaseException as exc:  # noqa: BLE001 — whatever it was, it leaves without what it carried
-        return f"raised {type(exc).__name__}"
-    if not np.isfinite(result).all():
-        return "returned non-finite values"
-    return result
-
-
-_SECRET_ACCESS = "read a Secret outside its charge"
+def call_measured(fn: Callable[[FloatArray], ArrayLike], payloads: list[FloatArray], isolation: str) -> list[FloatArray] | str:
+    """fn on each payload (a forked child per call, or here if ``trusted``): its finite results of one shape,
+    or why it failed — only the kind of failure, never its message, arguments, result or traceback (they
+    may hold the data). The caller raises :func:`measurement_failed` once no local of its own holds the data."""
+    if isolation == FORK:
+        outcome = forked(fn, payloads)
+    else:
+        results = [in_process(fn, payload) for payload in payloads]
+        failed = [result for result in results if isinstance(result, str)]
+        outcome = failed[0] if failed else [result for result in results if not isinstance(result, str)]
+    if not isinstance(outcome, str) and len({result.shape for result in outcome}) > 1:
+        return "returned results of different shapes"
+    return outcome
 
 
 def measurement_failed(what: str, failure: str) -> MeasurementFailed | SecretAccess:
     """The error of a failed measured function: SecretAccess (where it read) or MeasurementFailed."""
-    if failure.startswith(_SECRET_ACCESS):
+    if failure.startswith(SECRET_ACCESS):
         return SecretAccess(f"{what}: fn {failure}")
     return MeasurementFailed(f"{what}: fn {failure}; its message, arguments and traceback are withheld (they may hold "
                              "the data); the charge stands, since the data was read")

@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck import rounding
-from budgetcheck._core import LaplaceReleases, _apply, journaled, measurement_failed
+from budgetcheck._core import LaplaceReleases, call_measured, journaled, measurement_failed
 from budgetcheck._noise import DISCRETE, NUMPY
 from budgetcheck._errors import BudgetExceeded, InvalidArgument, LedgerCorrupt
 from budgetcheck._params import WEventParams
@@ -28,6 +28,7 @@ from budgetcheck._secret import Secret, charged, claim, stacked_rows
 from budgetcheck._threshold import ThresholdTest
 from budgetcheck._validation import check_amount_rows, check_epsilons, check_label, check_sensitivity
 from budgetcheck._exact import ExactVector
+from budgetcheck.ledger.isolation import FORK, check_isolation
 from budgetcheck.ledger.queries import Identity
 from budgetcheck._windows import ExactWindows
 
@@ -242,6 +243,7 @@ class WindowLedger(LaplaceReleases):
         sensitivity: float,
         epsilon: ArrayLike,
         purpose: str = "footprint measurement",
+        isolation: str = FORK,
     ) -> FloatArray:
         """Noisy fn over the true values of several timestamps, charged ε at *each* timestamp read.
 
@@ -250,12 +252,14 @@ class WindowLedger(LaplaceReleases):
         of them, vouched for by the caller) is charged ε at every one of them; by group privacy a
         window then pays for every change it can contain. fn receives the stacked payloads
         (k, *shape) in the order given. Every secret must lie in the current window [t−w+1, t]
-        of the newest one. Returns shape (runs, *fn_output.shape).
+        of the newest one. fn runs as in :meth:`measure` (a forked process per call unless
+        ``isolation='trusted'``); the records are marked ``vouched``. Returns shape (runs, *fn_output.shape).
         """
         secrets = list(secrets)
         if not secrets:
             raise InvalidArgument("secrets must name at least one timestamp (the footprint), got none")
         amounts = self._measurement_amounts(fn, epsilon, "measure_footprint")
+        isolation = check_isolation(isolation)
         if not all(isinstance(secret, Secret) for secret in secrets):
             raise InvalidArgument(f"secrets must be Secrets from a guarded stream, got {[type(x).__name__ for x in secrets]}")
         if any(stacked_rows(secret) for secret in secrets):
@@ -287,12 +291,13 @@ class WindowLedger(LaplaceReleases):
         self._windows.commit_footprint(t, added)
         for s in sorted(stamps):
             self._commit(t, SpendRecord(t=s, purpose=f"{purpose} (read at t={t})", amounts=amounts, sensitivity=sensitivity,
-                                        noise_scale=scale, sampler=self._noise.name))
+                                        noise_scale=scale, sampler=self._noise.name, vouched=True))
+            self._vouched += 1
         with contextlib.ExitStack() as stack:
-            outcome = _apply(fn, [stack.enter_context(charged(secret)) for secret in secrets])
+            outcome = call_measured(fn, [np.stack([stack.enter_context(charged(secret)) for secret in secrets])], isolation)
         if isinstance(outcome, str):
             raise measurement_failed("measure_footprint", outcome)
-        return self._noisy(outcome, amounts, scale, sensitivity, integral=False)
+        return self._noisy(outcome[0], amounts, scale, sensitivity, integral=False)
 
     def above_threshold(
         self,
