@@ -20,6 +20,7 @@ effects survive (so nothing but the statistical audit can catch a leak).
 from __future__ import annotations
 
 import builtins
+import gc
 import os
 import re
 import struct
@@ -92,6 +93,7 @@ def forked(fn: Callable[[FloatArray], ArrayLike], payloads: Sequence[FloatArray]
         pid = os.fork()
     if pid == 0:  # the child: never returns
         try:
+            gc.disable()  # a collection would touch (and copy) every page of the parent's objects
             os.close(read_end)
             _send(write_end, _child(fn, payloads))
         finally:
