@@ -191,3 +191,16 @@ def test_the_stream_states_its_relation() -> None:
     assert GuardedStream([[1.0, 2.0]]).neighbours == Neighbours.one_bin()
     assert GuardedStream.stacked([[[1.0]], [[2.0]]], neighbours=Neighbours.replace_one()).neighbours.kind == "replace-one"
     assert Neighbours.one_bin(3).identity_sensitivity == 3.0 and Neighbours.replace_one().per_bin == 1
+
+
+def test_live_and_personalized_streams_carry_their_relation() -> None:
+    live = bc.LiveStream(iter([(1, [1.0, 2.0]), (2, [3.0, 4.0])]), dimensions=2, neighbours=Neighbours.replace_one())
+    ledger = WindowLedger(epsilon=10.0, w=2, sampler="numpy-laplace", keep_records=True)
+    ledger.bind(live)
+    first, second = list(live)
+    ledger.laplace(first, 1.0)
+    assert ledger.records[-1].sensitivity == 2.0  # a move changes two bins by one
+    with pytest.raises(InvalidArgument, match="sensitivity=1.0 is below 2.0"):
+        ledger.laplace(second, 1.0, sensitivity=1.0)
+    requirements = bc.RequirementSet([(2, 1.0)])
+    assert bc.PersonalizedStream(requirements, [[0]], dimensions=1).neighbours == Neighbours.one_bin()
