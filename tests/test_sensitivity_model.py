@@ -204,3 +204,40 @@ def test_live_and_personalized_streams_carry_their_relation() -> None:
         ledger.laplace(second, 1.0, sensitivity=1.0)
     requirements = bc.RequirementSet([(2, 1.0)])
     assert bc.PersonalizedStream(requirements, [[0]], dimensions=1).neighbours == Neighbours.one_bin()
+
+
+class _LyingTotal(Total):
+    """A subclass that keeps what it sees and states a tiny sensitivity."""
+
+    seen: list[np.ndarray] = []
+
+    def apply(self, values: np.ndarray) -> np.ndarray:
+        _LyingTotal.seen.append(values.copy())
+        return super().apply(values)
+
+    def sensitivity(self, relation: object, d: int) -> float:
+        return 1e-9
+
+
+@pytest.mark.parametrize("query", [_LyingTotal(), Composed(outer=_LyingTotal(), inner=Identity()), Clipped(_LyingTotal(), 0, 1)],
+                         ids=["subclass", "inside-composed", "inside-clipped"])
+def test_the_vocabulary_is_closed_to_subclasses(query: Query) -> None:
+    ledger, secrets = _ledger(Neighbours.one_bin())
+    with pytest.raises(InvalidArgument, match="not a subclass"):
+        ledger.laplace_query(secrets[0], query, 1.0)
+    assert _LyingTotal.seen == [] and ledger.t == 0
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_weights_changed_in_place_after_construction_are_seen(sparse: bool) -> None:
+    """A Linear's cached norms follow its weights: shrinking them in place cannot keep the old sensitivity."""
+    dense = np.array([[1.0, 1.0, 1.0]])
+    query = Linear(scipy.sparse.csc_array(dense) if sparse else dense)
+    ledger, secrets = _ledger(Neighbours.one_bin())
+    ledger.laplace_query(secrets[0], query, 1.0)
+    assert ledger.records[-1].sensitivity == 1.0
+    target = query.weights.data if sparse else query.weights
+    target.setflags(write=True)
+    target *= 1000.0  # 1000x the answers: the noise must grow with them
+    ledger.laplace_query(secrets[1], query, 1.0)
+    assert ledger.records[-1].sensitivity == 1000.0

@@ -21,6 +21,7 @@ only when a matrix query is built).
 from __future__ import annotations
 
 import abc
+import hashlib
 import math
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Protocol
@@ -284,9 +285,11 @@ class Linear(LinearQuery):
     weights: Any = attrs.field(converter=_matrix)
     claimed: float | None = None
     _norms: Norms = attrs.field(init=False)
+    _digest: bytes = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "_norms", matrix_norms(self.weights))
+        object.__setattr__(self, "_digest", _digest(self.weights))
 
     def apply(self, values: FloatArray) -> FloatArray:
         return np.asarray((self.weights @ values.T).T if values.ndim > 1 else self.weights @ values, dtype=np.float64)
@@ -297,12 +300,26 @@ class Linear(LinearQuery):
 
     def norms(self, d: int) -> Norms:
         _same_d(int(self.weights.shape[1]), d)
+        digest = _digest(self.weights)
+        if digest != self._digest:  # the weights were changed in place since: the norms are computed again
+            object.__setattr__(self, "_norms", matrix_norms(self.weights))
+            object.__setattr__(self, "_digest", digest)
         return self._norms
 
     @property
     def integral(self) -> bool:
         data = self.weights.data if hasattr(self.weights, "data") and not isinstance(self.weights, np.ndarray) else self.weights
         return bool(np.array_equal(data, np.round(data)))
+
+
+def _digest(weights: Any) -> bytes:
+    """A hash of the matrix's numbers and structure (dense or sparse), O(nnz)."""
+    parts = [repr(weights.shape).encode()]
+    if isinstance(weights, np.ndarray):
+        parts.append(np.ascontiguousarray(weights).tobytes())
+    else:
+        parts += [np.ascontiguousarray(a).tobytes() for a in (weights.data, weights.indices, weights.indptr)]
+    return hashlib.sha256(b"|".join(parts)).digest()
 
 
 @attrs.frozen(eq=False)
@@ -367,9 +384,18 @@ class Clipped(Query):
 
 
 def check_query(value: object) -> Query:
-    if not isinstance(value, Query):
-        raise InvalidArgument(f"query={value!r} must be a budgetcheck query (Identity, Total, GroupSums, Differences, "
-                              "Smoothing, Linear, Composed, Clipped)")
+    """A query of the library's own vocabulary, all the way down: a subclass could read the values in
+    its ``apply`` and state any sensitivity, so the vocabulary is closed (use ``measure`` instead)."""
+    if type(value) not in _VOCABULARY:
+        raise InvalidArgument(f"query={value!r} must be one of budgetcheck's queries (Identity, Total, GroupSums, Differences, "
+                              "Smoothing, Linear, Composed, Clipped), not a subclass or another type: their sensitivity "
+                              "is derived by the library; for anything else use ledger.measure (a vouched sensitivity)")
+    if isinstance(value, Composed):
+        check_query(value.outer)
+        check_query(value.inner)
+    elif isinstance(value, Clipped):
+        check_query(value.query)
+    assert isinstance(value, Query)
     return value
 
 
@@ -415,3 +441,5 @@ def sparse_rows(weights: dict[int, float] | list[tuple[int, float]], d: int) -> 
     vals = np.array([v for _, v in items], dtype=np.float64)
     return scipy.sparse.csc_array((vals, (np.zeros(cols.size, dtype=np.int64), cols)), shape=(1, d))
 
+
+_VOCABULARY = (Identity, Total, GroupSums, Differences, Smoothing, Linear, Composed, Clipped)
