@@ -241,3 +241,37 @@ def test_weights_changed_in_place_after_construction_are_seen(sparse: bool) -> N
     target *= 1000.0  # 1000x the answers: the noise must grow with them
     ledger.laplace_query(secrets[1], query, 1.0)
     assert ledger.records[-1].sensitivity == 1000.0
+
+
+@pytest.mark.parametrize("relation", RELATIONS, ids=str)
+def test_the_deviation_test_needs_twice_the_identitys_sensitivity(relation: Neighbours) -> None:
+    """PeGaSus's deviation moves by < 2·‖Δ‖₁ over the cells: Δ below 2× the identity's is refused before
+    any charge; a test on a statistic of the caller's is charged as vouched."""
+    from budgetcheck import deviation
+
+    ledger, secrets = _ledger(relation, d=3)
+    need = 2 * relation.identity_sensitivity
+    low = ledger.above_threshold(epsilon=1.0, sensitivity=need / 2, cells=(3,))
+    with pytest.raises(InvalidArgument, match=f"sensitivity={need / 2!r} is below {need!r}, the L1 sensitivity of deviation"):
+        low.query(secrets[0], deviation, 1.0)
+    assert ledger.t == 0
+    ok = ledger.above_threshold(epsilon=1.0, sensitivity=need, cells=(3,))
+    ok.query(secrets[0], deviation, 1.0)
+    assert not ledger.records[-1].vouched and ledger.vouched == 0
+    ok.query(secrets[1], lambda v: np.zeros((v.shape[0], 3)), 1.0)
+    assert ledger.records[-1].vouched and ledger.vouched == 1
+
+
+def test_deviation_moves_by_less_than_twice_the_change_brute_force() -> None:
+    """The bound the check relies on, by enumeration: columns of up to 4 timestamps, counts 0..3, one entry changed by ±1..3."""
+    from budgetcheck import deviation
+
+    worst = 0.0
+    for length in (1, 2, 3, 4):
+        for column in itertools.product(range(COUNTS + 1), repeat=length):
+            base = deviation(np.array(column, dtype=float)[None, :, None])[0, 0]
+            for i, c in itertools.product(range(length), (-3, -2, -1, 1, 2, 3)):
+                moved = np.array(column, dtype=float)
+                moved[i] += c
+                worst = max(worst, abs(deviation(moved[None, :, None])[0, 0] - base) / abs(c))
+    assert worst < 2.0
