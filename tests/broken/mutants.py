@@ -692,6 +692,25 @@ class SwellfishThresholdUnits:
 
 
 @attrs.frozen
+class SwellfishMeasureThresholdUnits:
+    """SwellfishThresholdUnits through measure: a vouched sensitivity of Δ_Q / 1000 is not refused at
+    run time (the library cannot know fn), so only the statistical audit can catch it."""
+
+    name: str = "Swellfish-measure-threshold-units"
+    notion: str = "swellfish"
+
+    def run(self, stream: GuardedStream, ledger: SwellfishLedger) -> FloatArray:
+        w = max(policy.length for policy in ledger.policies.policies)
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        for secret in stream:
+            if ledger.temporal_sensitivity(secret.t) == 0.0:
+                out[:, secret.t - 1] = ledger.release_exact(secret)
+            else:
+                out[:, secret.t - 1] = ledger.measure(lambda v: v, secret, sensitivity=1e-3, epsilon=rounding.share(ledger.epsilon, w))
+        return out
+
+
+@attrs.frozen
 class RescueDPKalmanFromTrueSeries:
     """RescueDP whose Kalman process noise q is the variance of the true series (the public code's
     choice), computed from the raw values before the run."""
@@ -715,6 +734,7 @@ CORPUS: list[tuple[Callable[[], object], str]] = [
     (BDDissimilarityOverPopulation, "statistical audit"),
     (SampleDecidesOnTrueValue, "secret access"),
     (SwellfishThresholdUnits, "ledger replay"),  # a sensitivity below the stream's relation is refused at run time
+    (SwellfishMeasureThresholdUnits, "statistical audit"),  # the same through measure: vouched, only the audit sees it
     (DSATUnchargedTest, "ledger replay"),
     (RescueDPIgnoresRemaining, "ledger replay"),
     (AdaPubRereadsClusters, "ledger replay"),
