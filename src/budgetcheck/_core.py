@@ -27,7 +27,8 @@ from budgetcheck._secret import Secret, charged, claim, is_placeholder, neighbou
 from budgetcheck._stream import SecretSequence
 from budgetcheck._validation import check_amounts, check_bin_amounts, check_label, check_positive_int, check_sensitivity, check_timestamp
 from budgetcheck.ledger.isolation import FORK, SECRET_ACCESS, check_isolation, forked, in_process
-from budgetcheck.ledger.queries import Identity, Query, Relation, check_query, derived_sensitivity, group_norms, linear_sensitivity, resolve
+from budgetcheck.ledger.queries import (Identity, Query, Relation, check_query, derived_sensitivity, group_norms,
+                                        linear_sensitivity, resolve)
 
 if TYPE_CHECKING:
     from budgetcheck._journal import Journal, JournalRow
@@ -410,7 +411,8 @@ class LaplaceReleases(LedgerCore):
         self._charge(t, amounts, SpendRecord(t=t, purpose=purpose, amounts=amounts))
 
     @journaled
-    def laplace(self, secret: Secret, epsilon: ArrayLike, *, sensitivity: float | None = None, purpose: str = "publication") -> FloatArray:
+    def laplace(self, secret: Secret, epsilon: ArrayLike, *, sensitivity: float | None = None,
+                purpose: str = "publication") -> FloatArray:
         """Release the secret plus Laplace noise of scale Δ/ε (rounded up), per run.
 
         Δ is the identity's L1 sensitivity under the stream's neighbouring relation (1 for the
@@ -435,13 +437,15 @@ class LaplaceReleases(LedgerCore):
         self._check_secret(secret)
         bins = int(secret.shape[-1]) if secret.shape else 1
         budgets = check_bin_amounts(epsilon, self._runs, bins)
-        scale, delta = self._reserve(secret, _frozen_max(budgets), budgets, self._derive(secret, Identity(), sensitivity), purpose)
+        derived = self._derive(secret, Identity(), sensitivity)
+        scale, delta = self._reserve(secret, _frozen_max(budgets), budgets, derived, purpose)
         with charged(secret) as values:
             return self._noisy(self._per_run(secret, values), budgets, scale, delta, per_run=True)
 
     @journaled
     def laplace_groups(
-        self, secret: Secret, labels: ArrayLike, epsilon: ArrayLike, *, sensitivity: float | None = None, purpose: str = "publication"
+        self, secret: Secret, labels: ArrayLike, epsilon: ArrayLike, *, sensitivity: float | None = None,
+        purpose: str = "publication"
     ) -> FloatArray:
         """Noisy sums of groups of bins, each group with its own budget; charge the maximum over groups.
 
@@ -516,8 +520,10 @@ class LaplaceReleases(LedgerCore):
         expected = (self._runs, *secret.shape)
         if last.shape != expected or not np.isfinite(last).all():
             raise InvalidArgument(f"last_release must be finite with shape {expected}, got shape {last.shape}")
-        identity = Identity().sensitivity(cast(Relation, neighbours_of(secret)), 2)  # ‖Δ‖₁ <= k (or 2): the mean moves by ‖Δ‖₁/n
-        scale, delta = self._reserve(secret, amounts, amounts, identity / int(np.prod(secret.shape)), purpose, integral=False)
+        # ‖Δ‖₁ <= k (or 2, replace-one): the mean absolute difference moves by at most ‖Δ‖₁/n
+        identity = Identity().sensitivity(cast(Relation, neighbours_of(secret)), 2)
+        delta_mean = identity / int(np.prod(secret.shape))
+        scale, delta = self._reserve(secret, amounts, amounts, delta_mean, purpose, integral=False)
         with charged(secret) as values:
             distance = np.abs(last - self._per_run(secret, values)).reshape(self._runs, -1).mean(axis=1)
             return self._noisy(distance, amounts, scale, delta, per_run=True, integral=False)
@@ -546,7 +552,8 @@ class LaplaceReleases(LedgerCore):
         """
         amounts = self._measurement_amounts(fn, epsilon, "measure")
         isolation = check_isolation(isolation)
-        scale, delta = self._reserve(secret, amounts, amounts, check_sensitivity(sensitivity), purpose, integral=False, vouched=True)
+        vouched = check_sensitivity(sensitivity)
+        scale, delta = self._reserve(secret, amounts, amounts, vouched, purpose, integral=False, vouched=True)
         stacked = bool(stacked_rows(secret))
         with charged(secret) as values:
             outcome = call_measured(fn, list(values) if stacked else [values], isolation)
@@ -628,8 +635,8 @@ class LaplaceReleases(LedgerCore):
             amounts, scale = self._recurring(purpose, amounts, sensitivity, integral)
         else:
             scale = self._scale(sensitivity, budgets, integral)
-        record = SpendRecord(t=t, purpose=purpose, amounts=amounts, sensitivity=sensitivity, noise_scale=scale, sampler=self._noise.name,
-                             vouched=vouched)
+        record = SpendRecord(t=t, purpose=purpose, amounts=amounts, sensitivity=sensitivity, noise_scale=scale,
+                             sampler=self._noise.name, vouched=vouched)
         self._charge(t, amounts, record)
         self._vouched += vouched
         return scale, sensitivity
@@ -644,7 +651,8 @@ def _same_bits(a: FloatArray, b: FloatArray) -> bool:
     return bool(x[0] == y[0] and x[middle] == y[middle] and x[-1] == y[-1] and np.array_equal(x, y))
 
 
-def call_measured(fn: Callable[[FloatArray], ArrayLike], payloads: list[FloatArray], isolation: str) -> list[FloatArray] | str:
+def call_measured(fn: Callable[[FloatArray], ArrayLike], payloads: list[FloatArray],
+                  isolation: str) -> list[FloatArray] | str:
     """fn on each payload (a forked child per call, or here if ``trusted``): its finite results of one shape,
     or why it failed — only the kind of failure, never its message, arguments, result or traceback (they
     may hold the data). The caller raises :func:`measurement_failed` once no local of its own holds the data."""

@@ -294,7 +294,9 @@ class WindowLedger(LaplaceReleases):
                                         noise_scale=scale, sampler=self._noise.name, vouched=True))
             self._vouched += 1
         with contextlib.ExitStack() as stack:
-            outcome = call_measured(fn, [np.stack([stack.enter_context(charged(secret)) for secret in secrets])], isolation)
+            payload = np.stack([stack.enter_context(charged(secret)) for secret in secrets])
+            outcome = call_measured(fn, [payload], isolation)
+            del payload
         if isinstance(outcome, str):
             raise measurement_failed("measure_footprint", outcome)
         return self._noisy(outcome[0], amounts, scale, sensitivity, integral=False)

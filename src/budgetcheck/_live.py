@@ -29,7 +29,8 @@ class LiveStream:
     :class:`PersonalizedStream`'s secrets do (for a live personalized publisher).
     """
 
-    __slots__ = ("_claim", "_current", "_dimensions", "_integral", "_neighbours", "_replayed", "_rows", "_shape", "_used")
+    __slots__ = ("_claim", "_current", "_dimensions", "_integral", "_neighbours", "_replayed", "_rows", "_shape",
+                 "_used")
 
     def __init__(self, rows: Iterable[tuple[int, ArrayLike]], *, dimensions: int, classes: int | None = None,
                  replayed: Sequence[int] = (), neighbours: Neighbours = DEFAULT) -> None:

@@ -67,8 +67,9 @@ def _check_deviation_sensitivity(declared: float, secret: Secret) -> None:
     identity's under the stream's relation (2 for one person in one bin), as a release's is."""
     identity = Identity().sensitivity(cast(Relation, neighbours_of(secret)), 2)
     if declared < 2 * identity:
-        raise InvalidArgument(f"sensitivity={declared!r} is below {2 * identity!r}, the L1 sensitivity of deviation over the cells "
-                              f"under the stream's relation {neighbours_of(secret)}: a mechanism may ask for more noise, never less")
+        raise InvalidArgument(f"sensitivity={declared!r} is below {2 * identity!r}, the L1 sensitivity of deviation over "
+                              f"the cells under the stream's relation {neighbours_of(secret)}: a mechanism may ask for "
+                              "more noise, never less")
 
 
 @final

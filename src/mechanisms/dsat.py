@@ -71,7 +71,8 @@ class DSATw:
             t = secret.t
             count_budget, test_budget, _ = rule.charges(FLOAT, env, state, np.full(runs, False))
             if t == 1:
-                noisy_rows = ledger.laplace_query(secret, Total(), count_budget, purpose="row count")[:, 0]  # Δ from the stream
+                # the row count as a query: its sensitivity comes from the stream's relation
+                noisy_rows = ledger.laplace_query(secret, Total(), count_budget, purpose="row count")[:, 0]
                 rows = np.maximum(noisy_rows, 1.0)
             distance = ledger.dissimilarity(secret, last, test_budget, purpose="distance test") / rows
             wants = (distance >= threshold) | (t <= self.warm_up)

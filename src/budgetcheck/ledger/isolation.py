@@ -48,7 +48,8 @@ def check_isolation(value: object) -> str:
         raise InvalidArgument(f"isolation={value!r} must be 'fork' (fn runs in a forked process per call, the default) "
                               "or 'trusted' (fn runs in this process: only for code you trust)")
     if value == FORK and not hasattr(os, "fork"):
-        raise InvalidArgument("isolation='fork' needs os.fork (POSIX); on this platform pass isolation='trusted' knowingly")
+        raise InvalidArgument("isolation='fork' needs os.fork (POSIX); on this platform pass isolation='trusted' "
+                              "knowingly")
     return str(value)
 
 
@@ -73,7 +74,8 @@ def _location(filename: str, lineno: int | None) -> str:
 
 
 def in_process(fn: Callable[[FloatArray], ArrayLike], payload: FloatArray) -> FloatArray | str:
-    """fn on a read-only copy of the payload, here (``isolation='trusted'``): its finite result, or the kind of failure."""
+    """fn on a read-only copy of the payload, here (``isolation='trusted'``): its finite result, or the kind
+    of failure."""
     copy = np.array(payload, dtype=np.float64)
     copy.setflags(write=False)
     try:
@@ -177,7 +179,9 @@ def _decode(message: bytes, count: int) -> list[FloatArray] | str:
         status, n = struct.unpack_from("<bq", message)
         offset = 9
         if status == _FAILED:
-            return _known_failure(message[offset:offset + n].decode("utf-8", "replace")) if n else "sent an answer too large to read"
+            if not n:
+                return "sent an answer too large to read"
+            return _known_failure(message[offset:offset + n].decode("utf-8", "replace"))
         if status != _OK or n != count:
             return "sent a malformed answer"
         results = []

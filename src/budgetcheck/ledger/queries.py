@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     import scipy.sparse
 
 FloatArray = NDArray[np.float64]
-_PAIRWISE_MOST = 1 << 24  # d²·m up to which replace-one's max over pairs is computed exactly (else 2·max column, a bound)
+# d²·m up to which replace-one's max over pairs is computed exactly (beyond: 2·max column, a bound)
+_PAIRWISE_MOST = 1 << 24
 
 
 class Relation(Protocol):
@@ -69,7 +70,8 @@ def matrix_norms(matrix: Any) -> Norms:
     """:class:`Norms` of an (m, d) dense or scipy.sparse matrix, exactly (then rounded up)."""
     dense = matrix.toarray() if hasattr(matrix, "toarray") else np.asarray(matrix, dtype=np.float64)
     m, d = dense.shape
-    column = max((_up(sum((Fraction(float(v)) for v in np.abs(dense[:, j]) if v), Fraction(0))) for j in range(d)), default=0.0)
+    sums = (sum((Fraction(float(v)) for v in np.abs(dense[:, j]) if v), Fraction(0)) for j in range(d))
+    column = max((_up(total) for total in sums), default=0.0)
     if d < 2:
         return Norms(column, 0.0)
     if d * d * max(m, 1) > _PAIRWISE_MOST:
@@ -77,7 +79,8 @@ def matrix_norms(matrix: Any) -> Norms:
     best = Fraction(0)
     for i in range(d - 1):  # differences of doubles are summed exactly: no rounding in the maximum
         for j in range(i + 1, d):
-            total = sum((abs(Fraction(float(a)) - Fraction(float(b))) for a, b in zip(dense[:, i], dense[:, j]) if a != b), Fraction(0))
+            pairs = zip(dense[:, i], dense[:, j])
+            total = sum((abs(Fraction(float(a)) - Fraction(float(b))) for a, b in pairs if a != b), Fraction(0))
             best = max(best, total)
     return Norms(column, _up(best))
 
@@ -112,7 +115,8 @@ class Query(abc.ABC):
     def then(self, outer: LinearQuery) -> Composed:
         """``outer`` applied to this query's answers (a composition of maps)."""
         if not isinstance(self, LinearQuery):
-            raise InvalidArgument(f"then: only linear queries compose exactly, got {type(self).__name__} as the inner map")
+            raise InvalidArgument(f"then: only linear queries compose exactly, got {type(self).__name__} "
+                                  "as the inner map")
         return Composed(outer=outer, inner=self)
 
 
@@ -164,7 +168,8 @@ class Total(LinearQuery):
 def _check_labels(value: object) -> NDArray[np.int64]:
     raw = np.asarray(value)
     if raw.dtype.kind not in "iu" or raw.ndim != 1 or (raw.size and raw.min() < -1):
-        raise InvalidArgument(f"labels must be a one-dimensional integer array of groups >= 0 or -1 (no group), got {raw!r}")
+        raise InvalidArgument(f"labels must be a one-dimensional integer array of groups >= 0 or -1 (no group), "
+                              f"got {raw!r}")
     frozen = raw.astype(np.int64)
     frozen.setflags(write=False)
     return frozen
@@ -308,7 +313,8 @@ class Linear(LinearQuery):
 
     @property
     def integral(self) -> bool:
-        data = self.weights.data if hasattr(self.weights, "data") and not isinstance(self.weights, np.ndarray) else self.weights
+        sparse = hasattr(self.weights, "data") and not isinstance(self.weights, np.ndarray)
+        data = self.weights.data if sparse else self.weights
         return bool(np.array_equal(data, np.round(data)))
 
 
@@ -387,8 +393,9 @@ def check_query(value: object) -> Query:
     """A query of the library's own vocabulary, all the way down: a subclass could read the values in
     its ``apply`` and state any sensitivity, so the vocabulary is closed (use ``measure`` instead)."""
     if type(value) not in _VOCABULARY:
-        raise InvalidArgument(f"query={value!r} must be one of budgetcheck's queries (Identity, Total, GroupSums, Differences, "
-                              "Smoothing, Linear, Composed, Clipped), not a subclass or another type: their sensitivity "
+        raise InvalidArgument(f"query={value!r} must be one of budgetcheck's queries (Identity, Total, GroupSums, "
+                              "Differences, Smoothing, Linear, Composed, Clipped), not a subclass or another type: "
+                              "their sensitivity "
                               "is derived by the library; for anything else use ledger.measure (a vouched sensitivity)")
     if isinstance(value, Composed):
         check_query(value.outer)
@@ -407,7 +414,8 @@ def derived_sensitivity(query: Query, relation: Relation, d: int, declared: obje
     """
     computed = query.sensitivity(relation, d)
     if isinstance(query, Linear) and query.claimed is not None and not _same(query.claimed, computed):
-        raise InvalidArgument(f"Linear query: claimed sensitivity {query.claimed!r} differs from the computed {computed!r} "
+        raise InvalidArgument(f"Linear query: claimed sensitivity {query.claimed!r} differs from the computed "
+                              f"{computed!r} "
                               f"under the stream's relation {relation}")
     return resolve(computed, relation, declared, type(query).__name__)
 
@@ -420,7 +428,8 @@ def resolve(computed: float, relation: Relation, declared: object, what: str) ->
         computed = float(relation.bound)
     if declared is None:
         return computed
-    if isinstance(declared, bool) or not isinstance(declared, (int, float)) or not math.isfinite(declared) or declared <= 0:
+    number = not isinstance(declared, bool) and isinstance(declared, (int, float))
+    if not number or not math.isfinite(declared) or declared <= 0:  # type: ignore[arg-type, operator]
         raise InvalidArgument(f"sensitivity={declared!r} must be a finite number > 0 (or None: the computed one)")
     if float(declared) < computed:
         raise InvalidArgument(f"sensitivity={declared!r} is below {computed!r}, the L1 sensitivity of {what} under the "

@@ -96,7 +96,8 @@ class Neighbours:
     def __str__(self) -> str:
         if self.kind == "replace-one":
             return "replace-one (a person moves between bins)"
-        return f"{self.kind} (a person added or removed, contributing up to {self.bound}{' to one bin' if self.kind == 'one-bin' else ' across bins'})"
+        where = " to one bin" if self.kind == "one-bin" else " across bins"
+        return f"{self.kind} (a person added or removed, contributing up to {self.bound}{where})"
 
 
 DEFAULT = Neighbours.one_bin()
@@ -105,5 +106,6 @@ DEFAULT = Neighbours.one_bin()
 def check_neighbours(value: object) -> Neighbours:
     """A stream's ``neighbours=`` argument."""
     if not isinstance(value, Neighbours):
-        raise InvalidArgument(f"neighbours={value!r} must be a Neighbours (Neighbours.one_bin(), .across_bins(k), .replace_one())")
+        raise InvalidArgument(f"neighbours={value!r} must be a Neighbours (Neighbours.one_bin(), .across_bins(k), "
+                              ".replace_one())")
     return value
