@@ -177,7 +177,7 @@ def test_above_threshold_caps_footprints_and_is_refused_atomically() -> None:
     wide = WindowLedger(WEventParams(1.0, 1), seed=0, sampler="numpy-laplace", keep_records=True)
     stream = GuardedStream(np.zeros((5, 1)))
     wide.bind(stream)
-    capped = wide.above_threshold(epsilon=1.0, sensitivity=1.0, cells=(1,), max_footprint=2)
+    capped = wide.above_threshold(epsilon=1.0, sensitivity=2.0, cells=(1,), max_footprint=2)
     opened = [bool(capped.query(s, deviation, 1e9).opened[0, 0]) for s in stream]
     assert opened == [True, False, True, False, True]
 

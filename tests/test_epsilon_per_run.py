@@ -160,7 +160,7 @@ def test_above_threshold_charges_each_run_its_own_epsilon() -> None:
     ledger = WindowLedger.with_epsilons([0.2, 0.2, 2.0], 5, seed=1, sampler="numpy-laplace", keep_records=True)
     stream = GuardedStream(data)
     ledger.bind(stream)
-    test = ledger.above_threshold(epsilon=np.array([0.02, 0.02, 0.2]), sensitivity=1.0, cells=(2,), max_footprint=5)
+    test = ledger.above_threshold(epsilon=np.array([0.02, 0.02, 0.2]), sensitivity=2.0, cells=(2,), max_footprint=5)
     for secret in stream:
         test.query(secret, deviation, thresholds=15.0)
     assert all(record.amounts.tolist() == [0.02, 0.02, 0.2] for record in ledger.records)

@@ -14,7 +14,8 @@ from budgetcheck._interference import interference
 
 @attrs.frozen
 class _Keeper:
-    """Measures the total at ε/w and keeps the payload; ``use`` says where the kept data leaks."""
+    """Measures the total at ε/w and keeps the payload; ``use`` says where the kept data leaks (only
+    with isolation='trusted': a forked fn keeps nothing, see tests/test_isolation.py)."""
 
     use: str
     name: str = "keeper"
@@ -30,7 +31,7 @@ class _Keeper:
 
         for secret in stream:
             cheaper = self.use == "operations" or (self.use == "charge" and kept and kept[-1].sum() > 60)
-            noisy = ledger.measure(total, secret, sensitivity=1.0, epsilon=budget / 2 if cheaper else budget)
+            noisy = ledger.measure(total, secret, sensitivity=1.0, epsilon=budget / 2 if cheaper else budget, isolation="trusted")
             if self.use == "operations" and kept[-1].sum() > 60:
                 ledger.laplace(secret, budget / 2)
             out[:, secret.t - 1] = noisy[:, None]

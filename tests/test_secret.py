@@ -94,8 +94,12 @@ def test_measure_charges_and_hides_nothing_else() -> None:
     result = ledger.measure(total, stream.secret(1), sensitivity=1.0, epsilon=1e9)
     assert result.shape == (4,)
     np.testing.assert_allclose(result, 6.0, atol=1e-6)
-    assert not seen[0].flags.writeable
+    assert seen == []  # fn ran in a forked process: what it kept died with it
     assert ledger.records[0].purpose == "measurement" and ledger.records[0].sensitivity == 1.0
+    assert ledger.records[0].vouched and ledger.vouched == 1
+    trusting = WindowLedger(WEventParams(1e9, 1), runs=4, sampler="numpy-laplace")
+    trusting.measure(total, GuardedStream([[1.0, 2.0, 3.0]]).secret(1), sensitivity=1.0, epsilon=1e9, isolation="trusted")
+    assert len(seen) == 1 and not seen[0].flags.writeable  # trusted: in this process, on a read-only copy
 
 
 def test_laplace_and_dissimilarity_are_seeded_and_reproducible() -> None:

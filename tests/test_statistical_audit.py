@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from budgetcheck import execute, load_mechanism
+from budgetcheck import InvalidArgument, execute, load_mechanism
 from budgetcheck._audit_stat import Run, decision_flip, personalized_audit, statistical_audit, swellfish_audit
-from broken.mutants import BDDissimilarityOverPopulation, SwellfishThresholdUnits
+from broken.mutants import BDDissimilarityOverPopulation, SwellfishMeasureThresholdUnits, SwellfishThresholdUnits
 
 
 def _pilot(name: str, w: int = 3) -> Run:
@@ -49,7 +50,9 @@ def test_personalized_audit_compares_each_user_with_their_own_epsilon() -> None:
 
 
 def test_swellfish_audit_catches_noise_that_ignores_the_temporal_sensitivity() -> None:
-    assert swellfish_audit(SwellfishThresholdUnits(), runs=2000, seed=0).violates
+    with pytest.raises(InvalidArgument, match="is below"):  # declared to laplace: refused at run time
+        swellfish_audit(SwellfishThresholdUnits(), runs=200, seed=0)
+    assert swellfish_audit(SwellfishMeasureThresholdUnits(), runs=2000, seed=0).violates  # vouched to measure: the audit
     honest = swellfish_audit(load_mechanism("TSUniform"), runs=2000, seed=0)
     assert not honest.violates and "pattern" in honest.position
 

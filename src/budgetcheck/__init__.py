@@ -62,6 +62,16 @@ from budgetcheck._threshold import ThresholdAnswer as ThresholdAnswer
 from budgetcheck._threshold import ThresholdTest as ThresholdTest
 from budgetcheck._threshold import deviation as deviation
 from budgetcheck._verify import Counterexample as Counterexample
+from budgetcheck.ledger.queries import Clipped as Clipped
+from budgetcheck.ledger.queries import Composed as Composed
+from budgetcheck.ledger.queries import Differences as Differences
+from budgetcheck.ledger.queries import GroupSums as GroupSums
+from budgetcheck.ledger.queries import Identity as Identity
+from budgetcheck.ledger.queries import Linear as Linear
+from budgetcheck.ledger.queries import Query as Query
+from budgetcheck.ledger.queries import Smoothing as Smoothing
+from budgetcheck.ledger.queries import Total as Total
+from budgetcheck.stream.neighbours import Neighbours as Neighbours
 from budgetcheck._verify import VerifyResult as VerifyResult
 from budgetcheck._verify import load_mechanism as load_mechanism
 from budgetcheck._verify import verify_mechanism as verify_mechanism
@@ -70,28 +80,37 @@ __all__ = [
     "AuditReport",
     "BudgetExceeded",
     "BudgetcheckError",
+    "Clipped",
+    "Composed",
     "Counterexample",
+    "Differences",
     "Execution",
     "FileAudit",
+    "GroupSums",
     "GuardedStream",
+    "Identity",
     "InvalidArgument",
     "LedgerBusy",
     "LedgerCorrupt",
     "LedgerHeader",
     "LedgerUnavailable",
+    "Linear",
     "LiveStream",
     "MeasurementFailed",
     "MechanismContractError",
+    "Neighbours",
     "PersonalizedLedger",
     "PersonalizedMechanism",
     "PersonalizedStream",
     "PolicyCollection",
     "PublishSummary",
+    "Query",
     "RankedRows",
     "Requirement",
     "RequirementSet",
     "Secret",
     "SecretAccess",
+    "Smoothing",
     "SpendRecord",
     "StreamMechanism",
     "StreamPolicy",
@@ -100,6 +119,7 @@ __all__ = [
     "ThresholdAnswer",
     "ThresholdTest",
     "TimestampOrder",
+    "Total",
     "VerifyResult",
     "WEventParams",
     "WindowFinding",

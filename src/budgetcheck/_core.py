@@ -26,9 +26,12 @@ from budgetcheck._live import LiveStream
 from budgetcheck._errors import BudgetExceeded, InvalidArgument, LedgerCorrupt, MeasurementFailed, SecretAccess, TimestampOrder
 from budgetcheck._noise import DISCRETE, NUMPY, NoiseSource, make_noise
 from budgetcheck._records import LedgerHeader, SpendRecord, dump_lines
-from budgetcheck._secret import Secret, charged, claim, is_placeholder, stacked_rows
+from budgetcheck._secret import Secret, charged, claim, is_placeholder, neighbours_of, stacked_rows
 from budgetcheck._stream import SecretSequence
 from budgetcheck._validation import check_amounts, check_bin_amounts, check_label, check_positive_int, check_sensitivity, check_timestamp
+from budgetcheck.ledger.isolation import FORK, SECRET_ACCESS, check_isolation, forked, in_process
+from budgetcheck.ledger.queries import (Identity, Query, Relation, check_query, derived_sensitivity, group_norms,
+                                        linear_sensitivity, resolve)
 
 if TYPE_CHECKING:
     from budgetcheck._journal import Journal, JournalRow
@@ -89,7 +92,7 @@ class LedgerCore(abc.ABC):
     _stacking = False  # whether it reads stacked streams (GuardedStream.stacked): the w-event ledger does
 
     __slots__ = ("_applying", "_depth", "_journal", "_keep", "_noise", "_pending", "_records", "_refused_worst", "_refusals", "_repeated", "_replay", "_rng", "_runs", "_scale_memo",
-                 "_operation_id", "_seed", "_t", "_tap", "_tapping")
+                 "_operation_id", "_seed", "_t", "_tap", "_tapping", "_vouched")
 
     def __init__(self, *, runs: int, seed: int, sampler: str = DISCRETE, keep_records: bool = False) -> None:
         if not isinstance(keep_records, bool):
@@ -103,6 +106,7 @@ class LedgerCore(abc.ABC):
         self._records: list[SpendRecord] = []
         self._refusals = 0
         self._refused_worst = 0.0  # the largest window sum / ε a refused spend would have made
+        self._vouched = 0  # charges whose sensitivity the caller vouched for (measure, measure_footprint)
         self._journal: Journal | None = None
         self._operation_id: list[Any] | None = None  # [id, used] inside idempotent()
         self._depth = 0
@@ -150,6 +154,12 @@ class LedgerCore(abc.ABC):
         """The largest window sum / ε that a refused spend would have made (0.0 if none was refused):
         what a mechanism attempted, for reports that must agree with a refusal."""
         return self._refused_worst
+
+    @property
+    def vouched(self) -> int:
+        """How many charges paid for a sensitivity the caller vouched for (``measure``): if any, only the
+        statistical audit can check the releases (verify: "needs the statistical audit", never "proved")."""
+        return self._vouched
 
     @property
     def refusals(self) -> int:
@@ -447,18 +457,22 @@ class LaplaceReleases(LedgerCore):
         self._charge(t, amounts, SpendRecord(t=t, purpose=purpose, amounts=amounts))
 
     @journaled
-    def laplace(self, secret: Secret, epsilon: ArrayLike, *, sensitivity: float = 1.0, purpose: str = "publication") -> FloatArray:
-        """Release the secret plus Laplace noise of scale sensitivity/ε (rounded up), per run.
+    def laplace(self, secret: Secret, epsilon: ArrayLike, *, sensitivity: float | None = None,
+                purpose: str = "publication") -> FloatArray:
+        """Release the secret plus Laplace noise of scale Δ/ε (rounded up), per run.
 
+        Δ is the identity's L1 sensitivity under the stream's neighbouring relation (1 for the
+        default, one person in one bin); ``sensitivity`` may ask for more noise, never less.
         Returns shape (runs, *secret.shape); rows of runs with ε = 0 are NaN (nothing released).
         """
         amounts = check_amounts(epsilon, self._runs)
-        scale, delta = self._reserve(secret, amounts, amounts, check_sensitivity(sensitivity), purpose)
+        scale, delta = self._reserve(secret, amounts, amounts, self._derive(secret, Identity(), sensitivity), purpose)
         with charged(secret) as values:
             return self._noisy(self._per_run(secret, values), amounts, scale, delta, per_run=True)
 
     @journaled
-    def laplace_bins(self, secret: Secret, epsilon: ArrayLike, *, sensitivity: float = 1.0, purpose: str = "publication") -> FloatArray:
+    def laplace_bins(self, secret: Secret, epsilon: ArrayLike, *, sensitivity: float | None = None,
+                     purpose: str = "publication") -> FloatArray:
         """Release each bin of a histogram with its own budget; charge the maximum over bins.
 
         ``epsilon`` has shape (runs, d) (or (d,), the same for every run), d = secret.shape[-1].
@@ -469,13 +483,15 @@ class LaplaceReleases(LedgerCore):
         self._check_secret(secret)
         bins = int(secret.shape[-1]) if secret.shape else 1
         budgets = check_bin_amounts(epsilon, self._runs, bins)
-        scale, delta = self._reserve(secret, _frozen_max(budgets), budgets, check_sensitivity(sensitivity), purpose)
+        derived = self._derive(secret, Identity(), sensitivity)
+        scale, delta = self._reserve(secret, _frozen_max(budgets), budgets, derived, purpose)
         with charged(secret) as values:
             return self._noisy(self._per_run(secret, values), budgets, scale, delta, per_run=True)
 
     @journaled
     def laplace_groups(
-        self, secret: Secret, labels: ArrayLike, epsilon: ArrayLike, *, sensitivity: float = 1.0, purpose: str = "publication"
+        self, secret: Secret, labels: ArrayLike, epsilon: ArrayLike, *, sensitivity: float | None = None,
+        purpose: str = "publication"
     ) -> FloatArray:
         """Noisy sums of groups of bins, each group with its own budget; charge the maximum over groups.
 
@@ -483,7 +499,9 @@ class LaplaceReleases(LedgerCore):
         labels[r, j] in [0, G), or in none (−1). ``epsilon`` has shape (runs, G) (or (G,)). A
         person sits in one bin, hence in one group, per timestamp: the groups are disjoint and
         the charge is max_g ε_{t,g} (accounting rules §2; RescueDP's and AdaPub's groups).
-        Returns (runs, G): Σ_{j in g} values[j] + Lap(Δ/ε_g); NaN where ε_g = 0.
+        Returns (runs, G): Σ_{j in g} values[j] + Lap(Δ/ε_g); NaN where ε_g = 0. Δ is the group sums'
+        sensitivity under the stream's relation (:class:`~budgetcheck.ledger.queries.GroupSums`, the
+        largest over runs); ``sensitivity`` may ask for more, never less.
         """
         self._check_secret(secret)
         bins = int(secret.shape[-1]) if secret.shape else 1
@@ -497,7 +515,9 @@ class LaplaceReleases(LedgerCore):
         budgets = check_bin_amounts(epsilon, self._runs, count)
         if groups.size and (groups.min() < -1 or groups.max() >= count):
             raise InvalidArgument(f"labels must lie in [-1, {count}) for epsilon with {count} groups, got [{groups.min()}, {groups.max()}]")
-        scale, delta = self._reserve(secret, _frozen_max(budgets), budgets, check_sensitivity(sensitivity), purpose)
+        relation = cast(Relation, neighbours_of(secret))
+        derived = resolve(linear_sensitivity(group_norms(groups), relation), relation, sensitivity, "the group sums")
+        scale, delta = self._reserve(secret, _frozen_max(budgets), budgets, derived, purpose)
         with charged(secret) as values:
             sums = np.zeros((self._runs, count))
             member = groups >= 0
@@ -506,10 +526,38 @@ class LaplaceReleases(LedgerCore):
             return self._noisy(sums, budgets, scale, delta, per_run=True)
 
     @journaled
+    def laplace_query(self, secret: Secret, query: Query, epsilon: ArrayLike, *, sensitivity: float | None = None,
+                      purpose: str = "publication") -> FloatArray:
+        """Release ``query`` of the secret's histogram plus Laplace noise of scale Δ/ε (rounded up), per run.
+
+        Δ is the query's L1 sensitivity, computed from the stream's neighbouring relation (see
+        :mod:`budgetcheck.ledger.queries`); ``sensitivity`` may ask for more noise, never less.
+        Returns shape (runs, m) for a query of m answers; NaN rows where ε = 0.
+        """
+        query = check_query(query)
+        amounts = check_amounts(epsilon, self._runs)
+        derived = self._derive(secret, query, sensitivity)
+        scale, delta = self._reserve(secret, amounts, amounts, derived, purpose, integral=query.integral)
+        with charged(secret) as values:
+            answers = query.apply(values)
+            del values
+        return self._noisy(self._per_run(secret, answers), amounts, scale, delta, per_run=True, integral=query.integral)
+
+    def _derive(self, secret: Secret, query: Query, declared: object) -> float:
+        """The sensitivity of ``query`` on ``secret`` under its stream's relation, or a larger declared one."""
+        if not isinstance(secret, Secret):
+            raise InvalidArgument(f"secret must be a Secret from a guarded stream, got {type(secret).__name__}")
+        if len(secret.shape) > 1:
+            raise InvalidArgument(f"a query reads a one-dimensional histogram, got a secret of shape {secret.shape}")
+        d = int(secret.shape[0]) if secret.shape else 1
+        return derived_sensitivity(query, cast(Relation, neighbours_of(secret)), d, declared)
+
+    @journaled
     def dissimilarity(self, secret: Secret, last_release: ArrayLike, epsilon: ArrayLike, *, purpose: str = "dissimilarity") -> FloatArray:
         """Noisy mean absolute difference between the secret and each run's last release.
 
-        Kellaris et al. 2014, Figure 2 lines 3-4: sensitivity 1/d, Laplace scale (1/d)/ε. Returns
+        Kellaris et al. 2014, Figure 2 lines 3-4: sensitivity 1/d (k/d, or 2/d for replace-one, under
+        the stream's relation), Laplace scale (1/d)/ε. Returns
         shape (runs,); NaN for runs with ε = 0.
         """
         self._check_secret(secret)
@@ -518,7 +566,10 @@ class LaplaceReleases(LedgerCore):
         expected = (self._runs, *secret.shape)
         if last.shape != expected or not np.isfinite(last).all():
             raise InvalidArgument(f"last_release must be finite with shape {expected}, got shape {last.shape}")
-        scale, delta = self._reserve(secret, amounts, amounts, 1.0 / int(np.prod(secret.shape)), purpose, integral=False)
+        # ‖Δ‖₁ <= k (or 2, replace-one): the mean absolute difference moves by at most ‖Δ‖₁/n
+        identity = Identity().sensitivity(cast(Relation, neighbours_of(secret)), 2)
+        delta_mean = identity / int(np.prod(secret.shape))
+        scale, delta = self._reserve(secret, amounts, amounts, delta_mean, purpose, integral=False)
         with charged(secret) as values:
             distance = np.abs(last - self._per_run(secret, values)).reshape(self._runs, -1).mean(axis=1)
             return self._noisy(distance, amounts, scale, delta, per_run=True, integral=False)
@@ -532,25 +583,31 @@ class LaplaceReleases(LedgerCore):
         sensitivity: float,
         epsilon: ArrayLike,
         purpose: str = "measurement",
+        isolation: str = FORK,
     ) -> FloatArray:
-        """Noisy fn(values): the caller vouches that fn has L1 sensitivity ``sensitivity``.
+        """Noisy fn(values): the caller *vouches* that fn has L1 sensitivity ``sensitivity``.
 
-        fn sees a read-only copy of the payload and runs once, and only if some run pays (ε > 0);
-        its finite result gets Laplace noise of scale sensitivity/ε per run. Returns shape
+        For what :mod:`budgetcheck.ledger.queries` cannot express (prefer :meth:`laplace_query`,
+        whose sensitivity the library derives). fn runs once, only if some run pays (ε > 0), on a
+        read-only copy of the payload, in a process forked for this call (``isolation='fork'``):
+        nothing it stores survives, only its finite float result comes back (see
+        :mod:`budgetcheck.ledger.isolation`; ``isolation='trusted'`` runs it here, for code you
+        trust). The result gets Laplace noise of scale sensitivity/ε per run; the record is marked
+        ``vouched`` (only the statistical audit can check such a sensitivity). Returns shape
         (runs, *fn_output.shape).
         """
         amounts = self._measurement_amounts(fn, epsilon, "measure")
-        scale, delta = self._reserve(secret, amounts, amounts, check_sensitivity(sensitivity), purpose, integral=False)
+        isolation = check_isolation(isolation)
+        vouched = check_sensitivity(sensitivity)
+        scale, delta = self._reserve(secret, amounts, amounts, vouched, purpose, integral=False, vouched=True)
         stacked = bool(stacked_rows(secret))
         with charged(secret) as values:
-            outcomes = [_apply(fn, row) for row in values] if stacked else [_apply(fn, values)]
+            outcome = call_measured(fn, list(values) if stacked else [values], isolation)
             del values  # nothing of the data stays in this frame, which a raised error's traceback shows
-        failures = [outcome for outcome in outcomes if isinstance(outcome, str)]
-        if failures:
-            raise measurement_failed("measure", failures[0])
-        results = [outcome for outcome in outcomes if not isinstance(outcome, str)]
+        if isinstance(outcome, str):
+            raise measurement_failed("measure", outcome)
         # stacked: fn sees one stream's payload; each run gets its own stream's result
-        result = self._per_run(secret, np.stack(results)) if stacked else results[0]
+        result = self._per_run(secret, np.stack(outcome)) if stacked else outcome[0]
         return self._noisy(result, amounts, scale, delta, per_run=stacked, integral=False)
 
     # -- hooks and internals ------------------------------------------------------------------
@@ -611,7 +668,7 @@ class LaplaceReleases(LedgerCore):
         return amounts, scale
 
     def _reserve(self, secret: Secret, amounts: FloatArray, budgets: FloatArray, sensitivity: float, purpose: str, *,
-                 integral: bool = True) -> tuple[FloatArray, float]:
+                 integral: bool = True, vouched: bool = False) -> tuple[FloatArray, float]:
         """Charge ``amounts`` at the secret's timestamp for a Laplace release at ``budgets``.
 
         Returns the noise scales (sensitivity/budget rounded up, by the noise source's rule for
@@ -624,8 +681,10 @@ class LaplaceReleases(LedgerCore):
             amounts, scale = self._recurring(purpose, amounts, sensitivity, integral)
         else:
             scale = self._scale(sensitivity, budgets, integral)
-        record = SpendRecord(t=t, purpose=purpose, amounts=amounts, sensitivity=sensitivity, noise_scale=scale, sampler=self._noise.name)
+        record = SpendRecord(t=t, purpose=purpose, amounts=amounts, sensitivity=sensitivity, noise_scale=scale,
+                             sampler=self._noise.name, vouched=vouched)
         self._charge(t, amounts, record)
+        self._vouched += vouched
         return scale, sensitivity
 
 
@@ -638,32 +697,25 @@ def _same_bits(a: FloatArray, b: FloatArray) -> bool:
     return bool(x[0] == y[0] and x[middle] == y[middle] and x[-1] == y[-1] and np.array_equal(x, y))
 
 
-def _apply(fn: Callable[[FloatArray], ArrayLike], payload: object) -> FloatArray | str:
-    """fn on a read-only copy of the payload: its finite result, or why it failed — only the kind of
-    failure, never its message, arguments, result or traceback (they may hold the data). The caller
-    raises :func:`measurement_failed` once no local of its own holds the data any more."""
-    copy = np.array(payload, dtype=np.float64)
-    copy.setflags(write=False)
-    try:
-        result = np.asarray(fn(copy), dtype=np.float64)
-    except SecretAccess as exc:  # fn touched another secret: say where (code, not data), for verify's stage (b)
-        outside = [frame for frame in traceback.extract_tb(exc.__traceback__) if "/budgetcheck/" not in frame.filename]
-        where = f" at {outside[-1].filename}:{outside[-1].lineno}" if outside else ""
-        return f"{_SECRET_ACCESS}{where}"
-    except BaseException as exc:  # noqa: BLE001 — whatever it was, it leaves without what it carried
-        kind = type(exc)  # a class made by fn may carry the data in its name: only built-in classes are named
-        return f"raised {kind.__name__}" if kind.__module__ == "builtins" else "raised an exception of a class it defined"
-    if not np.isfinite(result).all():
-        return "returned non-finite values"
-    return result
-
-
-_SECRET_ACCESS = "read a Secret outside its charge"
+def call_measured(fn: Callable[[FloatArray], ArrayLike], payloads: list[FloatArray],
+                  isolation: str) -> list[FloatArray] | str:
+    """fn on each payload (a forked child per call, or here if ``trusted``): its finite results of one shape,
+    or why it failed — only the kind of failure, never its message, arguments, result or traceback (they
+    may hold the data). The caller raises :func:`measurement_failed` once no local of its own holds the data."""
+    if isolation == FORK:
+        outcome = forked(fn, payloads)
+    else:
+        results = [in_process(fn, payload) for payload in payloads]
+        failed = [result for result in results if isinstance(result, str)]
+        outcome = failed[0] if failed else [result for result in results if not isinstance(result, str)]
+    if not isinstance(outcome, str) and len({result.shape for result in outcome}) > 1:
+        return "returned results of different shapes"
+    return outcome
 
 
 def measurement_failed(what: str, failure: str) -> MeasurementFailed | SecretAccess:
     """The error of a failed measured function: SecretAccess (where it read) or MeasurementFailed."""
-    if failure.startswith(_SECRET_ACCESS):
+    if failure.startswith(SECRET_ACCESS):
         return SecretAccess(f"{what}: fn {failure}")
     return MeasurementFailed(f"{what}: fn {failure}; its message, arguments and traceback are withheld (they may hold "
                              "the data); the charge stands, since the data was read")

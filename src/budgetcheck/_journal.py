@@ -105,11 +105,15 @@ def row_hash(previous: bytes, version: int, kind: int, seq: int, op: int, t: int
 
 def encode_detail(record: SpendRecord, operation: dict[str, str] | None = None) -> bytes:
     """The detail JSON of a spend row; an idempotent operation's first row also carries its id and call."""
-    if record.noise_scale is None and operation is None:  # a plain spend: the same few details over and over
+    if record.noise_scale is None and operation is None and not record.vouched:  # a plain spend: the same few details over and over
         return _plain_detail(record.purpose, record.sensitivity, record.sampler)
-    return canonical({"purpose": record.purpose, "sensitivity": record.sensitivity,
-                      "noise_scale": None if record.noise_scale is None else finite_or_none(record.noise_scale),
-                      "sampler": record.sampler, **(operation or {})})
+    fields: dict[str, object] = {
+        "purpose": record.purpose, "sensitivity": record.sensitivity,
+        "noise_scale": None if record.noise_scale is None else finite_or_none(record.noise_scale),
+        "sampler": record.sampler, **(operation or {})}
+    if record.vouched:  # only when true: every other record's detail (and hash) is what it always was
+        fields["vouched"] = True
+    return canonical(fields)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -153,6 +157,7 @@ def decode_row(row: tuple[Any, ...], header: LedgerHeader) -> JournalRow:
             sensitivity=None if fields["sensitivity"] is None else float(fields["sensitivity"]),
             noise_scale=None if scale is None else none_to_inf(scale),
             sampler=fields["sampler"],
+            vouched=fields.get("vouched", False) is True,
         )
     except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
         raise LedgerCorrupt(f"{where}: malformed record: {exc}") from exc

@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck import rounding
-from budgetcheck._core import LaplaceReleases, _apply, journaled, measurement_failed
+from budgetcheck._core import LaplaceReleases, call_measured, journaled, measurement_failed
 from budgetcheck._noise import DISCRETE, NUMPY
 from budgetcheck._errors import BudgetExceeded, InvalidArgument, LedgerCorrupt
 from budgetcheck._params import WEventParams
@@ -28,6 +28,8 @@ from budgetcheck._secret import Secret, charged, claim, stacked_rows
 from budgetcheck._threshold import ThresholdTest
 from budgetcheck._validation import check_amount_rows, check_epsilons, check_label, check_sensitivity
 from budgetcheck._exact import ExactVector
+from budgetcheck.ledger.isolation import FORK, check_isolation
+from budgetcheck.ledger.queries import Identity
 from budgetcheck._windows import ExactWindows
 
 FloatArray = NDArray[np.float64]
@@ -109,7 +111,7 @@ class WindowLedger(LaplaceReleases):
         return tuple(window.tolist())
 
     @journaled
-    def laplace_series(self, secrets: Sequence[Secret], epsilon: ArrayLike, *, sensitivity: float = 1.0,
+    def laplace_series(self, secrets: Sequence[Secret], epsilon: ArrayLike, *, sensitivity: float | None = None,
                        purpose: str = "publication") -> FloatArray:
         """Release several timestamps in one operation: secret k plus Laplace noise of scale Δ/ε_k
         (rounded up), per run — what k calls of :meth:`laplace` in timestamp order release, bit for bit.
@@ -133,7 +135,7 @@ class WindowLedger(LaplaceReleases):
             raise InvalidArgument("secrets must come from one stream (one shape)")
         budgets = check_amount_rows(epsilon, len(secrets), self._runs)  # (k, 1) or (k, runs)
         purpose = check_label(purpose)
-        sensitivity = check_sensitivity(sensitivity)
+        sensitivity = max(self._derive(secret, Identity(), sensitivity) for secret in secrets)
         for secret in secrets:
             self._check_secret(secret)
         scales = self._noise.scale(sensitivity, budgets, integral=True)
@@ -241,6 +243,7 @@ class WindowLedger(LaplaceReleases):
         sensitivity: float,
         epsilon: ArrayLike,
         purpose: str = "footprint measurement",
+        isolation: str = FORK,
     ) -> FloatArray:
         """Noisy fn over the true values of several timestamps, charged ε at *each* timestamp read.
 
@@ -249,12 +252,14 @@ class WindowLedger(LaplaceReleases):
         of them, vouched for by the caller) is charged ε at every one of them; by group privacy a
         window then pays for every change it can contain. fn receives the stacked payloads
         (k, *shape) in the order given. Every secret must lie in the current window [t−w+1, t]
-        of the newest one. Returns shape (runs, *fn_output.shape).
+        of the newest one. fn runs as in :meth:`measure` (a forked process per call unless
+        ``isolation='trusted'``); the records are marked ``vouched``. Returns shape (runs, *fn_output.shape).
         """
         secrets = list(secrets)
         if not secrets:
             raise InvalidArgument("secrets must name at least one timestamp (the footprint), got none")
         amounts = self._measurement_amounts(fn, epsilon, "measure_footprint")
+        isolation = check_isolation(isolation)
         if not all(isinstance(secret, Secret) for secret in secrets):
             raise InvalidArgument(f"secrets must be Secrets from a guarded stream, got {[type(x).__name__ for x in secrets]}")
         if any(stacked_rows(secret) for secret in secrets):
@@ -286,12 +291,15 @@ class WindowLedger(LaplaceReleases):
         self._windows.commit_footprint(t, added)
         for s in sorted(stamps):
             self._commit(t, SpendRecord(t=s, purpose=f"{purpose} (read at t={t})", amounts=amounts, sensitivity=sensitivity,
-                                        noise_scale=scale, sampler=self._noise.name))
+                                        noise_scale=scale, sampler=self._noise.name, vouched=True))
+            self._vouched += 1
         with contextlib.ExitStack() as stack:
-            outcome = _apply(fn, [stack.enter_context(charged(secret)) for secret in secrets])
+            payload = np.stack([stack.enter_context(charged(secret)) for secret in secrets])
+            outcome = call_measured(fn, [payload], isolation)
+            del payload
         if isinstance(outcome, str):
             raise measurement_failed("measure_footprint", outcome)
-        return self._noisy(outcome, amounts, scale, sensitivity, integral=False)
+        return self._noisy(outcome[0], amounts, scale, sensitivity, integral=False)
 
     def above_threshold(
         self,

@@ -18,6 +18,7 @@ from numpy.typing import ArrayLike
 from budgetcheck._errors import InvalidArgument, SecretAccess, TimestampOrder
 from budgetcheck._secret import Secret
 from budgetcheck._validation import MAX_VALUE, check_positive_int, check_timestamp
+from budgetcheck.stream.neighbours import DEFAULT, Neighbours, check_neighbours
 
 
 @final
@@ -28,13 +29,15 @@ class LiveStream:
     :class:`PersonalizedStream`'s secrets do (for a live personalized publisher).
     """
 
-    __slots__ = ("_claim", "_current", "_dimensions", "_integral", "_replayed", "_rows", "_shape", "_used")
+    __slots__ = ("_claim", "_current", "_dimensions", "_integral", "_neighbours", "_replayed", "_rows", "_shape",
+                 "_used")
 
     def __init__(self, rows: Iterable[tuple[int, ArrayLike]], *, dimensions: int, classes: int | None = None,
-                 replayed: Sequence[int] = ()) -> None:
+                 replayed: Sequence[int] = (), neighbours: Neighbours = DEFAULT) -> None:
         self._dimensions = check_positive_int(dimensions, "dimensions")
         self._shape = (self._dimensions,) if classes is None else (check_positive_int(classes, "classes"), self._dimensions)
         self._rows = rows
+        self._neighbours = check_neighbours(neighbours)  # the relation every sensitivity is derived from
         self._replayed = tuple(replayed)
         self._claim: list[object] = []
         self._integral = False
@@ -45,6 +48,11 @@ class LiveStream:
     def dimensions(self) -> int:
         """d, the number of counts per timestamp."""
         return self._dimensions
+
+    @property
+    def neighbours(self) -> Neighbours:
+        """The neighbouring relation of this stream (see :mod:`budgetcheck.stream.neighbours`)."""
+        return self._neighbours
 
     @property
     def current(self) -> int:
@@ -63,7 +71,7 @@ class LiveStream:
         for t in self._replayed:
             last = self._check_t(t, last)
             self._current = t
-            yield Secret(t, nothing, self._claim, stand_in=True)
+            yield Secret(t, nothing, self._claim, stand_in=True, neighbours=self._neighbours)
         for t, values in self._rows:
             last = self._check_t(t, last)
             row = np.asarray(values, dtype=np.float64)
@@ -72,7 +80,7 @@ class LiveStream:
             if self._integral and not np.array_equal(row, np.round(row)):
                 raise InvalidArgument(f"row t={t} must hold integer counts (the discrete-laplace sampler), got {row.tolist()!r}")
             self._current = t
-            yield Secret(t, row, self._claim)
+            yield Secret(t, row, self._claim, neighbours=self._neighbours)
 
     @staticmethod
     def _check_t(t: object, last: int) -> int:

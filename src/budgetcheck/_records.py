@@ -47,7 +47,8 @@ class SpendRecord:
 
     ``sensitivity`` and ``noise_scale`` (per run, or per run and bin for ``laplace_bins``; inf where
     nothing was released) are set when the charge paid for a Laplace release; ``sampler`` names the
-    noise source.
+    noise source. ``vouched``: the sensitivity is the caller's word (``measure``), not derived by the
+    library, so only the statistical audit can check it.
     """
 
     t: int
@@ -56,10 +57,12 @@ class SpendRecord:
     sensitivity: float | None = None
     noise_scale: FloatArray | None = attrs.field(default=None, converter=_readonly_or_none)
     sampler: str | None = None
+    vouched: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict; floats keep their exact value (repr round-trips)."""
-        return {
+        """A JSON-ready dict; floats keep their exact value (repr round-trips). ``vouched`` appears only
+        when true, so records without it are the bytes they always were."""
+        out = {
             "t": self.t,
             "purpose": self.purpose,
             "amounts": self.amounts.tolist(),
@@ -67,6 +70,9 @@ class SpendRecord:
             "noise_scale": None if self.noise_scale is None else finite_or_none(self.noise_scale),
             "sampler": self.sampler,
         }
+        if self.vouched:
+            out["vouched"] = True
+        return out
 
 
 def _class_tuple(value: Any) -> tuple[tuple[int, float, int], ...]:
@@ -142,6 +148,7 @@ def load_lines(lines: Iterable[str]) -> tuple[LedgerHeader, list[SpendRecord]]:
                 sensitivity=None if raw.get("sensitivity") is None else float(raw["sensitivity"]),
                 noise_scale=None if scales is None else none_to_inf(scales),
                 sampler=raw.get("sampler"),
+                vouched=raw.get("vouched", False) is True,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidArgument(f"line {number}: malformed record {line.strip()!r}: {exc}") from exc

@@ -32,6 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck._errors import SecretAccess
+from budgetcheck.stream.neighbours import DEFAULT
 
 
 
@@ -86,10 +87,10 @@ def _refuse(secret: Secret, what: str) -> NoReturn:
 class Secret:
     """The true query result of timestamp ``t``, readable only through a charged ledger operation."""
 
-    __slots__ = ("__weakref__", "_claim", "_rows", "_shape", "_t")
+    __slots__ = ("__weakref__", "_claim", "_neighbours", "_rows", "_shape", "_t")
 
     def __init__(self, t: int, values: NDArray[np.float64], claim: list[object] | None = None, *, stand_in: bool = False,
-                 rows: int = 0) -> None:
+                 rows: int = 0, neighbours: object = None) -> None:
         frozen = np.array(values, dtype=np.float64)
         frozen.setflags(write=False)
         self._t = t
@@ -97,6 +98,7 @@ class Secret:
         self._rows = rows
         self._shape = frozen.shape[1:] if rows else frozen.shape
         self._claim: list[object] = [] if claim is None else claim
+        self._neighbours = DEFAULT if neighbours is None else neighbours  # its stream's neighbouring relation
         _PORT.send(("put", id(self), frozen))
         weakref.finalize(self, _forget, id(self))
         if stand_in:
@@ -215,6 +217,11 @@ class Secret:
 
     def __deepcopy__(self, memo: object) -> NoReturn:
         _refuse(self, "deepcopy()")
+
+
+def neighbours_of(secret: Secret) -> object:
+    """The neighbouring relation of the secret's stream (a ``Neighbours``; default one person, one bin)."""
+    return secret._neighbours
 
 
 def charged(secret: Secret) -> _Charged:

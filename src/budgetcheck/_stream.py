@@ -17,19 +17,22 @@ from budgetcheck._errors import InvalidArgument, SecretAccess
 from budgetcheck._requirements import RequirementSet
 from budgetcheck._secret import Secret
 from budgetcheck._validation import check_positive_int, check_stream
+from budgetcheck.stream.neighbours import DEFAULT, Neighbours, check_neighbours
 
 
 class SecretSequence:
     """T secrets bound together: one ledger may read them (see ``ledger.bind``)."""
 
-    __slots__ = ("_claim", "_integral", "_length", "_rows", "_secrets")
+    __slots__ = ("_claim", "_integral", "_length", "_neighbours", "_rows", "_secrets")
 
-    def __init__(self, payloads: NDArray[np.float64], *, rows: int = 0) -> None:
+    def __init__(self, payloads: NDArray[np.float64], *, rows: int = 0, neighbours: Neighbours = DEFAULT) -> None:
         self._length = int(payloads.shape[0])
         self._integral = bool(np.array_equal(payloads, np.round(payloads)))
         self._claim: list[object] = []
         self._rows = rows
-        self._secrets = tuple(Secret(t + 1, payloads[t], self._claim, rows=rows) for t in range(self._length))
+        self._neighbours = check_neighbours(neighbours)
+        self._secrets = tuple(Secret(t + 1, payloads[t], self._claim, rows=rows, neighbours=self._neighbours)
+                              for t in range(self._length))
 
     @property
     def length(self) -> int:
@@ -38,6 +41,11 @@ class SecretSequence:
 
     def __len__(self) -> int:
         return self._length
+
+    @property
+    def neighbours(self) -> Neighbours:
+        """The neighbouring relation every sensitivity of this stream's releases is derived from."""
+        return self._neighbours
 
     def __iter__(self) -> Iterator[Secret]:
         return iter(self._secrets)
@@ -73,20 +81,22 @@ class GuardedStream(SecretSequence):
 
     ``data`` has shape (T, d) (or (T,) for d = 1), finite values only; ragged rows, NaN and
     infinities are refused. Iterating yields ``Secret`` objects for t = 1..T in order; the
-    length T and dimension d are public system parameters.
+    length T and dimension d are public system parameters. ``neighbours`` is the neighbouring
+    relation (default: one person added or removed, in one bin per timestamp); every release's
+    sensitivity is derived from it (see :mod:`budgetcheck.stream.neighbours`).
     """
 
     __slots__ = ("_dimensions",)
 
-    def __init__(self, data: ArrayLike) -> None:
-        self._setup(check_stream(data), rows=0)
+    def __init__(self, data: ArrayLike, *, neighbours: Neighbours = DEFAULT) -> None:
+        self._setup(check_stream(data), rows=0, neighbours=neighbours)
 
-    def _setup(self, payloads: NDArray[np.float64], *, rows: int) -> None:
+    def _setup(self, payloads: NDArray[np.float64], *, rows: int, neighbours: Neighbours = DEFAULT) -> None:
         self._dimensions = int(payloads.shape[-1])
-        super().__init__(payloads, rows=rows)
+        super().__init__(payloads, rows=rows, neighbours=neighbours)
 
     @classmethod
-    def stacked(cls, streams: Sequence[ArrayLike]) -> GuardedStream:
+    def stacked(cls, streams: Sequence[ArrayLike], *, neighbours: Neighbours = DEFAULT) -> GuardedStream:
         """S streams of one shape (T, d) read by one ledger as S blocks of runs (the benchmark's batches).
 
         With R runs, runs [s·R/S, (s+1)·R/S) read stream s (R must be a multiple of S); every
@@ -99,7 +109,7 @@ class GuardedStream(SecretSequence):
         if len(shapes) > 1:
             raise InvalidArgument(f"stacked streams must share one shape (T, d), got {shapes}")
         stream = cls.__new__(cls)
-        stream._setup(np.stack(checked, axis=1), rows=len(checked))  # payload at t: (S, d)
+        stream._setup(np.stack(checked, axis=1), rows=len(checked), neighbours=neighbours)  # payload at t: (S, d)
         return stream
 
     @property
@@ -125,7 +135,8 @@ class PersonalizedStream(SecretSequence):
     integers in [0, d) or -1 (the user reports nothing at t). The secret of timestamp t holds the
     counts per requirement class and bin, shape (classes, d), which is all the Sampling Mechanism
     needs: sampling each user of class c with probability p_c and counting per bin has the same
-    distribution as drawing Binomial(count[c, b], p_c) per cell.
+    distribution as drawing Binomial(count[c, b], p_c) per cell. The data format makes its
+    neighbouring relation one user, one bin per timestamp (``Neighbours.one_bin()``).
     """
 
     __slots__ = ("_dimensions", "_requirements")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from fractions import Fraction
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, cast, final
 
 import attrs
 import numpy as np
@@ -30,9 +30,10 @@ from budgetcheck._noise import DISCRETE, discrete_laplace, granularity, laplace_
 from budgetcheck._ranked import RankedRows
 from budgetcheck._recent import RecentRows
 from budgetcheck._records import SpendRecord
-from budgetcheck._secret import Secret, charged, is_placeholder, stacked_rows
+from budgetcheck._secret import Secret, charged, is_placeholder, neighbours_of, stacked_rows
 from budgetcheck.kernels import compiled
 from budgetcheck._validation import check_label, check_positive_int, check_query_epsilon, check_sensitivity
+from budgetcheck.ledger.queries import Identity, Relation
 
 if TYPE_CHECKING:
     from budgetcheck._ledger import WindowLedger
@@ -58,6 +59,17 @@ def deviation(values: FloatArray) -> FloatArray:
     mean = filled.sum(axis=1, keepdims=True) / np.maximum(inside.sum(axis=1, keepdims=True), 1)
     spread = np.abs(np.subtract(filled, mean, out=filled), out=filled)
     return np.asarray(np.where(inside, spread, 0.0).sum(axis=1), dtype=np.float64)
+
+
+def _check_deviation_sensitivity(declared: float, secret: Secret) -> None:
+    """:func:`deviation` per cell moves by less than 2·|Δ_j| when cell j changes by Δ_j, so the cells'
+    deviations move by less than 2·‖Δ‖₁ together: the test's sensitivity must be at least twice the
+    identity's under the stream's relation (2 for one person in one bin), as a release's is."""
+    identity = Identity().sensitivity(cast(Relation, neighbours_of(secret)), 2)
+    if declared < 2 * identity:
+        raise InvalidArgument(f"sensitivity={declared!r} is below {2 * identity!r}, the L1 sensitivity of deviation over "
+                              f"the cells under the stream's relation {neighbours_of(secret)}: a mechanism may ask for "
+                              "more noise, never less")
 
 
 @final
@@ -152,11 +164,15 @@ class ThresholdTest:
         if not np.isfinite(given).all():
             raise InvalidArgument(f"thresholds must be finite, got {np.asarray(thresholds)!r}")
         t = secret.t
+        vouched = statistic is not deviation
+        if not vouched:
+            _check_deviation_sensitivity(self._sensitivity, secret)
         amounts, query_scale = self._amounts, self._query_scale
         record = SpendRecord(t=t, purpose=self._purpose, amounts=amounts, sensitivity=self._sensitivity,
-                             noise_scale=query_scale, sampler=ledger.sampler)
+                             noise_scale=query_scale, sampler=ledger.sampler, vouched=vouched)
         ledger._check_secret(secret)
         ledger._charge(t, amounts, record)  # raises, changing nothing, before anything is read
+        ledger._vouched += vouched
         first, self._last_t = self._last_t == 0, t
         if first and statistic is deviation and self._max is not None:
             self._groups = RankedRows(self._max)  # sees every query from the first on

@@ -26,7 +26,7 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck import GuardedStream, WindowLedger
+from budgetcheck import GuardedStream, Total, WindowLedger
 from budgetcheck.ops import FLOAT, per_run
 from mechanisms._common import Stream, collect, rule_env
 from mechanisms.rules import DistanceTestRule
@@ -71,7 +71,8 @@ class DSATw:
             t = secret.t
             count_budget, test_budget, _ = rule.charges(FLOAT, env, state, np.full(runs, False))
             if t == 1:
-                noisy_rows = ledger.measure(np.sum, secret, sensitivity=1.0, epsilon=count_budget, purpose="row count")
+                # the row count as a query: its sensitivity comes from the stream's relation
+                noisy_rows = ledger.laplace_query(secret, Total(), count_budget, purpose="row count")[:, 0]
                 rows = np.maximum(noisy_rows, 1.0)
             distance = ledger.dissimilarity(secret, last, test_budget, purpose="distance test") / rows
             wants = (distance >= threshold) | (t <= self.warm_up)

@@ -378,7 +378,8 @@ class GreedyTwice:
         return out
 
 
-# --- wrong sensitivity (caught by the statistical audit) ---
+# --- wrong sensitivity (a declared one below the stream's relation is refused at run time; a vouched one
+# (measure) is caught by the statistical audit) ---
 
 
 @attrs.frozen
@@ -436,7 +437,8 @@ class MeasureTinySensitivity:
 @attrs.frozen
 class MeasureKeepsPayload:
     """Measures the noisy total at ε/w (sensitivity 1) and splits it over the dimensions by the
-    true proportions, which its measure function kept aside: no read of a Secret, yet a leak."""
+    true proportions, which its measure function kept aside: no read of a Secret, yet a leak. Only
+    possible with the opt-out isolation='trusted' (a forked fn keeps nothing: tests/test_isolation.py)."""
 
     name: str = "measure-keeps-payload"
 
@@ -450,7 +452,7 @@ class MeasureKeepsPayload:
             return float(values.sum())
 
         for secret in stream:
-            noisy = ledger.measure(total, secret, sensitivity=1.0, epsilon=budget)
+            noisy = ledger.measure(total, secret, sensitivity=1.0, epsilon=budget, isolation="trusted")
             share = kept[-1] / max(float(kept[-1].sum()), 1.0)
             out[:, secret.t - 1] = noisy[:, None] * share[None, :]
         return out
@@ -691,6 +693,25 @@ class SwellfishThresholdUnits:
 
 
 @attrs.frozen
+class SwellfishMeasureThresholdUnits:
+    """SwellfishThresholdUnits through measure: a vouched sensitivity of Δ_Q / 1000 is not refused at
+    run time (the library cannot know fn), so only the statistical audit can catch it."""
+
+    name: str = "Swellfish-measure-threshold-units"
+    notion: str = "swellfish"
+
+    def run(self, stream: GuardedStream, ledger: SwellfishLedger) -> FloatArray:
+        w = max(policy.length for policy in ledger.policies.policies)
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        for secret in stream:
+            if ledger.temporal_sensitivity(secret.t) == 0.0:
+                out[:, secret.t - 1] = ledger.release_exact(secret)
+            else:
+                out[:, secret.t - 1] = ledger.measure(lambda v: v, secret, sensitivity=1e-3, epsilon=rounding.share(ledger.epsilon, w))
+        return out
+
+
+@attrs.frozen
 class RescueDPKalmanFromTrueSeries:
     """RescueDP whose Kalman process noise q is the variance of the true series (the public code's
     choice), computed from the raw values before the run."""
@@ -903,7 +924,8 @@ CORPUS: list[tuple[Callable[[], object], str]] = [
     (RescueDPKalmanFromTrueSeries, "secret access"),
     (BDDissimilarityOverPopulation, "statistical audit"),
     (SampleDecidesOnTrueValue, "secret access"),
-    (SwellfishThresholdUnits, "statistical audit"),
+    (SwellfishThresholdUnits, "ledger replay"),  # a sensitivity below the stream's relation is refused at run time
+    (SwellfishMeasureThresholdUnits, "statistical audit"),  # the same through measure: vouched, only the audit sees it
     (DSATUnchargedTest, "ledger replay"),
     (RescueDPIgnoresRemaining, "ledger replay"),
     (AdaPubRereadsClusters, "ledger replay"),
@@ -930,10 +952,10 @@ CORPUS: list[tuple[Callable[[], object], str]] = [
     (SpendsAllThatRemains, "ledger replay"),
     (HomeMadeWindowOffByOne, "ledger replay"),
     (GreedyTwice, "ledger replay"),
-    (UniformHalfSensitivity, "statistical audit"),
+    (UniformHalfSensitivity, "ledger replay"),  # refused at run time: the identity's sensitivity is derived
     (MeasureTinySensitivity, "statistical audit"),
     (SeriesOverWMinusOne, "ledger replay"),
-    (SeriesHalfSensitivity, "statistical audit"),
+    (SeriesHalfSensitivity, "ledger replay"),  # refused at run time, as above
     (BDLargeWindowDissimilarity, "exploration"),
     (BDCatchesUpAfterQuiet, "exploration"),
     (UniformRecalibratesLate, "exploration"),

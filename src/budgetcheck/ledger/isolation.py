@@ -1,0 +1,206 @@
+"""A user's function run where nothing it does survives the call: a freshly forked process per call.
+
+``measure`` and ``measure_footprint`` hand ``fn`` the true values. In-process, fn could keep them
+(a closure, a global, a class or module attribute, ``os.environ``, ``sys.modules``, a thread that
+outlives the call, an object returned whose ``__float__`` or ``__array__`` re-reads them later).
+Here fn runs in a child forked for this one call: every object it changes is the child's copy,
+gone when the child exits (``os._exit``: no atexit handler, no flush, every thread ends). The
+child sends back only bytes — each result's ndim, shape and float64 values, or the kind of its
+failure — and the parent builds plain float64 arrays from them (no unpickling, no object of the
+child's ever enters the parent), checking shape, size and finiteness itself.
+
+What a process cannot hide from the operating system (files, sockets, shared memory, pipes it
+inherited, signals to its parent, a grandchild it forks) is not stopped here: that needs an OS
+sandbox (seccomp, Landlock, a container); see the README's threat model.
+
+``isolation="trusted"`` runs fn in-process (no fork) for code one trusts: faster, and fn's side
+effects survive (so nothing but the statistical audit can catch a leak).
+"""
+
+from __future__ import annotations
+
+import builtins
+import gc
+import os
+import re
+import struct
+import traceback
+import warnings
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from budgetcheck._errors import InvalidArgument, SecretAccess
+
+FloatArray = NDArray[np.float64]
+FORK = "fork"
+TRUSTED = "trusted"
+ISOLATIONS = (FORK, TRUSTED)
+MOST_BYTES = 1 << 28  # the largest answer a child may send (256 MiB): larger ones are refused, not read
+MOST_DIMENSIONS = 32
+SECRET_ACCESS = "read a Secret outside its charge"
+_OK, _FAILED = 0, 1
+
+
+def check_isolation(value: object) -> str:
+    if value not in ISOLATIONS:
+        raise InvalidArgument(f"isolation={value!r} must be 'fork' (fn runs in a forked process per call, the default) "
+                              "or 'trusted' (fn runs in this process: only for code you trust)")
+    if value == FORK and not hasattr(os, "fork"):
+        raise InvalidArgument("isolation='fork' needs os.fork (POSIX); on this platform pass isolation='trusted' "
+                              "knowingly")
+    return str(value)
+
+
+def failure_kind(exc: BaseException) -> str:
+    """Why fn failed, without anything fn chose: a built-in exception's name, else a fixed phrase (a
+    user-defined class's name could spell the data); SecretAccess with the code location of the
+    read, when that is a line of a file that exists (a made-up file name or line could carry data)."""
+    if isinstance(exc, SecretAccess):
+        outside = [frame for frame in traceback.extract_tb(exc.__traceback__) if "/budgetcheck/" not in frame.filename]
+        return SECRET_ACCESS + (_location(outside[-1].filename, outside[-1].lineno) if outside else "")
+    kind = type(exc)
+    return f"raised {kind.__name__}" if kind.__module__ == "builtins" else "raised an exception of a user-defined class"
+
+
+def _location(filename: str, lineno: int | None) -> str:
+    try:
+        with open(filename, "rb") as handle:
+            lines = sum(1 for _ in handle)
+    except OSError:
+        return ""
+    return f" at {filename}:{lineno}" if lineno is not None and 0 < lineno <= lines else ""
+
+
+def in_process(fn: Callable[[FloatArray], ArrayLike], payload: FloatArray) -> FloatArray | str:
+    """fn on a read-only copy of the payload, here (``isolation='trusted'``): its finite result, or the kind
+    of failure."""
+    copy = np.array(payload, dtype=np.float64)
+    copy.setflags(write=False)
+    try:
+        result = np.asarray(fn(copy), dtype=np.float64)
+    except BaseException as exc:  # noqa: BLE001 — whatever it was, it leaves without what it carried
+        return failure_kind(exc)
+    if not np.isfinite(result).all():
+        return "returned non-finite values"
+    return result
+
+
+def forked(fn: Callable[[FloatArray], ArrayLike], payloads: Sequence[FloatArray]) -> list[FloatArray] | str:
+    """fn on each payload in one freshly forked child: the finite float64 results, or the kind of the first failure."""
+    read_end, write_end = os.pipe()
+    with warnings.catch_warnings():  # Python 3.12 warns on fork in a threaded process; the child only runs fn
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: never returns
+        try:
+            gc.disable()  # a collection would touch (and copy) every page of the parent's objects
+            os.close(read_end)
+            _send(write_end, _child(fn, payloads))
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    try:
+        message = _receive(read_end)
+    finally:
+        os.close(read_end)
+        _, status = os.waitpid(pid, 0)
+    if message is None:
+        code = os.waitstatus_to_exitcode(status)
+        return f"ended without a result (exit status {code})"
+    return _decode(message, len(payloads))
+
+
+def _child(fn: Callable[[FloatArray], ArrayLike], payloads: Sequence[FloatArray]) -> bytes:
+    parts = [struct.pack("<bq", _OK, len(payloads))]
+    for payload in payloads:
+        outcome = in_process(fn, payload)
+        if isinstance(outcome, str):
+            text = outcome.encode("utf-8", "replace")[:4096]
+            return struct.pack("<bq", _FAILED, len(text)) + text
+        values = np.asarray(outcome, dtype="<f8", order="C")  # (ascontiguousarray would make a 0-d result 1-d)
+        parts.append(struct.pack(f"<q{values.ndim}q", values.ndim, *values.shape) + values.tobytes())
+    return b"".join(parts)
+
+
+def _send(fd: int, message: bytes) -> None:
+    data = struct.pack("<q", len(message)) + message
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _receive(fd: int) -> bytes | None:
+    """The child's one length-prefixed message (then stop reading: a grandchild holding the pipe cannot stall us)."""
+    head = _read_exactly(fd, 8)
+    if head is None:
+        return None
+    (size,) = struct.unpack("<q", head)
+    if not 0 <= size <= MOST_BYTES:
+        return b"\x01" + struct.pack("<q", 0)  # refused unread: reported as a failure below
+    return _read_exactly(fd, size)
+
+
+def _read_exactly(fd: int, size: int) -> bytes | None:
+    chunks, left = [], size
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+_FIXED = frozenset({"returned non-finite values", "raised an exception of a user-defined class"})
+
+
+def _known_failure(text: str) -> str:
+    """The child's failure text, if it is one the child's own code writes (checked again here: fn may
+    have written a message of its own into the pipe, and a free text could spell the data)."""
+    if text in _FIXED:
+        return text
+    name = text.removeprefix("raised ")
+    if text.startswith("raised ") and name.isidentifier() and isinstance(getattr(builtins, name, None), type) \
+            and issubclass(getattr(builtins, name), BaseException):
+        return text
+    if text.startswith(SECRET_ACCESS):
+        where = text.removeprefix(SECRET_ACCESS)
+        match = re.fullmatch(r" at (.+):([0-9]{1,9})", where)
+        if where == "" or (match is not None and _location(match[1], int(match[2])) == where):
+            return text
+    return "sent a malformed answer"
+
+
+def _decode(message: bytes, count: int) -> list[FloatArray] | str:
+    """Plain float64 arrays from the child's bytes, every number checked here (the child is not trusted)."""
+    try:
+        status, n = struct.unpack_from("<bq", message)
+        offset = 9
+        if status == _FAILED:
+            if not n:
+                return "sent an answer too large to read"
+            return _known_failure(message[offset:offset + n].decode("utf-8", "replace"))
+        if status != _OK or n != count:
+            return "sent a malformed answer"
+        results = []
+        for _ in range(count):
+            (ndim,) = struct.unpack_from("<q", message, offset)
+            if not 0 <= ndim <= MOST_DIMENSIONS:
+                return "sent a malformed answer"
+            shape = struct.unpack_from(f"<{ndim}q", message, offset + 8)
+            offset += 8 + 8 * ndim
+            size = int(np.prod(shape, dtype=np.int64)) if ndim else 1
+            if min(shape, default=0) < 0 or offset + 8 * size > len(message):
+                return "sent a malformed answer"
+            values = np.frombuffer(message, dtype="<f8", count=size, offset=offset).reshape(shape).astype(np.float64)
+            offset += 8 * size
+            if not np.isfinite(values).all():
+                return "returned non-finite values"
+            results.append(values)
+    except (struct.error, ValueError):
+        return "sent a malformed answer"
+    if offset != len(message):
+        return "sent a malformed answer"
+    return results
