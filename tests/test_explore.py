@@ -230,3 +230,23 @@ def test_the_table_streams_one_row_per_mechanism_as_it_is_decided(monkeypatch: p
     rows = [line for line in text.splitlines() if line.startswith(("Sample ", "Uniform "))]
     assert len(rows) == 2 and all("64, 256," in row for row in rows)
     assert "Sample" not in printed[0] and rows[0] in printed[1]
+
+
+def test_a_mechanism_that_vouches_is_never_proved_and_needs_the_audit() -> None:
+    """Issue 34 item 3: a sensitivity given to ``measure`` is the mechanism's word, so the verdict
+    is at best 'verified to a bound', and only with a passing statistical audit."""
+    from budgetcheck.verify.verdict import Outcome, outcome
+
+    proved = [("ledger replay", "pass"), ("exploration", "pass"), ("rule conformance", "pass"), ("proof", "pass")]
+    assert outcome(proved) is Outcome.PROVED
+    assert outcome(proved, vouched=True) is Outcome.INCONCLUSIVE
+    assert outcome([*proved, ("statistical audit", "pass")], vouched=True) is Outcome.BOUNDED
+    assert outcome([*proved, ("statistical audit", "fail")], vouched=True) is Outcome.VIOLATED
+
+
+def test_verify_marks_a_measuring_mechanism_as_vouched() -> None:
+    result = verify_mechanism("mechanisms:Uniform", examples=8, stages="a")
+    measured = verify_mechanism("broken.mutants:MeasureTinySensitivity", examples=8, stages="a")
+    assert not result.vouched
+    assert measured.vouched and measured.outcome is Outcome.INCONCLUSIVE
+    assert measured.to_json()["vouched_sensitivity"] is True

@@ -131,11 +131,13 @@ class VerifyResult:
     worst_refused: bool = False  # worst_ratio is the sum of a refused attempt
     notion: str = "w-event"
     bound: Bound | None = None  # what exploration and replay covered
+    vouched: bool = False  # some release's sensitivity was the mechanism's word (measure): audit only
 
     @property
     def outcome(self) -> Outcome:
         """The verdict a user acts on: proved, verified to a bound, violated or inconclusive."""
-        return outcome(((stage.stage, stage.verdict) for stage in self.stages), violated=self.counterexample is not None)
+        return outcome(((stage.stage, stage.verdict) for stage in self.stages), violated=self.counterexample is not None,
+                       vouched=self.vouched)
 
     def meets(self, require: str = "bounded") -> bool:
         """Whether the verdict satisfies ``--require`` (bounded, the default, or proof)."""
@@ -166,6 +168,7 @@ class VerifyResult:
             "verdict": self.outcome.value,
             "bound": self.bound.to_json() if self.bound is not None else None,
             "stages": [stage.to_json(timings=timings) for stage in self.stages],
+            "vouched_sensitivity": self.vouched,
         }
         report["notion"] = self.notion
         if self.counterexample is not None:
@@ -314,6 +317,7 @@ def verify_mechanism(
         notion=notion,
         worst_refused=replay.worst_refused if replay else False,
         bound=bound,
+        vouched=bool(replay and replay.vouched),
     )
 
 
@@ -441,12 +445,13 @@ class _Replay:
     counterexample: Counterexample | None
     worst_case: AnyCase | None = None
     worst_refused: bool = False  # the worst figure is a spend the ledger refused (what was attempted)
+    vouched: int = 0  # cases whose ledger charged a sensitivity the mechanism vouched for (measure)
 
 
 def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Replay:
     """Stages (a) and (b): ``examples`` generated cases, shrinking any failure."""
     mechanism = load_mechanism(reference)
-    tally = {"examples": 0, "runs": 0}
+    tally = {"examples": 0, "runs": 0, "vouched": 0}
     worst = [Fraction(0), Fraction(0)]  # the largest window / ε, and 1 if it was a refused attempt
     worst_case: list[AnyCase] = []
     failures: list[Counterexample] = []
@@ -459,7 +464,7 @@ def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Re
         tally["runs"] += case.runs
         before = worst[0]
         try:
-            _check_case(mechanism, case, worst)
+            tally["vouched"] += _check_case(mechanism, case, worst)
             if worst[0] > before or not worst_case:
                 worst_case[:] = [case]
         except _Violation as violation:
@@ -489,6 +494,7 @@ def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Re
         counterexample=counterexample,
         worst_case=worst_case[0] if worst_case else None,
         worst_refused=bool(worst[1]),
+        vouched=tally["vouched"],
     )
 
 
@@ -521,7 +527,10 @@ def _run_several_epsilons(mechanism: Any, case: VerificationCase) -> tuple[Any, 
     return ex.ledger, ratio, tuple(violations)
 
 
-def _check_case(mechanism: Any, case: AnyCase, worst: list[Fraction]) -> None:
+def _check_case(mechanism: Any, case: AnyCase, worst: list[Fraction]) -> int:
+    """Run and audit one case (raising :class:`_Violation`); 1 if its ledger charged a vouched
+    sensitivity (``measure``: the releases then need the statistical audit), else 0."""
+    vouched = 0
     runs: list[Callable[[Any, Any], tuple[Any, Fraction, tuple[str, ...]]]] = [_run_case]
     if isinstance(case, VerificationCase) and max_stacked_runs(mechanism) > 0:
         runs.append(_run_several_epsilons)
@@ -548,6 +557,8 @@ def _check_case(mechanism: Any, case: AnyCase, worst: list[Fraction]) -> None:
             worst[0], worst[1] = ratio, Fraction(0)
         if violations:
             raise _Violation("window over epsilon", violations[0], several_epsilons=several)
+        vouched = max(vouched, int(ledger.vouched > 0))
+    return vouched
 
 
 def _note_refused(worst: list[Fraction], attempted: Fraction) -> None:

@@ -170,6 +170,9 @@ def _print_details(results: list[VerifyResult], require: str) -> None:
         if r.outcome is Outcome.BOUNDED and r.bound is not None:
             short = " (does not meet --require proof)" if require == "proof" else ""
             click.echo(f"\n{r.mechanism}: verified to a bound: {r.bound.describe()}{short}")
+        if r.vouched:
+            click.echo(f"\n{r.mechanism}: vouches for a sensitivity (ledger.measure): never proved; only the "
+                       "statistical audit checks those releases")
         for stage in r.stages:
             if stage.verdict != "pass":
                 click.echo(f"\n{r.mechanism} [{stage.stage}] {stage.verdict}: {stage.detail}")

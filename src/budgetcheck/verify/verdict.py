@@ -5,6 +5,10 @@ proof covers the code that runs. *verified to a bound*: nothing was found by the
 up to the stated w and horizon (no rule, or the rule's conformance was not checked). *violated*:
 a stage found an overspend, a read, a leak or a departure from the rule. *inconclusive*: a stage
 could not decide (a nondeterministic mechanism, an unknown proof, a failure to run).
+
+A mechanism that *vouches* for a sensitivity (``ledger.measure``: the library cannot derive it) is
+never *proved*: its budget may be, its noise is not. Only the statistical audit checks such
+releases, so without a passing audit stage it is *inconclusive*; with one, *verified to a bound*.
 """
 
 from __future__ import annotations
@@ -33,14 +37,17 @@ class Outcome(enum.Enum):
         return {Outcome.VIOLATED: FAIL, Outcome.INCONCLUSIVE: INCONCLUSIVE}.get(self, PASS)
 
 
-def outcome(stages: Iterable[tuple[str, str]], *, violated: bool = False) -> Outcome:
-    """The verdict from (stage name, stage verdict) pairs (see the module docstring)."""
+def outcome(stages: Iterable[tuple[str, str]], *, violated: bool = False, vouched: bool = False) -> Outcome:
+    """The verdict from (stage name, stage verdict) pairs (see the module docstring); ``vouched``:
+    some release's sensitivity was the mechanism's word."""
     by_stage = dict(stages)
     verdicts = set(by_stage.values())
     if violated or FAIL in verdicts:
         return Outcome.VIOLATED
     if INCONCLUSIVE in verdicts:
         return Outcome.INCONCLUSIVE
+    if vouched:
+        return Outcome.BOUNDED if by_stage.get("statistical audit") == PASS else Outcome.INCONCLUSIVE
     if by_stage.get("proof") == PASS and by_stage.get("rule conformance") == PASS:
         return Outcome.PROVED
     if PASS in (by_stage.get("exploration"), by_stage.get("ledger replay")):
