@@ -67,7 +67,7 @@ def publish(mechanism: str, ledger_path: Path | str, epsilon: float | None, w: i
     error; 4 the ledger file is damaged or altered; 5 the ledger stayed locked by another writer for
     --lock-timeout seconds (nothing charged; earlier releases kept; rerun to resume).
     """
-    from budgetcheck._events import load_requirements
+    from budgetcheck._events import load_requirements, read_text_lines
     from budgetcheck._policies import load_policies
     from budgetcheck._publish import publish as run
     from budgetcheck._verify import load_mechanism
@@ -76,14 +76,13 @@ def publish(mechanism: str, ledger_path: Path | str, epsilon: float | None, w: i
         mech = load_mechanism(mechanism)
         requirements = None
         if requirements_path is not None:
-            with open(requirements_path, encoding="utf-8") as handle:
-                requirements = load_requirements(handle, source=str(requirements_path))
+            requirements = load_requirements(read_text_lines(requirements_path, source=str(requirements_path)),
+                                             source=str(requirements_path))
         policies = None
         if policies_path is not None:
-            with open(policies_path, encoding="utf-8") as handle:
-                policies = load_policies(handle, source=str(policies_path))
+            policies = load_policies(read_text_lines(policies_path, source=str(policies_path)), source=str(policies_path))
         stdout = sys.stdout
-        with click.open_file(str(input_path), encoding="utf-8", errors="replace") as lines:  # binary: bad rows
+        with click.open_file(str(input_path), "rb") as lines:  # bytes: a line that is not UTF-8 is a bad row
             summary = run(mech, lines, ledger_path, epsilon=epsilon, w=w, requirements=requirements, policies=policies,
                           dimensions=dimensions, out=None if out_path else stdout, out_path=out_path, fmt=fmt, output_format=output_format, sampler=sampler,
                           durability=durability, lock_timeout=lock_timeout, skip_bad_rows=skip_bad_rows,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from pathlib import Path
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Any, Final
 
@@ -21,7 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck._errors import BadRow, InvalidArgument
-from budgetcheck._requirements import RequirementSet
+from budgetcheck._requirements import Requirement, RequirementSet
 from budgetcheck._validation import MAX_T, check_positive_int
 
 FloatArray = NDArray[np.float64]
@@ -66,15 +67,53 @@ def json_row(text: str, number: int) -> Any:
 
 
 def check_row_length(text: str, number: int) -> None:
+    """Refuse a row that is not UTF-8 (see :func:`content_lines`) or longer than :data:`MAX_ROW`."""
+    if isinstance(text, Undecodable):
+        raise BadRow(f"not UTF-8: {text.reason}", row=number)
     if len(text) > MAX_ROW:
         raise BadRow(f"the row has {len(text):,} characters, more than the {MAX_ROW:,} allowed", row=number)
 
 
+class Undecodable(str):
+    """A row of bytes that are not UTF-8, kept (with U+FFFD for the bad bytes) to be refused by its number."""
+
+    reason: str
+
+
+def _undecodable(raw: bytes, exc: UnicodeDecodeError) -> Undecodable:
+    text = Undecodable(raw.decode("utf-8", errors="replace").strip())
+    text.reason = f"byte {raw[exc.start:exc.start + 1]!r} at position {exc.start + 1} ({exc.reason})"
+    return text
+
+
+BOM: Final = "\ufeff"
+
+
 def decoded_lines(lines: Iterable[str | bytes]) -> Iterator[str]:
-    """Lines as text: bytes that are not UTF-8 become U+FFFD, so a binary line is a bad row (named
-    by its number), never an exception of the reader."""
-    for line in lines:
-        yield line.decode("utf-8", errors="replace") if isinstance(line, bytes) else line
+    """Lines as text. Bytes are decoded as UTF-8; a line that is not UTF-8 becomes an
+    :class:`Undecodable` (a bad row named by its number, never an exception of the reader). A
+    byte-order mark at the very start of the input is dropped (spreadsheet exports write one); a
+    BOM anywhere else is part of its row. CRLF line ends are stripped like LF."""
+    for number, line in enumerate(lines, start=1):
+        if isinstance(line, bytes):
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield _undecodable(line, exc)
+                continue
+        else:
+            text = line
+        yield text[1:] if number == 1 and text.startswith(BOM) else text
+
+
+def read_text_lines(path: str | Path, *, source: str) -> list[str]:
+    """A small input file (requirements, policies) as lines of text, or :class:`InvalidArgument`
+    naming ``source`` and the line that is not UTF-8 (a leading BOM is dropped)."""
+    lines = list(decoded_lines(Path(path).read_bytes().splitlines()))
+    for number, line in enumerate(lines, start=1):
+        if isinstance(line, Undecodable):
+            raise InvalidArgument(f"{source} line {number}: not UTF-8: {line.reason}")
+    return lines
 
 
 def load_requirements(lines: Iterable[str], *, source: str = "requirements") -> RequirementSet:
@@ -93,7 +132,12 @@ def load_requirements(lines: Iterable[str], *, source: str = "requirements") -> 
         try:
             pairs[user] = (int(w), float(epsilon))
         except ValueError:
-            raise InvalidArgument(f"{source} line {number}: w={w!r} must be an integer and epsilon={epsilon!r} a number") from None
+            raise InvalidArgument(f"{source} line {number}: w={w[:40]!r} must be an integer and epsilon={epsilon[:40]!r} "
+                                  "a number") from None
+        try:
+            Requirement(*pairs[user])
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"{source} line {number}: {str(exc)[:200]}") from None
     if not pairs:
         raise InvalidArgument(f"{source} lists no users: a personalized publisher needs at least one")
     try:
@@ -102,16 +146,16 @@ def load_requirements(lines: Iterable[str], *, source: str = "requirements") -> 
         raise InvalidArgument(f"{source}: {exc}") from None
 
 
-def content_lines(lines: Iterable[str], fmt: str) -> Iterator[tuple[int, str]]:
+def content_lines(lines: Iterable[str | bytes], fmt: str) -> Iterator[tuple[int, str]]:
     """(1-based line number, stripped text) of the lines that are neither empty nor ``#`` comments;
     ``fmt`` must be one of :data:`FORMATS` (checked before the first line is read)."""
     if fmt not in FORMATS:
         raise InvalidArgument(f"format={fmt!r} must be one of {list(FORMATS)}")
-    return ((number, line.strip()) for number, line in enumerate(decoded_lines(lines), start=1)
-            if line.strip() and not line.strip().startswith("#"))
+    return ((number, line if isinstance(line, Undecodable) else line.strip())
+            for number, line in enumerate(decoded_lines(lines), start=1) if line.strip() and not line.strip().startswith("#"))
 
 
-def parse_events(lines: Iterable[str], *, fmt: str) -> Iterator[Event | BadRow]:
+def parse_events(lines: Iterable[str | bytes], *, fmt: str) -> Iterator[Event | BadRow]:
     """(line number, t, user, bin) per non-empty line, or the :class:`BadRow` of a malformed one."""
     for number, text in content_lines(lines, fmt):
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from fractions import Fraction
 from collections.abc import Iterable, Iterator, Sequence
 from typing import final
@@ -18,6 +19,9 @@ from typing import final
 import attrs
 from budgetcheck._errors import InvalidArgument
 from budgetcheck._validation import check_positive_int
+
+
+_DIGITS = re.compile(r"[0-9]{1,19}")
 
 
 def _thresholds(value: object) -> tuple[float, ...]:
@@ -192,10 +196,16 @@ def goal_affected_maximum(policies: Sequence[StreamPolicy], index: int) -> int:
     return max(len(s) for s in goal_affected_sets(policies, index))
 
 
+MAX_FILE_END = 1 << 16  # the latest end of a policy read from a file: a collection is held per timestamp up to it
+MAX_FILE_PATTERN = 1 << 24  # the largest |J|·T of a policy read from a file (the cost of its sensitivities)
+
+
 def load_policies(lines: Iterable[str], *, source: str = "policies") -> PolicyCollection:
     """``start,end,θ_1[,θ_2,…]`` lines (a policy's relevance interval J = [start, end] and its
     pattern's thresholds) as a :class:`PolicyCollection`; ``#`` comments, blank lines and a
-    ``start,end,thresholds`` header are skipped."""
+    ``start,end,thresholds`` header are skipped. A collection is computed per timestamp, so a file
+    may list intervals ending by t = :data:`MAX_FILE_END` and patterns with |J|·T up to
+    :data:`MAX_FILE_PATTERN` (beyond, the precomputation alone would take minutes: refused by line)."""
     policies: list[StreamPolicy] = []
     for number, line in enumerate(lines, start=1):
         text = line.strip()
@@ -204,10 +214,12 @@ def load_policies(lines: Iterable[str], *, source: str = "policies") -> PolicyCo
         fields = [part.strip() for part in text.split(",")]
         if len(fields) < 3:
             raise InvalidArgument(f"{source} line {number}: expected start,end,theta_1[,theta_2,...], got {text[:80]!r}")
-        try:
-            start, end = int(fields[0]), int(fields[1])
-        except ValueError:
-            raise InvalidArgument(f"{source} line {number}: start={fields[0]!r} and end={fields[1]!r} must be integers") from None
+        if not all(_DIGITS.fullmatch(field) for field in fields[:2]):
+            raise InvalidArgument(f"{source} line {number}: start={fields[0][:40]!r} and end={fields[1][:40]!r} must be integers")
+        start, end = int(fields[0]), int(fields[1])
+        if end > MAX_FILE_END or (end - start + 1) * (len(fields) - 2) > MAX_FILE_PATTERN:
+            raise InvalidArgument(f"{source} line {number}: policies of a file must end by t={MAX_FILE_END:,} and have "
+                                  f"|J|·T <= {MAX_FILE_PATTERN:,}, got J=[{start}, {end}] with T={len(fields) - 2}")
         try:
             policies.append(StreamPolicy(start, end, fields[2:]))
         except InvalidArgument as exc:

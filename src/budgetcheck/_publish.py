@@ -17,7 +17,7 @@ import json
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Final
 
 import attrs
 import numpy as np
@@ -39,6 +39,7 @@ from budgetcheck._requirements import RequirementSet
 from budgetcheck._swellfish import SwellfishLedger
 
 FloatArray = NDArray[np.float64]
+MAX_LIVE_W: Final = 1 << 20  # the largest w (and user w_i, policy |J|) a publisher takes: a live mechanism keeps O(w) state
 
 
 @attrs.frozen
@@ -52,7 +53,7 @@ class PublishSummary:
     head: str
 
 
-def parse_rows(lines: Iterable[str], *, fmt: str, dimensions: int, integers: bool) -> Iterator[tuple[int, int, FloatArray] | BadRow]:
+def parse_rows(lines: Iterable[str | bytes], *, fmt: str, dimensions: int, integers: bool) -> Iterator[tuple[int, int, FloatArray] | BadRow]:
     """(line number, t, counts) per non-empty line, or the :class:`BadRow` error of a malformed one."""
     for number, text in content_lines(lines, fmt):
         try:
@@ -100,7 +101,7 @@ def _fields(text: str, fmt: str, number: int) -> list[Any]:
 
 def publish(
     mechanism: Any,
-    lines: Iterable[str],
+    lines: Iterable[str | bytes],
     ledger_path: str | Path,
     *,
     dimensions: int,
@@ -211,6 +212,7 @@ def _ledger(mechanism: Any, *, epsilon: float | None, w: int | None, requirement
         raise InvalidArgument(f"sampler={sampler!r} is reproducible noise (a seeded generator): whoever learns the seed and the "
                               f"session can subtract it from the releases and recover the true counts; a publisher draws from "
                               f"the OS CSPRNG ({DISCRETE!r}, the default)")
+    _check_windows(w, requirements, policies)
     notion = getattr(mechanism, "notion", "w-event")
     if requirements is not None and policies is not None:
         raise InvalidArgument("give requirements (a personalized publisher) or policies (a Swellfish publisher), not both")
@@ -231,6 +233,19 @@ def _ledger(mechanism: Any, *, epsilon: float | None, w: int | None, requirement
     if epsilon is not None or w is not None:
         raise InvalidArgument(f"a personalized publisher takes w and epsilon per user from the requirements, not epsilon={epsilon!r}, w={w!r}")
     return PersonalizedLedger(requirements, runs=1, sampler=sampler)
+
+
+def _check_windows(w: int | None, requirements: RequirementSet | None, policies: PolicyCollection | None) -> None:
+    """Refuse a w, a user's w_i or a policy's |J| beyond :data:`MAX_LIVE_W` before anything is opened
+    (a 5,000-digit w from a requirements file would otherwise hang the mechanism)."""
+    found = [("w", w)] if isinstance(w, int) else []
+    found += [(f"requirements class {i}: w", c.w) for i, c in enumerate(requirements.classes)] if requirements else []
+    found += [("the policies' largest |J|", policies.max_interval)] if policies else []
+    for name, value in found:
+        if value > MAX_LIVE_W:
+            shown = str(value) if value < 10**30 else f"{str(value)[:12]}... ({len(str(value))} digits)"
+            raise InvalidArgument(f"{name}={shown} is beyond the {MAX_LIVE_W:,} a live publisher takes (its mechanism "
+                                  "keeps state for every timestamp of a window)")
 
 
 def _accepted(rows: Iterator[tuple[int, int, FloatArray] | BadRow], published: int,
