@@ -826,8 +826,9 @@ class UniformRecalibratesLate:
 
 
 def _keeping_uniform(stream: GuardedStream, ledger: WindowLedger, leak: Callable[[list[FloatArray]], bool]) -> FloatArray:
-    """Uniform through measure() whose measured function keeps each payload aside; where ``leak``
-    says so on what it kept, the release is the kept true value itself."""
+    """Uniform through measure() whose measured function keeps each payload aside (possible only
+    with the opt-out isolation='trusted': a forked fn keeps nothing); where ``leak`` says so on what
+    it kept, the release is the kept true value itself."""
     budget = rounding.share(ledger.params.epsilon, ledger.params.w)
     out = np.zeros((ledger.runs, stream.length, stream.dimensions))
     kept: list[FloatArray] = []
@@ -837,7 +838,7 @@ def _keeping_uniform(stream: GuardedStream, ledger: WindowLedger, leak: Callable
         return np.asarray(values)
 
     for secret in stream:
-        noisy = ledger.measure(counts, secret, sensitivity=1.0, epsilon=budget)
+        noisy = ledger.measure(counts, secret, sensitivity=1.0, epsilon=budget, isolation="trusted")
         out[:, secret.t - 1] = kept[-1][None, :] if leak(kept) else noisy
     return out
 
