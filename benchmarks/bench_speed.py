@@ -32,10 +32,10 @@ from budgetcheck import GuardedStream, WEventParams, WindowLedger
 from budgetcheck.bench import Benchmark
 from budgetcheck.bench.memory import keep_freed_memory
 from budgetcheck.bench.runner import run_batch, stream_data
-from budgetcheck._exact import ExactVector
-from budgetcheck._noise import laplace_draws
-from budgetcheck._records import SpendRecord
-from budgetcheck._verify import load_mechanism
+from budgetcheck.ledger.exact import ExactVector
+from budgetcheck.ledger.noise import laplace_draws
+from budgetcheck.ledger.records import SpendRecord
+from budgetcheck.mechanism.loading import load_mechanism
 
 HARNESS_SECONDS, HARNESS_SHIPPED_SECONDS = 23.0, 232.0
 REPEATS = 6  # timings below take the minimum: the first runs of a process pay for fresh memory

@@ -38,7 +38,7 @@ import numpy as np
 
 import budgetcheck as bc
 from budgetcheck.durable.campaign import run_campaign
-from budgetcheck._journal import RECORD_VERSION, SPEND, encode_detail, genesis, row_hash
+from budgetcheck.durable.journal import RECORD_VERSION, SPEND, encode_detail, genesis, row_hash
 
 
 _RATE_FILES = itertools.count()

@@ -17,9 +17,9 @@ import argparse
 
 import numpy as np
 
-from budgetcheck._mechanism import execute, execute_swellfish
-from budgetcheck._policies import PolicyCollection
-from budgetcheck._verify import load_mechanism
+from budgetcheck.mechanism.execute import execute, execute_swellfish
+from budgetcheck.ledger.policies import PolicyCollection
+from budgetcheck.mechanism.loading import load_mechanism
 from budgetcheck.bench import swellfish_study as study
 from budgetcheck.bench.config import stable_seed
 

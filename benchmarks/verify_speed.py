@@ -36,7 +36,7 @@ def timed(arguments: list[str], cwd: Path | None = None) -> tuple[float, int, st
     env = dict(os.environ)
     if cwd is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(cwd), env.get("PYTHONPATH", "")]))
-    command = [sys.executable, "-m", "budgetcheck.cli", *arguments]
+    command = [sys.executable, "-m", "budgetcheck", *arguments]
     completed = subprocess.run(command, capture_output=True, text=True, check=False, cwd=cwd, env=env)
     seconds = time.perf_counter() - start
     print(f"  ({' '.join(arguments[:2])}: {cpu_seconds() - before:.1f} CPU seconds, {seconds:.1f} s wall, "

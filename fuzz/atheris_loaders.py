@@ -16,8 +16,8 @@ import atheris
 
 with atheris.instrument_imports():
     import budgetcheck as bc
-    from budgetcheck._events import load_requirements, parse_events, timestamps
-    from budgetcheck._publish import parse_rows
+    from budgetcheck.stream.events import load_requirements, parse_events, timestamps
+    from budgetcheck.durable.publish import parse_rows
     from budgetcheck.bench.real import load_paper_stream
 
 FOLDER = Path(tempfile.mkdtemp(prefix="budgetcheck-fuzz-"))

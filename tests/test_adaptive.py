@@ -26,7 +26,7 @@ from budgetcheck import (
     execute,
     verify_mechanism,
 )
-from budgetcheck._noise import laplace_draws
+from budgetcheck.ledger.noise import laplace_draws
 from budgetcheck import rounding
 from budgetcheck.proving import Verdict, prove_range
 from budgetcheck.strategies import VerificationCase, cases

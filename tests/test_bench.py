@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from budgetcheck._mechanism import max_stacked_runs
+from budgetcheck.mechanism.execute import max_stacked_runs
 from budgetcheck import InvalidArgument
-from budgetcheck._errors import DataUnavailable
+from budgetcheck.ledger.errors import DataUnavailable
 from budgetcheck.bench import ArtificialStream, Benchmark, Cell, RealStream, ResultStore, Setting, run_benchmark, run_cell
 from budgetcheck.bench import runner as runner_module
 from budgetcheck.bench.config import Batch

@@ -243,7 +243,7 @@ def test_audit_reads_personalized_and_swellfish_logs(runner: CliRunner, tmp_path
 def test_verify_report_for_personalized_and_swellfish(runner: CliRunner, tmp_path: Path, name: str, verdict: int) -> None:
     """One curve per requirement class (window sum / ε_i) or per relevance interval (TOP_δ sum / ε)."""
     from budgetcheck import verify_mechanism
-    from budgetcheck._report import _curves, _replay
+    from budgetcheck.verify.report import _curves, _replay
 
     png = tmp_path / "report.png"
     result = runner.invoke(main, ["verify", name, "--stages", "a", "--examples", "25", "--report", str(png)])

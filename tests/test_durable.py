@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import budgetcheck as bc
-from budgetcheck._audit_file import _composition
-from budgetcheck._exact import ExactVector
-from budgetcheck._journal import Journal
-from budgetcheck._records import LedgerHeader
+from budgetcheck.durable.audit_file import _composition
+from budgetcheck.ledger.exact import ExactVector
+from budgetcheck.durable.journal import Journal
+from budgetcheck.ledger.records import LedgerHeader
 
 PARAMS = bc.WEventParams(epsilon=1.0, w=4)
 
@@ -300,7 +300,7 @@ def test_the_chain_checked_in_two_halves_finds_what_one_pass_finds(tmp_path: Pat
     if tamper is not None:
         _edit(path, tamper, *([np.array([0.05, 0.05]).tobytes()] if "?" in tamper else []))
     one_pass = bc.audit_file(path)
-    monkeypatch.setattr("budgetcheck._audit_file._PARALLEL_FROM", 2)
+    monkeypatch.setattr("budgetcheck.durable.audit_file._PARALLEL_FROM", 2)
     halves = bc.audit_file(path)
     assert halves == one_pass
     assert one_pass.ok == (tamper is None)

@@ -140,7 +140,7 @@ def test_the_campaign_finds_the_race_it_was_written_for(tmp_path: Path, monkeypa
     refusing a file that over-spent."""
     import contextlib
 
-    from budgetcheck._journal import Journal
+    from budgetcheck.durable.journal import Journal
 
     def rollback_reading_the_head_after_the_lock(self: Journal) -> None:
         with contextlib.suppress(sqlite3.Error):

@@ -124,7 +124,7 @@ def test_any_earlier_head_anchors_a_file_that_only_grew(tmp_path: Path) -> None:
 
 def rewrite_from(source: Path, target: Path, *, seq: int) -> None:
     """Copy the file, change record ``seq``'s amount, and recompute the chain and head from there."""
-    from budgetcheck._journal import RECORD_VERSION, row_hash
+    from budgetcheck.durable.journal import RECORD_VERSION, row_hash
 
     target.write_bytes(source.read_bytes())
     db = sqlite3.connect(target)

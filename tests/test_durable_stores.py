@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 import budgetcheck as bc
-from budgetcheck._journal import ROW_COLUMNS, is_url, open_store
+from budgetcheck.durable.journal import ROW_COLUMNS, is_url, open_store
 from budgetcheck.cli import main
 from budgetcheck.durable.campaign import run_campaign
 from budgetcheck.durable.postgres import redact, with_ledger
@@ -405,7 +405,7 @@ def test_the_unique_index_refuses_a_forged_second_use_of_an_id(store: str) -> No
         ledger.spend(1, 0.1, purpose="a")
     journal = ledger.journal
     assert journal is not None
-    from budgetcheck._records import SpendRecord
+    from budgetcheck.ledger.records import SpendRecord
 
     record = SpendRecord(t=1, purpose="forged", amounts=np.array([0.1]))
     journal.begin()

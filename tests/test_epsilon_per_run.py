@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from budgetcheck import (BudgetExceeded, GuardedStream, InvalidArgument, WEventParams, WindowLedger, audit_windows_per_epsilon, deviation,
                          open_ledger, rounding)
 from budgetcheck.ops import FLOAT
-from budgetcheck._verify import load_mechanism
+from budgetcheck.mechanism.loading import load_mechanism
 from budgetcheck.bench.config import builtin_w_event
 
 budgets = st.sampled_from([1.0, 0.1, 0.3, 1 / 3, 0.7, 2.0**-20]) | st.floats(1e-3, 5.0)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from budgetcheck import rounding
-from budgetcheck._exact import ExactVector
+from budgetcheck.ledger.exact import ExactVector
 from budgetcheck.rounding import step_up as _step_up
 
 RUNS = 3

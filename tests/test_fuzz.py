@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import budgetcheck as bc
-from budgetcheck._events import load_requirements, parse_events, timestamps
-from budgetcheck._publish import parse_rows
+from budgetcheck.stream.events import load_requirements, parse_events, timestamps
+from budgetcheck.durable.publish import parse_rows
 from budgetcheck.cli import main
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

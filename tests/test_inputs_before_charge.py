@@ -150,7 +150,7 @@ def test_the_sweep_reports_every_window_over_epsilon() -> None:
     violates the windows ending at 1, 2 and 3 and no other."""
     record = bc.SpendRecord(t=1, purpose="a", amounts=np.array([0.7]))
     later = bc.SpendRecord(t=9, purpose="b", amounts=np.array([0.1]))
-    from budgetcheck._audit import audit_windows
+    from budgetcheck.ledger.audit import audit_windows
 
     report = audit_windows([record, later], epsilon=0.5, w=3, runs=1)
     assert [(v.start, v.end) for v in report.violations] == [(1, 1), (1, 2), (1, 3)]

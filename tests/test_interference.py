@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from budgetcheck import GuardedStream, WEventParams, WindowLedger, execute, load_mechanism, rounding, verify_mechanism
-from budgetcheck._interference import interference
+from budgetcheck.verify.interference import interference
 
 
 @attrs.frozen
@@ -106,7 +106,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from broken.mutants import LeaksAboveAMillion, LeaksOnThreeEqualCounts  # noqa: E402
-from budgetcheck._verify import _PAIRS  # noqa: E402
+from budgetcheck.verify.stages import _PAIRS  # noqa: E402
 from budgetcheck.strategies import StreamPair, stream_pairs  # noqa: E402
 
 
@@ -127,7 +127,7 @@ def test_a_leak_that_the_data_triggers_is_missed_by_the_fixed_pairs_and_found_on
     assert first.shape == second.shape and first.shape[0] <= 3 and first.shape[1] == 1, found.detail
     epsilon, w = re.search(r"epsilon=([0-9.]+), w=(\d+)", found.detail).groups()  # type: ignore[union-attr]
     # replayed by hand: the same pair, outputs held equal, still differs
-    from budgetcheck._interference import _check, _setting_of
+    from budgetcheck.verify.interference import _check, _setting_of
 
     flow = _check(mutant(), _setting_of(StreamPair("w-event", first, second, epsilon=float(epsilon), w=int(w))))
     assert flow is not None and getattr(flow, "kind", None) == "leak", flow

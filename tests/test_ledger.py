@@ -277,7 +277,7 @@ def test_large_budget_arrays_repeated_bit_for_bit_share_one_copy_and_scale(calls
     Every record holds its own call's budgets and sensitivity/ε rounded up, whatever came before:
     one budget changed (away from the probed entries, or at the last), or −0.0 for 0.0, is new."""
     from budgetcheck import rounding
-    from budgetcheck._core import _SCALE_MEMO_SIZE
+    from budgetcheck.ledger.core import _SCALE_MEMO_SIZE
 
     runs = _SCALE_MEMO_SIZE + 3
     ledger = WindowLedger(WEventParams(1e9, 1), runs=runs, sampler="numpy-laplace", keep_records=True)

@@ -1,4 +1,4 @@
-"""budgetcheck._noise.laplace_draws: numpy's Laplace sampler, the same doubles from the same state."""
+"""budgetcheck.ledger.noise.laplace_draws: numpy's Laplace sampler, the same doubles from the same state."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from budgetcheck._noise import NumpyLaplace, laplace_draws
+from budgetcheck.ledger.noise import NumpyLaplace, laplace_draws
 
 shapes = st.one_of(st.integers(0, 300), st.lists(st.integers(0, 12), min_size=1, max_size=3).map(tuple))
 scales = st.floats(min_value=2.0**-30, max_value=2.0**30)

@@ -21,7 +21,7 @@ from budgetcheck import (
     optimal_budget,
     sampling_error,
 )
-from budgetcheck._audit_notions import audit_personalized
+from budgetcheck.ledger.audit_notions import audit_personalized
 from budgetcheck.ops import FLOAT, per_run
 from budgetcheck.proving import RuleEnv
 from budgetcheck.strategies import requirement_sets

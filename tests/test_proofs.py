@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 import pytest
 
-from budgetcheck import _z3
+from budgetcheck.verify import z3_adapter as _z3
 from budgetcheck.ops import Ops
 from budgetcheck.proving import RuleEnv, Verdict, prove_range, prove_rule, replay_refutation
 from broken.mutants import BAWithoutNullification, BDRecyclesEarly
@@ -71,7 +71,7 @@ def test_scale_invariance_is_read_from_the_terms() -> None:
     """Only constraints that keep their truth when every real variable is scaled may fix u = 1."""
     import z3
 
-    from budgetcheck import _z3
+    from budgetcheck.verify import z3_adapter as _z3
 
     x, y, k, b = z3.Real("x"), z3.Real("y"), z3.Int("k"), z3.Bool("b")
     invariant = [x <= y, z3.If(b, x, 0) <= 2 * y, z3.ToReal(k) * x <= y, k <= 3, z3.Sum([x, -y]) == 0, x / 2 >= 0, z3.Not(x < y), z3.ToReal(k) <= 4]

@@ -19,8 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 import budgetcheck as bc
-from budgetcheck._journal import decode_array
-from budgetcheck._noise import DiscreteLaplace, bernoulli_exp, discrete_laplace
+from budgetcheck.durable.journal import decode_array
+from budgetcheck.ledger.noise import DiscreteLaplace, bernoulli_exp, discrete_laplace
 from budgetcheck.cli import main
 from mechanisms import BA, BD, AdaPub, DSATw, FASTw, PeGaSus, RescueDP, Uniform
 
@@ -161,7 +161,7 @@ def test_swellfish_publisher_arguments_are_checked(tmp_path: Path) -> None:
 
 
 def test_swellfish_release_generators_match_the_batch_runs() -> None:
-    from budgetcheck._policies import load_policies
+    from budgetcheck.ledger.policies import load_policies
     from mechanisms import TSBA, TSBD, TSSample, TSUniform, Unicorn, UnicornIS, UnicornPS
 
     data = np.abs(np.random.default_rng(1).normal(50, 10, size=(30, 2)))

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 import budgetcheck as bc
-from budgetcheck._events import load_requirements, parse_events, timestamps
+from budgetcheck.stream.events import load_requirements, parse_events, timestamps
 from budgetcheck.cli import main
 from mechanisms import PBA, PBD, Uniform
 from test_publish import REQUIREMENTS, kill_and_restart, user_rows

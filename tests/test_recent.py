@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from budgetcheck._recent import RecentRows
+from budgetcheck.ledger.recent import RecentRows
 from budgetcheck.bench.memory import keep_freed_memory
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from budgetcheck import GuardedStream, InvalidArgument, SecretAccess, WEventParams, WindowLedger
-from budgetcheck._secret import reveal
+from budgetcheck.stream.secret import reveal
 
 
 def _secret() -> object:
@@ -160,7 +160,7 @@ def _marker_stream() -> tuple[object, np.ndarray]:
 def test_no_method_globals_name_the_vault() -> None:
     """A mechanism's first try: Secret.<method>.__globals__ (or importing the module) gives no dict of
     payloads, and no module-level object of _secret holds one."""
-    import budgetcheck._secret as module
+    import budgetcheck.stream.secret as module
 
     stream, payload = _marker_stream()
     secret = next(iter(stream))  # type: ignore[call-overload]

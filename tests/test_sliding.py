@@ -1,4 +1,4 @@
-"""FloatOps.slide: a rule's window with a running total (budgetcheck._sliding) against exact sums."""
+"""FloatOps.slide: a rule's window with a running total (budgetcheck.ledger.sliding) against exact sums."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from budgetcheck.ops import EXACT, FLOAT
-from budgetcheck._sliding import SlidingValues
+from budgetcheck.ledger.sliding import SlidingValues
 
 budgets = st.one_of(st.just(0.0), st.floats(min_value=0.0, max_value=1e6, allow_subnormal=True),
                     st.sampled_from([1 / 3, 1 / 240, 2.0**-1074, 0.1]))

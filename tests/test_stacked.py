@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from budgetcheck import GuardedStream, InvalidArgument, SecretAccess, WEventParams, WindowLedger, execute
-from budgetcheck._verify import load_mechanism
+from budgetcheck.mechanism.loading import load_mechanism
 from budgetcheck.bench.config import builtin_w_event
 
 W_EVENT = builtin_w_event()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from budgetcheck import InvalidArgument, execute, load_mechanism
-from budgetcheck._audit_stat import Run, decision_flip, personalized_audit, statistical_audit, swellfish_audit
+from budgetcheck.verify.statistical import Run, decision_flip, personalized_audit, statistical_audit, swellfish_audit
 from broken.mutants import BDDissimilarityOverPopulation, SwellfishMeasureThresholdUnits, SwellfishThresholdUnits
 
 
@@ -65,7 +65,7 @@ from budgetcheck import verify_mechanism  # noqa: E402
 
 def _one_column_audit(mechanism: object, w: int, runs: int) -> float:
     """The audit as it was before issue 28: d = 1 streams, ±1 at one timestamp, one column read."""
-    from budgetcheck._audit_stat import NeighbourPair, _audit
+    from budgetcheck.verify.statistical import NeighbourPair, _audit
 
     base = np.full((3 * w, 1), 50.0)
     pairs = []

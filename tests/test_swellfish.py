@@ -22,7 +22,7 @@ from budgetcheck import (
     goal_affected_maximum,
     load_lines,
 )
-from budgetcheck._audit_notions import audit_swellfish
+from budgetcheck.ledger.audit_notions import audit_swellfish
 from budgetcheck.strategies import policy_collections
 from mechanisms import swellfish
 from mechanisms.swellfish import TSBA, TSBD, TSSample, TSUniform, Unicorn, UnicornIS, UnicornPS, bounded_proof

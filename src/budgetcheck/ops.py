@@ -3,7 +3,7 @@
 A rule (e.g. BD's publication budget) is written against the small :class:`Ops` interface. The
 mechanism runs it with :data:`FLOAT` (numpy, vectorised over runs, every budget rounded *down*),
 tests run it with :data:`EXACT` (``fractions.Fraction``), and proofs run it with Z3 terms
-(:mod:`budgetcheck._z3`). Integer state (counters, share counts) uses plain operators, which
+(:mod:`budgetcheck.verify.z3_adapter`). Integer state (counters, share counts) uses plain operators, which
 numpy, Python and Z3 all support; only choice, minimum and the logical connectives go through
 ``Ops``, and the window of a rule's last w − 1 values (``slide``, summed by ``sum_up`` or
 ``count``), whose total the float back-end keeps running instead of re-adding w − 1 terms a step.
@@ -20,8 +20,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import rounding
-from budgetcheck._records import _frozen
-from budgetcheck._sliding import PlainWindows, SlidingValues, plain_sum
+from budgetcheck.ledger.records import _frozen
+from budgetcheck.ledger.sliding import PlainWindows, SlidingValues, plain_sum
 
 FloatArray = NDArray[np.float64]
 

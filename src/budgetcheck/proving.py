@@ -34,11 +34,11 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 import numpy as np
 
-from budgetcheck import _z3
-from budgetcheck._errors import BudgetExceeded, InvalidArgument
-from budgetcheck._ledger import WindowLedger
-from budgetcheck._params import WEventParams
-from budgetcheck._validation import check_positive_int
+from budgetcheck.verify import z3_adapter as _z3
+from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument
+from budgetcheck.ledger.wevent import WindowLedger
+from budgetcheck.ledger.params import WEventParams
+from budgetcheck.ledger.validation import check_positive_int
 from budgetcheck.ops import FLOAT, Ops
 
 State = tuple[Any, ...]

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from budgetcheck._verify import VerifyResult, verify_mechanism
+from budgetcheck.verify.stages import VerifyResult, verify_mechanism
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

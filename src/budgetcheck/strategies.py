@@ -14,9 +14,9 @@ import numpy as np
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
-from budgetcheck._params import WEventParams
-from budgetcheck._policies import PolicyCollection, StreamPolicy
-from budgetcheck._requirements import RequirementSet
+from budgetcheck.ledger.params import WEventParams
+from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
+from budgetcheck.ledger.requirements import RequirementSet
 
 FloatArray = NDArray[np.float64]
 

@@ -3,6 +3,7 @@
 ``Benchmark`` (the grid as data), ``run_benchmark`` (resumable, stored in SQLite, local processes
 or Dask), ``write_report`` (tables, baseline-supremacy check, figures); the personalized and
 Swellfish studies live in ``budgetcheck.bench.personalized_study`` and ``.swellfish_study``.
+Imports the core, ``mechanism`` and ``durable``; never verification or the CLI.
 """
 
 from __future__ import annotations

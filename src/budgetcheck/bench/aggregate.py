@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck._errors import DataUnavailable, InvalidArgument
+from budgetcheck.ledger.errors import DataUnavailable, InvalidArgument
 from budgetcheck.bench.exports import number, table_rows
 
 FloatArray = NDArray[np.float64]

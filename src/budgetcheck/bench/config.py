@@ -22,8 +22,8 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck._errors import InvalidArgument
-from budgetcheck._validation import check_epsilon, check_positive_int
+from budgetcheck.ledger.errors import InvalidArgument
+from budgetcheck.ledger.validation import check_epsilon, check_positive_int
 from budgetcheck.bench.real import PACKAGED, load_packaged, load_paper_stream
 from budgetcheck.bench.streams import PAPER_GROWTH, seasonal_stream
 
@@ -187,8 +187,8 @@ class Batch:
 
 @functools.lru_cache(maxsize=None)
 def _max_stacked_runs(mechanism: str) -> int:
-    from budgetcheck._mechanism import max_stacked_runs
-    from budgetcheck._verify import load_mechanism
+    from budgetcheck.mechanism.execute import max_stacked_runs
+    from budgetcheck.mechanism.loading import load_mechanism
 
     return max_stacked_runs(load_mechanism(mechanism))
 
@@ -201,14 +201,14 @@ def builtin_w_event() -> tuple[str, ...]:
     """Every built-in w-event mechanism (M of the paper grid)."""
     from mechanisms import BUILTIN
 
-    from budgetcheck._mechanism import notion_of
+    from budgetcheck.mechanism.execute import notion_of
 
     return tuple(name for name, factory in BUILTIN.items() if notion_of(factory()) == "w-event")
 
 
 def _check_mechanisms(names: Sequence[str]) -> tuple[str, ...]:
-    from budgetcheck._mechanism import notion_of
-    from budgetcheck._verify import load_mechanism
+    from budgetcheck.mechanism.execute import notion_of
+    from budgetcheck.mechanism.loading import load_mechanism
 
     if not names:
         raise InvalidArgument("mechanisms=() must name at least one mechanism")

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck._errors import InvalidArgument
+from budgetcheck.ledger.errors import InvalidArgument
 
 FloatArray = NDArray[np.float64]
 

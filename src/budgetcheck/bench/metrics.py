@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck._errors import InvalidArgument
+from budgetcheck.ledger.errors import InvalidArgument
 
 FloatArray = NDArray[np.float64]
 

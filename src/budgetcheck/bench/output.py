@@ -7,7 +7,7 @@ from pathlib import Path
 
 import attrs
 
-from budgetcheck._errors import InvalidArgument
+from budgetcheck.ledger.errors import InvalidArgument
 from budgetcheck.bench import figures
 from budgetcheck.bench.config import ArtificialStream, Cell
 from budgetcheck.bench.report import (

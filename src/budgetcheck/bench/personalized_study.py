@@ -27,10 +27,10 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck._errors import InvalidArgument
-from budgetcheck._mechanism import execute_personalized
-from budgetcheck._requirements import RequirementSet
-from budgetcheck._verify import load_mechanism
+from budgetcheck.ledger.errors import InvalidArgument
+from budgetcheck.mechanism.execute import execute_personalized
+from budgetcheck.ledger.requirements import RequirementSet
+from budgetcheck.mechanism.loading import load_mechanism
 from budgetcheck.bench.config import stable_seed
 
 FloatArray = NDArray[np.float64]

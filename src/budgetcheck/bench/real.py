@@ -37,7 +37,7 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck._errors import DataUnavailable, InvalidArgument
+from budgetcheck.ledger.errors import DataUnavailable, InvalidArgument
 from budgetcheck.bench import aggregate, exports
 
 FloatArray = NDArray[np.float64]

@@ -20,10 +20,10 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck._errors import DataUnavailable, InvalidArgument
-from budgetcheck._mechanism import execute
-from budgetcheck._verify import load_mechanism
-from budgetcheck import GuardedStream
+from budgetcheck.ledger.errors import DataUnavailable, InvalidArgument
+from budgetcheck.mechanism.execute import execute
+from budgetcheck.mechanism.loading import load_mechanism
+from budgetcheck.stream.guarded import GuardedStream
 from budgetcheck.bench.config import Batch, Benchmark, Cell, StreamSpec
 from budgetcheck.bench.memory import keep_freed_memory
 from budgetcheck.bench.metrics import errors, truncate

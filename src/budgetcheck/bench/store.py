@@ -21,7 +21,7 @@ from attrs import AttrsInstance
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck._errors import DataUnavailable, InvalidArgument
+from budgetcheck.ledger.errors import DataUnavailable, InvalidArgument
 from budgetcheck.bench.config import Cell
 
 FloatArray = NDArray[np.float64]

@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck._errors import InvalidArgument
-from budgetcheck._validation import check_epsilon, check_positive_int
+from budgetcheck.ledger.errors import InvalidArgument
+from budgetcheck.ledger.validation import check_epsilon, check_positive_int
 
 PAPER_GROWTH = 1.5
 HARNESS_GROWTH = 1.3

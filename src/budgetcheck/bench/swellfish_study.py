@@ -33,10 +33,10 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck._errors import InvalidArgument
-from budgetcheck._mechanism import execute, execute_swellfish
-from budgetcheck._policies import PolicyCollection, StreamPolicy
-from budgetcheck._verify import load_mechanism
+from budgetcheck.ledger.errors import InvalidArgument
+from budgetcheck.mechanism.execute import execute, execute_swellfish
+from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
+from budgetcheck.mechanism.loading import load_mechanism
 from budgetcheck.bench.config import PAPER_MRE_BOUND, stable_seed
 from budgetcheck.bench.worker import start_worker
 from budgetcheck.bench.metrics import errors

@@ -15,7 +15,7 @@ import gc
 
 import numpy as np
 
-from budgetcheck._noise import laplace_draws
+from budgetcheck.ledger.noise import laplace_draws
 from budgetcheck.bench.memory import keep_freed_memory
 
 

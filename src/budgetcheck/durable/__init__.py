@@ -1,1 +1,4 @@
-"""The durable layer: ledger files and stores, the publisher, the file audit; imports the ledger and stream layers, never verification."""
+"""Durability: the journal (one transaction per charged operation, hash-chained rows), the stores
+(an SQLite file, a PostgreSQL schema), opening a ledger kept in a store, the live publisher, the
+audit of a ledger file and the concurrency campaign. Imports the core and ``mechanism``; never
+verification, the benchmark or the CLI."""

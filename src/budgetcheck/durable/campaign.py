@@ -20,12 +20,12 @@ from typing import Any
 
 import attrs
 
-from budgetcheck._audit_file import _read_meta, audit_file
-from budgetcheck._durable import open_ledger
-from budgetcheck._errors import BudgetExceeded, TimestampOrder
-from budgetcheck._journal import ROW_COLUMNS, decode_row, is_url, open_store
-from budgetcheck._ledger import WindowLedger
-from budgetcheck._params import WEventParams
+from budgetcheck.durable.audit_file import _read_meta, audit_file
+from budgetcheck.durable.ledger_file import open_ledger
+from budgetcheck.ledger.errors import BudgetExceeded, TimestampOrder
+from budgetcheck.durable.journal import ROW_COLUMNS, decode_row, is_url, open_store
+from budgetcheck.ledger.wevent import WindowLedger
+from budgetcheck.ledger.params import WEventParams
 
 _AMOUNTS = (0.05, 0.1, 0.15, 0.3, 1 / 3, 0.5)  # large enough that most windows fill and many spends are refused
 Spend = tuple[int, float, str]

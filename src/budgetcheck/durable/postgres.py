@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, final
 
-from budgetcheck._errors import InvalidArgument, LedgerBusy, LedgerCorrupt, LedgerUnavailable
+from budgetcheck.ledger.errors import InvalidArgument, LedgerBusy, LedgerCorrupt, LedgerUnavailable
 
 if TYPE_CHECKING:
     from psycopg import Connection

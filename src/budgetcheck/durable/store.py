@@ -1,6 +1,6 @@
 """The store under a ledger journal: what an SQLite file and a PostgreSQL database do differently.
 
-The journal (:class:`budgetcheck._journal.Journal`) keeps the hash chain, the catch-up, the
+The journal (:class:`budgetcheck.durable.journal.Journal`) keeps the hash chain, the catch-up, the
 rollback state and the row decoding in one place; a store only connects (creating the schema
 whole, once), runs statements with ``?`` placeholders, takes the write lock, opens a read
 snapshot, and turns its driver's errors into :class:`LedgerBusy` (the lock was held past

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from budgetcheck._errors import InvalidArgument, SecretAccess
+from budgetcheck.ledger.errors import InvalidArgument, SecretAccess
 
 FloatArray = NDArray[np.float64]
 FORK = "fork"

@@ -30,7 +30,7 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck._errors import InvalidArgument
+from budgetcheck.ledger.errors import InvalidArgument
 
 if TYPE_CHECKING:
     import scipy.sparse

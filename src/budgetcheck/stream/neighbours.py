@@ -25,7 +25,7 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck._errors import InvalidArgument
+from budgetcheck.ledger.errors import InvalidArgument
 
 Kind = Literal["one-bin", "across-bins", "replace-one"]
 KINDS: tuple[Kind, ...] = ("one-bin", "across-bins", "replace-one")

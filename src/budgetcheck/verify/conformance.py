@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from budgetcheck._records import SpendRecord
+from budgetcheck.ledger.records import SpendRecord
 from budgetcheck.ops import FLOAT, per_run
 from budgetcheck.proving import AllocationRule, RuleEnv
 from budgetcheck.verify.explore import Setting

@@ -27,19 +27,19 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck._audit import audit_windows
-from budgetcheck._audit_notions import audit_personalized, audit_swellfish
-from budgetcheck._core import LedgerCore
-from budgetcheck._errors import BudgetExceeded, InvalidArgument
-from budgetcheck._ledger import WindowLedger
-from budgetcheck._mechanism import _run, notion_of
-from budgetcheck._params import WEventParams
-from budgetcheck._personalized import PersonalizedLedger
-from budgetcheck._policies import PolicyCollection, StreamPolicy
-from budgetcheck._records import SpendRecord
-from budgetcheck._requirements import RequirementSet
-from budgetcheck._stream import GuardedStream, PersonalizedStream
-from budgetcheck._swellfish import SwellfishLedger
+from budgetcheck.ledger.audit import audit_windows
+from budgetcheck.ledger.audit_notions import audit_personalized, audit_swellfish
+from budgetcheck.ledger.core import LedgerCore
+from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument
+from budgetcheck.ledger.wevent import WindowLedger
+from budgetcheck.mechanism.execute import _run, notion_of
+from budgetcheck.ledger.params import WEventParams
+from budgetcheck.ledger.personalized import PersonalizedLedger
+from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
+from budgetcheck.ledger.records import SpendRecord
+from budgetcheck.ledger.requirements import RequirementSet
+from budgetcheck.stream.guarded import GuardedStream, PersonalizedStream
+from budgetcheck.ledger.swellfish import SwellfishLedger
 
 FloatArray = NDArray[np.float64]
 
@@ -226,7 +226,7 @@ def replay_outputs(reference: Any, setting: dict[str, Any] | Setting, outputs: S
     """Replay an explored run: ``reference`` (a name for ``load_mechanism`` or a mechanism) on the
     stand-in stream of ``setting`` through the real ledger, each charged operation handing back
     ``outputs`` in order. Returns the run, with the auditor's worst window / ε."""
-    from budgetcheck._verify import load_mechanism
+    from budgetcheck.mechanism.loading import load_mechanism
 
     mechanism = load_mechanism(reference) if isinstance(reference, str) else reference
     chosen = setting if isinstance(setting, Setting) else Setting.from_json(setting)

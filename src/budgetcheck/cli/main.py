@@ -1,0 +1,566 @@
+"""The `budgetcheck` command line: a thin layer over the library.
+
+Exit codes (stable, for CI): 0 = every check passed; 1 = a violation was found; 2 = usage or
+input error (including the user's module failing to import); 3 = inconclusive (a stage could not
+decide); 4 = a ledger file is damaged or altered; 5 = a ledger stayed locked by another writer;
+70 = an internal error of budgetcheck (a bug: please report it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import click
+
+from budgetcheck.ledger.audit import audit_windows
+from budgetcheck.cli.types import FilePath, LedgerTarget, Progress
+from budgetcheck.ledger.errors import InvalidArgument
+from budgetcheck.ledger.records import LedgerHeader, SpendRecord, load_lines
+from budgetcheck.verify.stages import PROFILES, STAGES, VerifyResult, load_mechanism, verify_mechanism
+from budgetcheck.verify.verdict import REQUIREMENTS, Outcome, exit_code
+from budgetcheck.strategies import VerificationCase
+
+EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERNAL = 0, 1, 2, 3, 70
+
+
+class _Commands(click.Group):
+    """The command group; an error inside budgetcheck itself (a bug, not the user's input) exits 70
+    (EX_SOFTWARE) with its traceback, never 1, which means "a violation was found"."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit, KeyboardInterrupt):
+            raise
+        except Exception:
+            click.echo(traceback.format_exc(), err=True, nl=False)
+            click.echo("Error: an internal error of budgetcheck (exit 70); please report it with the traceback above.", err=True)
+            sys.exit(EXIT_INTERNAL)
+
+
+class InputError(click.ClickException):
+    """A bad input file or value: exit code 2, like a usage error."""
+
+    exit_code = EXIT_USAGE
+
+
+@click.group(cls=_Commands)
+@click.version_option(package_name="budgetcheck")
+def main() -> None:
+    """Provably right privacy accounting for differentially private streams.
+
+    Exit codes: 0 ok; 1 a violation found; 2 usage or input error; 3 inconclusive; 4 a ledger file
+    damaged or altered; 5 a ledger locked by another writer too long; 70 an internal error (a bug).
+    """
+
+
+@main.command()
+@click.argument("mechanism", nargs=-1)
+@click.option("--all", "verify_all", is_flag=True, help="Verify every built-in mechanism.")
+@click.option("--profile", type=click.Choice(sorted(PROFILES)), default="quick", show_default=True,
+              help="quick: 60 cases, exploration to w = 64 (T = 4w), proofs for w <= 12, 4,000 audit runs; "
+                   "thorough: 1,000, w = 128, 128, 40,000.")
+@click.option("--examples", default=None, type=click.IntRange(1), help="Generated cases per mechanism (overrides the profile).")
+@click.option("--stages", default=STAGES, show_default=True,
+              help="Stages to run: a replay, b secret access, c proof, d statistical audit, e exploration and rule conformance.")
+@click.option("--require", type=click.Choice(REQUIREMENTS), default="bounded", show_default=True,
+              help="What exits 0: bounded (proved, or verified to the bound printed) or proof (proved only).")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="Seed (reproducible runs).")
+@click.option("--max-length", default=60, show_default=True, type=click.IntRange(1), help="Longest generated stream.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON report instead of the table.")
+@click.option("--timings", is_flag=True, help="With --json: each stage's seconds (the report is then not reproducible).")
+@click.option("--junit-xml", type=FilePath(dir_okay=False, path_type=Path), default=None, help="Also write a JUnit XML report.")
+@click.option("--report", type=FilePath(dir_okay=False, path_type=Path), default=None,
+              help="Plot the window sums of the worst run found against ε (PNG, or HTML for .html); one mechanism only.")
+def verify(
+    mechanism: tuple[str, ...],
+    verify_all: bool,
+    profile: str,
+    examples: int | None,
+    stages: str,
+    require: str,
+    seed: int,
+    max_length: int,
+    as_json: bool,
+    timings: bool,
+    junit_xml: Path | None,
+    report: Path | None,
+) -> None:
+    """Check that MECHANISM (a built-in name such as BD, or module:attr) never overspends.
+
+    Five stages, each reported: (a) ledger replay on generated streams with an independent
+    brute-force recheck of every window; (b) secret access and non-interference; (e) exploration
+    with charged outputs the verifier chooses, and conformance of the charges to the allocation
+    rule; (c) Z3 proof of the allocation rule; (d) statistical lower bound on the privacy loss.
+    Verdict per mechanism: proved (rule proved and conformance held), verified to a bound (nothing
+    found up to the w and T printed), violated, or inconclusive.
+
+    \b
+    Exit codes: 0 every verdict meets --require (default bounded: proved or verified to a bound);
+    1 a violation; 2 usage error; 3 inconclusive, or not meeting --require (e.g. --require proof
+    on a mechanism without a rule).
+    """
+    _hypothesis_cache()
+    references = list(mechanism)
+    if verify_all:
+        from mechanisms import BUILTIN
+
+        references += [name for name in BUILTIN if name not in references]
+    if not references:
+        raise click.UsageError("name a MECHANISM (e.g. BD or my_module:MyMechanism) or pass --all")
+    if not stages or set(stages) - set(STAGES):
+        raise click.BadParameter(f"stages={stages!r} must be letters from {STAGES!r}", param_hint="--stages")
+    results = []
+    if not as_json:
+        _print_header()
+    for reference in references:
+        try:
+            result = verify_mechanism(reference, examples=examples, seed=seed, max_length=max_length, profile=profile, stages=stages)
+        except InvalidArgument as exc:
+            raise click.BadParameter(str(exc), param_hint="MECHANISM") from exc
+        results.append(result)
+        if not as_json:
+            _print_row(result)  # as soon as it is decided
+    if as_json:
+        click.echo(json.dumps({"version": 2, "profile": profile, "require": require, "results": [r.to_json(timings=timings) for r in results]}, indent=2))
+    else:
+        _print_details(results, require)
+    if junit_xml is not None:
+        junit_xml.write_text(_junit(results), encoding="utf-8")
+    if report is not None:
+        if len(results) != 1:
+            raise click.BadParameter("--report plots one mechanism; name exactly one", param_hint="--report")
+        case = results[0].counterexample.case if results[0].counterexample else results[0].worst_case
+        if case is None:
+            raise click.BadParameter("--report needs stage a (ledger replay) in --stages", param_hint="--report")
+        from budgetcheck.verify.report import write_report
+
+        write_report(results[0], case, report)
+    sys.exit(exit_code((r.outcome for r in results), require))
+
+
+_COLUMNS = ("ledger replay", "secret access", "exploration", "rule conformance", "proof", "statistical audit")
+_HEADER = (f"{'mechanism':<22} {'examples':>8} {'runs':>6} {'worst window / ε':>17}  {'replay':<7} {'secret':<7} {'explore':<7} "
+           f"{'conform':<10} {'proof':<10} {'audit':<7} {'bound (w, T, runs explored)':<28} verdict")
+
+
+def _print_header() -> None:
+    click.echo(_HEADER)
+    click.echo("-" * len(_HEADER))
+
+
+def _print_row(r: VerifyResult) -> None:
+    by_stage = {stage.stage: stage.verdict for stage in r.stages}
+    c = [by_stage.get(name, "-") for name in _COLUMNS]
+    bound = f"{r.bound.w_max}, {r.bound.horizon}, {r.bound.runs_explored}" if r.bound is not None else "-"
+    verdict = r.outcome.value if r.outcome in (Outcome.PROVED, Outcome.BOUNDED) else r.outcome.value.upper()
+    click.echo(f"{r.mechanism:<22} {r.examples:>8} {r.runs:>6} {_worst(r):>17}  {c[0]:<7} {c[1]:<7} {c[2]:<7} {c[3]:<10} {c[4]:<10} "
+               f"{c[5]:<7} {bound:<28} {verdict}")
+
+
+def _print_details(results: list[VerifyResult], require: str) -> None:
+    for r in results:
+        if r.outcome is Outcome.BOUNDED and r.bound is not None:
+            short = " (does not meet --require proof)" if require == "proof" else ""
+            click.echo(f"\n{r.mechanism}: verified to a bound: {r.bound.describe()}{short}")
+        if r.vouched:
+            click.echo(f"\n{r.mechanism}: vouches for a sensitivity (ledger.measure): never proved; only the "
+                       "statistical audit checks those releases")
+        for stage in r.stages:
+            if stage.verdict != "pass":
+                click.echo(f"\n{r.mechanism} [{stage.stage}] {stage.verdict}: {stage.detail}")
+        if r.counterexample is not None:
+            ce = r.counterexample
+            if isinstance(ce.case, VerificationCase):
+                click.echo(f"  shrunk case: kind={ce.case.kind} T={ce.case.data.shape[0]} d={ce.case.data.shape[1]} "
+                           f"epsilon={ce.case.epsilon!r} w={ce.case.w} runs={ce.case.runs} seed={ce.case.seed}")
+            click.echo(f"  reproduce: {ce.call(r.reference)}")
+
+
+def _junit(results: list[VerifyResult]) -> str:
+    from xml.sax.saxutils import quoteattr
+
+    cases = []
+    failures = 0
+    for r in results:
+        bound = f" ({r.bound.describe()})" if r.bound is not None else ""
+        verdict = quoteattr(f"{r.mechanism}: verdict")
+        if r.outcome is Outcome.VIOLATED:
+            failures += 1
+            cases.append(f"  <testcase classname=\"budgetcheck.verify\" name={verdict}><failure message={quoteattr(r.outcome.value)}/></testcase>")
+        elif r.outcome is Outcome.INCONCLUSIVE:
+            cases.append(f"  <testcase classname=\"budgetcheck.verify\" name={verdict}><skipped message={quoteattr(r.outcome.value)}/></testcase>")
+        else:
+            cases.append(f"  <testcase classname=\"budgetcheck.verify\" name={verdict}><system-out>{quoteattr(r.outcome.value + bound)[1:-1]}</system-out></testcase>")
+        for stage in r.stages:
+            name = quoteattr(f"{r.mechanism}: {stage.stage}")
+            if stage.verdict == "pass":
+                cases.append(f"  <testcase classname=\"budgetcheck.verify\" name={name}/>")
+            elif stage.verdict == "fail":
+                failures += 1
+                cases.append(f"  <testcase classname=\"budgetcheck.verify\" name={name}><failure message={quoteattr(stage.detail)}/></testcase>")
+            else:
+                cases.append(f"  <testcase classname=\"budgetcheck.verify\" name={name}><skipped message={quoteattr(stage.verdict + ': ' + stage.detail)}/></testcase>")
+    body = "\n".join(cases)
+    return f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name="budgetcheck verify" tests="{len(cases)}" failures="{failures}">\n{body}\n</testsuite>\n'
+
+
+@main.command()
+@click.argument("mechanism", nargs=-1)
+@click.option("--w-min", default=1, show_default=True, type=click.IntRange(1))
+@click.option("--w-max", default=128, show_default=True, type=click.IntRange(1))
+@click.option("--timeout", "timeout_s", default=60, show_default=True, type=click.IntRange(1), help="Seconds per solver query.")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("-q", "--quiet", is_flag=True, help="Only the table (no progress line, no details).")
+def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as_json: bool, quiet: bool) -> None:
+    """Prove with Z3 that each MECHANISM's allocation rule keeps every w-window within a symbolic ε.
+
+    Default: every built-in mechanism. Each row is printed as soon as it is decided (with a progress
+    line on a terminal). Exit codes: 0 all proved, 1 refuted, 3 unknown/not proved.
+    """
+    from budgetcheck.proving import Verdict, explain_failure, prove_range, rule_of
+
+    references = list(mechanism)
+    if not references:
+        from mechanisms import BUILTIN
+
+        references = list(BUILTIN)
+    if w_min > w_max:
+        raise click.BadParameter(f"--w-min={w_min} is larger than --w-max={w_max}")
+    rows: list[dict[str, Any]] = []
+    progress = Progress(enabled=not (as_json or quiet))
+    proved: dict[object, tuple[str, dict[str, object]]] = {}  # one proof per rule (PBD, TSBD and BD share BDRule)
+    try:
+        targets = [load_mechanism(reference) for reference in references]  # a usage error before any proof runs
+    except InvalidArgument as exc:
+        raise click.BadParameter(str(exc), param_hint="MECHANISM") from exc
+    if not as_json:
+        click.echo(f"{'mechanism':<22} {'w range':<10} {'method':<14} {'time':>9}  verdict")
+    for target in targets:
+        progress.show(f"proving {target.name} ({len(rows)} of {len(references)} done) ...")
+        rule = rule_of(target)
+        bounded = getattr(target, "bounded_proof", None)
+        if rule is None and callable(bounded):
+            started = time.perf_counter()
+            holds, count, failure = bounded()
+            rows.append({"mechanism": target.name, "w": "-", "method": f"exhaustive({count})", "seconds": round(time.perf_counter() - started, 3),
+                         "verdict": "proved" if holds else Verdict.REFUTED.value,
+                         "detail": failure or f"Theorem 4.2 on {count} collections (<= 2 policies, horizon 5), every decision sequence, exact"})
+            _prove_row(rows[-1], as_json, progress)
+            continue
+        if rule is None:
+            rows.append({"mechanism": target.name, "w": f"{w_min}..{w_max}", "method": "-", "seconds": 0.0, "verdict": "not proved", "detail": "no allocation_rule()"})
+            _prove_row(rows[-1], as_json, progress)
+            continue
+        if rule in proved:
+            first, row = proved[rule]
+            rows.append({**row, "mechanism": target.name, "method": f"as {first}", "seconds": 0.0, "detail": ""})
+            _prove_row(rows[-1], as_json, progress)
+            continue
+        verdict = prove_range(rule, range(w_min, w_max + 1), timeout_ms=timeout_s * 1000)
+        detail = explain_failure(rule, verdict)
+        rows.append({"mechanism": target.name, "w": f"{w_min}..{w_max}", "method": verdict.methods, "seconds": round(verdict.seconds, 3),
+                     "verdict": verdict.verdict.value, "detail": detail})
+        proved[rule] = (target.name, rows[-1])
+        _prove_row(rows[-1], as_json, progress)
+    progress.clear()
+    if as_json:
+        click.echo(json.dumps({"version": 1, "results": rows}, indent=2))
+    elif not quiet:
+        for row in rows:
+            if row["detail"]:
+                click.echo(f"\n{row['mechanism']}: {row['detail']}")
+    verdicts = {row["verdict"] for row in rows}
+    sys.exit(EXIT_VIOLATION if Verdict.REFUTED.value in verdicts else EXIT_OK if verdicts == {"proved"} else EXIT_INCONCLUSIVE)
+
+
+def _worst(result: VerifyResult) -> str:
+    """The worst window / ε of a verify row; a refused attempt is marked, so the figure agrees with a failure."""
+    return f"{result.worst_ratio:.6f}" + (" refused" if result.worst_refused else "")
+
+
+def _hypothesis_cache() -> None:
+    """Hypothesis keeps its files in the user's cache directory ($XDG_CACHE_HOME/budgetcheck or
+    ~/.cache/budgetcheck), not in a `.hypothesis/` folder of the working directory; a user who set
+    HYPOTHESIS_STORAGE_DIRECTORY keeps their choice."""
+    if os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
+        return
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    set_hypothesis_home_dir(os.path.join(base, "budgetcheck", "hypothesis"))
+
+
+def _prove_row(row: dict[str, Any], as_json: bool, progress: Progress) -> None:
+    """One decided row of ``prove``'s table, printed at once (JSON waits for the end)."""
+    if not as_json:
+        progress.clear()
+        click.echo(f"{row['mechanism']:<22} {row['w']:<10} {row['method']:<14} {row['seconds']:>8.1f}s  {row['verdict']}")
+
+
+@main.command()
+@click.argument("log", type=LedgerTarget(exists=True, dir_okay=False, path_type=Path))
+@click.option("--epsilon", type=float, default=None,
+              help="The ε to check the windows against (default: the log's header; w-event logs and files).")
+@click.option("--w", type=int, default=None, help="The window length w to check against (default: the log's header).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON report.")
+@click.option("--expect-head", default=None, help="Ledger files: the head hash you kept (detects a rolled-back file).")
+def audit(log: Path | str, epsilon: float | None, w: int | None, as_json: bool, expect_head: str | None) -> None:
+    """Re-check a ledger LOG offline: an exported JSON-lines log, a ledger file or a postgresql:// ledger URL
+    (hash chain, head, every composition constraint; exit 4 if the chain is broken or the file damaged)."""
+    from budgetcheck.durable.journal import is_journal, is_url
+
+    if is_url(log) or is_journal(log):
+        from budgetcheck.cli.publish import audit_ledger_file
+
+        audit_ledger_file(log, expect_head, as_json, epsilon, w)
+    log = Path(log)
+    try:
+        with log.open(encoding="utf-8") as handle:
+            header, records = load_lines(handle)
+        if header.notion in ("personalized", "swellfish"):
+            _audit_notion(log, header, records, as_json)
+        report = audit_windows(
+            records,
+            epsilon=header.epsilon if epsilon is None else epsilon,
+            w=header.w if w is None else w,
+            runs=header.runs,
+        )
+    except InvalidArgument as exc:
+        raise InputError(f"{log}: {exc}") from exc
+    if as_json:
+        click.echo(json.dumps({
+            "version": 1,
+            "ok": report.ok,
+            "epsilon": report.epsilon,
+            "w": report.w,
+            "runs": report.runs,
+            "records": report.records,
+            "windows_checked": report.windows_checked,
+            "worst_window_over_epsilon": float(report.worst_ratio),
+            "violations": [v.describe(report.epsilon) for v in report.violations],
+        }, indent=2))
+    else:
+        click.echo(f"{log}: {report.records} records, {report.runs} runs, {report.windows_checked} windows checked "
+                   f"against epsilon={report.epsilon!r}, w={report.w}")
+        if report.worst is not None:
+            click.echo(f"worst: {report.worst.describe(report.epsilon)}")
+        for violation in report.violations:
+            click.echo(f"VIOLATION {violation.describe(report.epsilon)}")
+        click.echo("ok" if report.ok else "FAIL")
+    sys.exit(EXIT_OK if report.ok else EXIT_VIOLATION)
+
+
+def _audit_notion(log: Path, header: LedgerHeader, records: list[SpendRecord], as_json: bool) -> None:
+    """Personalized (every class's windows) or Swellfish (every policy's goal-affected sets) audit; exits."""
+    from budgetcheck.ledger.audit_notions import audit_personalized, audit_swellfish
+    from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
+
+    if header.notion == "personalized":
+        result = audit_personalized(records, [(w, eps) for w, eps, _ in header.classes], runs=header.runs)
+    else:
+        policies = PolicyCollection([StreamPolicy(a, b, theta) for a, b, theta in header.policies])
+        result = audit_swellfish(records, policies, epsilon=header.epsilon, runs=header.runs)
+    if as_json:
+        click.echo(json.dumps({"version": 1, "notion": header.notion, "ok": result.ok, "runs": header.runs, "records": len(records),
+                               "constraints_checked": result.checked, "worst_over_budget": float(result.worst_ratio),
+                               "violations": list(result.violations)}, indent=2))
+    else:
+        click.echo(f"{log}: {header.notion} ledger, {len(records)} records, {header.runs} runs, {result.checked} constraints checked")
+        click.echo(f"worst: {float(result.worst_ratio):.6f} of the budget")
+        for violation in result.violations:
+            click.echo(f"VIOLATION {violation}")
+        click.echo("ok" if result.ok else "FAIL")
+    sys.exit(EXIT_OK if result.ok else EXIT_VIOLATION)
+
+
+@main.command(name="mechanisms")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {name, notion, description}.")
+def list_mechanisms(as_json: bool) -> None:
+    """List the built-in mechanisms: name, privacy notion, what each does."""
+    from mechanisms import BUILTIN
+
+    from budgetcheck.mechanism.execute import notion_of
+
+    rows = []
+    for name, factory in BUILTIN.items():
+        doc = (factory.__doc__ or "").strip().splitlines()
+        rows.append({"name": name, "notion": notion_of(factory()), "description": _plain(doc[0] if doc else "")})
+    if as_json:
+        click.echo(json.dumps({"version": 1, "mechanisms": rows}, indent=2, ensure_ascii=False))
+        return
+    width = max(len(row["name"]) for row in rows)
+    click.echo(f"{'mechanism':<{width}}  {'notion':<12}  description")
+    for row in rows:
+        click.echo(f"{row['name']:<{width}}  {row['notion']:<12}  {row['description']}")
+
+
+def _plain(text: str) -> str:
+    """A docstring line as plain words: reST literals (``x``) and roles (:class:`x`) lose their marks."""
+    return re.sub(r":\w+:`([^`]*)`", r"\1", text).replace("``", "")
+
+
+@main.group(invoke_without_command=True)
+@click.option("--quick", "grid", flag_value="quick", default=True, help="The small embedded grid (default; under a minute).")
+@click.option("--paper", "grid", flag_value="paper", help="The paper's full grid (Schäler et al. 2022, Table 4).")
+@click.option("--config", "config", type=FilePath(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="A benchmark TOML file (see examples/benchmark.toml).")
+@click.option("--mechanism", multiple=True, help="Only these mechanisms (repeatable).")
+@click.option("--stream", multiple=True, help="Only these streams (repeatable).")
+@click.option("--epsilon", multiple=True, type=float, help="Only these ε (repeatable).")
+@click.option("--w", "ws", multiple=True, type=int, help="Only these w (repeatable).")
+@click.option("--runs", type=click.IntRange(1), default=None, help="Runs per cell (default: the grid's, 100 for --paper).")
+@click.option("--growth", type=float, default=1.5, show_default=True, help="Growth base of the artificial streams (--paper; 1.3 = the public harness).")
+@click.option("--mre-bound", type=float, default=0.001, show_default=True, help="MRE sanity bound γ_d as a fraction of Σ_t Q(D_t)[d] (--paper; 0.01 = the harness).")
+@click.option("--results", type=FilePath(dir_okay=False, path_type=Path), default=None,
+              help="Results database (SQLite); an existing one is resumed. Default: bench-<grid>.sqlite.")
+@click.option("--jobs", type=click.IntRange(1), default=1, show_default=True, help="Local worker processes.")
+@click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True)
+@click.option("--scheduler", default=None, help="Dask scheduler address (with --executor dask), e.g. tcp://host:8786.")
+@click.option("--export", type=FilePath(dir_okay=False, path_type=Path), default=None, help="Also export the rows to .csv or .parquet.")
+@click.option("--report", "report_dir", type=FilePath(file_okay=False, path_type=Path), default=None,
+              help="Also write the report (tables, figures) into this directory.")
+@click.option("--progress/--no-progress", default=True, help="Progress bar on stderr.")
+@click.option("--json", "as_json", is_flag=True, help="Print the cells' summaries and findings as JSON instead of tables.")
+@click.pass_context
+def bench(ctx: click.Context, grid: str, config: Path | None, mechanism: tuple[str, ...], stream: tuple[str, ...],
+          epsilon: tuple[float, ...], ws: tuple[int, ...], runs: int | None, growth: float, mre_bound: float,
+          results: Path | None, jobs: int, executor: str, scheduler: str | None, export: Path | None,
+          report_dir: Path | None, progress: bool, as_json: bool) -> None:
+    """Run the utility benchmark (Schäler, Hütter, Schäler 2022) and print its result tables.
+
+    Every cell is stored as it finishes; run the same command again to resume.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from budgetcheck.ledger.errors import BudgetcheckError
+    from budgetcheck.bench import Benchmark, run_benchmark, text_report, write_report
+    from budgetcheck.bench.store import ResultStore
+
+    if executor == "dask" and not scheduler:
+        raise click.UsageError("--executor dask needs --scheduler ADDRESS")
+    if scheduler and executor != "dask":
+        raise click.UsageError("--scheduler needs --executor dask")
+    try:
+        if config is not None:
+            base, name = Benchmark.from_toml(config), config.stem
+        elif grid == "paper":
+            base, name = Benchmark.paper(growth=growth, mre_bound=mre_bound), "paper"
+        else:
+            base, name = Benchmark.quick(), "quick"
+        chosen = base.select(mechanisms=mechanism, streams=stream, epsilons=epsilon, ws=ws, runs=runs)
+        target = results or Path(f"bench-{name}.sqlite")
+        ran, stored = run_benchmark(chosen, target, jobs=jobs, scheduler=scheduler, progress=progress)
+        text, uniform_ok = text_report(target)
+        if as_json:
+            click.echo(json.dumps(_bench_json(target, ran, stored, uniform_ok), indent=2))
+        else:
+            click.echo(f"{target}: {ran} cells run now, {stored} stored before, {len(chosen.cells())} in the grid")
+            click.echo(text)
+        if export is not None:
+            with ResultStore(target) as store:
+                click.echo(f"exported {store.export(export)} rows to {export}")
+        if report_dir is not None:
+            written = write_report(target, report_dir)
+            click.echo(f"report: {', '.join(str(p) for p in written.files)}")
+    except BudgetcheckError as exc:
+        raise InputError(str(exc)) from exc
+    sys.exit(EXIT_OK if uniform_ok else EXIT_VIOLATION)
+
+
+def _bench_json(target: Path, ran: int, stored: int, uniform_ok: bool) -> dict[str, object]:
+    """The results file's cell summaries and per-setting findings, as ``bench --json`` prints them."""
+    from budgetcheck.bench.report import findings, summarize
+    from budgetcheck.bench.store import ResultStore
+
+    with ResultStore(target) as store:
+        summaries = summarize(store)
+    return {
+        "version": 1, "results": str(target), "cells_run_now": ran, "cells_stored_before": stored, "uniform_ok": uniform_ok,
+        "cells": [{"mechanism": s.cell.mechanism, "stream": s.cell.stream, "epsilon": s.cell.epsilon, "w": s.cell.w,
+                   "runs": s.runs, "mae_mean": s.mae_mean, "mae_q95": s.mae_q95, "mre_mean": s.mre_mean, "mre_q95": s.mre_q95}
+                  for s in summaries],
+        "findings": [{"stream": f.stream, "epsilon": f.epsilon, "w": f.w, "best": f.best, "best_mae": f.best_mae,
+                      "baseline": f.baseline, "baseline_mae": f.baseline_mae, "baseline_supremacy": f.supremacy}
+                     for f in findings(summaries)],
+    }
+
+
+@bench.command(name="report")
+@click.argument("results", type=FilePath(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", type=FilePath(file_okay=False, path_type=Path), default=None,
+              help="Directory for report.txt, summary.csv and the figures (default: RESULTS without suffix + -report).")
+def bench_report(results: Path, out: Path | None) -> None:
+    """Tables, the baseline-supremacy check and the figures of a results file."""
+    from budgetcheck.ledger.errors import BudgetcheckError
+    from budgetcheck.bench import write_report
+
+    try:
+        written = write_report(results, out or results.with_name(results.stem + "-report"))
+    except BudgetcheckError as exc:
+        raise InputError(str(exc)) from exc
+    click.echo(written.text)
+    click.echo(f"wrote {', '.join(str(p) for p in written.files)}")
+    sys.exit(EXIT_OK if written.uniform_ok else EXIT_VIOLATION)
+
+
+@bench.command(name="personalized")
+@click.option("--paper", is_flag=True, help="The paper's scale: 10,000 users, T = 1000, 10 runs, every point of Table 3.")
+@click.option("--out", type=FilePath(file_okay=False, path_type=Path), default=Path("personalized-study"), show_default=True)
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0))
+def bench_personalized(paper: bool, out: Path, seed: int) -> None:
+    """The personalized w-event study (Du et al. 2025, §5): PBD, PBA vs BD, BA under the strictest requirement."""
+    from budgetcheck.bench import personalized_study as study
+
+    if paper:
+        rows = study.run_study(seed=seed, progress=lambda line: click.echo(line, err=True))
+    else:
+        points = study.experiments(1000, epsilons=(0.2, 1.0), ws=(40, 200), ratios=(0.1, 0.9))
+        rows = study.run_study(users=1000, length=300, runs=3, seed=seed, points=points, progress=lambda line: click.echo(line, err=True))
+    files = study.write_study(rows, out)
+    click.echo(study.study_table(rows))
+    click.echo(f"wrote {', '.join(str(p) for p in files)}")
+
+
+@bench.command(name="swellfish")
+@click.option("--paper", is_flag=True, help="The paper's scale: 55 households, 100 runs, T = 2000, three zones.")
+@click.option("--out", type=FilePath(file_okay=False, path_type=Path), default=Path("swellfish-study"), show_default=True)
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0))
+@click.option("--jobs", default=1, show_default=True, type=click.IntRange(1), help="Local worker processes (one household at a time each).")
+def bench_swellfish(paper: bool, out: Path, seed: int, jobs: int) -> None:
+    """The Swellfish case study (Tex et al., §5): TEAS and TINAR (intrinsic) and Unicorn vs TSBD, TSBA, RescueDP.
+
+    Every finished household is stored in OUT/progress.jsonl: run the same command again to resume."""
+    from budgetcheck.ledger.errors import BudgetcheckError
+    from budgetcheck.bench import swellfish_study as study
+
+    length = 2000 if paper else 1000
+    scale = dict(households=55, runs=100) if paper else dict(zones=(500.0, 50000.0), households=2, runs=5)
+    try:
+        rows = study.run_study(**scale, length=length, seed=seed, jobs=jobs, progress_file=out / "progress.jsonl",
+                               progress=lambda line: click.echo(line, err=True))
+    except BudgetcheckError as exc:
+        raise InputError(str(exc)) from exc
+    files = study.write_study(rows, out, length=length, seed=seed)
+    click.echo(study.study_table(rows, length=length, seed=seed))
+    click.echo(f"wrote {', '.join(str(p) for p in files)}")
+
+
+def _register() -> None:
+    from budgetcheck.cli.publish import publish
+
+    main.add_command(publish)
+
+
+_register()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""Durable ledgers: keep any budgetcheck ledger in an SQLite file (accounting rules §8).
+
+``open_ledger(path, ledger)`` attaches a fresh ledger to a ledger file, creating it or loading
+what it holds. From then on every charged operation is one transaction: catch up with what other
+processes committed, check, append the records (hash-chained) and the output, commit, and only then
+return the value. A process killed at any point loses nothing committed and can never have released
+a value whose spend is not on disk; several processes on one file are serialised by SQLite's write
+lock, so together they can never exceed a window.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TypeVar
+
+from budgetcheck.ledger.core import LedgerCore
+from budgetcheck.ledger.errors import InvalidArgument
+from budgetcheck.durable.journal import DURABILITY, LOCK_TIMEOUT, Journal
+
+L = TypeVar("L", bound=LedgerCore)
+
+
+def open_ledger(path: str | Path, ledger: L, *, durability: str = "full", lock_timeout: float = LOCK_TIMEOUT) -> L:
+    """Keep ``ledger`` (fresh, unused) in the file at ``path``; returns the same ledger.
+
+    A new file is created with the ledger's header; an existing file must have been kept under the
+    same notion and parameters (else InvalidArgument names what differs), and its spends are loaded.
+    ``durability``: 'full' (fsync at every commit: survives power loss) or 'process' (survives a
+    killed process; several times faster). ``lock_timeout``: how many seconds a charged operation
+    waits for another process's transaction before it raises LedgerBusy (nothing charged). Opening
+    verifies the file's whole hash chain; an empty, damaged or edited file raises LedgerCorrupt. A
+    numpy-sampler ledger draws from SeedSequence([seed, session]) so that a reopened file never
+    reuses noise.
+    """
+    journal = _journal(path, ledger, durability, lock_timeout)
+    try:
+        ledger._attach(journal)
+    except BaseException:
+        journal.close()
+        ledger._journal = None
+        raise
+    return ledger
+
+
+def replay_ledger(path: str | Path, ledger: L, *, durability: str = "full", lock_timeout: float = LOCK_TIMEOUT) -> L:
+    """Like :func:`open_ledger`, but the stored operations must be replayed by the same mechanism
+    (a restarted publisher): each replayed call is matched against the file and gets its stored output."""
+    journal = _journal(path, ledger, durability, lock_timeout)
+    try:
+        rows = journal.load(None)
+    except BaseException:
+        journal.close()
+        raise
+    ledger._attach(journal, replay=rows)
+    return ledger
+
+
+def _journal(path: str | Path, ledger: LedgerCore, durability: str, lock_timeout: float) -> Journal:
+    if not isinstance(ledger, LedgerCore):
+        raise InvalidArgument(f"ledger must be a WindowLedger, PersonalizedLedger or SwellfishLedger, got {type(ledger).__name__}")
+    if durability not in DURABILITY:
+        raise InvalidArgument(f"durability={durability!r} must be one of {sorted(DURABILITY)}")
+    if ledger.t or ledger.journal is not None or ledger.refusals:
+        raise InvalidArgument(f"{ledger!r} has already been used: open a ledger file with a fresh ledger")
+    if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)) or not 0 < lock_timeout < math.inf:
+        raise InvalidArgument(f"lock_timeout={lock_timeout!r} must be a finite number of seconds > 0")
+    return Journal(path, ledger.header(), durability=durability, lock_timeout=float(lock_timeout))

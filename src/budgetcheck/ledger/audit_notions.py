@@ -1,0 +1,71 @@
+"""Independent brute-force checkers for personalized and Swellfish ledgers (exact Fractions).
+
+Personalized: every class's column of the records is re-checked as a w_c-event ledger with ε_c by
+:func:`budgetcheck.ledger.audit.audit_windows`. Swellfish: for every policy and run, the worst privacy
+loss over the timestamps neighbouring streams can differ on inside J; for small collections that is
+the maximum over every placement of every overlapping policy's pattern (the true goal-affected
+sets), otherwise the δ(J) largest budgets in J (Theorem 4.2 with CalcDeltaJ).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fractions import Fraction
+
+import attrs
+
+from budgetcheck.ledger.audit import audit_windows
+from budgetcheck.ledger.policies import PolicyCollection, goal_affected_sets, placements
+from budgetcheck.ledger.records import SpendRecord
+
+_PLACEMENTS_LIMIT = 4096
+
+
+@attrs.frozen
+class NotionAudit:
+    """Constraints checked, the worst (sum / budget) found, and descriptions of violations."""
+
+    checked: int
+    worst_ratio: Fraction
+    violations: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+def audit_personalized(records: Sequence[SpendRecord], classes: Sequence[tuple[int, float]], *, runs: int) -> NotionAudit:
+    """Σ over every window of w_c timestamps <= ε_c, for every class c and run, exactly."""
+    checked, worst, violations = 0, Fraction(0), []
+    for c, (w, eps) in enumerate(classes):
+        column = [SpendRecord(t=r.t, purpose=r.purpose, amounts=r.amounts[:, c]) for r in records]
+        report = audit_windows(column, epsilon=eps, w=w, runs=runs)
+        checked += report.windows_checked
+        worst = max(worst, report.worst_ratio)
+        violations += [f"class (w={w}, epsilon={eps!r}) {v.describe(eps)}" for v in report.violations]
+    return NotionAudit(checked=checked, worst_ratio=worst, violations=tuple(violations))
+
+
+def audit_swellfish(records: Sequence[SpendRecord], policies: PolicyCollection, *, epsilon: float, runs: int) -> NotionAudit:
+    """For every policy and run: the worst goal-affected loss inside J <= ε, exactly."""
+    eps = Fraction(epsilon)
+    checked, worst, violations = 0, Fraction(0), []
+    for run in range(runs):
+        totals: dict[int, Fraction] = {}
+        for record in records:
+            totals[record.t] = totals.get(record.t, Fraction(0)) + Fraction(float(record.amounts[run]))
+        for index, policy in enumerate(policies.policies):
+            loss = _worst_loss(policies, index, totals)
+            checked += 1
+            worst = max(worst, loss / eps)
+            if loss > eps:
+                violations.append(f"run {run}: policy {index} J=[{policy.start}, {policy.end}] loses {float(loss)!r} > epsilon={epsilon!r}")
+    return NotionAudit(checked=checked, worst_ratio=worst, violations=tuple(violations))
+
+
+def _worst_loss(policies: PolicyCollection, index: int, totals: dict[int, Fraction]) -> Fraction:
+    owner = policies.policies[index]
+    if placements(policies.policies, index) > _PLACEMENTS_LIMIT:
+        inside = sorted((totals.get(t, Fraction(0)) for t in range(owner.start, owner.end + 1)), reverse=True)
+        return sum(inside[: policies.delta(index)], Fraction(0))
+    return max(sum((totals.get(t, Fraction(0)) for t in touched), Fraction(0)) for touched in goal_affected_sets(policies.policies, index))

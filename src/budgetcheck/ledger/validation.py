@@ -1,0 +1,215 @@
+"""Validation at the public boundary, in one place. Messages name the argument and its value."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from budgetcheck.ledger.errors import InvalidArgument
+
+FloatArray = NDArray[np.float64]
+
+
+def check_epsilon(value: object, name: str = "epsilon") -> float:
+    """A privacy budget: a real number, finite and > 0."""
+    if type(value) is float and 0.0 < value < math.inf:  # the common case, without the ABC check
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidArgument(f"{name}={value!r} must be a finite number > 0, not {type(value).__name__}")
+    as_float = float(value)
+    if not math.isfinite(as_float) or as_float <= 0.0:
+        raise InvalidArgument(f"{name}={value!r} must be a finite number > 0")
+    return as_float
+
+
+MAX_VALUE = float(2**53)  # the largest |value| of a stream: exact integers; any sum, mean or difference a mechanism
+# computes from d <= 2^20 of them stays finite, so no operation can fail on the data after its charge
+MAX_T = 2**62  # the largest timestamp: every store keeps t as a 64-bit integer with room for t + w
+
+
+def check_timestamp(value: object, name: str = "t") -> int:
+    """A timestamp: an integer in [1, 2^62] (bools and floats refused)."""
+    t = check_positive_int(value, name)
+    if t > MAX_T:
+        raise InvalidArgument(f"{name}={t} is beyond the largest timestamp 2^62 = {MAX_T}")
+    return t
+
+
+def check_positive_int(value: object, name: str, *, minimum: int = 1) -> int:
+    """An integer >= minimum (bools and integral floats such as 2.0 are refused)."""
+    if type(value) is int and value >= minimum:  # the common case, without the ABC check
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidArgument(f"{name}={value!r} must be an integer >= {minimum}")
+    as_int = int(value)
+    if as_int < minimum:
+        raise InvalidArgument(f"{name}={value!r} must be an integer >= {minimum}")
+    return as_int
+
+
+def check_label(value: object, name: str = "purpose") -> str:
+    """A short non-empty label such as 'publication' or 'dissimilarity'."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidArgument(f"{name}={value!r} must be a non-empty string")
+    return value
+
+
+def check_amounts(value: object, runs: int, name: str = "epsilon") -> FloatArray:
+    """Per-run budget amounts: a scalar or an array of shape (runs,), each finite and >= 0.
+
+    Zero means "this run spends nothing here". Returns a fresh read-only float64 array.
+    """
+    if type(value) is float and math.isfinite(value) and value >= 0.0:  # the common scalar: no array checks
+        arr = np.full(runs, value)
+        arr.setflags(write=False)
+        return arr
+    arr = _float_array(value, name, "a finite number >= 0 or an array of them")
+    if arr.ndim == 0:
+        arr = np.full(runs, float(arr))
+    if arr.shape != (runs,):
+        raise InvalidArgument(f"{name} has shape {arr.shape}; the ledger accounts for {runs} runs, so it must be a scalar or have shape ({runs},)")
+    return _finite_nonnegative(arr, name)
+
+
+def check_amount_rows(value: object, rows: int, runs: int, name: str = "epsilon") -> FloatArray:
+    """Budgets of ``rows`` spends: shape (rows,) (one per spend, for every run) or (rows, runs),
+    each finite and >= 0. Returns a fresh read-only array of shape (rows, 1) (the same for every
+    run: broadcast it) or (rows, runs)."""
+    arr = _float_array(value, name, "an array of finite numbers >= 0")
+    if arr.shape == (rows,):
+        arr = arr.reshape(rows, 1).copy()  # its own base, so records can share read-only views of it
+    if arr.shape not in ((rows, 1), (rows, runs)):
+        raise InvalidArgument(f"{name} has shape {arr.shape}; expected ({rows},) or ({rows}, {runs}) for {rows} spends and {runs} runs")
+    one_column = arr.shape[1] == 1 and runs != 1  # named by the spend alone, as it was given
+    return _finite_nonnegative(arr, name, (lambda index: index[:1]) if one_column else None)
+
+
+def check_bin_amounts(value: object, runs: int, bins: int, name: str = "epsilon", *, scalar: bool = False) -> FloatArray:
+    """Per-run, per-bin (or per-class) budgets: shape (runs, bins) or (bins,) (or a scalar if
+    ``scalar``), each finite and >= 0 (read-only)."""
+    arr = _float_array(value, name, "an array of finite numbers >= 0")
+    if arr.shape == (bins,) or (scalar and arr.ndim == 0):
+        arr = np.broadcast_to(arr, (runs, bins)).copy()
+    if arr.shape != (runs, bins):
+        raise InvalidArgument(f"{name} has shape {arr.shape}; expected ({runs}, {bins}) or ({bins},)")
+    return _finite_nonnegative(arr, name)
+
+
+def _float_array(value: object, name: str, expected: str) -> FloatArray:
+    """A fresh float64 array of ``value``, naming ``expected`` when it is not numbers: booleans,
+    strings (``"0.1"`` is not converted), None and other objects are refused, alone or inside arrays."""
+    if value is None or isinstance(value, (bool, str, bytes)):
+        raise InvalidArgument(f"{name}={value!r} must be {expected}, not {type(value).__name__}")
+    try:
+        raw = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"{name}={value!r} must be {expected}") from exc
+    if raw.dtype.kind == "O":  # e.g. Fractions (accepted) or a None or string among numbers (refused)
+        for item in raw.flat:
+            if isinstance(item, bool) or not isinstance(item, numbers.Real):
+                raise InvalidArgument(f"{name} holds {item!r} ({type(item).__name__}); it must be {expected}")
+    elif raw.dtype.kind not in "iuf":
+        raise InvalidArgument(f"{name}={value!r} must be {expected}, not an array of {raw.dtype}")
+    try:
+        return np.array(raw, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidArgument(f"{name}={value!r} must be {expected}") from exc
+
+
+def _finite_nonnegative(arr: FloatArray, name: str, shown: Callable[[tuple[int, ...]], tuple[int, ...]] | None = None) -> FloatArray:
+    """``arr``, read-only, when every entry is finite and >= 0; else the first bad entry, by its index
+    (``shown`` picks the part of the index to print)."""
+    if arr.size and arr.min() >= 0.0 and arr.max() < math.inf:  # a NaN fails both tests: the search below names it
+        arr.setflags(write=False)
+        return arr
+    bad = ~np.isfinite(arr) | (arr < 0.0)
+    if bad.any():
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        label = ", ".join(str(i) for i in (shown(index) if shown else index))
+        raise InvalidArgument(f"{name}[{label}]={float(arr[index])!r} must be a finite number >= 0")
+    arr.setflags(write=False)
+    return arr
+
+
+def check_sensitivity(value: object, name: str = "sensitivity") -> float:
+    """A query sensitivity: finite and > 0."""
+    return check_epsilon(value, name)
+
+
+def check_stream(data: object, name: str = "data") -> FloatArray:
+    """A stream of d-dimensional query results: shape (T, d) (or (T,) for d = 1), finite, T, d >= 1.
+
+    Ragged rows, NaN, infinities and non-numeric entries are refused with the offending row.
+    """
+    if isinstance(data, np.ndarray):
+        rows: Any = data
+    else:
+        try:
+            rows = list(data)  # type: ignore[call-overload]
+        except TypeError as exc:
+            raise InvalidArgument(f"{name} must be a sequence of rows, got {type(data).__name__}") from exc
+        widths = [_row_width(row) for row in rows]
+        for index, width in enumerate(widths):
+            if width != widths[0]:
+                raise InvalidArgument(
+                    f"{name} is ragged: row {index + 1} has {width} values, row 1 has {widths[0]}"
+                )
+    try:
+        arr = np.array(rows, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"{name} must hold numbers only: {exc}") from exc
+    if arr.ndim == 1:
+        arr = arr.reshape(-1, 1)
+    if arr.ndim != 2:
+        raise InvalidArgument(f"{name} must have shape (T, d), got shape {arr.shape}")
+    if arr.shape[0] < 1 or arr.shape[1] < 1:
+        raise InvalidArgument(f"{name} must have at least one timestamp and one dimension, got shape {arr.shape}")
+    bad = ~(np.abs(arr) <= MAX_VALUE)  # NaN and infinities fail too
+    if bad.any():
+        t, d = (int(i) for i in np.argwhere(bad)[0])
+        raise InvalidArgument(f"{name} has {float(arr[t, d])!r} at timestamp t={t + 1}, dimension {d}: values must be finite "
+                              f"and at most 2^53 in size")
+    arr.setflags(write=False)
+    return arr
+
+
+def _row_width(row: object) -> int:
+    if isinstance(row, (str, bytes)):
+        return -1
+    if isinstance(row, numbers.Real):
+        return 0
+    try:
+        return len(row)  # type: ignore[arg-type]
+    except TypeError:
+        return -1
+
+
+def check_epsilons(epsilons: object) -> FloatArray:
+    """Per-run privacy budgets (``WindowLedger.with_epsilons``): a fresh float array of shape (runs,),
+    runs >= 1, each finite and > 0; the message names ``epsilons[r]`` and its value."""
+    if isinstance(epsilons, np.ndarray) and epsilons.dtype.kind == "f" and epsilons.ndim == 1 and epsilons.size:
+        bad = np.flatnonzero(~(np.isfinite(epsilons) & (epsilons > 0.0)))  # a float array: checked at once
+        if bad.size:
+            check_epsilon(float(epsilons[bad[0]]), f"epsilons[{int(bad[0])}]")
+        return np.array(epsilons, dtype=np.float64)
+    values = np.asarray(epsilons, dtype=object)  # the values as given: True is refused, not read as 1.0
+    if values.ndim != 1 or values.size == 0:
+        raise InvalidArgument(f"epsilons={epsilons!r} must be a non-empty 1-d sequence of budgets, one per run")
+    return np.array([check_epsilon(value, f"epsilons[{r}]") for r, value in enumerate(values.tolist())], dtype=np.float64)
+
+
+def check_query_epsilon(epsilon: object, runs: int) -> float | FloatArray:
+    """An AboveThreshold query's ε: a number, or a read-only array of shape (runs,) (a ledger of
+    several ε), each finite and > 0."""
+    if not isinstance(epsilon, np.ndarray) or epsilon.ndim == 0:
+        return check_epsilon(epsilon.item() if isinstance(epsilon, np.ndarray) else epsilon)
+    if epsilon.shape != (runs,) or epsilon.dtype.kind not in "fiu" or not (np.isfinite(epsilon) & (epsilon > 0)).all():
+        raise InvalidArgument(f"epsilon={epsilon!r} must be a finite number > 0 or an array of {runs} of them (one per run)")
+    budgets = np.array(epsilon, dtype=np.float64)
+    budgets.setflags(write=False)
+    return budgets

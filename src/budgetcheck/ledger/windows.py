@@ -1,0 +1,283 @@
+"""Exact sliding-window sums per run (the arithmetic behind every window check), with a float pre-check.
+
+Amounts are exact integers in units of 2**-1127 (:mod:`budgetcheck.rounding`), held per run as
+:class:`ExactVector` limbs, so sums are exact.
+The structure keeps, per run, the totals of the timestamps inside the current window and the
+window sum, updated incrementally: a check costs O(runs) and does not grow with the stream length.
+
+Pre-check (:meth:`ExactWindows.quick_check`): besides the exact sum, every run keeps a double that
+is >= its exact window sum, moved with outward rounding (``nextafter`` after each addition and
+subtraction of a lower bound). When that bound with the new amounts is <= ε in every run, the spend
+is certainly allowed and is committed without exact arithmetic (:meth:`commit_quick`); the exact
+sum is then brought up to date only when something asks for it (a spend near ε, ``remaining``,
+a footprint). Decisions are the exact ones either way: the pre-check only ever says "allowed" when
+the exact check would. After a pre-check that could not decide, the next ``_SKIP`` spends go
+straight to the exact check (a mechanism that fills its windows to ε stays there).
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from budgetcheck.ledger.exact import ExactVector
+from budgetcheck.kernels import compiled
+from budgetcheck.rounding import next_down
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+zeros = ExactVector.zeros
+_SKIP = 8
+
+
+@final
+class _Entry:
+    """The spends at one timestamp: an exact part without doubles (``base``: what footprint commits
+    merged in), the amounts charged since (doubles), and their exact total once computed."""
+
+    __slots__ = ("_exact", "_low", "base", "parts", "t")
+
+    def __init__(self, t: int, parts: list[FloatArray], exact: ExactVector | None, *, base: ExactVector | None = None) -> None:
+        self.t = t
+        self.base = base
+        self.parts = parts
+        self._exact = base if not parts else exact
+        self._low: FloatArray | None = None
+
+    def add(self, part: FloatArray, exact: ExactVector | None) -> None:
+        """Another spend at t (``exact`` its exact value if known; else the total is recomputed when asked for)."""
+        self._exact = self._exact + exact if self._exact is not None and exact is not None else None
+        self.parts.append(part)
+        self._low = None
+
+    def copy(self) -> _Entry:
+        entry = _Entry(self.t, list(self.parts), self._exact, base=self.base)
+        entry._exact, entry._low = self._exact, self._low
+        return entry
+
+    def exact(self) -> ExactVector:
+        if self._exact is None:
+            total = self.base if self.base is not None else ExactVector.zeros(len(self.parts[0]))
+            self._exact = sum((ExactVector.from_floats(part) for part in self.parts), total)
+        return self._exact
+
+    def low(self) -> FloatArray:
+        """A double <= the exact total, per run (rounded down at every addition)."""
+        if self._low is None:
+            terms = ([self.base.float_bounds()[0]] if self.base is not None else []) + self.parts
+            total = terms[0]
+            for term in terms[1:]:
+                total = next_down(total + term)
+            self._low = np.asarray(total, dtype=np.float64)
+        return self._low
+
+
+@final
+class ExactWindows:
+    """Σ_{k=t−w+1}^{t} ε_k for every run, exactly; propose first, commit after the check passes."""
+
+    __slots__ = ("_bounds", "_entries", "_past", "_pending", "_runs", "_skip", "_sum", "_upper", "_w")
+
+    def __init__(self, w: int, runs: int) -> None:
+        self._w = w
+        self._runs = runs
+        # The timestamps inside the current window with spends.
+        self._entries: collections.deque[_Entry] = collections.deque()
+        # Entries that left the window, kept for w − 1 more timestamps: a footprint charge at a
+        # timestamp of the current window changes windows that reach that far back.
+        self._past: collections.deque[_Entry] = collections.deque()
+        self._sum: ExactVector | None = zeros(runs)  # None: recompute from the entries
+        # Quick commits not yet in _sum: amounts added, or an entry that left the window.
+        self._pending: list[FloatArray | _Entry] = []
+        self._upper: FloatArray | None = np.zeros(runs)  # >= the exact window sum, per run (None: from _sum)
+        self._skip = 0  # spends left that go straight to the exact check
+        self._bounds: FloatArray | None = None  # see _bound_array
+
+    @property
+    def w(self) -> int:
+        return self._w
+
+    def copy(self) -> ExactWindows:
+        """An independent copy (what a transaction of several spends restores if one is refused)."""
+        other = ExactWindows(self._w, self._runs)
+        copies = {id(entry): entry.copy() for entry in (*self._past, *self._entries)}
+        other._entries = collections.deque(copies[id(entry)] for entry in self._entries)
+        other._past = collections.deque(copies[id(entry)] for entry in self._past)
+        other._sum, other._upper, other._skip = self._sum, self._upper, self._skip
+        other._pending = [copies.get(id(item), item) if isinstance(item, _Entry) else item for item in self._pending]
+        return other
+
+    def prospective(self, t: int) -> tuple[ExactVector, int]:
+        """The exact sum of window [t−w+1, t−1] before a spend at t, and how many entries leave."""
+        window = self._exact_sum()
+        leaving = 0
+        for entry in self._entries:
+            if entry.t > t - self._w:
+                break
+            window = window - entry.exact()
+            leaving += 1
+        return window, leaving
+
+    def commit(self, t: int, amounts: FloatArray, added: ExactVector, proposed: ExactVector, leaving: int) -> None:
+        """Record ``amounts`` (exactly ``added``) at t; ``proposed``/``leaving`` come from :meth:`prospective` plus added."""
+        self._retire(t, leaving, quick=False)
+        self._append(t, amounts, added)
+        self._sum = proposed
+        self._upper = None
+
+    def quick_check(self, t: int, amounts: FloatArray, bound: float | FloatArray) -> tuple[FloatArray, int] | None:
+        """Whether spending ``amounts`` (shape (runs,)) at t certainly keeps every run's window [t−w+1, t] <= bound:
+        then (the new upper bounds, how many entries leave) for :meth:`commit_quick`, else None
+        (undecided: use the exact check). Changes no window."""
+        if self._skip:
+            self._skip -= 1
+            return None
+        if self._upper is None:
+            self._upper = self._exact_sum().float_bounds()[1]
+        lows = []
+        for entry in self._entries:
+            if entry.t > t - self._w:
+                break
+            lows.append(entry.low())
+        leaving = len(lows)
+        upper = np.empty(self._runs)
+        if leaving == 1:  # the usual case: a view, no copy
+            stacked = lows[0].reshape(1, -1)
+        else:
+            stacked = np.stack(lows) if lows else np.empty((0, self._runs))
+        bounds = bound.reshape(-1) if isinstance(bound, np.ndarray) else self._bound_array(bound)
+        if not _bound_after(self._upper, stacked, amounts, bounds, upper):
+            self._skip = _SKIP
+            return None
+        return upper, leaving
+
+    def _bound_array(self, bound: float) -> FloatArray:
+        """``bound`` as a 1-element array, kept while the bound stays the same (the ledger's ε)."""
+        if self._bounds is None or self._bounds[0] != bound:
+            self._bounds = np.full(1, bound)  # writable: the compiled check takes it as it takes the others
+        return self._bounds
+
+    def commit_quick(self, t: int, amounts: FloatArray, upper: FloatArray, leaving: int) -> None:
+        """Record ``amounts`` at t after :meth:`quick_check` showed every window stays within ε."""
+        self._retire(t, leaving, quick=True)
+        self._append(t, amounts, None)
+        self._upper = upper
+        if self._sum is not None:
+            self._pending.append(amounts)
+            if len(self._pending) > 2 * self._w:  # catching up would cost more than a fresh sum
+                self._sum, self._pending = None, []
+
+    def footprint(self, t: int, added: dict[int, ExactVector]) -> list[tuple[int, ExactVector, ExactVector]]:
+        """Charges at several timestamps s <= t: (end, sum before, sum after) of every window that changes.
+
+        The windows that change are those ending in [min s, t] (later windows are checked by the
+        spends that reach them). Needs every s >= t − w + 1 (older entries are not kept).
+        """
+        first = min(added)
+        lo = first - self._w + 1
+        before = self._dense(lo, t)
+        after = list(before)
+        for s, units in added.items():
+            after[s - lo] = after[s - lo] + units
+        sum_before = sum(before[: self._w], zeros(self._runs))
+        sum_after = sum(after[: self._w], zeros(self._runs))
+        windows = [(first, sum_before, sum_after)]
+        for end in range(first + 1, t + 1):
+            sum_before = sum_before + before[end - lo] - before[end - lo - self._w]
+            sum_after = sum_after + after[end - lo] - after[end - lo - self._w]
+            windows.append((end, sum_before, sum_after))
+        return windows
+
+    def commit_footprint(self, t: int, added: dict[int, ExactVector]) -> None:
+        """Record charges at several timestamps (checked with :meth:`footprint`); t becomes the latest."""
+        merged = {entry.t: entry.exact() for entry in (*self._past, *self._entries)}
+        for s, units in added.items():
+            merged[s] = merged.get(s, zeros(self._runs)) + units
+        self._rebuild(t, merged)
+
+    def shared_totals(self, runs: IntArray | None = None) -> dict[int, int] | None:
+        """The exact total of every timestamp kept (current window and the w − 1 before it), when each
+        is the same in all of ``runs`` (None: every run; a fixed schedule's spends): {t: units}; else None."""
+        totals: dict[int, int] = {}
+        for entry in (*self._past, *self._entries):
+            value = entry.exact().shared(runs)
+            if value is None:
+                return None
+            totals[entry.t] = value
+        return totals
+
+    def replace(self, t: int, totals: list[dict[int, int]], groups: list[IntArray | None]) -> None:
+        """Make the state that of exact totals {s: units}, one dict per group of runs (the same in
+        every run of the group; None: every run), with t the latest timestamp (what
+        :meth:`shared_totals` and a checked series of spends give)."""
+        stamps = sorted({s for kept in totals for s in kept if s > t - 2 * self._w + 1})  # what _rebuild keeps
+        self._rebuild(t, {s: ExactVector.from_groups([kept.get(s, 0) for kept in totals], groups, self._runs) for s in stamps})
+
+    def _rebuild(self, t: int, totals: dict[int, ExactVector]) -> None:
+        """The state of exact per-timestamp totals with t the latest: the window (t − w, t] and the
+        w − 1 timestamps kept before it."""
+        kept = sorted((s, units) for s, units in totals.items() if s > t - 2 * self._w + 1)
+        self._past = collections.deque(_Entry(s, [], None, base=units) for s, units in kept if s <= t - self._w)
+        self._entries = collections.deque(_Entry(s, [], None, base=units) for s, units in kept if s > t - self._w)
+        self._sum = sum((entry.exact() for entry in self._entries), zeros(self._runs))
+        self._pending, self._upper, self._skip = [], None, 0
+
+    def _exact_sum(self) -> ExactVector:
+        """The exact sum of the current window's entries (catching up on quick commits)."""
+        if self._sum is None:
+            self._sum = sum((entry.exact() for entry in self._entries), zeros(self._runs))
+        else:
+            for item in self._pending:
+                if isinstance(item, _Entry):
+                    self._sum = self._sum - item.exact()
+                else:
+                    self._sum = self._sum + ExactVector.from_floats(item)
+        self._pending = []
+        return self._sum
+
+    def _append(self, t: int, amounts: FloatArray, exact: ExactVector | None) -> None:
+        if self._entries and self._entries[-1].t == t:
+            self._entries[-1].add(amounts, exact)
+        else:
+            self._entries.append(_Entry(t, [amounts], exact))
+
+    def _retire(self, t: int, leaving: int, *, quick: bool) -> None:
+        for _ in range(leaving):
+            entry = self._entries.popleft()
+            self._past.append(entry)
+            if quick and self._sum is not None:
+                self._pending.append(entry)
+        while self._past and self._past[0].t <= t - 2 * self._w + 1:
+            self._past.popleft()
+
+    def _dense(self, lo: int, hi: int) -> list[ExactVector]:
+        """Exact per-run totals of every timestamp in [lo, hi] (zeros where nothing was spent)."""
+        dense = [zeros(self._runs) for _ in range(lo, hi + 1)]
+        for entry in (*self._past, *self._entries):
+            if lo <= entry.t <= hi:
+                dense[entry.t - lo] = entry.exact()
+        return dense
+
+
+@compiled
+def _bound_after(upper: FloatArray, lows: FloatArray, amounts: FloatArray, bound: FloatArray, out: FloatArray) -> bool:
+    """The pre-check's arithmetic in one pass, per run: out = the upper bound minus each leaving
+    entry's lower bound (``lows``, one row per entry), then plus ``amounts``, rounded up after every
+    operation (:func:`budgetcheck.rounding.step_up`: +0.0, then the next double by bit pattern; the
+    differences are >= 0 since upper >= the exact sum >= an entry >= its low). Whether every out
+    <= ``bound`` (one value, or one per run); NaN fails."""
+    bits = out.view(np.int64)
+    within = True
+    for r in range(out.size):
+        value = upper[r]
+        for k in range(lows.shape[0]):
+            out[r] = (value - lows[k, r]) + 0.0
+            bits[r] += 1
+            value = out[r]
+        out[r] = (value + amounts[r]) + 0.0
+        bits[r] += 1
+        within &= out[r] <= bound[r if bound.size > 1 else 0]
+    return within

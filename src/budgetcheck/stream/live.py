@@ -1,0 +1,103 @@
+"""A live stream: rows that arrive one at a time (a publisher's input), each handed out as a Secret.
+
+Unlike :class:`GuardedStream` its length is unknown and nothing but the current row is held, so a
+mechanism written as a generator of releases (``mechanism.releases(stream, ledger)``) runs over
+an unbounded stream in constant memory. Timestamps must increase; a publisher restarted from a
+ledger file first hands out stand-ins for the timestamps it already published (replayed from the
+file: the ledger answers them with the stored outputs, and refuses to read them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import final
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from budgetcheck.ledger.errors import InvalidArgument, SecretAccess, TimestampOrder
+from budgetcheck.stream.secret import Secret
+from budgetcheck.ledger.validation import MAX_VALUE, check_positive_int, check_timestamp
+from budgetcheck.stream.neighbours import DEFAULT, Neighbours, check_neighbours
+
+
+@final
+class LiveStream:
+    """(t, d counts) rows, t strictly increasing; ``replayed`` timestamps come first, as stand-ins.
+
+    With ``classes`` = C each row holds (C, d) counts: users per requirement class and bin, as a
+    :class:`PersonalizedStream`'s secrets do (for a live personalized publisher).
+    """
+
+    __slots__ = ("_claim", "_current", "_dimensions", "_integral", "_neighbours", "_replayed", "_rows", "_shape",
+                 "_used")
+
+    def __init__(self, rows: Iterable[tuple[int, ArrayLike]], *, dimensions: int, classes: int | None = None,
+                 replayed: Sequence[int] = (), neighbours: Neighbours = DEFAULT) -> None:
+        self._dimensions = check_positive_int(dimensions, "dimensions")
+        self._shape = (self._dimensions,) if classes is None else (check_positive_int(classes, "classes"), self._dimensions)
+        self._rows = rows
+        self._neighbours = check_neighbours(neighbours)  # the relation every sensitivity is derived from
+        self._replayed = tuple(replayed)
+        self._claim: list[object] = []
+        self._integral = False
+        self._used = False
+        self._current = 0
+
+    @property
+    def dimensions(self) -> int:
+        """d, the number of counts per timestamp."""
+        return self._dimensions
+
+    @property
+    def neighbours(self) -> Neighbours:
+        """The neighbouring relation of this stream (see :mod:`budgetcheck.stream.neighbours`)."""
+        return self._neighbours
+
+    @property
+    def current(self) -> int:
+        """The timestamp of the latest secret handed out (0 before the first)."""
+        return self._current
+
+    def __iter__(self) -> Iterator[Secret]:
+        if self._used:
+            raise InvalidArgument("a LiveStream can be iterated once (its rows are consumed)")
+        self._used = True
+        return self._secrets()
+
+    def _secrets(self) -> Iterator[Secret]:
+        last = 0
+        nothing = np.zeros(self._shape)
+        for t in self._replayed:
+            last = self._check_t(t, last)
+            self._current = t
+            yield Secret(t, nothing, self._claim, stand_in=True, neighbours=self._neighbours)
+        for t, values in self._rows:
+            last = self._check_t(t, last)
+            row = np.asarray(values, dtype=np.float64)
+            if row.shape != self._shape or not (np.abs(row) <= MAX_VALUE).all():
+                raise InvalidArgument(f"row t={t} must hold finite values of at most 2^53 in shape {self._shape}, got {row.tolist()!r}")
+            if self._integral and not np.array_equal(row, np.round(row)):
+                raise InvalidArgument(f"row t={t} must hold integer counts (the discrete-laplace sampler), got {row.tolist()!r}")
+            self._current = t
+            yield Secret(t, row, self._claim, neighbours=self._neighbours)
+
+    @staticmethod
+    def _check_t(t: object, last: int) -> int:
+        t = check_timestamp(t, "t")
+        if t <= last:
+            raise TimestampOrder(f"t={t} after t={last}: timestamps of a live stream must increase")
+        return t
+
+    def _bind(self, ledger: object, *, integral: bool = False, runs: int = 1, stacking: bool = False) -> None:
+        self._integral = self._integral or integral
+        if not self._claim:
+            self._claim.append(ledger)
+        elif self._claim[0] is not ledger:
+            raise SecretAccess(f"{self!r} is already accounted by another ledger")
+
+    def __repr__(self) -> str:
+        return f"LiveStream(shape={self._shape}, replayed={len(self._replayed)})"
+
+    def __reduce_ex__(self, protocol: object) -> tuple[object, ...]:
+        raise SecretAccess("a LiveStream cannot be pickled: it holds the true stream")

@@ -1,0 +1,281 @@
+"""The opaque secret: the true query result of one timestamp (benchmark requirement M-R4).
+
+A :class:`Secret` carries only public metadata (its timestamp and shape). The values live in a
+private vault keyed by the secret and are handed out only inside a charged ledger operation; every
+other use (float(), comparison, numpy conversion, truthiness, iteration, indexing, arithmetic,
+pickling, copying) raises :class:`SecretAccess`. The payload is an arbitrary array so that per-user
+data (one row per user) fits the same type.
+
+The vault is not a module attribute, a closure cell or a bound method's ``__self__``: it is a local
+of a suspended generator (:func:`_vault`), so neither ``import``, a method's ``__globals__``, the
+``weakref.finalize`` registry (its callback is :func:`_forget` with the secret's id only), nor
+``gc.get_referents`` of a secret, of its class or of a module function reaches the payloads.
+
+What a Python-level guard cannot stop: code in the same process can reach any object by introspection
+that leaves Python's object model (``ctypes``, reading ``/proc/self/mem``), by walking the generator's
+frame or ``gc.get_referents`` of it, by reading the caller's frames (``sys._getframe``, a traceback's
+``tb_frame``: the array the user passed to ``execute`` is there), or by calling this module's own
+functions as the ledger does. The guard is a guard against mistakes, not a sandbox. What catches a
+mechanism that takes such a route is verify's non-interference check (stage (b),
+:mod:`budgetcheck.verify.interference`): whatever it reads, it has to act on it, and then its releases or
+its charges differ between two streams whose charged outputs are held equal; the generated pairs make
+sure the route is met even when only some data opens it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Generator, Iterator
+from typing import Any, NoReturn, final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from budgetcheck.ledger.errors import SecretAccess
+from budgetcheck.stream.neighbours import DEFAULT
+
+
+
+def _vault() -> Generator[NDArray[np.float64] | None, tuple[str, int, NDArray[np.float64] | None], None]:
+    """The payloads, keyed by id() (a Secret refuses ==, so it cannot be a dict key itself), held
+    as a local of this generator: ("put", id, payload), ("get", id, None), ("drop", id, None)."""
+    store: dict[int, NDArray[np.float64]] = {}
+    answer: NDArray[np.float64] | None = None
+    while True:
+        verb, key, payload = yield answer
+        answer = None
+        while _DEAD:  # finalized secrets (a finalizer may run while this generator runs: it only notes the id)
+            store.pop(_DEAD.pop(), None)
+        if verb == "put" and payload is not None:
+            store[key] = payload
+        elif verb == "get":
+            answer = store[key]
+        else:
+            store.pop(key, None)
+
+
+_PORT = _vault()
+next(_PORT)
+
+
+_DEAD: list[int] = []  # ids of finalized secrets whose payloads leave the vault at its next operation
+
+
+def _forget(key: int) -> None:
+    """The finalizer of a secret: its payload leaves the vault at the vault's next operation."""
+    _DEAD.append(key)
+
+
+def _payload(secret: Secret) -> NDArray[np.float64]:
+    payload = _PORT.send(("get", id(secret), None))
+    assert payload is not None
+    return payload
+# ids of stand-ins: secrets of timestamps a restarted publisher replays from its ledger file.
+_STAND_INS: set[int] = set()
+# ids of the secrets whose charge has passed and whose values are being read right now.
+_OPEN: list[int] = []
+
+
+def _refuse(secret: Secret, what: str) -> NoReturn:
+    raise SecretAccess(
+        f"{what} on {secret!r}: the true values of a timestamp are a secret; read them only "
+        "through a charged ledger operation (ledger.laplace, ledger.dissimilarity, ledger.measure)"
+    )
+
+
+@final
+class Secret:
+    """The true query result of timestamp ``t``, readable only through a charged ledger operation."""
+
+    __slots__ = ("__weakref__", "_claim", "_neighbours", "_rows", "_shape", "_t")
+
+    def __init__(self, t: int, values: NDArray[np.float64], claim: list[object] | None = None, *, stand_in: bool = False,
+                 rows: int = 0, neighbours: object = None) -> None:
+        frozen = np.array(values, dtype=np.float64)
+        frozen.setflags(write=False)
+        self._t = t
+        # rows > 0: a stacked stream's timestamp, one payload row per stream (see GuardedStream.stacked).
+        self._rows = rows
+        self._shape = frozen.shape[1:] if rows else frozen.shape
+        self._claim: list[object] = [] if claim is None else claim
+        self._neighbours = DEFAULT if neighbours is None else neighbours  # its stream's neighbouring relation
+        _PORT.send(("put", id(self), frozen))
+        weakref.finalize(self, _forget, id(self))
+        if stand_in:
+            _STAND_INS.add(id(self))
+            weakref.finalize(self, _STAND_INS.discard, id(self))
+
+    @property
+    def t(self) -> int:
+        """The timestamp (1-based) whose data this is."""
+        return self._t
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of one run's payload (public: d is a system parameter)."""
+        return self._shape
+
+    def __repr__(self) -> str:
+        return f"Secret(t={self._t}, shape={self._shape})"
+
+    __hash__ = object.__hash__
+
+    # Every way of looking inside is refused.
+    def __float__(self) -> NoReturn:
+        _refuse(self, "float()")
+
+    def __int__(self) -> NoReturn:
+        _refuse(self, "int()")
+
+    def __index__(self) -> NoReturn:
+        _refuse(self, "using it as an index")
+
+    def __complex__(self) -> NoReturn:
+        _refuse(self, "complex()")
+
+    def __bool__(self) -> NoReturn:
+        _refuse(self, "truth testing")
+
+    def __len__(self) -> NoReturn:
+        _refuse(self, "len()")
+
+    def __iter__(self) -> Iterator[Any]:
+        _refuse(self, "iteration")
+
+    def __getitem__(self, key: object) -> NoReturn:
+        _refuse(self, "indexing")
+
+    def __contains__(self, item: object) -> NoReturn:
+        _refuse(self, "'in'")
+
+    def __array__(self, *args: object, **kwargs: object) -> NoReturn:
+        _refuse(self, "numpy conversion")
+
+    def __array_ufunc__(self, *args: object, **kwargs: object) -> NoReturn:
+        _refuse(self, "a numpy ufunc")
+
+    def __array_function__(self, *args: object, **kwargs: object) -> NoReturn:
+        _refuse(self, "a numpy function")
+
+    def __eq__(self, other: object) -> NoReturn:
+        _refuse(self, "comparison (==)")
+
+    def __ne__(self, other: object) -> NoReturn:
+        _refuse(self, "comparison (!=)")
+
+    def __lt__(self, other: object) -> NoReturn:
+        _refuse(self, "comparison (<)")
+
+    def __le__(self, other: object) -> NoReturn:
+        _refuse(self, "comparison (<=)")
+
+    def __gt__(self, other: object) -> NoReturn:
+        _refuse(self, "comparison (>)")
+
+    def __ge__(self, other: object) -> NoReturn:
+        _refuse(self, "comparison (>=)")
+
+    def __add__(self, other: object) -> NoReturn:
+        _refuse(self, "arithmetic (+)")
+
+    __radd__ = __add__
+
+    def __sub__(self, other: object) -> NoReturn:
+        _refuse(self, "arithmetic (-)")
+
+    __rsub__ = __sub__
+
+    def __mul__(self, other: object) -> NoReturn:
+        _refuse(self, "arithmetic (*)")
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other: object) -> NoReturn:
+        _refuse(self, "arithmetic (/)")
+
+    __rtruediv__ = __truediv__
+
+    def __neg__(self) -> NoReturn:
+        _refuse(self, "arithmetic (unary -)")
+
+    def __abs__(self) -> NoReturn:
+        _refuse(self, "abs()")
+
+    def __round__(self, ndigits: object = None) -> NoReturn:
+        _refuse(self, "round()")
+
+    def __format__(self, spec: str) -> str:
+        if spec:
+            _refuse(self, f"format(spec={spec!r})")
+        return repr(self)
+
+    def __reduce_ex__(self, protocol: object) -> NoReturn:
+        _refuse(self, "pickling")
+
+    def __copy__(self) -> NoReturn:
+        _refuse(self, "copy()")
+
+    def __deepcopy__(self, memo: object) -> NoReturn:
+        _refuse(self, "deepcopy()")
+
+
+def neighbours_of(secret: Secret) -> object:
+    """The neighbouring relation of the secret's stream (a ``Neighbours``; default one person, one bin)."""
+    return secret._neighbours
+
+
+def charged(secret: Secret) -> _Charged:
+    """Open ``secret`` for the extent of a charged ledger operation (a ``with`` block) and give its payload.
+
+    Only this secret is open: code running inside (e.g. the ``fn`` of ``ledger.measure``) cannot
+    reveal the data of any other timestamp.
+    """
+    return _Charged(secret)
+
+
+@final
+class _Charged:
+    """The context manager of :func:`charged` (a class: cheaper than a generator per operation)."""
+
+    __slots__ = ("_secret",)
+
+    def __init__(self, secret: Secret) -> None:
+        self._secret = secret
+
+    def __enter__(self) -> NDArray[np.float64]:
+        payload = _payload(self._secret)  # before opening: a failed lookup leaves nothing open
+        _OPEN.append(id(self._secret))
+        return payload
+
+    def __exit__(self, *exc: object) -> None:
+        _OPEN.pop()
+
+
+def claim(secret: Secret, ledger: object) -> None:
+    """Bind the secret's stream to one ledger: reading it through a second ledger would hide spends."""
+    if not secret._claim:
+        secret._claim.append(ledger)
+    elif secret._claim[0] is not ledger:
+        raise SecretAccess(
+            f"{secret!r} belongs to a stream already accounted by another ledger; a stream is read "
+            "through exactly one ledger so that every spend on it is in one record"
+        )
+
+
+def stacked_rows(secret: Secret) -> int:
+    """How many streams a stacked secret holds (one payload row each); 0 for a plain secret."""
+    return secret._rows
+
+
+def is_placeholder(secret: Secret) -> bool:
+    """Whether the secret stands in for a timestamp replayed from a ledger file (it holds no data)."""
+    return id(secret) in _STAND_INS
+
+
+def reveal(secret: object) -> NDArray[np.float64]:
+    """The payload of a secret; only while :func:`charged` has that very secret open."""
+    if not isinstance(secret, Secret):
+        raise SecretAccess(f"expected a Secret from a GuardedStream, got {type(secret).__name__}")
+    if id(secret) not in _OPEN:
+        _refuse(secret, "reading the values outside a charged ledger operation")
+    return _payload(secret)

@@ -1,0 +1,529 @@
+"""`budgetcheck verify`: the stage list, profiles and verdicts; stage (a), ledger replay on
+generated streams with a brute-force recheck, lives here. Stage (e), output-driven exploration
+with rule conformance, is :mod:`budgetcheck.verify.explore`; the verdict a user acts on is
+:mod:`budgetcheck.verify.verdict`.
+
+Each Hypothesis example runs the mechanism through a fresh ledger, then re-checks every window of
+every run from the ledger's records with the independent auditor (:mod:`budgetcheck.ledger.audit`). A
+mechanism fails when the auditor finds a window over ε, when it asked the ledger for more than a
+window allows (a refused spend, even if it caught the error), when it touched a secret, or when it
+crashed. Failures are shrunk by Hypothesis to a minimal case and reported as a reproducible call.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any, cast
+
+import attrs
+import numpy as np
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis.strategies import SearchStrategy
+
+from budgetcheck.ledger.audit import audit_windows, audit_windows_per_epsilon
+from budgetcheck.ledger.audit_notions import audit_personalized, audit_swellfish
+from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument, SecretAccess
+from budgetcheck.mechanism.execute import (
+    PersonalizedMechanism,
+    StreamMechanism,
+    SwellfishMechanism,
+    max_stacked_runs,
+    execute,
+    execute_personalized,
+    execute_swellfish,
+    notion_of,
+)
+from budgetcheck.mechanism.loading import load_mechanism as load_mechanism
+from budgetcheck.verify.verdict import Outcome, meets, outcome
+from budgetcheck.strategies import (
+    PersonalizedCase,
+    SwellfishCase,
+    VerificationCase,
+    cases,
+    personalized_cases,
+    swellfish_cases,
+)
+
+AnyCase = VerificationCase | PersonalizedCase | SwellfishCase
+AnyMechanism = StreamMechanism | PersonalizedMechanism | SwellfishMechanism
+
+
+@attrs.frozen
+class Counterexample:
+    """A minimal failing input and what went wrong, replayable with :meth:`call`."""
+
+    reason: str
+    detail: str
+    case: AnyCase
+    several_epsilons: bool = False  # found on a ledger of several ε (the case's ε and a third of it)
+
+    def call(self, reference: str) -> str:
+        """Python that reproduces the failure."""
+        case, mech = self.case, f"budgetcheck.load_mechanism({reference!r})"
+        if isinstance(case, PersonalizedCase):
+            classes = [((r.w, r.epsilon), n) for r, n in zip(case.requirements.classes, case.requirements.counts, strict=True)]
+            return (f"budgetcheck.execute_personalized({mech}, budgetcheck.RequirementSet.from_counts({classes!r}), "
+                    f"{case.bins.tolist()!r}, dimensions={case.dimensions}, runs={case.runs}, seed={case.seed})")
+        data = np.round(case.data, 6).tolist()
+        if isinstance(case, SwellfishCase):
+            policies = ", ".join(f"budgetcheck.StreamPolicy({p.start}, {p.end}, {list(p.thresholds)!r})" for p in case.policies.policies)
+            return (f"budgetcheck.execute_swellfish({mech}, budgetcheck.PolicyCollection([{policies}]), {data!r}, "
+                    f"epsilon={case.epsilon!r}, runs={case.runs}, seed={case.seed})")
+        if self.several_epsilons:
+            return (f"budgetcheck.execute({mech}, {data!r}, epsilon=[{case.epsilon!r}] * {case.runs} + [{case.epsilon / 3!r}] * "
+                    f"{case.runs}, w={case.w}, runs={2 * case.runs}, seed={case.seed})")
+        return f"budgetcheck.execute({mech}, {data!r}, epsilon={case.epsilon!r}, w={case.w}, runs={case.runs}, seed={case.seed})"
+
+
+PASS, FAIL, NOT_PROVED, INCONCLUSIVE = "pass", "fail", "not proved", "inconclusive"
+
+
+@attrs.frozen
+class StageResult:
+    """One stage of ``verify``: its name, verdict (pass / fail / not proved / inconclusive), detail, time."""
+
+    stage: str
+    verdict: str
+    detail: str = ""
+    seconds: float = attrs.field(default=0.0, eq=False)
+
+    def to_json(self, *, timings: bool = False) -> dict[str, object]:
+        """The stage as JSON; with its seconds only if ``timings`` (a report stays reproducible without)."""
+        found: dict[str, object] = {"stage": self.stage, "verdict": self.verdict, "detail": self.detail}
+        if timings:
+            found["seconds"] = round(self.seconds, 3)
+        return found
+
+
+@attrs.frozen
+class Bound:
+    """How far the stages looked: the largest w and horizon T exercised, and the runs explored."""
+
+    w_max: int
+    horizon: int
+    runs_explored: int
+
+    def describe(self) -> str:
+        return f"w <= {self.w_max}, T <= {self.horizon}, {self.runs_explored} runs explored"
+
+    def to_json(self) -> dict[str, int]:
+        return {"w_max": self.w_max, "horizon": self.horizon, "runs_explored": self.runs_explored}
+
+
+@attrs.frozen
+class VerifyResult:
+    """The verdict for one mechanism: stage (a) figures plus every stage's result."""
+
+    mechanism: str
+    reference: str
+    examples: int
+    runs: int
+    worst_ratio: float
+    counterexample: Counterexample | None
+    stages: tuple[StageResult, ...] = ()
+    worst_case: AnyCase | None = attrs.field(default=None, eq=False, repr=False)
+    worst_refused: bool = False  # worst_ratio is the sum of a refused attempt
+    notion: str = "w-event"
+    bound: Bound | None = None  # what exploration and replay covered
+    vouched: bool = False  # some release's sensitivity was the mechanism's word (measure): audit only
+
+    @property
+    def outcome(self) -> Outcome:
+        """The verdict a user acts on: proved, verified to a bound, violated or inconclusive."""
+        return outcome(((stage.stage, stage.verdict) for stage in self.stages), violated=self.counterexample is not None,
+                       vouched=self.vouched)
+
+    def meets(self, require: str = "bounded") -> bool:
+        """Whether the verdict satisfies ``--require`` (bounded, the default, or proof)."""
+        return meets(self.outcome, require)
+
+    @property
+    def passed(self) -> bool:
+        """Proved or verified to a bound (what ``verify`` exits 0 on by default)."""
+        return self.meets("bounded")
+
+    @property
+    def verdict(self) -> str:
+        """The stage-style verdict: fail (violated), inconclusive, or pass (proved or verified to a bound)."""
+        return self.outcome.legacy
+
+    @property
+    def failed_stage(self) -> str | None:
+        return next((stage.stage for stage in self.stages if stage.verdict == FAIL), None)
+
+    def to_json(self, *, timings: bool = False) -> dict[str, object]:
+        report: dict[str, object] = {
+            "mechanism": self.mechanism,
+            "reference": self.reference,
+            "examples": self.examples,
+            "runs": self.runs,
+            "worst_window_over_epsilon": self.worst_ratio,
+            "worst_was_refused": self.worst_refused,
+            "verdict": self.outcome.value,
+            "bound": self.bound.to_json() if self.bound is not None else None,
+            "stages": [stage.to_json(timings=timings) for stage in self.stages],
+            "vouched_sensitivity": self.vouched,
+        }
+        report["notion"] = self.notion
+        if self.counterexample is not None:
+            ce = self.counterexample
+            found: dict[str, object] = {"reason": ce.reason, "detail": ce.detail, "runs": ce.case.runs,
+                                        "seed": ce.case.seed, "call": ce.call(self.reference)}
+            if isinstance(ce.case, VerificationCase):
+                found.update(epsilon=ce.case.epsilon, w=ce.case.w, stream=ce.case.data.tolist())
+            report["counterexample"] = found
+        return report
+
+
+class _Violation(Exception):
+    def __init__(self, reason: str, detail: str, *, several_epsilons: bool = False) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+        self.several_epsilons = several_epsilons
+
+
+@attrs.frozen
+class Profile:
+    """How much time ``verify`` spends: generated cases, proof range, audit runs."""
+
+    examples: int
+    w_max: int  # of the proof
+    audit_runs: int
+    explore: str  # the exploration budget (budgetcheck.verify.explore.BUDGETS): w up to 64 or 128, T = 4w
+
+
+PROFILES = {
+    # quick replays 60 cases (the corpus's replay mutants are all caught at 60): exploration now
+    # covers the spends at w up to 64, and the profile must stay under 2 minutes on 2 cores
+    "quick": Profile(examples=60, w_max=12, audit_runs=4000, explore="quick"),
+    "thorough": Profile(examples=1000, w_max=128, audit_runs=40000, explore="thorough"),
+}
+STAGES = "abcde"  # a replay, b secret access, c proof, d statistical audit, e exploration and rule conformance
+
+
+def verify_mechanism(
+    reference: str,
+    *,
+    examples: int | None = None,
+    seed: int = 0,
+    max_length: int = 60,
+    profile: str = "quick",
+    stages: str = STAGES,
+) -> VerifyResult:
+    """Run the stages on one mechanism (``stages`` selects a subset, e.g. "ab").
+
+    (a) ledger replay on generated cases with a brute-force recheck, shrinking any failure;
+    (b) secret access: any read of the true stream outside a charged ledger operation;
+    (e) output-driven exploration of w up to the profile's (64 quick, 128 thorough) with, for a
+        mechanism that exposes a rule, conformance of every explored run's charges to it;
+    (c) proof of the mechanism's allocation rule for w in 1..profile.w_max ("not proved" if it
+        exposes none); (d) statistical lower bound on the loss for neighbouring streams.
+    """
+    if profile not in PROFILES:
+        raise InvalidArgument(f"profile={profile!r} must be one of {sorted(PROFILES)}")
+    if not isinstance(stages, str) or not stages or set(stages) - set(STAGES):
+        raise InvalidArgument(f"stages={stages!r} must be letters from {STAGES!r}")
+    chosen = PROFILES[profile]
+    examples = chosen.examples if examples is None else examples
+    started = time.perf_counter()
+    replay = _replay(reference, examples=examples, seed=seed, max_length=max_length) if "a" in stages or "b" in stages else None
+    replay_seconds = time.perf_counter() - started
+    mechanism = load_mechanism(reference)
+    results: list[StageResult] = []
+    counterexample = replay.counterexample if replay is not None else None
+    bound = Bound(w_max=max_length if replay is not None else 0, horizon=max_length if replay is not None else 0, runs_explored=0)
+    if replay is not None:
+        secret = counterexample is not None and counterexample.reason == "secret access"
+        other = counterexample is not None and not secret
+        if "a" in stages:
+            results.append(StageResult("ledger replay", FAIL if other else PASS,
+                                       f"{counterexample.reason}: {counterexample.detail}" if other and counterexample else
+                                       f"{replay.examples} streams, {replay.runs} runs, worst window {replay.worst_ratio:.6f} of epsilon"
+                                       + (" (an attempted spend, refused)" if replay.worst_refused else ""), replay_seconds))
+        if "b" in stages:
+            results.append(_timed(lambda: _secret_stage(mechanism, counterexample.detail if secret and counterexample else None)))
+        bound = Bound(w_max=_replay_w_max(notion_of(mechanism), max_length), horizon=max_length, runs_explored=0)
+    notion = notion_of(mechanism)
+    if "e" in stages:
+        explored, found = _exploration_stages(reference, mechanism, chosen.explore, seed)
+        results += explored
+        bound = Bound(w_max=max(bound.w_max, found.w_max), horizon=max(bound.horizon, found.horizon), runs_explored=found.runs)
+    if "c" in stages:
+        results.append(_timed(lambda: _proof_stage(mechanism, chosen.w_max)))
+    if "d" in stages:
+        results.append(_timed(lambda: _statistical_stage(mechanism, notion, chosen.audit_runs, seed)))
+    return VerifyResult(
+        mechanism=mechanism.name,
+        reference=reference,
+        examples=replay.examples if replay else 0,
+        runs=replay.runs if replay else 0,
+        worst_ratio=replay.worst_ratio if replay else 0.0,
+        counterexample=counterexample,
+        stages=tuple(results),
+        worst_case=replay.worst_case if replay else None,
+        notion=notion,
+        worst_refused=replay.worst_refused if replay else False,
+        bound=bound,
+        vouched=bool(replay and replay.vouched),
+    )
+
+
+def _timed(stage: Callable[[], StageResult]) -> StageResult:
+    started = time.perf_counter()
+    result = stage()
+    return attrs.evolve(result, seconds=time.perf_counter() - started)
+
+
+def _replay_w_max(notion: str, max_length: int) -> int:
+    """The largest window the replay strategies draw (w-event: w <= 40; personalized: w_c <= 12; Swellfish: |J| <= 24)."""
+    return min({"w-event": 40, "personalized": 12}.get(notion, 24), max_length)
+
+
+def _exploration_stages(reference: str, mechanism: AnyMechanism, budget: str, seed: int) -> tuple[list[StageResult], Any]:
+    """Stage (e): output-driven exploration and, for a mechanism with a rule, conformance to it."""
+    from budgetcheck.proving import rule_of
+    from budgetcheck.verify.explore import explore
+
+    rule = rule_of(mechanism)
+    found = explore(mechanism, profile=budget, seed=seed, rule=rule)
+    scope = f"{found.runs} runs, w <= {found.w_max}, T <= {found.horizon}"
+    worst = found.worst
+    if found.violation is not None:
+        run = found.violation
+        what = run.refused if run.refused is not None else run.violations[0]
+        kind = "overspend refused by the ledger" if run.refused is not None else "window over epsilon"
+        detail = (f"{kind} at {run.setting.describe()}: {what} (window sum {float(run.ratio):.6f} of epsilon); "
+                  f"replay: {run.call(reference)}")
+        exploration = StageResult("exploration", FAIL, detail, found.seconds)
+    elif found.nondeterministic is not None:
+        exploration = StageResult("exploration", INCONCLUSIVE, f"the mechanism is not a function of its charged outputs and seed: "
+                                                               f"{found.nondeterministic}", found.seconds)
+    elif worst is None or worst.error is not None and found.runs == len(found.errors):
+        exploration = StageResult("exploration", INCONCLUSIVE, f"no run completed: {'; '.join(found.errors)}", found.seconds)
+    else:
+        failed = f"; the mechanism failed on {len(found.errors)}+ output sequences (e.g. {found.errors[0]})" if found.errors else ""
+        exploration = StageResult("exploration", PASS, f"{scope}, worst window {float(worst.ratio):.6f} of epsilon "
+                                                       f"({worst.setting.describe()}){failed}", found.seconds)
+    stages = [exploration]
+    if rule is not None:
+        if found.conformance is not None and found.conformance_run is not None:
+            run = found.conformance_run
+            stages.append(StageResult("rule conformance", FAIL, f"{run.setting.describe()}: {found.conformance}; "
+                                                                f"replay: {run.call(reference)}"))
+        elif found.violation is not None:
+            stages.append(StageResult("rule conformance", NOT_PROVED, "not judged: exploration found a violation first"))
+        elif found.undecided:
+            stages.append(StageResult("rule conformance", NOT_PROVED, f"the charges of {found.undecided} of {found.runs} explored "
+                                                                      f"runs have too many explanations to follow"))
+        else:
+            stages.append(StageResult("rule conformance", PASS, f"the charges of all {found.runs} explored runs ({scope}) are "
+                                                                "ones the allocation rule allows for some decision sequence"))
+    return stages, found
+
+
+def _secret_stage(mechanism: AnyMechanism, read: str | None) -> StageResult:
+    """Stage (b): a read caught during replay, else a difference found by the non-interference check
+    (the fixed pairs and _PAIRS generated ones)."""
+    from budgetcheck.verify.interference import interference
+
+    if read is not None:
+        return StageResult("secret access", FAIL, read)
+    flow = interference(mechanism, notion_of(mechanism), examples=_PAIRS, seed=0)
+    if flow is not None and flow.kind == "leak":
+        return StageResult("secret access", FAIL, f"the true values reached the mechanism outside the charged outputs: {flow.detail}")
+    if flow is not None and flow.kind == "nondeterministic":
+        return StageResult("secret access", INCONCLUSIVE, f"no read outside a charged operation, but the flow check cannot "
+                                                          f"judge a mechanism that is not deterministic given its seed: {flow.detail}")
+    if flow is not None:
+        return StageResult("secret access", INCONCLUSIVE, f"no read outside a charged operation; the flow check did not run: {flow.detail}")
+    return StageResult("secret access", PASS, "no read outside a charged ledger operation; releases and spends "
+                                              f"unchanged on a second stream with the charged outputs held equal "
+                                              f"(3 fixed and {_PAIRS} generated pairs)")
+
+
+# generated non-interference pairs per mechanism: three runs of it each (runs = 2, T <= 40, d <= 64)
+_PAIRS = 25
+
+
+def _proof_stage(mechanism: AnyMechanism, w_max: int) -> StageResult:
+    from budgetcheck.proving import Verdict, explain_failure, prove_range, rule_of
+
+    rule = rule_of(mechanism)
+    bounded = getattr(mechanism, "bounded_proof", None)
+    if rule is None and callable(bounded):
+        holds, count, failure = bounded()
+        if holds:
+            return StageResult("proof", PASS, f"exhaustive exact check of every decision sequence on {count} policy collections (bounded family)")
+        return StageResult("proof", FAIL, f"bounded check refuted: {failure}")
+    if rule is None:
+        return StageResult("proof", NOT_PROVED, "the mechanism exposes no allocation_rule(); nothing was proved")
+    verdict = prove_range(rule, range(1, w_max + 1))
+    scope = {"personalized": "every requirement class with w_c", "swellfish": "w = max |J| (Theorem 4.3)"}.get(notion_of(mechanism), "w")
+    if verdict.verdict is Verdict.PROVED:
+        return StageResult("proof", PASS, f"proved for {scope} in 1..{w_max} ({verdict.methods}, {verdict.seconds:.1f}s)")
+    outcome = FAIL if verdict.verdict is Verdict.REFUTED else INCONCLUSIVE
+    return StageResult("proof", outcome, explain_failure(rule, verdict))
+
+
+def _statistical_stage(mechanism: AnyMechanism, notion: str, runs: int, seed: int) -> StageResult:
+    from budgetcheck.verify.statistical import personalized_audit, statistical_audit, swellfish_audit
+
+    try:
+        if notion == "personalized":
+            findings = [personalized_audit(cast(PersonalizedMechanism, mechanism), runs=runs, seed=seed)]
+        elif notion == "swellfish":
+            findings = [swellfish_audit(cast(SwellfishMechanism, mechanism), runs=runs, seed=seed)]
+        else:  # the mechanism declares its notion (``notion_of``); the protocols look alike
+            findings = [statistical_audit(cast(StreamMechanism, mechanism), epsilon=1.0, w=w, runs=runs, seed=seed) for w in (1, 3)]
+    except Exception as exc:  # the mechanism's own failure is stage (a)'s to report
+        return StageResult("statistical audit", INCONCLUSIVE, f"could not run: {type(exc).__name__}: {exc}")
+    worst = max(findings, key=lambda f: f.lower_bound / f.epsilon)
+    where = worst.position if notion != "w-event" else f"w={worst.w}, {worst.position}"
+    detail = (f"loss lower bound {worst.lower_bound:.3f} vs epsilon={worst.epsilon} "
+              f"({where}, {worst.runs} runs per input, 95% confidence)")
+    return StageResult("statistical audit", FAIL if worst.violates else PASS, detail)
+
+
+@attrs.frozen
+class _Replay:
+    examples: int
+    runs: int
+    worst_ratio: float
+    counterexample: Counterexample | None
+    worst_case: AnyCase | None = None
+    worst_refused: bool = False  # the worst figure is a spend the ledger refused (what was attempted)
+    vouched: int = 0  # cases whose ledger charged a sensitivity the mechanism vouched for (measure)
+
+
+def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Replay:
+    """Stages (a) and (b): ``examples`` generated cases, shrinking any failure."""
+    mechanism = load_mechanism(reference)
+    tally = {"examples": 0, "runs": 0, "vouched": 0}
+    worst = [Fraction(0), Fraction(0)]  # the largest window / ε, and 1 if it was a refused attempt
+    worst_case: list[AnyCase] = []
+    failures: list[Counterexample] = []
+    notion = notion_of(mechanism)
+    strategy: SearchStrategy[Any] = {"w-event": cases(max_length=max_length), "personalized": personalized_cases(),
+                     "swellfish": swellfish_cases()}[notion]
+
+    def check(case: Any) -> None:
+        tally["examples"] += 1
+        tally["runs"] += case.runs
+        before = worst[0]
+        try:
+            tally["vouched"] += _check_case(mechanism, case, worst)
+            if worst[0] > before or not worst_case:
+                worst_case[:] = [case]
+        except _Violation as violation:
+            failures.append(Counterexample(reason=violation.reason, detail=violation.detail, case=case,
+                                           several_epsilons=violation.several_epsilons))
+            raise
+
+    runner: Any = settings(
+        max_examples=examples,
+        database=None,
+        deadline=None,
+        verbosity=Verbosity.quiet,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.generate, Phase.shrink],
+        report_multiple_bugs=False,
+    )(given(strategy)(check))
+    runner = hypothesis_seed(seed)(runner)
+    try:
+        runner()
+    except _Violation:
+        pass
+    counterexample = failures[-1] if failures else None  # Hypothesis replays the minimal case last
+    return _Replay(
+        examples=tally["examples"],
+        runs=tally["runs"],
+        worst_ratio=float(worst[0]),
+        counterexample=counterexample,
+        worst_case=worst_case[0] if worst_case else None,
+        worst_refused=bool(worst[1]),
+        vouched=tally["vouched"],
+    )
+
+
+def _run_case(mechanism: Any, case: AnyCase) -> tuple[Any, Fraction, tuple[str, ...]]:
+    """Execute one case through the right ledger; return (ledger, worst ratio, violations) from the auditor."""
+    if isinstance(case, PersonalizedCase):
+        pex = execute_personalized(mechanism, case.requirements, case.bins, dimensions=case.dimensions, runs=case.runs, seed=case.seed)
+        classes = [(r.w, r.epsilon) for r in case.requirements.classes]
+        audit = audit_personalized(pex.ledger.records, classes, runs=case.runs)
+        return pex.ledger, audit.worst_ratio, audit.violations
+    if isinstance(case, SwellfishCase):
+        sex = execute_swellfish(mechanism, case.policies, case.data, epsilon=case.epsilon, runs=case.runs, seed=case.seed)
+        audit = audit_swellfish(sex.ledger.records, case.policies, epsilon=case.epsilon, runs=case.runs)
+        return sex.ledger, audit.worst_ratio, audit.violations
+    ex = execute(mechanism, case.data, epsilon=case.epsilon, w=case.w, runs=case.runs, seed=case.seed)
+    report = audit_windows(ex.ledger.records, epsilon=case.epsilon, w=case.w, runs=case.runs)
+    return ex.ledger, report.worst_ratio, tuple(v.describe(case.epsilon) for v in report.violations)
+
+
+def _run_several_epsilons(mechanism: Any, case: VerificationCase) -> tuple[Any, Fraction, tuple[str, ...]]:
+    """A mechanism that declares ``max_stacked_runs`` (the benchmark then runs several ε in one
+    pass): the case again on a ledger of twice its runs, the first half under its ε and the second
+    under a third of it, each half audited under its own ε."""
+    epsilons = [case.epsilon] * case.runs + [case.epsilon / 3] * case.runs
+    ex = execute(mechanism, case.data, epsilon=epsilons, w=case.w, runs=2 * case.runs, seed=case.seed)
+    reports = audit_windows_per_epsilon(ex.ledger.records, epsilons=epsilons, w=case.w)
+    ratio = max(report.worst_ratio for report in reports.values())
+    violations = [f"on a ledger of several ε (runs under ε = {epsilon!r}): {v.describe(epsilon)}"
+                  for epsilon, report in reports.items() for v in report.violations]
+    return ex.ledger, ratio, tuple(violations)
+
+
+def _check_case(mechanism: Any, case: AnyCase, worst: list[Fraction]) -> int:
+    """Run and audit one case (raising :class:`_Violation`); 1 if its ledger charged a vouched
+    sensitivity (``measure``: the releases then need the statistical audit), else 0."""
+    vouched = 0
+    runs: list[Callable[[Any, Any], tuple[Any, Fraction, tuple[str, ...]]]] = [_run_case]
+    if isinstance(case, VerificationCase) and max_stacked_runs(mechanism) > 0:
+        runs.append(_run_several_epsilons)
+    for run in runs:
+        several = run is _run_several_epsilons
+        where = " (on a ledger of several ε)" if several else ""
+        try:
+            ledger, ratio, violations = run(mechanism, case)
+        except BudgetExceeded as exc:  # the attempted sum is the figure that agrees with the verdict
+            _note_refused(worst, Fraction(exc.window_sum) / Fraction(exc.epsilon))
+            raise _Violation(f"overspend refused by the ledger{where}", str(exc), several_epsilons=several) from exc
+        except SecretAccess as exc:
+            raise _Violation("secret access", _located(exc), several_epsilons=several) from exc
+        except Exception as exc:  # a crash is a finding, with its location
+            raise _Violation(f"crash{where}", f"{type(exc).__name__}: {exc} ({_located(exc)})", several_epsilons=several) from exc
+        if ledger.refusals:
+            _note_refused(worst, Fraction(ledger.worst_refused_ratio))
+            raise _Violation(
+                "overspend attempted",
+                f"the mechanism asked for more than a window allows {ledger.refusals} time(s) and swallowed the refusal{where}",
+                several_epsilons=several,
+            )
+        if ratio > worst[0]:
+            worst[0], worst[1] = ratio, Fraction(0)
+        if violations:
+            raise _Violation("window over epsilon", violations[0], several_epsilons=several)
+        vouched = max(vouched, int(ledger.vouched > 0))
+    return vouched
+
+
+def _note_refused(worst: list[Fraction], attempted: Fraction) -> None:
+    """worst[0] is the largest window / ε seen; worst[1] (1 or 0) whether that was a refused attempt."""
+    if attempted > worst[0]:
+        worst[0], worst[1] = attempted, Fraction(1)
+
+
+def _located(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    outside = [f for f in frames if "/budgetcheck/" not in f.filename.replace("\\", "/")]
+    frame = outside[-1] if outside else frames[-1]
+    return f"{exc} at {frame.filename}:{frame.lineno}: {frame.line}"

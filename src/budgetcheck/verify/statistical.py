@@ -1,0 +1,302 @@
+"""Stage (d) of ``verify``: a StatDP-style statistical lower bound on the privacy loss.
+
+For pairs of neighbouring inputs the mechanism runs many seeded times on each (batched: one ledger
+of R runs). Output events are "statistic >= τ" for three statistics: the signed sum of the releases
+over the changed timestamps; whether the release moved at the first changed timestamp (a
+published value differs from the previous release, a skipped one does not); the signed sum
+counted only where the release moved (a decision's loss and its release's together); and a linear
+statistic over every column and timestamp whose weights are the difference of the two inputs' mean
+releases on the first half of the runs (only weights more than three standard errors from 0), so a
+change that shows in another column or at a later timestamp is seen (DP-Sniper, Bichsel et al.
+2021, and StatDP, Ding et al. 2018: choose the event on one half, test it on the other). Events and
+weights are chosen on a first half of the runs; on the second half one-sided Clopper-Pearson bounds give, with confidence
+1 − α (Bonferroni over every event tried), ε_lb = ln(p_low(D) / p_high(D')). ε_lb above the ε that
+protects the change is a violation, e.g. a release or a decision whose declared sensitivity is too
+small.
+
+Neighbours, per notion (streams of d = 2: one individual sits in one bin per timestamp):
+- w-event: one individual added to or removed from bin 0 (±1) at the start, middle and end of a
+  window of a constant stream, and moved from bin 0 to bin 1 (two such steps: compared with 2ε);
+  and where the mechanism's decision flips: a spike of height h at one timestamp (t = 1 of a zero
+  stream, and mid-window of the constant one), with h found by bisection so that about half of the
+  runs publish there; the spikes h − 1, h, h + 1 against one more;
+- personalized (Du et al. 2025): one user moved to another bin at one timestamp, for a user of each
+  requirement class, at the start, middle and end of their window; compared with that user's ε_i;
+  and where the shared publish decision flips: k users of a large population already moved at t = 2
+  (k found by bisection) against k + 1;
+- Swellfish (Tex et al.): a policy's pattern, θ added at its timestamps, at every placement inside
+  its relevance interval; compared with ε.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import attrs
+import numpy as np
+from numpy.typing import NDArray
+from scipy.stats import beta
+
+from budgetcheck.mechanism.execute import (
+    PersonalizedMechanism,
+    StreamMechanism,
+    SwellfishMechanism,
+    execute,
+    execute_personalized,
+    execute_swellfish,
+)
+from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
+from budgetcheck.ledger.requirements import RequirementSet
+
+FloatArray = NDArray[np.float64]
+Run = Callable[[FloatArray, int], FloatArray]  # (input, seed) -> releases (runs, T, d)
+
+_QUANTILES = (0.5, 0.9, 0.99)
+_BASE_LEVEL = 50.0
+
+
+@attrs.frozen
+class NeighbourPair:
+    """Two inputs that the privacy notion protects with ``epsilon``; ``column`` is the release
+    column the statistics read; they differ at ``changed`` (0-based timestamps)."""
+
+    name: str
+    first: FloatArray
+    second: FloatArray
+    changed: tuple[int, ...]
+    direction: float
+    column: int
+    epsilon: float
+
+
+@attrs.frozen
+class StatFinding:
+    """The largest lower bound found (relative to the ε of its pair) and where."""
+
+    epsilon: float
+    w: int
+    lower_bound: float
+    position: str
+    threshold: float
+    runs: int
+
+    @property
+    def violates(self) -> bool:
+        return self.lower_bound > self.epsilon
+
+
+def _clopper_pearson(successes: int, trials: int, alpha: float) -> tuple[float, float]:
+    low = 0.0 if successes == 0 else float(beta.ppf(alpha, successes, trials - successes + 1))
+    high = 1.0 if successes == trials else float(beta.ppf(1 - alpha, successes + 1, trials - successes))
+    return low, high
+
+
+def _statistics(releases: FloatArray, pair: NeighbourPair) -> list[FloatArray]:
+    """Per run: the signed sum over the changed timestamps; whether the release moved at the first
+    changed timestamp; and the signed sum where it moved, −∞ where it did not (the event "published
+    and large" adds a decision's loss to its release's)."""
+    signed = pair.direction * releases[:, list(pair.changed), pair.column].sum(axis=1)
+    moved = _moved(releases, pair.changed[0])
+    return [signed, moved.astype(np.float64), np.where(moved, signed, -np.inf)]
+
+
+def _linear_weights(first: FloatArray, second: FloatArray) -> FloatArray | None:
+    """Weights over every (timestamp, column) of a run: the difference of the mean releases of the
+    two inputs (first half of the runs), zero where it is within 3 standard errors of 0. None if no
+    entry differs."""
+    a, b = first.reshape(first.shape[0], -1), second.reshape(second.shape[0], -1)
+    difference = b.mean(axis=0) - a.mean(axis=0)
+    error = np.sqrt((a.var(axis=0) + b.var(axis=0)) / a.shape[0])
+    weights = np.where(np.abs(difference) > 3.0 * error, difference, 0.0)
+    return weights if np.any(weights) else None
+
+
+def _project(releases: FloatArray, weights: FloatArray) -> FloatArray:
+    return np.asarray(releases.reshape(releases.shape[0], -1) @ weights, dtype=np.float64)
+
+
+_EVENTS_PER_PAIR = (3 * len(_QUANTILES) + 1) * 2  # signed, joint, linear: each quantile; moved: >= 1; both orders
+
+
+def _thresholds(index: int, pilot: FloatArray) -> list[float]:
+    """The event thresholds of statistic ``index``, chosen on the first half of the runs."""
+    if index == 1:
+        return [1.0]
+    finite = pilot[np.isfinite(pilot)]
+    return [float(np.quantile(finite, q)) for q in _QUANTILES] if finite.size else []
+
+
+def _pair_bound(run: Run, pair: NeighbourPair, *, runs: int, seed: int, alpha: float, w: int) -> StatFinding:
+    """The best confident lower bound on ln P[event | first] / P[event | second] (either order)."""
+    releases_a, releases_b = run(pair.first, seed), run(pair.second, seed + 1)
+    half = runs // 2
+    first, second = _statistics(releases_a, pair), _statistics(releases_b, pair)
+    weights = _linear_weights(releases_a[:half], releases_b[:half])
+    if weights is not None:
+        first.append(_project(releases_a, weights))
+        second.append(_project(releases_b, weights))
+    best = StatFinding(epsilon=pair.epsilon, w=w, lower_bound=0.0, position=pair.name, threshold=0.0, runs=runs)
+    for index, (stat_a, stat_b) in enumerate(zip(first, second, strict=True)):
+        for threshold in _thresholds(index, stat_b[:half]):
+            for upper, lower in ((stat_b[half:], stat_a[half:]), (stat_a[half:], stat_b[half:])):
+                p_low, _ = _clopper_pearson(int(np.sum(upper >= threshold)), upper.size, alpha)
+                _, p_high = _clopper_pearson(int(np.sum(lower >= threshold)), lower.size, alpha)
+                if p_low > 0 and p_high > 0 and math.log(p_low / p_high) > best.lower_bound:
+                    where = pair.name + (" (linear event over every column and timestamp)" if index == 3 else "")
+                    best = attrs.evolve(best, lower_bound=math.log(p_low / p_high), threshold=threshold, position=where)
+    return best
+
+
+def _audit(run: Run, pairs: Sequence[NeighbourPair], *, runs: int, alpha: float, seed: int, w: int) -> StatFinding:
+    """The pair whose bound is largest relative to its ε (Bonferroni over every pair and event)."""
+    corrected = alpha / (len(pairs) * _EVENTS_PER_PAIR)
+    findings = [_pair_bound(run, pair, runs=runs, seed=seed + 2 * i, alpha=corrected, w=w) for i, pair in enumerate(pairs)]
+    return max(findings, key=lambda f: f.lower_bound / f.epsilon)
+
+
+def _moved(releases: FloatArray, position: int) -> NDArray[np.bool_]:
+    """Per run: did the release at ``position`` differ from the one before (all zeros before t = 1)?"""
+    previous = releases[:, position - 1] if position > 0 else np.zeros_like(releases[:, 0])
+    return np.asarray(np.any(releases[:, position] != previous, axis=1))
+
+
+def decision_flip(run: Run, base: FloatArray, position: int, *, seed: int, top: int = 1 << 12) -> int | None:
+    """The spike height h at ``position`` where the share of runs that publish there crosses 1/2:
+    h publishes in fewer than half the runs, h + 1 in at least half (bisection on integers).
+    None when the share does not cross 1/2 between 0 and ``top`` (no data-dependent decision)."""
+    def rate(height: int) -> float:
+        data = base.copy()
+        data[position] += height
+        return float(np.mean(_moved(run(data, seed), position)))
+
+    low, high = 0, top
+    if not rate(low) < 0.5 <= rate(high):
+        return None
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if rate(middle) < 0.5 else (low, middle)
+    return low
+
+
+def statistical_audit(
+    mechanism: StreamMechanism, *, epsilon: float = 1.0, w: int = 3, runs: int = 4000, alpha: float = 0.05, seed: int = 0,
+    pilot_runs: int = 400,
+) -> StatFinding:
+    """w-event: the largest confident lower bound on the loss over the neighbour pairs and events."""
+    length = 3 * w
+    base = np.full((length, 2), _BASE_LEVEL)
+
+    def run(data: FloatArray, run_seed: int) -> FloatArray:
+        return execute(mechanism, data, epsilon=epsilon, w=w, runs=runs, seed=run_seed).releases
+
+    def pilot(data: FloatArray, run_seed: int) -> FloatArray:
+        return execute(mechanism, data, epsilon=epsilon, w=w, runs=pilot_runs, seed=run_seed).releases
+
+    pairs = []
+    for name, position in {"start": w, "middle": w + w // 2, "end": 2 * w - 1}.items():
+        for direction in (1.0, -1.0):
+            neighbour = base.copy()
+            neighbour[position, 0] += direction
+            what = "added to" if direction > 0 else "removed from"
+            pairs.append(NeighbourPair(f"{name} of a window, one individual {what} bin 0", base, neighbour, (position,),
+                                       direction, 0, epsilon))
+        moved = base.copy()
+        moved[position] += (-1.0, 1.0)  # two add/remove steps: group privacy gives 2ε
+        pairs.append(NeighbourPair(f"{name} of a window, one individual moved from bin 0 to bin 1", base, moved, (position,),
+                                   1.0, 1, 2 * epsilon))
+    # decision flips: at t = 1 of a zero stream (the mechanism's state is known there) and in the
+    # middle of a window of the constant stream
+    for where, level, position in (("at t=1", 0.0, 0), ("mid-window", _BASE_LEVEL, w + w // 2)):
+        flat = np.full((length, 1), level)  # d = 1: a mean dissimilarity over d bins would dilute the flip
+        height = decision_flip(pilot, flat, position, seed=seed + 10_000)
+        if height is None:
+            continue
+        for low in range(max(0, height - 1), height + 2):  # the crossing may sit on a grid point
+            spike = flat.copy()
+            spike[position] += low  # the height decision_flip found, then one individual more in bin 0
+            higher = spike.copy()
+            higher[position, 0] += 1.0
+            pairs.append(NeighbourPair(f"decision flip {where} (spike {low} vs {low + 1})", spike, higher, (position,), 1.0, 0, epsilon))
+    return _audit(run, pairs, runs=runs, alpha=alpha, seed=seed, w=w)
+
+
+def personalized_audit(mechanism: PersonalizedMechanism, *, runs: int = 4000, alpha: float = 0.05, seed: int = 0,
+                       pilot_runs: int = 400) -> StatFinding:
+    """Personalized: one user of each class moves from bin 0 to bin 1 at one timestamp; and at t = 2,
+    where the shared publish decision flips, k users of a class already moved against k + 1."""
+    requirements = RequirementSet([(2, 0.5)] * _CLASS_SIZE + [(3, 1.0)] * _CLASS_SIZE)
+    length = 9
+    base = np.zeros((length, requirements.n_users))
+
+    def runner(count: int) -> Run:
+        def run(bins: FloatArray, run_seed: int) -> FloatArray:
+            return execute_personalized(mechanism, requirements, bins.astype(np.int64), dimensions=2, runs=count,
+                                        seed=run_seed).releases
+        return run
+
+    pairs = []
+    for user in (0, requirements.n_users - 1):
+        requirement = requirements.classes[int(requirements.user_classes[user])]
+        w = requirement.w
+        for position, name in {w: "start", w + w // 2: "middle", 2 * w - 1: "end"}.items():  # one name per position
+            moved = base.copy()
+            moved[position, user] = 1
+            pairs.append(NeighbourPair(f"user {user} (w={requirement.w}, epsilon={requirement.epsilon}) at the {name}",
+                                       base, moved, (position,), 1.0, 1, requirement.epsilon))
+    for user in (0, requirements.n_users - 1):  # the flip, among the users of each class
+        requirement = requirements.classes[int(requirements.user_classes[user])]
+        members = np.flatnonzero(requirements.user_classes == requirements.user_classes[user])
+        count = _users_flip(runner(pilot_runs), base, members, seed=seed + 10_000)
+        if count is None:
+            continue
+        for k in range(max(0, count - 1), min(count + 1, members.size - 1) + 1):
+            before = base.copy()
+            before[1, members[:k]] = 1
+            after = before.copy()
+            after[1, members[k]] = 1
+            pairs.append(NeighbourPair(f"decision flip at t=2 ({k} vs {k + 1} users of (w={requirement.w}, "
+                                       f"epsilon={requirement.epsilon}) in bin 1)", before, after, (1,), 1.0, 1,
+                                       requirement.epsilon))
+    return _audit(runner(runs), pairs, runs=runs, alpha=alpha, seed=seed, w=max(r.w for r in requirements.classes))
+
+
+_CLASS_SIZE = 24  # users per requirement class: enough for the shared decision to flip inside one class
+
+
+def _users_flip(run: Run, base: FloatArray, members: NDArray[np.int64], *, seed: int) -> int | None:
+    """k such that with the first k of ``members`` in bin 1 at t = 2 (t = 1 always publishes) fewer than half the runs publish
+    there and with k + 1 at least half; None if the share does not cross 1/2 (bisection)."""
+    def rate(k: int) -> float:
+        bins = base.copy()
+        bins[1, members[:k]] = 1
+        return float(np.mean(_moved(run(bins, seed), 1)))
+
+    low, high = 0, int(members.size)
+    if not rate(low) < 0.5 <= rate(high):
+        return None
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if rate(middle) < 0.5 else (low, middle)
+    return low
+
+
+def swellfish_audit(mechanism: SwellfishMechanism, *, epsilon: float = 1.0, runs: int = 4000, alpha: float = 0.05, seed: int = 0) -> StatFinding:
+    """Swellfish: a pattern of the policy (θ at each of its timestamps) placed inside J."""
+    policy = StreamPolicy(4, 8, (2.0, 1.0))
+    policies = PolicyCollection([policy, StreamPolicy(2, 3, (1.0,))])
+    length = 10
+    base = np.full((length, 1), _BASE_LEVEL)
+
+    def run(data: FloatArray, run_seed: int) -> FloatArray:
+        return execute_swellfish(mechanism, policies, data, epsilon=epsilon, runs=runs, seed=run_seed).releases
+
+    pairs = []
+    for start in range(policy.start, policy.end - len(policy.thresholds) + 2):  # every placement inside J
+        changed = tuple(start - 1 + k for k in range(len(policy.thresholds)))
+        for direction in (1.0, -1.0):
+            pattern = base.copy()
+            pattern[list(changed), 0] += direction * np.array(policy.thresholds)
+            pairs.append(NeighbourPair(f"pattern at t={start} of J=[{policy.start}, {policy.end}]", base, pattern, changed,
+                                       direction, 0, epsilon))
+    return _audit(run, pairs, runs=runs, alpha=alpha, seed=seed, w=policy.length)
