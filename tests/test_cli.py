@@ -100,8 +100,9 @@ def test_verify_json_report_is_stable(runner: CliRunner) -> None:
     assert report["version"] == 2 and report["profile"] == "quick" and report["require"] == "bounded"
     (entry,) = report["results"]
     assert set(entry) == {"mechanism", "reference", "examples", "runs", "worst_window_over_epsilon", "worst_was_refused", "verdict", "stages",
-                          "notion", "bound"}
+                          "notion", "bound", "vouched_sensitivity"}
     assert entry["verdict"] == "proved" and 0 < entry["worst_window_over_epsilon"] <= 1 and entry["worst_was_refused"] is False
+    assert entry["vouched_sensitivity"] is False
     assert entry["bound"] == {"w_max": 64, "horizon": 256, "runs_explored": entry["bound"]["runs_explored"]} and entry["bound"]["runs_explored"] > 0
     assert [stage["stage"] for stage in entry["stages"]] == ["ledger replay", "secret access", "exploration", "rule conformance", "proof",
                                                              "statistical audit"]

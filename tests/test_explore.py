@@ -215,7 +215,7 @@ def test_exit_codes_follow_the_verdicts() -> None:
 
 def test_the_table_streams_one_row_per_mechanism_as_it_is_decided(monkeypatch: pytest.MonkeyPatch) -> None:
     """When the second mechanism starts, the first one's row is already printed."""
-    import budgetcheck.cli.main as cli
+    import budgetcheck.cli.commands as cli
 
     printed: list[str] = []
     real = cli.verify_mechanism

@@ -96,6 +96,11 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
+
+def __dir__() -> list[str]:
+    """The public names, the lazily loaded ones included (not this module's own helpers)."""
+    return sorted((set(globals()) - {"importlib", "TYPE_CHECKING", "Any"}) | set(_LAZY))
+
 __all__ = [
     "AuditReport",
     "BudgetExceeded",

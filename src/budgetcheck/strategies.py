@@ -14,6 +14,7 @@ import numpy as np
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
+from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.params import WEventParams
 from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
 from budgetcheck.ledger.requirements import RequirementSet
@@ -168,7 +169,7 @@ class StreamPair:
     ``notion`` says which fields matter: w-event (``epsilon``, ``w``), personalized (``requirements``,
     ``dimensions``; the streams are per-user bins) or Swellfish (``policies``, ``epsilon``)."""
 
-    notion: str
+    notion: Notion
     first: NDArray[Any] = attrs.field(eq=False, repr=False)
     second: NDArray[Any] = attrs.field(eq=False, repr=False)
     epsilon: float = 1.0
@@ -212,22 +213,22 @@ def stream_pairs(draw: st.DrawFn, notion: str, *, max_length: int = 40, max_dime
     spikes, zeros, constants, long runs, d from 1 to 64; per-user bins for personalized; policy
     collections for Swellfish. The second stream is drawn independently, so Hypothesis shrinks either
     towards zeros and one value."""
-    if notion == "personalized":
+    if notion == Notion.PERSONALIZED:
         from hypothesis.extra.numpy import arrays
 
         requirements = draw(requirement_sets(max_classes=3, max_users=6, max_w=6))
         d = draw(st.integers(1, 4))
         length = draw(st.integers(1, max_length // 2))
         bins = arrays(np.int64, (length, requirements.n_users), elements=st.integers(-1, d - 1))
-        return StreamPair("personalized", draw(bins), draw(bins), requirements=requirements, dimensions=d)
+        return StreamPair(Notion.PERSONALIZED, draw(bins), draw(bins), requirements=requirements, dimensions=d)
     epsilon = draw(st.sampled_from((0.5, 1.0, 2.0, 1 / 3)))
-    if notion == "swellfish":
+    if notion == Notion.SWELLFISH:
         policies = draw(policy_collections(horizon=12, max_policies=3))
         length = policies.horizon + draw(st.integers(0, 4))
         d = draw(_dimensions(8))
-        return StreamPair("swellfish", _counts(draw, length, d), _counts(draw, length, d), epsilon=epsilon, policies=policies,
+        return StreamPair(Notion.SWELLFISH, _counts(draw, length, d), _counts(draw, length, d), epsilon=epsilon, policies=policies,
                           dimensions=d)
     length = draw(st.integers(1, max_length))
     d = draw(_dimensions(max_dimensions))
-    return StreamPair("w-event", _counts(draw, length, d), _counts(draw, length, d), epsilon=epsilon, w=draw(st.integers(1, 12)),
+    return StreamPair(Notion.W_EVENT, _counts(draw, length, d), _counts(draw, length, d), epsilon=epsilon, w=draw(st.integers(1, 12)),
                       dimensions=d)

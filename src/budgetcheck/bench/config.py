@@ -13,19 +13,20 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import attrs
 import numpy as np
+import tomllib
 from numpy.typing import NDArray
 
-from budgetcheck.ledger.errors import InvalidArgument
-from budgetcheck.ledger.validation import check_epsilon, check_positive_int
 from budgetcheck.bench.real import PACKAGED, load_packaged, load_paper_stream
 from budgetcheck.bench.streams import PAPER_GROWTH, seasonal_stream
+from budgetcheck.ledger.errors import InvalidArgument
+from budgetcheck.ledger.notion import Notion
+from budgetcheck.ledger.validation import check_epsilon, check_positive_int
 
 FloatArray = NDArray[np.float64]
 
@@ -199,11 +200,10 @@ def _unique(values: Iterable[Any]) -> tuple[Any, ...]:
 
 def builtin_w_event() -> tuple[str, ...]:
     """Every built-in w-event mechanism (M of the paper grid)."""
+    from budgetcheck.mechanism.execute import notion_of
     from mechanisms import BUILTIN
 
-    from budgetcheck.mechanism.execute import notion_of
-
-    return tuple(name for name, factory in BUILTIN.items() if notion_of(factory()) == "w-event")
+    return tuple(name for name, factory in BUILTIN.items() if notion_of(factory()) == Notion.W_EVENT)
 
 
 def _check_mechanisms(names: Sequence[str]) -> tuple[str, ...]:
@@ -215,7 +215,7 @@ def _check_mechanisms(names: Sequence[str]) -> tuple[str, ...]:
     for name in names:
         if not isinstance(name, str):
             raise InvalidArgument(f"mechanisms entry {name!r} must be a string")
-        if notion_of(load_mechanism(name)) != "w-event":
+        if notion_of(load_mechanism(name)) != Notion.W_EVENT:
             raise InvalidArgument(f"mechanism={name!r} is not a w-event mechanism; the grid runs w-event mechanisms only")
     return _unique(names)
 

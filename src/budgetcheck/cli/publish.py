@@ -10,11 +10,19 @@ from pathlib import Path
 
 import click
 
-from budgetcheck.durable.audit_file import audit_file
 from budgetcheck.cli.types import FilePath, LedgerTarget
-from budgetcheck.ledger.errors import BudgetcheckError, BudgetExceeded, InvalidArgument, LedgerBusy, LedgerCorrupt, LedgerUnavailable
+from budgetcheck.durable.audit_file import audit_file
 from budgetcheck.durable.journal import DURABILITY, LOCK_TIMEOUT
+from budgetcheck.ledger.errors import (
+    BudgetcheckError,
+    BudgetExceeded,
+    InvalidArgument,
+    LedgerBusy,
+    LedgerCorrupt,
+    LedgerUnavailable,
+)
 from budgetcheck.ledger.noise import DISCRETE, SAMPLERS
+from budgetcheck.ledger.notion import Notion
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_CORRUPT, EXIT_BUSY = 0, 1, 2, 4, 5
 
@@ -67,10 +75,10 @@ def publish(mechanism: str, ledger_path: Path | str, epsilon: float | None, w: i
     error; 4 the ledger file is damaged or altered; 5 the ledger stayed locked by another writer for
     --lock-timeout seconds (nothing charged; earlier releases kept; rerun to resume).
     """
-    from budgetcheck.stream.events import load_requirements, read_text_lines
-    from budgetcheck.ledger.policies import load_policies
     from budgetcheck.durable.publish import publish as run
+    from budgetcheck.ledger.policies import load_policies
     from budgetcheck.mechanism.loading import load_mechanism
+    from budgetcheck.stream.events import load_requirements, read_text_lines
 
     try:
         mech = load_mechanism(mechanism)
@@ -137,9 +145,9 @@ def audit_ledger_file(path: Path | str, expect_head: str | None, as_json: bool, 
         click.echo(json.dumps({"version": 1, "notion": report.notion, "ok": report.ok, "records": report.records,
                                "head": report.head, "chain_problem": report.problem, "constraints_checked": report.checked,
                                "worst_over_budget": float(report.worst_ratio), "violations": list(report.violations),
-                               **({"epsilon": report.epsilon, "w": report.w} if report.notion == "w-event" else {})}, indent=2))
+                               **({"epsilon": report.epsilon, "w": report.w} if report.notion == Notion.W_EVENT else {})}, indent=2))
     else:
-        checked = f" (windows checked against epsilon={report.epsilon!r}, w={report.w})" if report.notion == "w-event" else ""
+        checked = f" (windows checked against epsilon={report.epsilon!r}, w={report.w})" if report.notion == Notion.W_EVENT else ""
         click.echo(f"{report.path}: {report.notion} ledger file, {report.records} records, head {report.head}{checked}")
         click.echo(f"chain: {'ok' if report.problem is None else 'BROKEN: ' + report.problem}")
         click.echo(f"{report.checked} constraints checked; worst: {float(report.worst_ratio):.6f} of the budget")

@@ -17,18 +17,28 @@ import json
 import math
 import multiprocessing
 import struct
+from collections.abc import Callable, Iterable
 from fractions import Fraction
 from pathlib import Path
-from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from budgetcheck import rounding
+from budgetcheck.durable.journal import (
+    FILE_VERSION,
+    FORMAT,
+    ROW_COLUMNS,
+    decode_row,
+    genesis,
+    link_problem,
+    open_store,
+    stored_head,
+)
 from budgetcheck.ledger.audit import StreamingWindows
 from budgetcheck.ledger.audit_notions import audit_personalized, audit_swellfish
 from budgetcheck.ledger.errors import InvalidArgument, LedgerCorrupt
-from budgetcheck.durable.journal import FILE_VERSION, FORMAT, ROW_COLUMNS, decode_row, genesis, link_problem, open_store, stored_head
+from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord
 from budgetcheck.ledger.validation import check_epsilon, check_positive_int
@@ -143,7 +153,7 @@ def audit_file(path: str | Path, *, expect_head: str | None = None, max_violatio
         header, count, head = _read_meta(db, name)
         checked = header
         if override:
-            if header.notion != "w-event":
+            if header.notion != Notion.W_EVENT:
                 raise InvalidArgument(f"{', '.join(f'{k}={v!r}' for k, v in override.items())} applies to w-event ledger files; "
                                       f"{name} is a {header.notion} file, whose budgets are in its header")
             checked = attrs.evolve(header, epsilon=header.epsilon if epsilon is None else epsilon, w=header.w if w is None else w)
@@ -183,7 +193,7 @@ def _audit(db: Store, path: str, header: LedgerHeader, count: int, head: str,
            expect_head: str | None, max_violations: int, checked_against: LedgerHeader) -> FileAudit:
     """The chain from the file's own header; the composition against ``checked_against`` (the header,
     or the caller's stricter ε and w)."""
-    streaming = header.notion == "w-event"
+    streaming = header.notion == Notion.W_EVENT
     start = genesis(header).hex()
     anchor = None if expect_head is None else expect_head.lower()
     if count < _PARALLEL_FROM:
@@ -251,7 +261,7 @@ def _composition(db: Store, header: LedgerHeader, streaming: bool, max_violation
                 kept.append(decode_row(row, header).record)
             except LedgerCorrupt as exc:
                 return 0, Fraction(0), (), str(exc)
-        if header.notion == "personalized":
+        if header.notion == Notion.PERSONALIZED:
             result = audit_personalized(kept, [(w, eps) for w, eps, _ in header.classes], runs=header.runs)
         else:
             policies = PolicyCollection([StreamPolicy(a, b, theta) for a, b, theta in header.policies])

@@ -23,20 +23,28 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
+from budgetcheck.durable.journal import LOCK_TIMEOUT, canonical
 from budgetcheck.durable.ledger_file import replay_ledger
-from budgetcheck.ledger.validation import MAX_VALUE
-from budgetcheck.durable.journal import LOCK_TIMEOUT
 from budgetcheck.ledger.errors import BadRow, InvalidArgument, LedgerCorrupt
-from budgetcheck.stream.events import FORMATS, check_row_length, content_lines, json_row, parse_events, parse_timestamp, timestamps
-from budgetcheck.durable.journal import canonical
-from budgetcheck.ledger.wevent import WindowLedger
-from budgetcheck.stream.live import LiveStream
 from budgetcheck.ledger.noise import DISCRETE, NUMPY
+from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.params import WEventParams
 from budgetcheck.ledger.personalized import PersonalizedLedger
 from budgetcheck.ledger.policies import PolicyCollection
 from budgetcheck.ledger.requirements import RequirementSet
 from budgetcheck.ledger.swellfish import SwellfishLedger
+from budgetcheck.ledger.validation import MAX_VALUE
+from budgetcheck.ledger.wevent import WindowLedger
+from budgetcheck.stream.events import (
+    FORMATS,
+    check_row_length,
+    content_lines,
+    json_row,
+    parse_events,
+    parse_timestamp,
+    timestamps,
+)
+from budgetcheck.stream.live import LiveStream
 
 FloatArray = NDArray[np.float64]
 MAX_LIVE_W: Final = 1 << 20  # the largest w (and user w_i, policy |J|) a publisher takes: a live mechanism keeps O(w) state
@@ -213,15 +221,15 @@ def _ledger(mechanism: Any, *, epsilon: float | None, w: int | None, requirement
                               f"session can subtract it from the releases and recover the true counts; a publisher draws from "
                               f"the OS CSPRNG ({DISCRETE!r}, the default)")
     _check_windows(w, requirements, policies)
-    notion = getattr(mechanism, "notion", "w-event")
+    notion = getattr(mechanism, "notion", Notion.W_EVENT)
     if requirements is not None and policies is not None:
         raise InvalidArgument("give requirements (a personalized publisher) or policies (a Swellfish publisher), not both")
-    wanted = "personalized" if requirements is not None else "swellfish" if policies is not None else "w-event"
+    wanted = Notion.PERSONALIZED if requirements is not None else Notion.SWELLFISH if policies is not None else Notion.W_EVENT
     if notion != wanted:
-        how = {"personalized": "requirements (per-user w and epsilon)", "swellfish": "epsilon and policies",
-               "w-event": "epsilon and w"}.get(notion, "its notion's parameters")
+        how = {Notion.PERSONALIZED: "requirements (per-user w and epsilon)", Notion.SWELLFISH: "epsilon and policies",
+               Notion.W_EVENT: "epsilon and w"}.get(notion, "its notion's parameters")
         raise InvalidArgument(f"mechanism {mechanism.name!r} is a {notion} mechanism: give it {how}")
-    if notion == "swellfish":
+    if notion == Notion.SWELLFISH:
         assert policies is not None
         if epsilon is None or w is not None:
             raise InvalidArgument(f"a Swellfish publisher needs epsilon and policies (w comes from them), got epsilon={epsilon!r}, w={w!r}")

@@ -15,17 +15,18 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck import rounding
-from budgetcheck.ledger.noise import DISCRETE
 from budgetcheck.ledger.core import LedgerCore, journaled
 from budgetcheck.ledger.errors import InvalidArgument
-from budgetcheck.ledger.wevent import window_exceeded
+from budgetcheck.ledger.exact import ExactVector
+from budgetcheck.ledger.noise import DISCRETE
+from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord
 from budgetcheck.ledger.requirements import RequirementSet
 from budgetcheck.ledger.sampling import inclusion_probabilities, optimal_budget
-from budgetcheck.stream.secret import Secret, charged
 from budgetcheck.ledger.validation import check_bin_amounts, check_label
-from budgetcheck.ledger.exact import ExactVector
+from budgetcheck.ledger.wevent import window_exceeded
 from budgetcheck.ledger.windows import ExactWindows
+from budgetcheck.stream.secret import Secret, charged
 
 FloatArray = NDArray[np.float64]
 SM_SAMPLER = "sampling-mechanism"  # recorded as sampling-mechanism+<the Laplace sampler>
@@ -114,7 +115,7 @@ class PersonalizedLedger(LedgerCore):
     def header(self) -> LedgerHeader:
         strict = self._requirements.strictest()
         classes = tuple((r.w, r.epsilon, n) for r, n in zip(self._requirements.classes, self._requirements.counts, strict=True))
-        return LedgerHeader(notion="personalized", epsilon=strict.epsilon, w=strict.w, runs=self._runs, classes=classes)
+        return LedgerHeader(notion=Notion.PERSONALIZED, epsilon=strict.epsilon, w=strict.w, runs=self._runs, classes=classes)
 
     def __repr__(self) -> str:
         return f"PersonalizedLedger({self._requirements!r}, runs={self._runs}, t={self._t}, records={len(self._records)})"

@@ -20,13 +20,14 @@ from numpy.typing import NDArray
 
 from budgetcheck import rounding
 from budgetcheck.ledger.core import LaplaceReleases, journaled
-from budgetcheck.ledger.noise import DISCRETE
 from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument
+from budgetcheck.ledger.noise import DISCRETE
+from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.policies import PolicyCollection
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord
-from budgetcheck.stream.secret import Secret, charged
 from budgetcheck.ledger.validation import check_epsilon
 from budgetcheck.rounding import ObjectArray
+from budgetcheck.stream.secret import Secret, charged
 
 FloatArray = NDArray[np.float64]
 
@@ -113,7 +114,7 @@ class SwellfishLedger(LaplaceReleases):
 
     def header(self) -> LedgerHeader:
         policies = tuple((p.start, p.end, p.thresholds) for p in self._policies.policies)
-        return LedgerHeader(notion="swellfish", epsilon=self._epsilon, w=self._policies.max_interval, runs=self._runs, policies=policies)
+        return LedgerHeader(notion=Notion.SWELLFISH, epsilon=self._epsilon, w=self._policies.max_interval, runs=self._runs, policies=policies)
 
     def __repr__(self) -> str:
         return f"SwellfishLedger({self._policies!r}, epsilon={self._epsilon!r}, runs={self._runs}, t={self._t})"

@@ -19,18 +19,29 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck import rounding
-from budgetcheck.ledger.core import LaplaceReleases, call_measured, journaled, measurement_failed
-from budgetcheck.ledger.noise import DISCRETE, NUMPY
+from budgetcheck.ledger.core import (
+    LaplaceReleases,
+    call_measured,
+    journaled,
+    measurement_failed,
+)
 from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument, LedgerCorrupt
-from budgetcheck.ledger.params import WEventParams
-from budgetcheck.ledger.records import LedgerHeader, SpendRecord
-from budgetcheck.stream.secret import Secret, charged, claim, stacked_rows
-from budgetcheck.ledger.threshold import ThresholdTest
-from budgetcheck.ledger.validation import check_amount_rows, check_epsilons, check_label, check_sensitivity
 from budgetcheck.ledger.exact import ExactVector
 from budgetcheck.ledger.isolation import FORK, check_isolation
+from budgetcheck.ledger.noise import DISCRETE, NUMPY
+from budgetcheck.ledger.notion import Notion
+from budgetcheck.ledger.params import WEventParams
 from budgetcheck.ledger.queries import Identity
+from budgetcheck.ledger.records import LedgerHeader, SpendRecord
+from budgetcheck.ledger.threshold import ThresholdTest
+from budgetcheck.ledger.validation import (
+    check_amount_rows,
+    check_epsilons,
+    check_label,
+    check_sensitivity,
+)
 from budgetcheck.ledger.windows import ExactWindows
+from budgetcheck.stream.secret import Secret, charged, claim, stacked_rows
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -323,7 +334,7 @@ class WindowLedger(LaplaceReleases):
         if not isinstance(self._epsilon, float):
             raise InvalidArgument(f"{self!r} holds its runs to different budgets; a ledger file or dump holds one epsilon: "
                                   "store one WindowLedger per epsilon")
-        return LedgerHeader(notion="w-event", epsilon=self._epsilon, w=self._params.w, runs=self._runs)
+        return LedgerHeader(notion=Notion.W_EVENT, epsilon=self._epsilon, w=self._params.w, runs=self._runs)
 
     def __repr__(self) -> str:
         eps = self._epsilon if isinstance(self._epsilon, float) else sorted(set(self._epsilon.tolist()))

@@ -17,13 +17,14 @@ from numpy.typing import ArrayLike, NDArray
 from budgetcheck.ledger.core import LedgerCore
 from budgetcheck.ledger.errors import InvalidArgument, MechanismContractError
 from budgetcheck.ledger.noise import NUMPY
-from budgetcheck.ledger.wevent import WindowLedger
+from budgetcheck.ledger.notion import Notion, check_notion
 from budgetcheck.ledger.params import WEventParams
 from budgetcheck.ledger.personalized import PersonalizedLedger
 from budgetcheck.ledger.policies import PolicyCollection
 from budgetcheck.ledger.requirements import RequirementSet
-from budgetcheck.stream.guarded import GuardedStream, PersonalizedStream
 from budgetcheck.ledger.swellfish import SwellfishLedger
+from budgetcheck.ledger.wevent import WindowLedger
+from budgetcheck.stream.guarded import GuardedStream, PersonalizedStream
 
 FloatArray = NDArray[np.float64]
 
@@ -88,9 +89,11 @@ def max_stacked_runs(mechanism: object) -> int:
     return value
 
 
-def notion_of(mechanism: object) -> str:
-    """'w-event' unless the mechanism declares ``notion`` 'personalized' or 'swellfish'."""
-    return str(getattr(mechanism, "notion", "w-event"))
+def notion_of(mechanism: object) -> Notion:
+    """W_EVENT unless the mechanism declares ``notion`` 'personalized' or 'swellfish' (another
+    value is :class:`InvalidArgument`, naming the mechanism)."""
+    declared = getattr(mechanism, "notion", Notion.W_EVENT)
+    return check_notion(declared, f"{type(mechanism).__name__}.notion")
 
 
 L = TypeVar("L", bound=LedgerCore)

@@ -11,7 +11,13 @@ import traceback
 from typing import Any
 
 from budgetcheck.ledger.errors import InvalidArgument
-from budgetcheck.mechanism.execute import PersonalizedMechanism, StreamMechanism, SwellfishMechanism, notion_of
+
+from budgetcheck.mechanism.execute import (
+    PersonalizedMechanism,
+    StreamMechanism,
+    SwellfishMechanism,
+    notion_of,
+)
 
 
 def load_mechanism(reference: str) -> Any:
@@ -34,8 +40,10 @@ def load_mechanism(reference: str) -> Any:
             raise InvalidArgument(f"mechanism={reference!r} is not a StreamMechanism and cannot be built without arguments: {exc}") from exc
     if not isinstance(target, (StreamMechanism, PersonalizedMechanism, SwellfishMechanism)):
         raise InvalidArgument(f"mechanism={reference!r} is not a StreamMechanism (needs .name and .run(stream, ledger))")
-    if notion_of(target) not in ("w-event", "personalized", "swellfish"):
-        raise InvalidArgument(f"mechanism={reference!r} declares notion={notion_of(target)!r}; expected w-event, personalized or swellfish")
+    try:
+        notion_of(target)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"mechanism={reference!r} cannot be loaded: {exc}") from None
     return target
 
 

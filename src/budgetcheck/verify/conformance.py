@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.records import SpendRecord
 from budgetcheck.ops import FLOAT, per_run
 from budgetcheck.proving import AllocationRule, RuleEnv
@@ -115,7 +116,7 @@ def _departure(rule: AllocationRule, env: RuleEnv, spent: dict[int, dict[str, fl
 
 def first_departure(rule: AllocationRule, setting: Setting, records: Sequence[SpendRecord]) -> str | None:
     """Where an explored run's charges leave the rule (see the module docstring), None, or :data:`UNDECIDED`."""
-    if setting.notion == "personalized":
+    if setting.notion == Notion.PERSONALIZED:
         strictest = RuleEnv(min(eps for _, eps, _ in setting.classes), max(w for w, _, _ in setting.classes))
         for c, (w, eps, _) in enumerate(setting.classes):
             spent = _charges_by_t(records, c)

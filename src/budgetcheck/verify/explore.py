@@ -31,15 +31,16 @@ from budgetcheck.ledger.audit import audit_windows
 from budgetcheck.ledger.audit_notions import audit_personalized, audit_swellfish
 from budgetcheck.ledger.core import LedgerCore
 from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument
-from budgetcheck.ledger.wevent import WindowLedger
-from budgetcheck.mechanism.execute import _run, notion_of
+from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.params import WEventParams
 from budgetcheck.ledger.personalized import PersonalizedLedger
 from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
 from budgetcheck.ledger.records import SpendRecord
 from budgetcheck.ledger.requirements import RequirementSet
-from budgetcheck.stream.guarded import GuardedStream, PersonalizedStream
 from budgetcheck.ledger.swellfish import SwellfishLedger
+from budgetcheck.ledger.wevent import WindowLedger
+from budgetcheck.mechanism.execute import _run, notion_of
+from budgetcheck.stream.guarded import GuardedStream, PersonalizedStream
 
 FloatArray = NDArray[np.float64]
 
@@ -54,7 +55,7 @@ LOW, HIGH = 0, len(VALUES) - 1  # the two codes of the exhaustive tree: far belo
 class Setting:
     """Public parameters of one explored run: the notion's budget, the horizon, d and the seed."""
 
-    notion: str
+    notion: Notion = attrs.field(converter=Notion)
     length: int
     dimensions: int
     epsilon: float = 1.0
@@ -66,21 +67,21 @@ class Setting:
     @property
     def window(self) -> int:
         """The largest window the run exercises: w, max w_c, or max |J| (Theorem 4.3)."""
-        if self.notion == "personalized":
+        if self.notion == Notion.PERSONALIZED:
             return max(w for w, _, _ in self.classes)
-        if self.notion == "swellfish":
+        if self.notion == Notion.SWELLFISH:
             return max(end - start + 1 for start, end, _ in self.policies)
         return self.w
 
     def describe(self) -> str:
-        if self.notion == "personalized":
+        if self.notion == Notion.PERSONALIZED:
             return f"classes (w, epsilon, users) {list(self.classes)}, T={self.length}, d={self.dimensions}"
-        if self.notion == "swellfish":
+        if self.notion == Notion.SWELLFISH:
             return f"epsilon={self.epsilon}, policies {list(self.policies)}, T={self.length}, d={self.dimensions}"
         return f"epsilon={self.epsilon}, w={self.w}, T={self.length}, d={self.dimensions}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"notion": self.notion, "length": self.length, "dimensions": self.dimensions, "epsilon": self.epsilon,
+        return {"notion": self.notion.value, "length": self.length, "dimensions": self.dimensions, "epsilon": self.epsilon,
                 "w": self.w, "classes": [list(c) for c in self.classes],
                 "policies": [[s, e, list(th)] for s, e, th in self.policies], "seed": self.seed}
 
@@ -102,15 +103,15 @@ class Setting:
     def ledger(self) -> LedgerCore:
         """The real exact ledger of the notion, one run, reproducible noise (what the tap replaces)."""
         common: dict[str, Any] = {"runs": 1, "seed": self.seed, "sampler": "numpy-laplace", "keep_records": True}
-        if self.notion == "personalized":
+        if self.notion == Notion.PERSONALIZED:
             return PersonalizedLedger(self.requirements(), **common)
-        if self.notion == "swellfish":
+        if self.notion == Notion.SWELLFISH:
             return SwellfishLedger(self.collection(), epsilon=self.epsilon, **common)
         return WindowLedger(WEventParams(epsilon=self.epsilon, w=self.w), **common)
 
     def stream(self) -> GuardedStream | PersonalizedStream:
         """A stand-in stream of zeros: the charged outputs the mechanism sees are the explorer's."""
-        if self.notion == "personalized":
+        if self.notion == Notion.PERSONALIZED:
             users = sum(n for _, _, n in self.classes)
             bins = np.zeros((self.length, users), dtype=np.int64)
             return PersonalizedStream(self.requirements(), bins, dimensions=self.dimensions)
@@ -118,10 +119,10 @@ class Setting:
 
     def audit(self, records: Sequence[SpendRecord]) -> tuple[Fraction, tuple[str, ...]]:
         """The independent auditor's worst window / ε and its violations for these records."""
-        if self.notion == "personalized":
+        if self.notion == Notion.PERSONALIZED:
             found = audit_personalized(records, [(w, eps) for w, eps, _ in self.classes], runs=1)
             return found.worst_ratio, found.violations
-        if self.notion == "swellfish":
+        if self.notion == Notion.SWELLFISH:
             sw = audit_swellfish(records, self.collection(), epsilon=self.epsilon, runs=1)
             return sw.worst_ratio, sw.violations
         report = audit_windows(records, epsilon=self.epsilon, w=self.w, runs=1)
@@ -314,28 +315,28 @@ class Exploration:
 
 def small_settings(notion: str) -> Iterator[Setting]:
     """Short horizons and small windows (the exhaustive tree)."""
-    if notion == "personalized":
-        yield Setting("personalized", 4, 2, classes=((1, 0.5, 1), (2, 1.0, 1)))
-        yield Setting("personalized", 5, 1, classes=((2, 1.0, 1), (3, 0.5, 1)))
+    if notion == Notion.PERSONALIZED:
+        yield Setting(Notion.PERSONALIZED, 4, 2, classes=((1, 0.5, 1), (2, 1.0, 1)))
+        yield Setting(Notion.PERSONALIZED, 5, 1, classes=((2, 1.0, 1), (3, 0.5, 1)))
         return
-    if notion == "swellfish":
-        yield Setting("swellfish", 5, 1, policies=((1, 3, (1.0,)),))
-        yield Setting("swellfish", 6, 2, policies=((2, 4, (2.0, 1.0)), (1, 2, (1.0,))))
+    if notion == Notion.SWELLFISH:
+        yield Setting(Notion.SWELLFISH, 5, 1, policies=((1, 3, (1.0,)),))
+        yield Setting(Notion.SWELLFISH, 6, 2, policies=((2, 4, (2.0, 1.0)), (1, 2, (1.0,))))
         return
     for w, length, d in ((1, 3, 1), (2, 5, 1), (3, 6, 2)):
-        yield Setting("w-event", length, d, w=w)
+        yield Setting(Notion.W_EVENT, length, d, w=w)
 
 
 def large_settings(notion: str, guided: Sequence[tuple[int, int, int]]) -> Iterator[Setting]:
     """Each (w, d) of ``guided`` over a horizon of 4w (guided search)."""
     for w, d, _ in guided:
         length = 4 * w
-        if notion == "personalized":
-            yield Setting("personalized", length, d, classes=((max(1, w // 4), 0.5, 1), (w, 1.0, 1)))
-        elif notion == "swellfish":
-            yield Setting("swellfish", length, d, policies=((w, 2 * w - 1, (2.0, 1.0)), (1, max(1, w // 3), (1.0,))))
+        if notion == Notion.PERSONALIZED:
+            yield Setting(Notion.PERSONALIZED, length, d, classes=((max(1, w // 4), 0.5, 1), (w, 1.0, 1)))
+        elif notion == Notion.SWELLFISH:
+            yield Setting(Notion.SWELLFISH, length, d, policies=((w, 2 * w - 1, (2.0, 1.0)), (1, max(1, w // 3), (1.0,))))
         else:
-            yield Setting("w-event", length, d, w=w, epsilon=0.5 if w == guided[0][0] else 1.0)
+            yield Setting(Notion.W_EVENT, length, d, w=w, epsilon=0.5 if w == guided[0][0] else 1.0)
 
 
 def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any = None) -> Exploration:

@@ -32,12 +32,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck.ledger.core import LedgerCore
-from budgetcheck.ledger.wevent import WindowLedger
-from budgetcheck.mechanism.execute import _run
+from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.params import WEventParams
 from budgetcheck.ledger.personalized import PersonalizedLedger
 from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
 from budgetcheck.ledger.requirements import RequirementSet
+from budgetcheck.ledger.wevent import WindowLedger
+from budgetcheck.mechanism.execute import _run
 from budgetcheck.stream.guarded import GuardedStream, PersonalizedStream
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class _Diverged(Exception):
 def _settings(notion: str) -> Iterator[_Setting]:
     rng = np.random.default_rng(20261121)
     length = 24
-    if notion == "personalized":
+    if notion == Notion.PERSONALIZED:
         requirements = RequirementSet([(2, 0.5)] * 3 + [(3, 1.0)] * 3)
         low = rng.integers(0, 2, size=(length, requirements.n_users))
         high = 1 - low
@@ -73,7 +74,7 @@ def _settings(notion: str) -> Iterator[_Setting]:
         return
     small = rng.poisson(3.0, size=(length, 3)).astype(np.float64)
     large = rng.poisson(40.0, size=(length, 3)).astype(np.float64)
-    if notion == "swellfish":
+    if notion == Notion.SWELLFISH:
         from budgetcheck.ledger.swellfish import SwellfishLedger
 
         policies = PolicyCollection([StreamPolicy(4, 8, (2.0, 1.0)), StreamPolicy(2, 3, (1.0,))])
@@ -150,7 +151,7 @@ class _Found(Exception):
 
 def _setting_of(pair: StreamPair) -> _Setting:
     """The ledger and the two streams of a generated pair, labelled with a call that rebuilds them."""
-    if pair.notion == "personalized":
+    if pair.notion == Notion.PERSONALIZED:
         requirements = pair.requirements
         assert requirements is not None
         classes = [((r.w, r.epsilon), n) for r, n in zip(requirements.classes, requirements.counts, strict=True)]
@@ -160,7 +161,7 @@ def _setting_of(pair: StreamPair) -> _Setting:
                         lambda: PersonalizedStream(requirements, pair.first, dimensions=pair.dimensions),
                         lambda: PersonalizedStream(requirements, pair.second, dimensions=pair.dimensions))
     streams = f"stream {pair.first.astype(np.int64).tolist()!r} against {pair.second.astype(np.int64).tolist()!r}"
-    if pair.notion == "swellfish":
+    if pair.notion == Notion.SWELLFISH:
         from budgetcheck.ledger.swellfish import SwellfishLedger
 
         policies = pair.policies

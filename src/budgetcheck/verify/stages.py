@@ -30,18 +30,18 @@ from hypothesis.strategies import SearchStrategy
 from budgetcheck.ledger.audit import audit_windows, audit_windows_per_epsilon
 from budgetcheck.ledger.audit_notions import audit_personalized, audit_swellfish
 from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument, SecretAccess
+from budgetcheck.ledger.notion import Notion
 from budgetcheck.mechanism.execute import (
     PersonalizedMechanism,
     StreamMechanism,
     SwellfishMechanism,
-    max_stacked_runs,
     execute,
     execute_personalized,
     execute_swellfish,
+    max_stacked_runs,
     notion_of,
 )
 from budgetcheck.mechanism.loading import load_mechanism as load_mechanism
-from budgetcheck.verify.verdict import Outcome, meets, outcome
 from budgetcheck.strategies import (
     PersonalizedCase,
     SwellfishCase,
@@ -50,6 +50,7 @@ from budgetcheck.strategies import (
     personalized_cases,
     swellfish_cases,
 )
+from budgetcheck.verify.verdict import Outcome, meets, outcome
 
 AnyCase = VerificationCase | PersonalizedCase | SwellfishCase
 AnyMechanism = StreamMechanism | PersonalizedMechanism | SwellfishMechanism
@@ -130,7 +131,7 @@ class VerifyResult:
     stages: tuple[StageResult, ...] = ()
     worst_case: AnyCase | None = attrs.field(default=None, eq=False, repr=False)
     worst_refused: bool = False  # worst_ratio is the sum of a refused attempt
-    notion: str = "w-event"
+    notion: str = Notion.W_EVENT
     bound: Bound | None = None  # what exploration and replay covered
     vouched: bool = False  # some release's sensitivity was the mechanism's word (measure): audit only
 
@@ -282,9 +283,9 @@ def _timed(stage: Callable[[], StageResult]) -> StageResult:
     return attrs.evolve(result, seconds=time.perf_counter() - started)
 
 
-def _replay_w_max(notion: str, max_length: int) -> int:
+def _replay_w_max(notion: Notion, max_length: int) -> int:
     """The largest window the replay strategies draw (w-event: w <= 40; personalized: w_c <= 12; Swellfish: |J| <= 24)."""
-    return min({"w-event": 40, "personalized": 12}.get(notion, 24), max_length)
+    return min({Notion.W_EVENT: 40, Notion.PERSONALIZED: 12}.get(notion, 24), max_length)
 
 
 def _exploration_stages(reference: str, mechanism: AnyMechanism, budget: str, seed: int) -> tuple[list[StageResult], Any]:
@@ -366,7 +367,7 @@ def _proof_stage(mechanism: AnyMechanism, w_max: int) -> StageResult:
     if rule is None:
         return StageResult("proof", NOT_PROVED, "the mechanism exposes no allocation_rule(); nothing was proved")
     verdict = prove_range(rule, range(1, w_max + 1))
-    scope = {"personalized": "every requirement class with w_c", "swellfish": "w = max |J| (Theorem 4.3)"}.get(notion_of(mechanism), "w")
+    scope = {Notion.PERSONALIZED: "every requirement class with w_c", Notion.SWELLFISH: "w = max |J| (Theorem 4.3)"}.get(notion_of(mechanism), "w")
     if verdict.verdict is Verdict.PROVED:
         return StageResult("proof", PASS, f"proved for {scope} in 1..{w_max} ({verdict.methods}, {verdict.seconds:.1f}s)")
     outcome = FAIL if verdict.verdict is Verdict.REFUTED else INCONCLUSIVE
@@ -374,19 +375,23 @@ def _proof_stage(mechanism: AnyMechanism, w_max: int) -> StageResult:
 
 
 def _statistical_stage(mechanism: AnyMechanism, notion: str, runs: int, seed: int) -> StageResult:
-    from budgetcheck.verify.statistical import personalized_audit, statistical_audit, swellfish_audit
+    from budgetcheck.verify.statistical import (
+        personalized_audit,
+        statistical_audit,
+        swellfish_audit,
+    )
 
     try:
-        if notion == "personalized":
+        if notion == Notion.PERSONALIZED:
             findings = [personalized_audit(cast(PersonalizedMechanism, mechanism), runs=runs, seed=seed)]
-        elif notion == "swellfish":
+        elif notion == Notion.SWELLFISH:
             findings = [swellfish_audit(cast(SwellfishMechanism, mechanism), runs=runs, seed=seed)]
         else:  # the mechanism declares its notion (``notion_of``); the protocols look alike
             findings = [statistical_audit(cast(StreamMechanism, mechanism), epsilon=1.0, w=w, runs=runs, seed=seed) for w in (1, 3)]
     except Exception as exc:  # the mechanism's own failure is stage (a)'s to report
         return StageResult("statistical audit", INCONCLUSIVE, f"could not run: {type(exc).__name__}: {exc}")
     worst = max(findings, key=lambda f: f.lower_bound / f.epsilon)
-    where = worst.position if notion != "w-event" else f"w={worst.w}, {worst.position}"
+    where = worst.position if notion != Notion.W_EVENT else f"w={worst.w}, {worst.position}"
     detail = (f"loss lower bound {worst.lower_bound:.3f} vs epsilon={worst.epsilon} "
               f"({where}, {worst.runs} runs per input, 95% confidence)")
     return StageResult("statistical audit", FAIL if worst.violates else PASS, detail)
@@ -411,8 +416,8 @@ def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Re
     worst_case: list[AnyCase] = []
     failures: list[Counterexample] = []
     notion = notion_of(mechanism)
-    strategy: SearchStrategy[Any] = {"w-event": cases(max_length=max_length), "personalized": personalized_cases(),
-                     "swellfish": swellfish_cases()}[notion]
+    strategy: SearchStrategy[Any] = {Notion.W_EVENT: cases(max_length=max_length), Notion.PERSONALIZED: personalized_cases(),
+                     Notion.SWELLFISH: swellfish_cases()}[notion]
 
     def check(case: Any) -> None:
         tally["examples"] += 1

@@ -19,13 +19,20 @@ from typing import Any
 
 import click
 
-from budgetcheck.ledger.audit import audit_windows
 from budgetcheck.cli.types import FilePath, LedgerTarget, Progress
+from budgetcheck.ledger.audit import audit_windows
 from budgetcheck.ledger.errors import InvalidArgument
+from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord, load_lines
-from budgetcheck.verify.stages import PROFILES, STAGES, VerifyResult, load_mechanism, verify_mechanism
-from budgetcheck.verify.verdict import REQUIREMENTS, Outcome, exit_code
 from budgetcheck.strategies import VerificationCase
+from budgetcheck.verify.stages import (
+    PROFILES,
+    STAGES,
+    VerifyResult,
+    load_mechanism,
+    verify_mechanism,
+)
+from budgetcheck.verify.verdict import REQUIREMENTS, Outcome, exit_code
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERNAL = 0, 1, 2, 3, 70
 
@@ -325,7 +332,7 @@ def audit(log: Path | str, epsilon: float | None, w: int | None, as_json: bool, 
     try:
         with log.open(encoding="utf-8") as handle:
             header, records = load_lines(handle)
-        if header.notion in ("personalized", "swellfish"):
+        if header.notion in (Notion.PERSONALIZED, Notion.SWELLFISH):
             _audit_notion(log, header, records, as_json)
         report = audit_windows(
             records,
@@ -363,7 +370,7 @@ def _audit_notion(log: Path, header: LedgerHeader, records: list[SpendRecord], a
     from budgetcheck.ledger.audit_notions import audit_personalized, audit_swellfish
     from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
 
-    if header.notion == "personalized":
+    if header.notion == Notion.PERSONALIZED:
         result = audit_personalized(records, [(w, eps) for w, eps, _ in header.classes], runs=header.runs)
     else:
         policies = PolicyCollection([StreamPolicy(a, b, theta) for a, b, theta in header.policies])
@@ -385,9 +392,8 @@ def _audit_notion(log: Path, header: LedgerHeader, records: list[SpendRecord], a
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {name, notion, description}.")
 def list_mechanisms(as_json: bool) -> None:
     """List the built-in mechanisms: name, privacy notion, what each does."""
-    from mechanisms import BUILTIN
-
     from budgetcheck.mechanism.execute import notion_of
+    from mechanisms import BUILTIN
 
     rows = []
     for name, factory in BUILTIN.items():
@@ -440,9 +446,9 @@ def bench(ctx: click.Context, grid: str, config: Path | None, mechanism: tuple[s
     """
     if ctx.invoked_subcommand is not None:
         return
-    from budgetcheck.ledger.errors import BudgetcheckError
     from budgetcheck.bench import Benchmark, run_benchmark, text_report, write_report
     from budgetcheck.bench.store import ResultStore
+    from budgetcheck.ledger.errors import BudgetcheckError
 
     if executor == "dask" and not scheduler:
         raise click.UsageError("--executor dask needs --scheduler ADDRESS")
@@ -499,8 +505,8 @@ def _bench_json(target: Path, ran: int, stored: int, uniform_ok: bool) -> dict[s
               help="Directory for report.txt, summary.csv and the figures (default: RESULTS without suffix + -report).")
 def bench_report(results: Path, out: Path | None) -> None:
     """Tables, the baseline-supremacy check and the figures of a results file."""
-    from budgetcheck.ledger.errors import BudgetcheckError
     from budgetcheck.bench import write_report
+    from budgetcheck.ledger.errors import BudgetcheckError
 
     try:
         written = write_report(results, out or results.with_name(results.stem + "-report"))
@@ -538,8 +544,8 @@ def bench_swellfish(paper: bool, out: Path, seed: int, jobs: int) -> None:
     """The Swellfish case study (Tex et al., §5): TEAS and TINAR (intrinsic) and Unicorn vs TSBD, TSBA, RescueDP.
 
     Every finished household is stored in OUT/progress.jsonl: run the same command again to resume."""
-    from budgetcheck.ledger.errors import BudgetcheckError
     from budgetcheck.bench import swellfish_study as study
+    from budgetcheck.ledger.errors import BudgetcheckError
 
     length = 2000 if paper else 1000
     scale = dict(households=55, runs=100) if paper else dict(zones=(500.0, 50000.0), households=2, runs=5)
