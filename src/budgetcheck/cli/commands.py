@@ -12,7 +12,6 @@ import json
 import os
 import re
 import sys
-import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -355,14 +354,9 @@ def audit(log: Path | str, epsilon: float | None, w: int | None, as_json: bool, 
 
 def _audit_notion(log: Path, header: LedgerHeader, records: list[SpendRecord], as_json: bool) -> None:
     """Personalized (every class's windows) or Swellfish (every policy's goal-affected sets) audit; exits."""
-    from budgetcheck.ledger.audit_notions import audit_personalized, audit_swellfish
-    from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
+    from budgetcheck.ledger.audit_notions import audit_by_header
 
-    if header.notion == Notion.PERSONALIZED:
-        result = audit_personalized(records, [(w, eps) for w, eps, _ in header.classes], runs=header.runs)
-    else:
-        policies = PolicyCollection([StreamPolicy(a, b, theta) for a, b, theta in header.policies])
-        result = audit_swellfish(records, policies, epsilon=header.epsilon, runs=header.runs)
+    result = audit_by_header(records, header)
     if as_json:
         click.echo(json.dumps({"version": 1, "notion": header.notion, "ok": result.ok, "runs": header.runs, "records": len(records),
                                "constraints_checked": result.checked, "worst_over_budget": float(result.worst_ratio),
