@@ -20,7 +20,7 @@ sequence, which :func:`replay_refutation` confirms through the rule's float impl
 real ledger; not found → ``unknown`` (the invariant is too weak). Unknown is never a pass.
 
 Assumptions (stated in every proof): exact real arithmetic for the rule; float back-ends round
-every budget down (property-tested in ``tests/test_rounding.py``); ``share(ε, n)`` returns a
+every budget down (property-tested in ``tests/ledger/test_rounding.py``); ``share(ε, n)`` returns a
 u > 0 with n·u <= ε.
 """
 

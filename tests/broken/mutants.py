@@ -438,7 +438,7 @@ class MeasureTinySensitivity:
 class MeasureKeepsPayload:
     """Measures the noisy total at ε/w (sensitivity 1) and splits it over the dimensions by the
     true proportions, which its measure function kept aside: no read of a Secret, yet a leak. Only
-    possible with the opt-out isolation='trusted' (a forked fn keeps nothing: tests/test_isolation.py)."""
+    possible with the opt-out isolation='trusted' (a forked fn keeps nothing: tests/ledger/test_isolation.py)."""
 
     name: str = "measure-keeps-payload"
 

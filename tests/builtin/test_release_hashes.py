@@ -2,7 +2,7 @@
 an optimisation of the code must not change one released value. The hashes in
 ``tests/data/release_hashes.json`` were taken before the layout move and have held since; numpy
 may change its generators' streams between feature releases, so they are keyed by its version.
-Regenerate (only for a deliberate change, said in the commit) with ``python tests/test_release_hashes.py``.
+Regenerate (only for a deliberate change, said in the commit) with ``python tests/builtin/test_release_hashes.py``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 import budgetcheck as bc
 from mechanisms import BUILTIN
 
-DATA = Path(__file__).parent / "data" / "release_hashes.json"
+DATA = Path(__file__).parents[1] / "data" / "release_hashes.json"
 EPSILONS = (0.5, 2.0)
 
 

@@ -110,7 +110,8 @@ def test_the_linear_event_sees_a_change_at_a_later_timestamp() -> None:
             budget = rounding.share(ledger.params.epsilon, ledger.params.w)
             out = np.zeros((ledger.runs, stream.length, stream.dimensions))
             for secret in stream:
-                noisy = ledger.laplace(secret, budget, sensitivity=0.25)  # too little noise, shown late
+                noisy = ledger.measure(lambda v: v, secret, sensitivity=0.25, epsilon=budget,  # too little noise,
+                                       isolation="trusted")  # shown late
                 if secret.t < stream.length:
                     out[:, secret.t, -1] = noisy[:, 0]
             return out

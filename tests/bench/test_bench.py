@@ -26,7 +26,7 @@ from budgetcheck.bench.store import CellResult
 from budgetcheck.bench.streams import seasonal_stream
 from budgetcheck.cli import main
 
-EXAMPLE = Path(__file__).parent.parent / "examples" / "benchmark.toml"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "benchmark.toml"
 
 
 def tiny(runs: int = 4, mechanisms: tuple[str, ...] = ("Uniform", "Sample")) -> Benchmark:
