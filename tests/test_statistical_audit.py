@@ -46,7 +46,7 @@ def test_the_flip_pair_is_what_catches_a_decision_with_a_made_up_sensitivity() -
 def test_personalized_audit_compares_each_user_with_their_own_epsilon() -> None:
     finding = personalized_audit(load_mechanism("PBA"), runs=2000, seed=3)
     assert not finding.violates
-    assert finding.epsilon in (0.5, 1.0) and "user" in finding.position
+    assert finding.epsilon in (0.5, 1.0, 8 * 0.5, 8 * 1.0) and "user" in finding.position  # one user or a group of 8
 
 
 def test_swellfish_audit_catches_noise_that_ignores_the_temporal_sensitivity() -> None:
@@ -110,7 +110,8 @@ def test_the_linear_event_sees_a_change_at_a_later_timestamp() -> None:
             budget = rounding.share(ledger.params.epsilon, ledger.params.w)
             out = np.zeros((ledger.runs, stream.length, stream.dimensions))
             for secret in stream:
-                noisy = ledger.laplace(secret, budget, sensitivity=0.25)  # too little noise, shown late
+                # too little noise (a vouched sensitivity: laplace() refuses one below the stream's), shown late
+                noisy = ledger.measure(lambda v: v, secret, sensitivity=0.25, epsilon=budget)
                 if secret.t < stream.length:
                     out[:, secret.t, -1] = noisy[:, 0]
             return out
