@@ -205,7 +205,7 @@ def main() -> None:
         seconds = time.perf_counter() - start
         print(f"audit of {audited:,} records: {seconds:.1f} s, ok={report.ok}, worst {float(report.worst_ratio):.4f} of epsilon")
         if kills:
-            sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+            sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "durable"))
             from test_publish import kill_and_restart
 
             crash = folder / "crash"
