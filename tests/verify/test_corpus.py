@@ -60,6 +60,7 @@ def test_home_made_pba_control_passes_every_stage_it_can() -> None:
     assert result.outcome is Outcome.BOUNDED
 
 
+@pytest.mark.slow  # 40,000 runs per input; the quick profile's power is tested on every run
 @pytest.mark.parametrize(("reference", "verdict"), [("broken.mutants:BDDissimilarityHalfSensitivity", "fail"), ("BD", "pass")])
 def test_the_thorough_audit_catches_a_dissimilarity_at_half_its_sensitivity(reference: str, verdict: str) -> None:
     """A loss of 1.5ε at w = 1 (the decision pays 2·ε/2): too close for the quick profile's 4,000
