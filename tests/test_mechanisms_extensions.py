@@ -14,9 +14,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import mechanisms.partitioned as partitioned
-from budgetcheck import GuardedStream, InvalidArgument, WEventParams, WindowLedger, audit_windows, execute, rounding
-from mechanisms import BA, BAPartitioned, BAShifted, BD, BDPartitioned, BDShifted, BUILTIN
+from budgetcheck import (
+    GuardedStream,
+    InvalidArgument,
+    WEventParams,
+    WindowLedger,
+    audit_windows,
+    execute,
+    rounding,
+)
+from mechanisms import (
+    BA,
+    BD,
+    BUILTIN,
+    BAPartitioned,
+    BAShifted,
+    BDPartitioned,
+    BDShifted,
+    partitioned,
+)
 from mechanisms.partitioned import column_groups
 
 NEW = [BDPartitioned(), BAPartitioned(), BDShifted(), BAShifted()]
