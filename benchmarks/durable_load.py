@@ -7,7 +7,7 @@
    default) and through a ledger file: the process's resident memory (and its peak) at every tenth
    of the stream must stay flat.
 3. Auditing a ledger file of N records (written in bulk with the same hash chain), in seconds.
-4. SIGKILL-and-restart of `budgetcheck publish` at random points (see tests/test_publish.py).
+4. SIGKILL-and-restart of `budgetcheck publish` at random points (see tests/durable/test_publish.py).
 5. The concurrency campaign (budgetcheck.durable.campaign): N = 2, 4, 8 processes spending on the
    newest timestamp of one file, both durability modes; every window audited after each run.
 6. A shared ledger: committed spends/s of N = 1, 2, 4 writer processes on one PostgreSQL ledger (a
@@ -205,7 +205,7 @@ def main() -> None:
         seconds = time.perf_counter() - start
         print(f"audit of {audited:,} records: {seconds:.1f} s, ok={report.ok}, worst {float(report.worst_ratio):.4f} of epsilon")
         if kills:
-            sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+            sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "durable"))
             from test_publish import kill_and_restart
 
             crash = folder / "crash"

@@ -20,7 +20,7 @@ sequence, which :func:`replay_refutation` confirms through the rule's float impl
 real ledger; not found → ``unknown`` (the invariant is too weak). Unknown is never a pass.
 
 Assumptions (stated in every proof): exact real arithmetic for the rule; float back-ends round
-every budget down (property-tested in ``tests/test_rounding.py``); ``share(ε, n)`` returns a
+every budget down (property-tested in ``tests/ledger/test_rounding.py``); ``share(ε, n)`` returns a
 u > 0 with n·u <= ε.
 """
 
@@ -298,3 +298,39 @@ def rule_of(mechanism: object) -> AllocationRule | None:
         return None
     rule = factory()
     return rule if isinstance(rule, AllocationRule) else None
+
+
+NOT_PROVED = "not proved"  # the mechanism exposes no rule: nothing to prove
+
+
+@attrs.frozen
+class MechanismProof:
+    """What ``budgetcheck prove`` and verify's proof stage report for one mechanism.
+
+    ``verdict``: "proved", "refuted", "unknown" (:class:`Verdict` values) or :data:`NOT_PROVED`;
+    ``method``: the solver methods, ``exhaustive(N)`` for a bounded family, or "-"; ``detail``: the
+    first refutation or unknown in words (empty when proved by Z3)."""
+
+    verdict: str
+    method: str
+    seconds: float
+    detail: str
+    bounded: bool = False  # decided by the mechanism's bounded_proof() (Swellfish), not by a rule
+
+
+def prove_mechanism(mechanism: object, ws: Sequence[int], *, timeout_ms: int = 60_000) -> MechanismProof:
+    """Prove the mechanism's allocation rule for every w in ``ws`` (Z3, :func:`prove_range`), or run
+    its exhaustive ``bounded_proof()`` when it exposes no rule; :data:`NOT_PROVED` with neither."""
+    started = time.perf_counter()
+    rule = rule_of(mechanism)
+    bounded = getattr(mechanism, "bounded_proof", None)
+    if rule is None and callable(bounded):
+        holds, count, failure = bounded()
+        detail = failure or (f"Theorem 4.2 on {count} collections (<= 2 policies, horizon 5), every decision "
+                             "sequence, exact")
+        return MechanismProof(Verdict.PROVED.value if holds else Verdict.REFUTED.value, f"exhaustive({count})",
+                              time.perf_counter() - started, detail, bounded=True)
+    if rule is None:
+        return MechanismProof(NOT_PROVED, "-", 0.0, "no allocation_rule()")
+    verdict = prove_range(rule, ws, timeout_ms=timeout_ms)
+    return MechanismProof(verdict.verdict.value, verdict.methods, verdict.seconds, explain_failure(rule, verdict))

@@ -54,6 +54,20 @@ def empty_releases(runs: int, length: int, dimensions: int) -> FloatArray:
     return np.zeros((runs, length, dimensions), dtype=np.float64)
 
 
+class StepByStep:
+    """Base of a mechanism that defines :meth:`releases` and gets :meth:`run` from it."""
+
+    __slots__ = ()
+
+    def releases(self, stream: Any, ledger: Any) -> Iterator[FloatArray]:
+        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
+        raise NotImplementedError
+
+    def run(self, stream: GuardedStream, ledger: Any) -> FloatArray:
+        """The (runs, T, d) array of :meth:`releases` over the whole stream."""
+        return collect(self.releases(stream, ledger), stream, ledger.runs)
+
+
 def collect(releases: Iterator[FloatArray], stream: GuardedStream, runs: int) -> FloatArray:
     """The (runs, T, d) array of a mechanism's per-timestamp releases: a view of a time-major
     (T, runs, d) array, so that each timestamp's releases are written as one contiguous block."""

@@ -31,10 +31,10 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck import GuardedStream, Secret, WindowLedger
+from budgetcheck import Secret, WindowLedger
 from budgetcheck.kernels import compiled
 from budgetcheck.ops import FLOAT
-from mechanisms._common import Stream, collect, per_run_budget, per_run_column, rule_env
+from mechanisms._common import StepByStep, Stream, per_run_budget, per_run_column, rule_env
 from mechanisms._smoothing import GroupHistory
 from mechanisms.rules import SplitUniformRule
 
@@ -86,7 +86,7 @@ def _flat(array: NDArray[_Item]) -> NDArray[_Item]:
 
 
 @attrs.frozen
-class AdaPub:
+class AdaPub(StepByStep):
     """AdaPub with an AboveThreshold cluster test (see the module docstring)."""
 
     grouping: bool = True
@@ -105,11 +105,7 @@ class AdaPub:
     def allocation_rule(self) -> SplitUniformRule:
         return SplitUniformRule((self.perturbation_weight, self.clustering_weight), ("perturbation", "clustering"))
 
-    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
-        return collect(self.releases(stream, ledger), stream, ledger.runs)
-
     def releases(self, stream: Stream, ledger: WindowLedger) -> Iterator[FloatArray]:
-        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         rule, env = self.allocation_rule(), rule_env(ledger)
         perturb_budget, cluster_budget = (per_run_budget(b) for b in rule.charges(FLOAT, env, (), None))
         epsilon = per_run_column(per_run_budget(env.epsilon))

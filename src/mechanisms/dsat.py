@@ -26,16 +26,16 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck import GuardedStream, Total, WindowLedger
+from budgetcheck import Total, WindowLedger
 from budgetcheck.ops import FLOAT, per_run
-from mechanisms._common import Stream, collect, rule_env
+from mechanisms._common import StepByStep, Stream, rule_env
 from mechanisms.rules import DistanceTestRule
 
 FloatArray = NDArray[np.float64]
 
 
 @attrs.frozen
-class DSATw:
+class DSATw(StepByStep):
     """DSAT_w with the distance test charged into the window (see the module docstring).
 
     ``sample_rate`` ρ: 0.01 (the paper, the default) or 0.15 (the benchmark harness). Threshold
@@ -54,11 +54,7 @@ class DSATw:
     def allocation_rule(self) -> DistanceTestRule:
         return DistanceTestRule(self.sample_rate)
 
-    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
-        return collect(self.releases(stream, ledger), stream, ledger.runs)
-
     def releases(self, stream: Stream, ledger: WindowLedger) -> Iterator[FloatArray]:
-        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         rule, env = self.allocation_rule(), rule_env(ledger)
         runs = ledger.runs
         target = rule.samples(env) / env.w

@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, InvalidArgument, WindowLedger
 from budgetcheck.ops import FLOAT, per_run
-from mechanisms._common import Stream, collect, empty_releases, rule_env
+from mechanisms._common import StepByStep, Stream, empty_releases, rule_env
 from mechanisms._control import FastPID, Kalman
 from mechanisms.rules import BlockRule
 
@@ -39,7 +39,7 @@ def _ratio(value: object) -> float:
 
 
 @attrs.frozen
-class FASTw:
+class FASTw(StepByStep):
     """FAST_w with a shared per-block sample budget (see the module docstring).
 
     ``sampling_ratio``: 0.15 (the FAST paper, the default) or 0.075 (the benchmark harness).
@@ -62,11 +62,7 @@ class FASTw:
     def allocation_rule(self) -> BlockRule:
         return BlockRule(self.sampling_ratio)
 
-    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
-        return collect(self.releases(stream, ledger), stream, ledger.runs)
-
     def releases(self, stream: Stream, ledger: WindowLedger) -> Iterator[FloatArray]:
-        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         rule, env = self.allocation_rule(), rule_env(ledger)
         samples = rule.samples(env)
         state = per_run(rule.initial(FLOAT, env), ledger.runs)

@@ -9,7 +9,7 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck import GuardedStream, InvalidArgument, WindowLedger
+from budgetcheck import GuardedStream, InvalidArgument
 from mechanisms._common import Ledger, Stream, fixed_schedule, run_fixed_schedule
 from mechanisms.rules import PeriodicRule
 

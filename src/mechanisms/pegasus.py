@@ -28,9 +28,9 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck import GuardedStream, WindowLedger
+from budgetcheck import WindowLedger
 from budgetcheck.ops import FLOAT
-from mechanisms._common import Stream, collect, per_run_budget, per_run_column, rule_env
+from mechanisms._common import StepByStep, Stream, per_run_budget, per_run_column, rule_env
 from mechanisms._smoothing import GroupHistory, check_smoother
 from mechanisms.rules import SplitUniformRule
 
@@ -38,7 +38,7 @@ FloatArray = NDArray[np.float64]
 
 
 @attrs.frozen
-class PeGaSus:
+class PeGaSus(StepByStep):
     """Perturber + Grouper + Smoother (see the module docstring)."""
 
     smoother: str = attrs.field(default="median", converter=check_smoother)
@@ -54,11 +54,7 @@ class PeGaSus:
     def allocation_rule(self) -> SplitUniformRule:
         return SplitUniformRule((self.perturbation_weight, self.grouping_weight), ("perturbation", "grouping"))
 
-    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
-        return collect(self.releases(stream, ledger), stream, ledger.runs)
-
     def releases(self, stream: Stream, ledger: WindowLedger) -> Iterator[FloatArray]:
-        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         rule, env = self.allocation_rule(), rule_env(ledger)
         perturb_budget, group_budget = (per_run_budget(b) for b in rule.charges(FLOAT, env, (), None))
         cap = env.w if self.max_group is None else self.max_group

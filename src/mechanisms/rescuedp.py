@@ -33,7 +33,7 @@ from numpy.typing import NDArray
 from budgetcheck import GuardedStream, Secret, WindowLedger
 from budgetcheck.ops import FLOAT, per_run
 from budgetcheck.proving import RuleEnv
-from mechanisms._common import Stream, collect, per_run_budget, per_run_column, rule_env
+from mechanisms._common import StepByStep, Stream, collect, per_run_budget, per_run_column, rule_env
 from mechanisms._control import Kalman, RescuePID, pushed
 from mechanisms.rules import RemainingFractionRule
 
@@ -92,7 +92,7 @@ def _pearson(a: FloatArray, b: FloatArray) -> float:
 
 
 @attrs.frozen
-class RescueDP:
+class RescueDP(StepByStep):
     """RescueDP with the max-rule window (see the module docstring); defaults of Wang et al.
 
     PID K_p, K_i, K_d = 0.9, 0.1, 0, π = 3, θ = 10; φ = 0.2, p_max = 0.6, ε_max = ε/5; grouping
@@ -122,11 +122,7 @@ class RescueDP:
     def allocation_rule(self) -> RemainingFractionRule:
         return RemainingFractionRule(self.max_fraction, self.cap_parts)
 
-    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
-        return collect(self.releases(stream, ledger), stream, ledger.runs)
-
     def releases(self, stream: Stream, ledger: WindowLedger) -> Iterator[FloatArray]:
-        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         return _releases(self, stream, ledger, shared_window=True)
 
 

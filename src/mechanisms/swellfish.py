@@ -37,7 +37,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, PolicyCollection, StreamPolicy, SwellfishLedger
-from mechanisms._common import Stream, collect, filtered
+from mechanisms._common import StepByStep, Stream, filtered
 from mechanisms.ba import BA
 from mechanisms.bd import BD
 from mechanisms.rules import BARule, BDRule, PeriodicRule
@@ -62,7 +62,6 @@ class TemporalSensitivity:
         return self.base.run(stream, ledger)
 
     def releases(self, stream: Stream, ledger: SwellfishLedger) -> Iterator[FloatArray]:
-        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         return self.base.releases(stream, ledger)
 
 
@@ -193,7 +192,7 @@ def _capped(ledger: SwellfishLedger, t: int, wanted: FloatArray) -> FloatArray:
 
 
 @attrs.frozen
-class UnicornPS(_BoundedProof):
+class UnicornPS(StepByStep, _BoundedProof):
     """UnicornPermanentSample: a release at every relevant t with Algorithm 3's budget (ε^op = ε).
 
     ``uniform_only`` keeps sub-strategy 1 (ε/δ(J)); ``global_sensitivity`` uses max_t Δ_Q^t
@@ -209,11 +208,7 @@ class UnicornPS(_BoundedProof):
     def name(self) -> str:
         return self.label
 
-    def run(self, stream: GuardedStream, ledger: SwellfishLedger) -> FloatArray:
-        return collect(self.releases(stream, ledger), stream, ledger.runs)
-
     def releases(self, stream: Stream, ledger: SwellfishLedger) -> Iterator[FloatArray]:
-        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         tops = _OpBudgets(ledger)
         for secret in stream:
             t = secret.t
@@ -229,7 +224,7 @@ class UnicornPS(_BoundedProof):
 
 
 @attrs.frozen
-class UnicornIS(_BoundedProof):
+class UnicornIS(StepByStep, _BoundedProof):
     """UnicornIntervalSample: sample with the full ε at t iff no policy relevant at t has had a sample.
 
     Each policy therefore sees at most one sample (of ε) in its interval. ``global_sensitivity``
@@ -244,11 +239,7 @@ class UnicornIS(_BoundedProof):
     def name(self) -> str:
         return self.label
 
-    def run(self, stream: GuardedStream, ledger: SwellfishLedger) -> FloatArray:
-        return collect(self.releases(stream, ledger), stream, ledger.runs)
-
     def releases(self, stream: Stream, ledger: SwellfishLedger) -> Iterator[FloatArray]:
-        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         sampled: set[int] = set()
         last = np.zeros((ledger.runs, stream.dimensions))
         for secret in stream:
@@ -266,7 +257,7 @@ class UnicornIS(_BoundedProof):
 
 
 @attrs.frozen
-class Unicorn(_BoundedProof):
+class Unicorn(StepByStep, _BoundedProof):
     """Unicorn (Algorithm 4 + Algorithm 3 with ε^op = ε/2): data-adaptive sampling.
 
     At a relevant t: ε_t^s = (ε/2)/max_{φ∈Φ_t} δ(J), dis = mean |Q(D_t) − r_l| + Lap(Δ_t/(d ε_t^s));
@@ -278,11 +269,7 @@ class Unicorn(_BoundedProof):
     notion: str = attrs.field(default="swellfish", init=False)
     name: str = attrs.field(default="Unicorn", init=False)
 
-    def run(self, stream: GuardedStream, ledger: SwellfishLedger) -> FloatArray:
-        return collect(self.releases(stream, ledger), stream, ledger.runs)
-
     def releases(self, stream: Stream, ledger: SwellfishLedger) -> Iterator[FloatArray]:
-        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         tops = _OpBudgets(ledger)
         half = ledger.epsilon / 2.0
         last = np.zeros((ledger.runs, stream.dimensions))

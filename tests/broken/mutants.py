@@ -435,10 +435,32 @@ class MeasureTinySensitivity:
 
 
 @attrs.frozen
+class RescueDPGroupMeanNoise:
+    """RescueDP's schedule on a steady stream (a sample at t = 1 and every θ = 10 timestamps with
+    ε_max = ε/5, the prediction repeated in between), each sample released alone with the noise of a
+    group mean over 8 locations (a vouched sensitivity of 1/8): one individual's loss at a sample is
+    8ε/5. The changes placed inside a later window sit where it only predicts."""
+
+    name: str = "RescueDP-group-mean-noise"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        interval = 10
+        samples_per_window = -(-ledger.params.w // interval)
+        budget = rounding.share(ledger.params.epsilon, 5 * samples_per_window)
+        out = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        last = np.zeros((ledger.runs, stream.dimensions))
+        for secret in stream:
+            if (secret.t - 1) % interval == 0:
+                last = ledger.measure(lambda v: v, secret, sensitivity=1 / 8, epsilon=budget)
+            out[:, secret.t - 1] = last
+        return out
+
+
+@attrs.frozen
 class MeasureKeepsPayload:
     """Measures the noisy total at ε/w (sensitivity 1) and splits it over the dimensions by the
     true proportions, which its measure function kept aside: no read of a Secret, yet a leak. Only
-    possible with the opt-out isolation='trusted' (a forked fn keeps nothing: tests/test_isolation.py)."""
+    possible with the opt-out isolation='trusted' (a forked fn keeps nothing: tests/ledger/test_isolation.py)."""
 
     name: str = "measure-keeps-payload"
 
@@ -955,6 +977,7 @@ CORPUS: list[tuple[Callable[[], object], str]] = [
     (GreedyTwice, "ledger replay"),
     (UniformHalfSensitivity, "ledger replay"),  # refused at run time: the identity's sensitivity is derived
     (MeasureTinySensitivity, "statistical audit"),
+    (RescueDPGroupMeanNoise, "statistical audit"),  # issue 28 item 5: only the pair at t = 1 sees it
     (SeriesOverWMinusOne, "ledger replay"),
     (SeriesHalfSensitivity, "ledger replay"),  # refused at run time, as above
     (BDLargeWindowDissimilarity, "exploration"),

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import sys
-import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -232,7 +231,7 @@ def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as
     Default: every built-in mechanism. Each row is printed as soon as it is decided (with a progress
     line on a terminal). Exit codes: 0 all proved, 1 refuted, 3 unknown/not proved.
     """
-    from budgetcheck.proving import Verdict, explain_failure, prove_range, rule_of
+    from budgetcheck.proving import Verdict, prove_mechanism, rule_of
 
     references = list(mechanism)
     if not references:
@@ -253,29 +252,17 @@ def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as
     for target in targets:
         progress.show(f"proving {target.name} ({len(rows)} of {len(references)} done) ...")
         rule = rule_of(target)
-        bounded = getattr(target, "bounded_proof", None)
-        if rule is None and callable(bounded):
-            started = time.perf_counter()
-            holds, count, failure = bounded()
-            rows.append({"mechanism": target.name, "w": "-", "method": f"exhaustive({count})", "seconds": round(time.perf_counter() - started, 3),
-                         "verdict": "proved" if holds else Verdict.REFUTED.value,
-                         "detail": failure or f"Theorem 4.2 on {count} collections (<= 2 policies, horizon 5), every decision sequence, exact"})
-            _prove_row(rows[-1], as_json, progress)
-            continue
-        if rule is None:
-            rows.append({"mechanism": target.name, "w": f"{w_min}..{w_max}", "method": "-", "seconds": 0.0, "verdict": "not proved", "detail": "no allocation_rule()"})
-            _prove_row(rows[-1], as_json, progress)
-            continue
-        if rule in proved:
+        if rule is not None and rule in proved:
             first, row = proved[rule]
             rows.append({**row, "mechanism": target.name, "method": f"as {first}", "seconds": 0.0, "detail": ""})
             _prove_row(rows[-1], as_json, progress)
             continue
-        verdict = prove_range(rule, range(w_min, w_max + 1), timeout_ms=timeout_s * 1000)
-        detail = explain_failure(rule, verdict)
-        rows.append({"mechanism": target.name, "w": f"{w_min}..{w_max}", "method": verdict.methods, "seconds": round(verdict.seconds, 3),
-                     "verdict": verdict.verdict.value, "detail": detail})
-        proved[rule] = (target.name, rows[-1])
+        found = prove_mechanism(target, range(w_min, w_max + 1), timeout_ms=timeout_s * 1000)
+        rows.append({"mechanism": target.name, "w": "-" if found.bounded else f"{w_min}..{w_max}", "method": found.method,
+                     "seconds": round(found.seconds, 3), "verdict": found.verdict,
+                     "detail": found.detail if found.verdict != "proved" or found.bounded else ""})
+        if rule is not None:
+            proved[rule] = (target.name, rows[-1])
         _prove_row(rows[-1], as_json, progress)
     progress.clear()
     if as_json:
@@ -367,14 +354,9 @@ def audit(log: Path | str, epsilon: float | None, w: int | None, as_json: bool, 
 
 def _audit_notion(log: Path, header: LedgerHeader, records: list[SpendRecord], as_json: bool) -> None:
     """Personalized (every class's windows) or Swellfish (every policy's goal-affected sets) audit; exits."""
-    from budgetcheck.ledger.audit_notions import audit_personalized, audit_swellfish
-    from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
+    from budgetcheck.ledger.audit_notions import audit_by_header
 
-    if header.notion == Notion.PERSONALIZED:
-        result = audit_personalized(records, [(w, eps) for w, eps, _ in header.classes], runs=header.runs)
-    else:
-        policies = PolicyCollection([StreamPolicy(a, b, theta) for a, b, theta in header.policies])
-        result = audit_swellfish(records, policies, epsilon=header.epsilon, runs=header.runs)
+    result = audit_by_header(records, header)
     if as_json:
         click.echo(json.dumps({"version": 1, "notion": header.notion, "ok": result.ok, "runs": header.runs, "records": len(records),
                                "constraints_checked": result.checked, "worst_over_budget": float(result.worst_ratio),

@@ -10,7 +10,6 @@ personalized and Swellfish files by the brute-force checkers of :mod:`budgetchec
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import functools
 import json
@@ -36,10 +35,9 @@ from budgetcheck.durable.journal import (
     stored_head,
 )
 from budgetcheck.ledger.audit import StreamingWindows
-from budgetcheck.ledger.audit_notions import audit_personalized, audit_swellfish
+from budgetcheck.ledger.audit_notions import audit_by_header
 from budgetcheck.ledger.errors import InvalidArgument, LedgerCorrupt
 from budgetcheck.ledger.notion import Notion
-from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord
 from budgetcheck.ledger.validation import check_epsilon, check_positive_int
 
@@ -261,11 +259,7 @@ def _composition(db: Store, header: LedgerHeader, streaming: bool, max_violation
                 kept.append(decode_row(row, header).record)
             except LedgerCorrupt as exc:
                 return 0, Fraction(0), (), str(exc)
-        if header.notion == Notion.PERSONALIZED:
-            result = audit_personalized(kept, [(w, eps) for w, eps, _ in header.classes], runs=header.runs)
-        else:
-            policies = PolicyCollection([StreamPolicy(a, b, theta) for a, b, theta in header.policies])
-            result = audit_swellfish(kept, policies, epsilon=header.epsilon, runs=header.runs)
+        result = audit_by_header(kept, header)
         return result.checked, result.worst_ratio, result.violations, None
     windows = StreamingWindows(header.w, rounding.to_units(header.epsilon), header.runs, max_violations)
     unpack = struct.Struct(f"<{header.runs}d").unpack

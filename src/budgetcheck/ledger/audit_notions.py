@@ -15,8 +15,10 @@ from fractions import Fraction
 import attrs
 
 from budgetcheck.ledger.audit import audit_windows
-from budgetcheck.ledger.policies import PolicyCollection, goal_affected_sets, placements
-from budgetcheck.ledger.records import SpendRecord
+from budgetcheck.ledger.errors import InvalidArgument
+from budgetcheck.ledger.notion import Notion
+from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy, goal_affected_sets, placements
+from budgetcheck.ledger.records import LedgerHeader, SpendRecord
 
 _PLACEMENTS_LIMIT = 4096
 
@@ -61,6 +63,17 @@ def audit_swellfish(records: Sequence[SpendRecord], policies: PolicyCollection, 
             if loss > eps:
                 violations.append(f"run {run}: policy {index} J=[{policy.start}, {policy.end}] loses {float(loss)!r} > epsilon={epsilon!r}")
     return NotionAudit(checked=checked, worst_ratio=worst, violations=tuple(violations))
+
+
+def audit_by_header(records: Sequence[SpendRecord], header: LedgerHeader) -> NotionAudit:
+    """The audit a personalized or Swellfish ledger's header calls for (every class's windows, or
+    every policy's goal-affected sets): the one dispatch used by the CLI and the file audit."""
+    if header.notion == Notion.PERSONALIZED:
+        return audit_personalized(records, [(w, eps) for w, eps, _ in header.classes], runs=header.runs)
+    if header.notion == Notion.SWELLFISH:
+        policies = PolicyCollection([StreamPolicy(a, b, theta) for a, b, theta in header.policies])
+        return audit_swellfish(records, policies, epsilon=header.epsilon, runs=header.runs)
+    raise InvalidArgument(f"notion={header.notion!r}: a w-event ledger is audited window by window (audit_windows)")
 
 
 def _worst_loss(policies: PolicyCollection, index: int, totals: dict[int, Fraction]) -> Fraction:

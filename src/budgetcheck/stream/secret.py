@@ -24,6 +24,7 @@ sure the route is met even when only some data opens it.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Generator, Iterator
 from typing import Any, NoReturn, final
@@ -56,6 +57,12 @@ def _vault() -> Generator[NDArray[np.float64] | None, tuple[str, int, NDArray[np
 
 _PORT = _vault()
 next(_PORT)
+_LOCK = threading.Lock()  # a generator runs in one thread at a time: ledgers in several threads take turns
+
+
+def _send(message: tuple[str, int, NDArray[np.float64] | None]) -> NDArray[np.float64] | None:
+    with _LOCK:
+        return _PORT.send(message)
 
 
 _DEAD: list[int] = []  # ids of finalized secrets whose payloads leave the vault at its next operation
@@ -67,7 +74,7 @@ def _forget(key: int) -> None:
 
 
 def _payload(secret: Secret) -> NDArray[np.float64]:
-    payload = _PORT.send(("get", id(secret), None))
+    payload = _send(("get", id(secret), None))
     assert payload is not None
     return payload
 # ids of stand-ins: secrets of timestamps a restarted publisher replays from its ledger file.
@@ -99,7 +106,7 @@ class Secret:
         self._shape = frozen.shape[1:] if rows else frozen.shape
         self._claim: list[object] = [] if claim is None else claim
         self._neighbours = DEFAULT if neighbours is None else neighbours  # its stream's neighbouring relation
-        _PORT.send(("put", id(self), frozen))
+        _send(("put", id(self), frozen))
         weakref.finalize(self, _forget, id(self))
         if stand_in:
             _STAND_INS.add(id(self))

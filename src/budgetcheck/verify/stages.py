@@ -355,23 +355,21 @@ _PAIRS = 25
 
 
 def _proof_stage(mechanism: AnyMechanism, w_max: int) -> StageResult:
-    from budgetcheck.proving import Verdict, explain_failure, prove_range, rule_of
+    from budgetcheck.proving import NOT_PROVED, Verdict, prove_mechanism
 
-    rule = rule_of(mechanism)
-    bounded = getattr(mechanism, "bounded_proof", None)
-    if rule is None and callable(bounded):
-        holds, count, failure = bounded()
-        if holds:
-            return StageResult("proof", PASS, f"exhaustive exact check of every decision sequence on {count} policy collections (bounded family)")
-        return StageResult("proof", FAIL, f"bounded check refuted: {failure}")
-    if rule is None:
+    found = prove_mechanism(mechanism, range(1, w_max + 1))
+    if found.verdict == NOT_PROVED:
         return StageResult("proof", NOT_PROVED, "the mechanism exposes no allocation_rule(); nothing was proved")
-    verdict = prove_range(rule, range(1, w_max + 1))
-    scope = {Notion.PERSONALIZED: "every requirement class with w_c", Notion.SWELLFISH: "w = max |J| (Theorem 4.3)"}.get(notion_of(mechanism), "w")
-    if verdict.verdict is Verdict.PROVED:
-        return StageResult("proof", PASS, f"proved for {scope} in 1..{w_max} ({verdict.methods}, {verdict.seconds:.1f}s)")
-    outcome = FAIL if verdict.verdict is Verdict.REFUTED else INCONCLUSIVE
-    return StageResult("proof", outcome, explain_failure(rule, verdict))
+    if found.bounded:
+        if found.verdict == Verdict.PROVED.value:
+            return StageResult("proof", PASS, "exhaustive exact check of every decision sequence "
+                                              f"({found.method} policy collections, a bounded family)")
+        return StageResult("proof", FAIL, f"bounded check refuted: {found.detail}")
+    scope = {Notion.PERSONALIZED: "every requirement class with w_c",
+             Notion.SWELLFISH: "w = max |J| (Theorem 4.3)"}.get(notion_of(mechanism), "w")
+    if found.verdict == Verdict.PROVED.value:
+        return StageResult("proof", PASS, f"proved for {scope} in 1..{w_max} ({found.method}, {found.seconds:.1f}s)")
+    return StageResult("proof", FAIL if found.verdict == Verdict.REFUTED.value else INCONCLUSIVE, found.detail)
 
 
 def _statistical_stage(mechanism: AnyMechanism, notion: str, runs: int, seed: int) -> StageResult:

@@ -17,7 +17,7 @@ from budgetcheck.proving import RuleEnv, Verdict, prove_range, prove_rule, repla
 from broken.mutants import BAWithoutNullification, BDRecyclesEarly
 from mechanisms.rules import BARule, BDRule, PeriodicRule
 
-PROOFS = sorted((Path(__file__).resolve().parents[1] / "proofs").glob("[!_]*.py"))
+PROOFS = sorted((Path(__file__).resolve().parents[2] / "proofs").glob("[!_]*.py"))
 
 
 @pytest.mark.parametrize("path", PROOFS, ids=lambda p: p.name)

@@ -14,7 +14,7 @@ from budgetcheck import InvalidArgument
 from budgetcheck.bench import aggregate, exports
 from budgetcheck.bench.real import PAPER_STREAMS, load_paper_stream
 
-DATA = Path(__file__).parent / "data" / "exports"
+DATA = Path(__file__).parents[1] / "data" / "exports"
 FRED = DATA / "fred_LNU03000000.csv"
 
 

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import platform
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from budgetcheck.ledger.recent import RecentRows
-from budgetcheck.bench.memory import keep_freed_memory
 
 
 @settings(max_examples=200, deadline=None)
@@ -36,9 +33,3 @@ def test_recent_rows_match_a_list(steps: list[tuple[int, int]], width: int) -> N
 def test_recent_rows_view_before_any_row() -> None:
     with pytest.raises(ValueError, match="no rows"):
         RecentRows().view()
-
-
-def test_keep_freed_memory_takes_effect_on_glibc() -> None:
-    """On glibc both thresholds are accepted (mallopt returns 1); elsewhere it reports False."""
-    assert keep_freed_memory() is (platform.libc_ver()[0] == "glibc")
-    assert keep_freed_memory() is keep_freed_memory()  # once per process

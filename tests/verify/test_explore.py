@@ -173,9 +173,9 @@ def test_a_proved_builtin_meets_require_proof_and_junit_carries_the_verdict(tmp_
 
 def test_the_readme_example_is_the_one_tested() -> None:
     """tests/plain_mechanisms.EveryKth is the README's code: every statement of its run() is there."""
-    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
     block = readme.split("class EveryKth:", 1)[1].split("execution = budgetcheck.execute", 1)[0]
-    ours = (Path(__file__).parent / "plain_mechanisms.py").read_text(encoding="utf-8").split("class EveryKth:", 1)[1]
+    ours = (Path(__file__).parents[1] / "plain_mechanisms.py").read_text(encoding="utf-8").split("class EveryKth:", 1)[1]
     body = ours.split("def run(", 1)[1]
     statements = [line.split("#", 1)[0].strip() for line in body.splitlines()[1:] if line.strip()]
     assert len(statements) >= 8
@@ -184,7 +184,7 @@ def test_the_readme_example_is_the_one_tested() -> None:
 
 
 def test_the_pytest_plugin_passes_every_kth_with_its_bound(pytester: pytest.Pytester) -> None:
-    source = (Path(__file__).parent / "plain_mechanisms.py").read_text(encoding="utf-8")
+    source = (Path(__file__).parents[1] / "plain_mechanisms.py").read_text(encoding="utf-8")
     pytester.makepyfile(every_kth=source, test_nothing="def test_placeholder():\n    pass\n")
     outcome = pytester.runpytest_subprocess("--budgetcheck", "every_kth:EveryKth", "-p", "no:cacheprovider")
     outcome.assert_outcomes(passed=2)
@@ -195,7 +195,7 @@ def test_the_pytest_plugin_passes_every_kth_with_its_bound(pytester: pytest.Pyte
 
 
 def test_the_pre_commit_example_exits_0_on_every_kth() -> None:
-    config = (Path(__file__).parents[1] / "examples" / "ci" / "pre-commit-config.yaml").read_text(encoding="utf-8")
+    config = (Path(__file__).parents[2] / "examples" / "ci" / "pre-commit-config.yaml").read_text(encoding="utf-8")
     entry = next(line.split("entry:", 1)[1].split() for line in config.splitlines() if "entry:" in line)
     assert entry[:2] == ["budgetcheck", "verify"]
     arguments = [("plain_mechanisms:EveryKth" if a == "my_package.mechanisms:MyMechanism" else a) for a in entry[2:]]

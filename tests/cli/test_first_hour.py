@@ -120,11 +120,12 @@ def test_an_internal_error_exits_70_never_1(monkeypatch: pytest.MonkeyPatch) -> 
     from click.testing import CliRunner
 
     from budgetcheck import cli
+    from budgetcheck.cli import commands
 
     def broken(*args: object, **kwargs: object) -> None:
         raise ZeroDivisionError("a bug of ours")
 
-    monkeypatch.setattr(cli, "load_lines", broken)
+    monkeypatch.setattr(commands, "load_lines", broken)
     result = CliRunner().invoke(cli.main, ["audit", __file__])
     assert result.exit_code == 70
     assert "internal error" in result.output and "ZeroDivisionError" in result.output

@@ -20,10 +20,21 @@ def runner() -> CliRunner:
     return CliRunner()
 
 
+@pytest.mark.slow  # CI's main job runs `budgetcheck verify --all` on every push
 def test_verify_all_passes_the_builtins(runner: CliRunner) -> None:
     result = runner.invoke(main, ["verify", "--all", "--examples", "25"])
     assert result.exit_code == 0, result.output
-    lines = result.output.splitlines()
+    _check_table(result.output)
+
+
+def test_verify_prints_the_table_of_several_mechanisms(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["verify", "Uniform", "Sample", "BD", "BA", "Hybrid", "--examples", "25"])
+    assert result.exit_code == 0, result.output
+    _check_table(result.output)
+
+
+def _check_table(output: str) -> None:
+    lines = output.splitlines()
     assert lines[0].split() == ["mechanism", "examples", "runs", "worst", "window", "/", "ε", "replay", "secret", "explore", "conform",
                                 "proof", "audit", "bound", "(w,", "T,", "runs", "explored)", "verdict"]
     assert [line.split()[0] for line in lines[2:7]] == ["Uniform", "Sample", "BD", "BA", "Hybrid"]

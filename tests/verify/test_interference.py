@@ -15,7 +15,7 @@ from budgetcheck.verify.interference import interference
 @attrs.frozen
 class _Keeper:
     """Measures the total at ε/w and keeps the payload; ``use`` says where the kept data leaks (only
-    with isolation='trusted': a forked fn keeps nothing, see tests/test_isolation.py)."""
+    with isolation='trusted': a forked fn keeps nothing, see tests/ledger/test_isolation.py)."""
 
     use: str
     name: str = "keeper"

@@ -146,19 +146,23 @@ def test_the_audit_reads_one_snapshot_while_a_publisher_writes(tmp_path: Path) -
     """Audits racing a writer never report removed records: head and rows come from one snapshot."""
     path = tmp_path / "l.db"
     writer = fresh(path)
-    stop = threading.Event()
+    stop, started = threading.Event(), threading.Event()
 
     def write() -> None:
         t = 1
         while not stop.is_set():
             writer.spend(t, 0.1, purpose="live")
             writer._store_release(t, np.array([float(t)]))
+            started.set()
             t += 1
 
     thread = threading.Thread(target=write)
     thread.start()
     try:
+        assert started.wait(30)
         reports = [bc.audit_file(path) for _ in range(40)]
+        while len({report.records for report in reports}) < 2 and len(reports) < 2000:  # a loaded machine
+            reports.append(bc.audit_file(path))
     finally:
         stop.set()
         thread.join()
