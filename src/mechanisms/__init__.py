@@ -11,6 +11,8 @@ from mechanisms.dsat import DSATw as DSATw
 from mechanisms.fast import FASTw as FASTw
 from mechanisms.fast import FASTwAsPublished as FASTwAsPublished
 from mechanisms.hybrid import Hybrid as Hybrid
+from mechanisms.partitioned import BAPartitioned as BAPartitioned
+from mechanisms.partitioned import BDPartitioned as BDPartitioned
 from mechanisms.pegasus import PeGaSus as PeGaSus
 from mechanisms.rescuedp import RescueDP as RescueDP
 from mechanisms.rescuedp import RescueDPAsPublished as RescueDPAsPublished
@@ -19,6 +21,8 @@ from mechanisms.personalized import PBD as PBD
 from mechanisms.personalized import StrictestBA as StrictestBA
 from mechanisms.personalized import StrictestBD as StrictestBD
 from mechanisms.sample import Sample as Sample
+from mechanisms.shifted import BAShifted as BAShifted
+from mechanisms.shifted import BDShifted as BDShifted
 from mechanisms.swellfish import TINARSample as TINARSample
 from mechanisms.swellfish import TINARUniform as TINARUniform
 from mechanisms.swellfish import TSBA as TSBA
@@ -35,6 +39,10 @@ BUILTIN: dict[str, Callable[[], object]] = {
     "Sample": Sample,
     "BD": BD,
     "BA": BA,
+    "BDShifted": BDShifted,
+    "BAShifted": BAShifted,
+    "BDPartitioned": BDPartitioned,
+    "BAPartitioned": BAPartitioned,
     "Hybrid": Hybrid,
     "FASTw": FASTw,
     "DSATw": DSATw,
@@ -57,6 +65,6 @@ BUILTIN: dict[str, Callable[[], object]] = {
 }
 
 __all__ = [
-    "BA", "BD", "BUILTIN", "AdaPub", "DSATw", "FASTw", "FASTwAsPublished", "Hybrid", "PeGaSus", "RescueDP", "RescueDPAsPublished", "PBA", "PBD", "Sample", "StrictestBA", "StrictestBD", "TINARSample",
+    "BA", "BAPartitioned", "BAShifted", "BD", "BDPartitioned", "BDShifted", "BUILTIN", "AdaPub", "DSATw", "FASTw", "FASTwAsPublished", "Hybrid", "PeGaSus", "RescueDP", "RescueDPAsPublished", "PBA", "PBD", "Sample", "StrictestBA", "StrictestBD", "TINARSample",
     "TINARUniform", "TSBA", "TSBD", "TSSample", "TSUniform", "Unicorn", "UnicornIS", "UnicornPS", "Uniform",
 ]

@@ -366,3 +366,125 @@ the float back-end keeps a running count of: ``ops.slide``/``ops.count``). Invar
             terms.append(ops.where(m > a, ops.all_of([flag == 0, value == 0]),
                                    value <= test + ops.mul_down(sample, flag, at_most=1) + ops.where(m == a, count, 0)))
         return ops.all_of(terms)
+
+
+def shifted_split(ops: Ops, env: RuleEnv, dimensions: int | None) -> tuple[Any, Any]:
+    """(ε_{t,1}, publication pool) of Kellaris et al. 2014 §4.5, "shifting budget from M_{i,1} to M_{i,2}".
+
+    The noise scale of the dissimilarity is λ_{i,1} = 1/ε instead of 2w/(εd): ε_{t,1} = ε/d, which
+    leaves ε − w·ε/d for publication in any window. The shift is taken only when d > 2w (then
+    ε/d < ε/(2w) and the pool is more than ε/2); otherwise the split is BD's (ε/(2w), ε/2).
+    ``dimensions`` None: no shift. Both parts are rounded down, so w·ε_{t,1} + pool <= ε.
+    """
+    parts = max(2 * env.w, dimensions or 0)
+    return ops.share(env.epsilon, parts), ops.fraction_down(env.epsilon, parts - env.w, parts)
+
+
+def _check_dimensions(instance: object, attribute: object, value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise InvalidArgument(f"dimensions={value!r} must be an integer >= 1 or None")
+
+
+@attrs.frozen
+class ShiftedBDRule:
+    """BD with budget shifted to publication (Kellaris et al. 2014, §4.5; Fig. 2 otherwise).
+
+    State (δ, P, p_1..p_{w−1}): the dissimilarity budget δ and the publication pool P of the split
+    (:func:`shifted_split`, fixed at the start from d), then BD's recent publication budgets.
+    Charges: (δ, (P − Σ p)/2 if publishing). δ and P are symbols in the proof, constrained only by
+    δ, P >= 0 and w·δ + P <= ε, so one proof covers every d (and d <= 2w, where it is BD).
+    Invariant: each p >= 0, Σ p <= P, every recent total <= δ + its publication budget.
+    ``dimensions`` is the stream's d; the mechanism sets it per stream (``for_dimensions``).
+    """
+
+    dimensions: int | None = attrs.field(default=None, validator=_check_dimensions)
+    purposes: tuple[str, ...] = ("dissimilarity", "publication")
+
+    def for_dimensions(self, dimensions: int) -> ShiftedBDRule:
+        """The rule a run on a stream of ``dimensions`` columns follows."""
+        return attrs.evolve(self, dimensions=dimensions)
+
+    def initial(self, ops: Ops, env: RuleEnv) -> State:
+        return (*shifted_split(ops, env, self.dimensions), *(0.0 for _ in range(env.w - 1)))
+
+    def arbitrary(self, env: RuleEnv, tag: str) -> State:
+        return (symbol_real(f"{tag}_delta"), symbol_real(f"{tag}_pool"), *(symbol_real(f"{tag}_p{j}") for j in range(env.w - 1)))
+
+    def charges(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, ...]:
+        delta, pool, recent = state[0], state[1], state[2:]
+        return (delta, ops.where(decision, ops.half_down(ops.sub_down(pool, ops.sum_up(recent))), 0))
+
+    def advance(self, ops: Ops, env: RuleEnv, state: State, decision: Any, spent: tuple[Any, ...]) -> State:
+        return (state[0], state[1], *ops.slide(state[2:], spent[1]))
+
+    def invariant(self, ops: Ops, env: RuleEnv, state: State, recent: Sequence[Any]) -> Any:
+        delta, pool, published = state[0], state[1], state[2:]
+        terms = [delta >= 0, pool >= 0, delta * env.w + pool <= env.epsilon]
+        terms += [p >= 0 for p in published] + [ops.sum_up(published) <= pool]
+        terms += [r <= delta + p for r, p in zip(recent, published, strict=True)]
+        return ops.all_of(terms)
+
+
+@attrs.frozen
+class ShiftedBARule:
+    """BA with budget shifted to publication (Kellaris et al. 2014, §4.5; Fig. 4 otherwise).
+
+    The split of :func:`shifted_split` gives δ = ε_{t,1} and the publication share u = P/w (BA's
+    ε/(2w) when unshifted); absorption, nullification and the cap of w shares are BA's
+    (:func:`ba_shares`). State (δ, u, a, k, S) with (a, k, S) as in :class:`BARule`; δ and u are
+    symbols in the proof with δ, u >= 0 and w·δ + w·u <= ε, so one proof covers every d. The
+    dissimilarity is computed (and paid) at nullified timestamps too, as the paper's Figure 4 does.
+    """
+
+    dimensions: int | None = attrs.field(default=None, validator=_check_dimensions)
+    purposes: tuple[str, ...] = ("dissimilarity", "publication")
+
+    def for_dimensions(self, dimensions: int) -> ShiftedBARule:
+        """The rule a run on a stream of ``dimensions`` columns follows."""
+        return attrs.evolve(self, dimensions=dimensions)
+
+    def initial(self, ops: Ops, env: RuleEnv) -> State:
+        delta, pool = shifted_split(ops, env, self.dimensions)
+        unit = ops.fraction_down(pool, 1, env.w)
+        return (delta, unit, 1, 1, ops.ghost(lambda: tuple(0.0 for _ in range(env.w - 1))))
+
+    def arbitrary(self, env: RuleEnv, tag: str) -> State:
+        return (
+            symbol_real(f"{tag}_delta"),
+            symbol_real(f"{tag}_u"),
+            symbol_int(f"{tag}_a"),
+            symbol_int(f"{tag}_k"),
+            tuple(symbol_real(f"{tag}_S{m}") for m in range(1, env.w)),
+        )
+
+    def charges(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, ...]:
+        delta, unit, age, last_shares = state[0], state[1], state[2], state[3]
+        nullified, shares = ba_shares(ops, age, last_shares, env.w)
+        publish = ops.both(decision, ops.negate(nullified))
+        return (delta, ops.where(publish, ops.mul_down(unit, shares, at_most=env.w), 0))
+
+    def advance(self, ops: Ops, env: RuleEnv, state: State, decision: Any, spent: tuple[Any, ...]) -> State:
+        delta, unit, age, last_shares, prefix = state
+        nullified, shares = ba_shares(ops, age, last_shares, env.w)
+        publish = ops.both(decision, ops.negate(nullified))
+        following_age = ops.where(publish, 1, ops.minimum(age + 1, 2 * env.w))
+        following_shares = ops.where(publish, shares, last_shares)
+        sums = ops.ghost(lambda: tuple(spent[1] + previous for previous in (0, *prefix[:-1])) if env.w > 1 else ())
+        return (delta, unit, following_age, following_shares, sums)
+
+    def invariant(self, ops: Ops, env: RuleEnv, state: State, recent: Sequence[Any]) -> Any:
+        w = env.w
+        delta, unit, age, last_shares, sums = state
+        last_budget = ops.mul_down(unit, last_shares, at_most=w)
+        age_budget = ops.mul_down(unit, age, at_most=2 * w)
+        terms = [delta >= 0, unit >= 0, delta * w + unit * w <= env.epsilon]
+        terms += [last_shares >= 1, last_shares <= w, age >= 1, age <= 2 * w]
+        previous: Any = 0
+        for m in range(1, w):
+            current = sums[m - 1]
+            bound = unit * m + last_budget
+            terms += [current >= previous, recent[w - 1 - m] <= delta + current - previous]
+            terms.append(ops.where(m < age, current == 0, current + age_budget <= bound))
+            previous = current
+        terms.append(previous <= unit * w)
+        return ops.all_of(terms)

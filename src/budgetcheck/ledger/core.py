@@ -575,6 +575,50 @@ class LaplaceReleases(LedgerCore):
             return self._noisy(distance, amounts, scale, delta, per_run=True, integral=False)
 
     @journaled
+    def dissimilarity_groups(self, secret: Secret, last_release: ArrayLike, labels: ArrayLike, epsilon: ArrayLike, *,
+                             purpose: str = "dissimilarity") -> FloatArray:
+        """Noisy mean absolute difference to each run's last release within each group of bins.
+
+        Kellaris et al. 2014 §4.5 (column partitioning): one dissimilarity per group g of n_g bins,
+        MAE_g + Lap(Δ/(n_g·ε_g)), drawn as (Σ_{j in g} |c_j − o_j| + Lap(Δ/ε_g)) / n_g. The vector
+        of group sums of absolute differences moves by at most ‖c − c'‖₁ <= Δ (the identity's
+        sensitivity under the stream's relation), so the charge is max_g ε_{t,g} (the groups are
+        disjoint; accounting rules §2). ``labels`` (shape (d,) or (runs, d)) puts bin j in group
+        labels[j] in [0, G) or none (−1); ``epsilon`` has shape (G,) or (runs, G). Every group a run
+        pays for must hold a bin. Returns (runs, G); NaN where ε_g = 0.
+        """
+        self._check_secret(secret)
+        bins = int(secret.shape[-1]) if secret.shape else 1
+        if len(secret.shape) > 1:
+            raise InvalidArgument(f"dissimilarity_groups needs a one-dimensional histogram, got a secret of shape {secret.shape}")
+        raw = np.asarray(labels)
+        if raw.dtype.kind not in "iu" or raw.shape not in ((bins,), (self._runs, bins)):
+            raise InvalidArgument(f"labels must be integers of shape ({bins},) or ({self._runs}, {bins}), got {raw.dtype} {raw.shape}")
+        groups = np.broadcast_to(raw.astype(np.int64), (self._runs, bins))
+        count = int(np.asarray(epsilon).shape[-1]) if np.ndim(epsilon) else 0
+        budgets = check_bin_amounts(epsilon, self._runs, count)
+        if groups.size and (groups.min() < -1 or groups.max() >= count):
+            raise InvalidArgument(f"labels must lie in [-1, {count}) for epsilon with {count} groups, got [{groups.min()}, {groups.max()}]")
+        last = np.asarray(last_release, dtype=np.float64)
+        if last.shape != (self._runs, bins) or not np.isfinite(last).all():
+            raise InvalidArgument(f"last_release must be finite with shape {(self._runs, bins)}, got shape {last.shape}")
+        member = groups >= 0
+        runs = np.broadcast_to(np.arange(self._runs)[:, None], groups.shape)
+        sizes = np.zeros((self._runs, count))
+        np.add.at(sizes, (runs[member], groups[member]), 1.0)
+        empty = (budgets > 0.0) & (sizes == 0)
+        if empty.any():
+            run, group = (int(i) for i in np.argwhere(empty)[0])
+            raise InvalidArgument(f"epsilon pays for group {group} of run {run}, which holds no bin (labels)")
+        delta = Identity().sensitivity(cast(Relation, neighbours_of(secret)), bins)
+        scale, delta = self._reserve(secret, _frozen_max(budgets), budgets, delta, purpose, integral=False)
+        with charged(secret) as values:
+            sums = np.zeros((self._runs, count))
+            np.add.at(sums, (runs[member], groups[member]), np.abs(last - self._per_run(secret, values))[member])
+            noisy = self._noisy(sums, budgets, scale, delta, per_run=True, integral=False)
+        return np.asarray(noisy / np.maximum(sizes, 1.0), dtype=np.float64)
+
+    @journaled
     def measure(
         self,
         fn: Callable[[FloatArray], ArrayLike],

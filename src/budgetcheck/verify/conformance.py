@@ -115,7 +115,13 @@ def _departure(rule: AllocationRule, env: RuleEnv, spent: dict[int, dict[str, fl
 
 
 def first_departure(rule: AllocationRule, setting: Setting, records: Sequence[SpendRecord]) -> str | None:
-    """Where an explored run's charges leave the rule (see the module docstring), None, or :data:`UNDECIDED`."""
+    """Where an explored run's charges leave the rule (see the module docstring), None, or :data:`UNDECIDED`.
+
+    A rule whose split depends on the stream's d (``for_dimensions``, e.g. Kellaris §4.5's shifted
+    budget) is followed as the run's stream made it."""
+    for_dimensions = getattr(rule, "for_dimensions", None)
+    if callable(for_dimensions):
+        rule = for_dimensions(setting.dimensions)
     if setting.notion == Notion.PERSONALIZED:
         strictest = RuleEnv(min(eps for _, eps, _ in setting.classes), max(w for w, _, _ in setting.classes))
         for c, (w, eps, _) in enumerate(setting.classes):
