@@ -193,7 +193,7 @@ def _grouped_median(values: FloatArray, epsilon_group: FloatArray, thresholds: C
     out = np.empty_like(values)
     query_scale, offset_scale = (8.0 / epsilon_group)[:, None], (4.0 / epsilon_group)[:, None]
     truth = np.full((w, runs, d), np.nan)  # the last w timestamps, newest at row t % w
-    noisy = np.full((w, runs, d), np.nan)
+    ranked = np.full((w, runs, d), np.nan)  # the group's perturbed values, ascending, in its first rows
     start = np.zeros((runs, d), dtype=np.int64)  # first timestamp of the open instance, 0: none
     offsets = np.zeros((runs, d))
     group = np.zeros((runs, d), dtype=np.int64)  # the smoothing group's length
@@ -203,21 +203,29 @@ def _grouped_median(values: FloatArray, epsilon_group: FloatArray, thresholds: C
         stamp, row = t + 1, t % w
         x = perturbed(t, last)
         theta = thresholds(t, x)
-        truth[row], noisy[row] = values[:, t], x
+        truth[row] = values[:, t]
         opened = (start == 0) | (stamp - start + 1 > w)
-        age = ((row - slots) % w)[:, None, None]  # how long ago each row was written (unwritten rows: masked)
         footprint = np.where(opened, 0, stamp - start + 1)
-        inside = age < footprint
-        members = np.where(inside, truth, 0.0)
-        mean = members.sum(axis=0) / np.maximum(footprint, 1)
-        spread = np.where(inside, np.abs(truth - mean), 0.0).sum(axis=0)
+        recent = (row - slots[: max(int(footprint.max()), 1)]) % w  # newest first: only as far back as a footprint goes
+        inside = slots[: recent.size, None, None] < footprint
+        members = truth[recent]
+        mean = np.where(inside, members, 0.0).sum(axis=0) / np.maximum(footprint, 1)
+        spread = np.where(inside, np.abs(members - mean), 0.0).sum(axis=0)
         above = ~opened & (spread + rng.laplace(0.0, 1.0, size=(runs, d)) * query_scale >= theta + offsets)
         fresh_offsets = rng.laplace(0.0, 1.0, size=(runs, d)) * offset_scale
         offsets = np.where(opened, fresh_offsets, offsets)
         start = np.where(above, 0, np.where(opened, stamp, start))
         restart = above | opened
         group = np.where(restart, 1, np.minimum(group + 1, w))
-        ranked = np.sort(np.where(age < group, noisy, np.nan), axis=0)  # NaN last
+        # a group only grows by t or restarts at {t} (a cap restarts it): one sorted insertion per cell;
+        # rows at or past a cell's group length are never read (stale after a restart)
+        top = int(group.max())
+        head = ranked[:top]
+        rows = slots[:top, None, None]
+        position = ((head < x) & (rows < group - 1)).sum(axis=0)
+        shifted = np.concatenate([np.full((1, runs, d), np.nan), head[:-1]])
+        inserted = np.where(rows < position, head, np.where(rows == position, x, shifted))
+        ranked[:top] = np.where(restart, np.where(rows == 0, x, np.nan), inserted)
         low = np.take_along_axis(ranked, ((group - 1) // 2)[None], axis=0)[0]
         high = np.take_along_axis(ranked, (group // 2)[None], axis=0)[0]
         last = (low + high) / 2.0
