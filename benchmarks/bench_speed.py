@@ -8,7 +8,11 @@ extrapolated from the batches run, its wall time on both cores as ``budgetcheck 
 runs it (the least of two runs, each in a fresh process; not with --quick), the Laplace-noise floor of the noise-bound cells (drawing the
 runs × T values Uniform consumes, in one call of the library's sampler, in the same process) and the ratio, and the
 cost of the ledger's accounting: the same mechanism run through a ledger whose check is switched
-off (a plain float window sum, no exactness, no records).
+off (a plain float window sum, no exactness, no records). Last, per mechanism the harness and we both run,
+the CPU time of ours against a plain, unchecked numpy version of the same algorithm
+(``benchmarks/plain_mechanisms.py``: no ledger, no secrets) over the same batches of the grid, interleaved
+in one process, with the ledger's share of our time (from the switched-off check); targets: ours at most
+0.5x the harness's CPU per timestep-run, the ledger's share at most 15%.
 
     python benchmarks/bench_speed.py          # the whole artificial grid, in one process and on both cores (a few minutes)
     python benchmarks/bench_speed.py --quick  # the w = 120 pass and the w = 40 pass; w = 80, 160, 200 extrapolated
@@ -28,14 +32,16 @@ from collections.abc import Callable
 
 import numpy as np
 
-from budgetcheck import GuardedStream, WEventParams, WindowLedger
+from budgetcheck import GuardedStream, WEventParams, WindowLedger, execute
 from budgetcheck.bench import Benchmark
 from budgetcheck.bench.memory import keep_freed_memory
+from budgetcheck.bench.config import Batch
 from budgetcheck.bench.runner import run_batch, stream_data
 from budgetcheck.ledger.exact import ExactVector
 from budgetcheck.ledger.noise import laplace_draws
 from budgetcheck.ledger.records import SpendRecord
 from budgetcheck.mechanism.loading import load_mechanism
+from plain_mechanisms import PLAIN
 
 HARNESS_SECONDS, HARNESS_SHIPPED_SECONDS = 23.0, 232.0
 REPEATS = 6  # timings below take the minimum: the first runs of a process pay for fresh memory
@@ -57,7 +63,7 @@ class UncheckedLedger(WindowLedger):  # type: ignore[misc]  # final for users; t
 
 def _timed_run(mechanism: str, data: list[np.ndarray], epsilon: float, w: int, runs: int, ledger_type: type[WindowLedger]) -> float:
     stream = GuardedStream.stacked(data)
-    ledger = ledger_type(WEventParams(epsilon, w), runs=runs, seed=1)
+    ledger = ledger_type(WEventParams(epsilon, w), runs=runs, seed=1, sampler="numpy-laplace")  # as execute() runs it
     ledger.bind(stream)
     mech = load_mechanism(mechanism)
     start = time.perf_counter()
@@ -95,6 +101,30 @@ def _grid_in_fresh_process() -> float:
     """Seconds of the artificial grid on both cores, run by a new interpreter."""
     done = subprocess.run([sys.executable, "-c", _GRID_CHILD], check=True, capture_output=True, text=True)
     return float(done.stdout.split()[-1])
+
+
+def _batch_input(grid: Benchmark, batch: Batch) -> tuple[list[np.ndarray], np.ndarray]:
+    """The batch's streams and the ε of each of its runs, laid out as ``batch_releases`` lays them out."""
+    data = [stream_data(grid.stream(name), grid.seed) for name in batch.streams]
+    return data, np.tile(np.repeat(batch.epsilons, grid.runs), len(data))
+
+
+def _ours_cpu(grid: Benchmark, batch: Batch) -> float:
+    """CPU seconds of our checked mechanism on a batch (the benchmark's stacked pass, metrics excluded)."""
+    data, epsilons = _batch_input(grid, batch)
+    stream = GuardedStream(data[0]) if len(data) == 1 else GuardedStream.stacked(data)
+    start = time.process_time()
+    execute(load_mechanism(batch.mechanism), stream, epsilon=epsilons, w=batch.w, runs=epsilons.size, seed=batch.seed)
+    return time.process_time() - start
+
+
+def _plain_cpu(grid: Benchmark, batch: Batch) -> float:
+    """CPU seconds of the plain numpy version on the same runs (each run its own stream and ε)."""
+    data, epsilons = _batch_input(grid, batch)
+    values = np.repeat(np.stack(data), epsilons.size // len(data), axis=0)
+    start = time.process_time()
+    PLAIN[batch.mechanism](values, epsilons, batch.w, np.random.default_rng(batch.seed))
+    return time.process_time() - start
 
 
 def main() -> None:
@@ -164,6 +194,7 @@ def main() -> None:
 
     print(f"ledger accounting vs the same batch with the check switched off (ε = 1, w = 120, {len(stacked)} streams "
           f"× {grid.runs} runs, as the benchmark runs it):")
+    ledger_share: dict[str, float] = {}
     for name in ("Uniform", "Sample", "Hybrid", "BD", "BA", "FASTw", "DSATw", "RescueDP", "AdaPub", "PeGaSus"):
         checked_times: list[float] = []
         unchecked_times: list[float] = []
@@ -177,8 +208,27 @@ def main() -> None:
             print(f"  {name:<9} unchecked run failed: {type(error).__name__}")
             continue
         checked, unchecked = min(checked_times), min(unchecked_times)
+        ledger_share[name] = max(0.0, 1.0 - unchecked / checked)
         print(f"  {name:<9} checked {checked * 1e3:7.0f} ms, unchecked {unchecked * 1e3:7.0f} ms: "
               f"{(checked / unchecked - 1) * 100:+.0f}% (minimum of {len(checked_times)} each)")
+
+    common = [b for b in batches if b.mechanism in PLAIN]
+    ours_cpu: dict[str, float] = defaultdict(float)
+    plain_cpu: dict[str, float] = defaultdict(float)
+    for batch in common:  # interleaved, batch by batch: a busy machine slows both alike
+        ours_cpu[batch.mechanism] += _ours_cpu(grid, batch)
+        plain_cpu[batch.mechanism] += _plain_cpu(grid, batch)
+    which = "w = 120 and w = 40 (--quick)" if args.quick else "the whole artificial grid"
+    print(f"ours against a plain, unchecked numpy version of the same algorithm (CPU seconds in this process, "
+          f"{which}, {len(common)} batches; target for ours: 0.5x the harness):")
+    print(f"  {'mechanism':<9} {'ours s':>8} {'plain s':>8} {'ours/plain':>11} {'ledger share':>13}")
+    for name in PLAIN:
+        if name in ours_cpu:
+            share = f"{ledger_share[name]:.0%}" if name in ledger_share else "n/a"
+            print(f"  {name:<9} {ours_cpu[name]:>8.2f} {plain_cpu[name]:>8.2f} "
+                  f"{ours_cpu[name] / plain_cpu[name]:>10.1f}x {share:>13}")
+    total_ours, total_plain = sum(ours_cpu.values()), sum(plain_cpu.values())
+    print(f"  {'all nine':<9} {total_ours:>8.2f} {total_plain:>8.2f} {total_ours / total_plain:>10.1f}x")
 
 
 

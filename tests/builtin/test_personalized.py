@@ -7,6 +7,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from numpy.typing import NDArray
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +24,7 @@ from budgetcheck import (
 )
 from budgetcheck.ledger.audit_notions import audit_personalized
 from budgetcheck.ops import FLOAT, per_run
+from budgetcheck.stream.secret import _payload
 from budgetcheck.proving import RuleEnv
 from budgetcheck.strategies import requirement_sets
 from mechanisms.personalized import step_budgets
@@ -250,3 +252,87 @@ def test_a_million_users_in_five_classes_is_cheap() -> None:
     for t in range(1, 30):
         ledger.spend(t, ledger.remaining(t) / 2, purpose="p")
     assert requirements.n_users == 1_000_000 and requirements.n_classes == 5
+
+
+def _counts_by_mask(requirements: RequirementSet, bins: NDArray[np.int64], d: int) -> NDArray[np.float64]:
+    """The counting PersonalizedStream did before one bincount per row: a mask, its nonzero, one bincount."""
+    T, C = bins.shape[0], requirements.n_classes
+    present = bins >= 0
+    rows = np.broadcast_to(np.arange(T)[:, None], bins.shape)[present]
+    cells = (rows * C + requirements.user_classes[np.nonzero(present)[1]]) * d + bins[present]
+    return np.bincount(cells, minlength=T * C * d).astype(np.float64).reshape(T, C, d)
+
+
+def _counts_one_by_one(requirements: RequirementSet, bins: NDArray[np.int64], d: int) -> NDArray[np.float64]:
+    """Every present user adds one to its (t, class, bin) cell: the definition, with np.add.at."""
+    t, user = np.nonzero(bins >= 0)
+    counts = np.zeros((bins.shape[0], requirements.n_classes, d))
+    np.add.at(counts, (t, requirements.user_classes[user], bins[t, user]), 1.0)
+    return counts
+
+
+def _stream_counts(stream: PersonalizedStream) -> NDArray[np.float64]:
+    return np.stack([_payload(secret) for secret in stream])
+
+
+@st.composite
+def _personalized_rows(draw: st.DrawFn) -> tuple[RequirementSet, NDArray[np.int64], int]:
+    """Requirements (classes in user order or interleaved) and (T, n) rows with absent users, empty rows and classes."""
+    grouped = draw(requirement_sets(max_classes=4, max_users=6, max_w=5))
+    pairs = [grouped.classes[c] for c in grouped.user_classes]
+    if draw(st.booleans()):
+        pairs = draw(st.permutations(pairs))  # users of a class need not be adjacent
+    requirements = RequirementSet([(r.w, r.epsilon) for r in pairs])
+    d = draw(st.integers(1, 4))
+    T = draw(st.integers(1, 6))
+    n = requirements.n_users
+    cell = st.integers(-1, d - 1)
+    rows = [draw(st.one_of(st.just([-1] * n), st.lists(cell, min_size=n, max_size=n))) for _ in range(T)]
+    return requirements, np.array(rows, dtype=np.int64), d
+
+
+@given(case=_personalized_rows(), dtype=st.sampled_from(["int8", "int16", "int64", "float64", "uint8", "uint64"]))
+@settings(max_examples=300, deadline=None)
+def test_class_counts_equal_the_masked_count_and_the_definition(case: tuple[RequirementSet, NDArray[np.int64], int],
+                                                               dtype: str) -> None:
+    requirements, bins, d = case
+    if dtype.startswith("uint"):
+        bins = np.where(bins < 0, 0, bins)  # unsigned rows cannot say absent
+    stream = PersonalizedStream(requirements, bins.astype(dtype), dimensions=d)
+    counts = _stream_counts(stream)
+    reference = _counts_by_mask(requirements, bins, d)
+    assert counts.shape == (bins.shape[0], requirements.n_classes, d) and counts.dtype == np.float64
+    assert np.array_equal(counts, reference)
+    assert np.array_equal(counts, _counts_one_by_one(requirements, bins, d))
+    # every present user is counted once, in its own class
+    present = [np.bincount(requirements.user_classes[row >= 0], minlength=requirements.n_classes) for row in bins]
+    assert np.array_equal(counts.sum(axis=2), np.stack(present))
+
+
+@pytest.mark.parametrize(
+    ("pairs", "rows", "d", "expected"),
+    [
+        ([(2, 1.0)], [[-1]], 2, [[[0, 0]]]),  # one user, absent: an empty row
+        ([(2, 1.0)], [[1], [0], [-1]], 2, [[[0, 1]], [[1, 0]], [[0, 0]]]),  # one user moving between bins
+        ([(2, 1.0), (3, 1.0), (2, 1.0)], [[-1, -1, -1]], 3, [[[0, 0, 0], [0, 0, 0]]]),  # no one at all
+        # class (3, 1.0) has nobody present; class (2, 1.0)'s users, interleaved, share bin 2
+        ([(2, 1.0), (3, 1.0), (2, 1.0)], [[2, -1, 2]], 3, [[[0, 0, 2], [0, 0, 0]]]),
+        ([(2, 1.0)] * 3, [[0, 0, 0]], 1, [[[3]]]),  # d = 1
+    ],
+)
+def test_class_counts_edge_cases(pairs: list[tuple[int, float]], rows: list[list[int]], d: int,
+                                 expected: list[object]) -> None:
+    requirements = RequirementSet(pairs)
+    counts = _stream_counts(PersonalizedStream(requirements, rows, dimensions=d))
+    assert np.array_equal(counts, np.array(expected, dtype=np.float64))
+
+
+def test_out_of_range_bins_never_spill_into_the_next_class() -> None:
+    """A bin of d in class 0 would be slot 0 of class 1 in a combined index: it is refused, for every dtype."""
+    requirements = RequirementSet([(2, 1.0), (3, 1.0)])
+    for dtype in ("int8", "int64", "uint8", "uint64", "float64"):
+        with pytest.raises(InvalidArgument, match=r"bins\[t=1, user 0\]=2(\.0)? must be in \[0, 2\)"):
+            PersonalizedStream(requirements, np.array([[2, -1 if dtype[0] != "u" else 0]], dtype=dtype), dimensions=2)
+    for dtype in ("int8", "int64", "float64"):  # below -1 would be the previous class's last bin
+        with pytest.raises(InvalidArgument, match=r"bins\[t=2, user 1\]=-2(\.0)? must be in \[0, 2\)"):
+            PersonalizedStream(requirements, np.array([[0, 0], [0, -2]], dtype=dtype), dimensions=2)

@@ -21,6 +21,7 @@ only when a matrix query is built).
 from __future__ import annotations
 
 import abc
+import functools
 import hashlib
 import math
 from fractions import Fraction
@@ -89,7 +90,14 @@ def linear_sensitivity(norms: Norms, relation: Relation) -> float:
     """The L1 sensitivity of a linear query with these norms under ``relation`` (module docstring)."""
     if relation.kind == "replace-one":
         return norms.pairwise
-    return _up(relation.bound * Fraction(norms.column))
+    return _column_bound(relation.bound, norms.column)
+
+
+@functools.lru_cache(maxsize=1024)
+def _column_bound(bound: int, column: float) -> float:
+    """k·(max column norm) rounded up: exact Fraction arithmetic once per (k, norm), not at every
+    charged operation (every release of a stream asks the same question of its one relation)."""
+    return _up(bound * Fraction(column))
 
 
 class Query(abc.ABC):

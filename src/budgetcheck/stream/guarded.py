@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import final
+from typing import Any, final
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -146,11 +146,7 @@ class PersonalizedStream(SecretSequence):
             raise InvalidArgument(f"requirements must be a RequirementSet, got {type(requirements).__name__}")
         d = check_positive_int(dimensions, "dimensions")
         data = _check_bins(bins, requirements.n_users, d)
-        T, C = data.shape[0], requirements.n_classes
-        present = data >= 0
-        rows = np.broadcast_to(np.arange(T)[:, None], data.shape)[present]
-        cells = (rows * C + requirements.user_classes[np.nonzero(present)[1]]) * d + data[present]
-        counts = np.bincount(cells, minlength=T * C * d).astype(np.float64).reshape(T, C, d)
+        counts = class_counts(requirements.user_classes, data, requirements.n_classes, d)
         self._requirements = requirements
         self._dimensions = d
         super().__init__(counts)
@@ -187,7 +183,22 @@ class PersonalizedStream(SecretSequence):
         return f"PersonalizedStream(length={self._length}, dimensions={self._dimensions}, users={r.n_users}, classes={r.n_classes})"
 
 
-def _check_bins(bins: ArrayLike, users: int, d: int) -> NDArray[np.int64]:
+def class_counts(user_classes: NDArray[np.int64], bins: NDArray[np.integer[Any]], classes: int,
+                 d: int) -> NDArray[np.float64]:
+    """Counts per (timestamp, class, bin), shape (T, classes, d), of checked ``bins`` (T, n) in [-1, d).
+
+    Row by row, one ``np.bincount`` over the combined index class·(d + 1) + bin + 1: the absent
+    (-1) land in each class's slot 0, which is dropped, so no mask, no ``nonzero`` and no (T, n)
+    temporaries (Du et al. 2025 §4.1: the class counts are the Sampling Mechanism's whole input).
+    """
+    slots = user_classes * (d + 1) + 1
+    counts = np.empty((bins.shape[0], classes, d))
+    for t, row in enumerate(bins):
+        counts[t] = np.bincount(slots + row, minlength=classes * (d + 1)).reshape(classes, d + 1)[:, 1:]
+    return counts
+
+
+def _check_bins(bins: ArrayLike, users: int, d: int) -> NDArray[np.integer[Any]]:
     try:
         raw = np.asarray(bins)
     except (TypeError, ValueError) as exc:
@@ -201,8 +212,8 @@ def _check_bins(bins: ArrayLike, users: int, d: int) -> NDArray[np.int64]:
         if bad.any():
             t, i = (int(x) for x in np.argwhere(bad)[0])
             raise InvalidArgument(f"bins[t={t + 1}, user {i}]={raw[t, i]!r} must be an integer bin or -1")
-    bad = (raw < -1) | (raw >= d)  # before the cast: values beyond int64 are refused, not wrapped
-    if bad.any():
-        t, i = (int(x) for x in np.argwhere(bad)[0])
+    if raw.min() < -1 or raw.max() >= d:  # before the cast: values beyond int64 are refused, not wrapped
+        t, i = (int(x) for x in np.argwhere((raw < -1) | (raw >= d))[0])
         raise InvalidArgument(f"bins[t={t + 1}, user {i}]={raw[t, i].item()!r} must be in [0, {d}) or -1 (absent)")
-    return raw.astype(np.int64)
+    # integers that int64 holds exactly stay as they are (class_counts adds them to int64 slots); the rest are cast
+    return raw if raw.dtype.kind == "i" or (raw.dtype.kind == "u" and raw.dtype.itemsize < 8) else raw.astype(np.int64)
