@@ -48,36 +48,119 @@ def _grid(count: int, columns: int = 5) -> tuple[int, int]:
     return math.ceil(count / cols), cols
 
 
-def heat_map(deltas: dict[tuple[str, float, int], dict[str, float]], streams: dict[str, StreamSpec], path: Path) -> list[Path]:
-    """δ_MAE on the artificial streams: one panel per (ε, w), mechanisms × streams (sorted by a, s)."""
-    plt = _pyplot()
+PAPER_SEASON = 80  # Figure 2 shows the streams of period s = 80 (the period is not decisive, §5.1.1)
+DELTA_CAP = 1000.0  # the colour scale never extends beyond δ_MAE = 1000 (larger cells are labelled "1k+")
+
+
+def _experiments(settings: set[tuple[float, int]]) -> list[tuple[str, str, list[tuple[float, int]]]]:
+    """Figure 2's two experiments: vary ε at the w with most ε values, vary w at the ε with most w values
+    (each kept when it varies; the first one otherwise). Returns (axis name, title, settings in order)."""
+    by_w: dict[int, set[float]] = defaultdict(set)
+    by_epsilon: dict[float, set[int]] = defaultdict(set)
+    for epsilon, w in settings:
+        by_w[w].add(epsilon)
+        by_epsilon[epsilon].add(w)
+    w0 = max(by_w, key=lambda w: (len(by_w[w]), w))
+    e0 = max(by_epsilon, key=lambda e: (len(by_epsilon[e]), e))
+    both = [("ε", f"vary ε at w = {w0}", [(e, w0) for e in sorted(by_w[w0])]),
+            ("w", f"vary w at ε = {e0:g}", [(e0, w) for w in sorted(by_epsilon[e0])])]
+    varied = [experiment for experiment in both if len(experiment[2]) > 1]
+    chosen = varied or both[:1]
+    return [(axis, f"({'ab'[k]}) {title}", rows) for k, (axis, title, rows) in enumerate(chosen)]
+
+
+def delta_scale(largest: float) -> float:
+    """The top of the shared colour scale: the first 1-2-5 step above the largest δ_MAE (so that no cell
+    saturates), at most ``DELTA_CAP``."""
+    step = 2.0
+    while step <= largest and step < DELTA_CAP:
+        step *= 2.5 if str(step)[0] == "2" else 2.0
+    return min(step, DELTA_CAP)
+
+
+def _cell_text(value: float) -> str:
+    if value >= DELTA_CAP:
+        return f"{DELTA_CAP / 1000:g}k+"
+    return f"{value:.1f}" if value < 9.95 else f"{value:.0f}"
+
+
+def _amplitude_text(amplitude: float) -> str:
+    return f"{amplitude:,.0f}" if amplitude >= 1 else f"{amplitude:g}"
+
+
+def delta_mae_figure(deltas: dict[tuple[str, float, int], dict[str, float]], streams: dict[str, StreamSpec]) -> Any:
+    """δ_MAE on the artificial streams laid out as Schäler et al. 2022, Figure 2: one panel per mechanism,
+    amplitude a across and ε (a) or w (b) up, streams of one period s; one log colour scale from 1 (the best
+    MAE of its cell, green) to the first 1-2-5 step above the largest δ_MAE (red). None without data."""
     from matplotlib.colors import LogNorm
 
-    artificial = sorted((s for s in streams.values() if isinstance(s, ArtificialStream)), key=lambda s: (s.amplitude, s.season))
-    settings = sorted({(e, w) for (name, e, w) in deltas if name in {s.name for s in artificial}})
+    artificial = [s for s in streams.values() if isinstance(s, ArtificialStream)]
+    names = {s.name for s in artificial}
+    settings = {(e, w) for (name, e, w) in deltas if name in names}
     if not artificial or not settings:
-        return []
-    mechanisms = sorted({m for values in deltas.values() for m in values})
-    rows, cols = _grid(len(settings), 3)
-    figure, axes = plt.subplots(rows, cols, figsize=(0.32 * len(artificial) * cols + 2, 0.3 * len(mechanisms) * rows + 1.5),
-                                squeeze=False, constrained_layout=True)
-    norm = LogNorm(vmin=1.0, vmax=10.0)
+        return None
+    seasons = sorted({s.season for s in artificial})
+    season = PAPER_SEASON if PAPER_SEASON in seasons else seasons[len(seasons) // 2]
+    of_season = sorted((s for s in artificial if s.season == season), key=lambda s: (s.amplitude, s.length))
+    by_amplitude = {s.amplitude: s.name for s in of_season}
+    amplitudes = sorted(by_amplitude)
+    mechanisms = sorted({m for (name, _, _), values in deltas.items() if name in names for m in values})
+    experiments = _experiments(settings)
+    grids = {(m, k): np.array([[deltas.get((by_amplitude[a], e, w), {}).get(m, np.nan) for a in amplitudes]
+                                for (e, w) in rows]) for m in mechanisms for k, (_, _, rows) in enumerate(experiments)}
+    finite = [v for grid in grids.values() for v in grid.ravel() if np.isfinite(v)]
+    top = delta_scale(max(finite, default=1.0))
+    norm = LogNorm(vmin=1.0, vmax=top)
+    cmap = _pyplot().get_cmap("RdYlGn_r").with_extremes(bad="#dddddd")
+    columns = min(5, len(mechanisms))
+    panel_rows = math.ceil(len(mechanisms) / columns)
+    width, heights = [0.55 * len(amplitudes) + 0.75, [0.36 * len(rows) + 0.75 for _, _, rows in experiments]]
+    block = [panel_rows * h + 0.45 for h in heights]
+    plt = _pyplot()
+    figure = plt.figure(figsize=(max(8.5, columns * width + 0.9), sum(block) + 1.55), layout="constrained")
+    parts = figure.subfigures(len(experiments) + 1, 1, height_ratios=[*block, 0.95])
     image = None
-    for ax, (epsilon, w) in zip(axes.flat, settings):
-        grid = np.array([[deltas.get((s.name, epsilon, w), {}).get(m, np.nan) for s in artificial] for m in mechanisms])
-        image = ax.imshow(np.clip(grid, 1.0, 10.0), cmap="RdYlGn_r", norm=norm, aspect="auto")
-        ax.set_title(f"ε = {epsilon:g}, w = {w}", fontsize=9)
-        ax.set_yticks(range(len(mechanisms)), mechanisms, fontsize=7)
-        ax.set_xticks(range(len(artificial)), [f"a={s.amplitude:g} s={s.season}" for s in artificial], rotation=90, fontsize=6)
-        if len(artificial) * len(mechanisms) <= 120:
+    for k, (axis, title, rows) in enumerate(experiments):
+        part = parts[k]
+        part.suptitle(title, fontsize=10, x=0.01, ha="left")
+        axes = part.subplots(panel_rows, columns, squeeze=False)
+        for index, mechanism in enumerate(mechanisms):
+            ax = axes.flat[index]
+            grid = grids[(mechanism, k)]
+            image = ax.imshow(grid, cmap=cmap, norm=norm, aspect="auto", origin="lower")
+            ax.set_title(mechanism, fontsize=9, pad=3)
+            ax.set_xticks(range(len(amplitudes)), [_amplitude_text(a) for a in amplitudes], fontsize=7)
+            ax.set_yticks(range(len(rows)), [f"{e:g}" if axis == "ε" else str(w) for e, w in rows], fontsize=7)
+            ax.tick_params(length=2, pad=1.5, labelleft=index % columns == 0)
+            if index % columns == 0:
+                ax.set_ylabel(axis, fontsize=9)
+            if index + columns >= len(mechanisms):
+                ax.set_xlabel("amplitude a", fontsize=8)
             for (i, j), value in np.ndenumerate(grid):
-                if not np.isnan(value):
-                    ax.text(j, i, f"{value:.1f}", ha="center", va="center", fontsize=6)
-    for ax in list(axes.flat)[len(settings):]:
-        ax.axis("off")
-    figure.colorbar(image, ax=axes, label="δ_MAE (MAE / best MAE; clipped at 10)", shrink=0.8)
-    figure.suptitle("MAE deterioration on the artificial streams (cf. Schäler et al. 2022, Figure 2)")
-    return _save(figure, path)
+                if np.isfinite(value):
+                    red, green, blue, _ = cmap(norm(min(value, top)))
+                    dark = 0.299 * red + 0.587 * green + 0.114 * blue < 0.5
+                    ax.text(j, i, _cell_text(value), ha="center", va="center", fontsize=7,
+                            color="white" if dark else "black", fontweight="bold" if value == 1.0 else "normal")
+        for ax in list(axes.flat)[len(mechanisms):]:
+            ax.axis("off")
+    bar = parts[-1].add_axes((0.2, 0.62, 0.6, 0.16))
+    colorbar = parts[-1].colorbar(image, cax=bar, orientation="horizontal")
+    ticks = [t for t in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if t <= top]
+    colorbar.set_ticks(ticks, labels=[f"{t:g}" for t in ticks], fontsize=7)
+    colorbar.minorticks_off()
+    colorbar.set_label("δ_MAE: the mechanism's MAE / the smallest MAE of any mechanism on that stream and setting"
+                       " (1 = best, bold)", fontsize=8)
+    figure.suptitle(f"MAE deterioration on the artificial streams of period s = {season}"
+                    " (cf. Schäler et al. 2022, Figure 2)", fontsize=11)
+    return figure
+
+
+def heat_map(deltas: dict[tuple[str, float, int], dict[str, float]], streams: dict[str, StreamSpec],
+             path: Path) -> list[Path]:
+    """The δ_MAE figure (:func:`delta_mae_figure`) as PNG and PDF; nothing without artificial streams."""
+    figure = delta_mae_figure(deltas, streams)
+    return [] if figure is None else _save(figure, path)
 
 
 def error_curves(summaries: Sequence[CellSummary], path: Path, *, vary: str) -> list[Path]:

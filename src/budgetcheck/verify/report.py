@@ -7,6 +7,7 @@ import base64
 import io
 from fractions import Fraction
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -14,13 +15,17 @@ import attrs
 
 from budgetcheck.ledger.core import LedgerCore
 from budgetcheck.ledger.errors import BudgetExceeded, SecretAccess
-from budgetcheck.ledger.wevent import WindowLedger
 from budgetcheck.ledger.params import WEventParams
 from budgetcheck.ledger.personalized import PersonalizedLedger
-from budgetcheck.stream.guarded import GuardedStream, PersonalizedStream
 from budgetcheck.ledger.swellfish import SwellfishLedger
-from budgetcheck.verify.stages import AnyCase, VerifyResult, load_mechanism
-from budgetcheck.strategies import PersonalizedCase, SwellfishCase
+from budgetcheck.ledger.wevent import WindowLedger
+from budgetcheck.mechanism.loading import load_mechanism
+from budgetcheck.stream.guarded import GuardedStream, PersonalizedStream
+from budgetcheck.strategies import PersonalizedCase, SwellfishCase, VerificationCase
+from budgetcheck.verify.stages import AnyCase, VerifyResult
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 @attrs.frozen
@@ -53,18 +58,21 @@ def _curves(ledger: LedgerCore, case: AnyCase, run: int) -> list[_Curve]:
     if isinstance(case, PersonalizedCase):
         classes = case.requirements.classes
         per_class = _totals(ledger, run, len(classes))
-        return [_Curve(f"class w={r.w}, ε={r.epsilon:g}: window sum / ε", _windows(per_class[c], r.w, r.epsilon)) for c, r in enumerate(classes)]
+        return [_Curve(f"users with w = {r.w}, ε = {r.epsilon:g}: spent in their last {r.w} timestamps / their ε",
+                       _windows(per_class[c], r.w, r.epsilon)) for c, r in enumerate(classes)]
     if isinstance(case, SwellfishCase):
         (totals,) = _totals(ledger, run, 1)
         curves = []
         for index, policy in enumerate(case.policies.policies):
             delta, end = case.policies.delta(index), min(policy.end, len(totals) - 1)
-            ratios = tuple(float(sum(sorted(totals[policy.start : t + 1], reverse=True)[:delta]) / Fraction(case.epsilon))
-                           for t in range(policy.start, end + 1))
-            curves.append(_Curve(f"J=[{policy.start}, {policy.end}], δ={delta}: TOP_δ sum / ε", ratios, policy.start))
+            ratios = tuple(float(sum(sorted(totals[policy.start : t + 1], reverse=True)[:delta])
+                                 / Fraction(case.epsilon)) for t in range(policy.start, end + 1))
+            largest = "largest spend" if delta == 1 else f"{delta} largest spends"
+            label = f"pattern in timestamps {policy.start}–{policy.end}: its {largest} so far"
+            curves.append(_Curve(label, ratios, policy.start))
         return curves
     (totals,) = _totals(ledger, run, 1)
-    return [_Curve(f"Σ ε over window [t−{case.w}+1, t] / ε", _windows(totals, case.w, case.epsilon))]
+    return [_Curve(f"privacy spent in the last w = {case.w} timestamps", _windows(totals, case.w, case.epsilon))]
 
 
 def _replay(result: VerifyResult, case: AnyCase) -> tuple[LedgerCore, BudgetExceeded | None, str]:
@@ -73,13 +81,16 @@ def _replay(result: VerifyResult, case: AnyCase) -> tuple[LedgerCore, BudgetExce
     ledger: LedgerCore
     stream: GuardedStream | PersonalizedStream
     if isinstance(case, PersonalizedCase):
-        ledger = PersonalizedLedger(case.requirements, runs=case.runs, seed=case.seed, sampler="numpy-laplace", keep_records=True)
+        ledger = PersonalizedLedger(case.requirements, runs=case.runs, seed=case.seed, sampler="numpy-laplace",
+                                    keep_records=True)
         stream = PersonalizedStream(case.requirements, case.bins, dimensions=case.dimensions)
     elif isinstance(case, SwellfishCase):
-        ledger = SwellfishLedger(case.policies, epsilon=case.epsilon, runs=case.runs, seed=case.seed, sampler="numpy-laplace", keep_records=True)
+        ledger = SwellfishLedger(case.policies, epsilon=case.epsilon, runs=case.runs, seed=case.seed,
+                                 sampler="numpy-laplace", keep_records=True)
         stream = GuardedStream(case.data)
     else:
-        ledger = WindowLedger(WEventParams(case.epsilon, case.w), runs=case.runs, seed=case.seed, sampler="numpy-laplace", keep_records=True)
+        ledger = WindowLedger(WEventParams(case.epsilon, case.w), runs=case.runs, seed=case.seed,
+                              sampler="numpy-laplace", keep_records=True)
         stream = GuardedStream(case.data)
     ledger.bind(stream)
     try:
@@ -91,45 +102,107 @@ def _replay(result: VerifyResult, case: AnyCase) -> tuple[LedgerCore, BudgetExce
     return ledger, None, ""
 
 
-def _describe(case: AnyCase) -> str:
+SHOW_W = 10  # the w a report shows when the case found has a smaller one
+SPAN = 4  # a report's run spans SPAN·w timestamps at least (>= 3w, so that windows slide)
+
+
+def showcase(result: VerifyResult, case: AnyCase) -> AnyCase:
+    """The run ``verify --report`` draws: for w-event, the case's stream repeated to at least 4w timestamps,
+    with w raised to 10 where the case had less (a shrunk counterexample is often w = 1 or 2, T = 2), provided
+    the picture keeps the verdict: a violated mechanism must still be refused. Other notions: the case."""
+    if not isinstance(case, VerificationCase):
+        return case
+    candidates = [_stretched(case, w) for w in dict.fromkeys([max(case.w, SHOW_W), case.w])]
+    if result.counterexample is None:
+        return candidates[0]
+    for candidate in candidates:
+        if _replay(result, candidate)[1] is not None:
+            return candidate
+    return case
+
+
+def _stretched(case: VerificationCase, w: int) -> VerificationCase:
+    length = max(case.data.shape[0], SPAN * w)
+    return attrs.evolve(case, data=np.resize(case.data, (length, case.data.shape[1])), w=w)
+
+
+def _length(case: AnyCase) -> int:
+    return int(case.bins.shape[0] if isinstance(case, PersonalizedCase) else case.data.shape[0])
+
+
+def _describe(case: AnyCase, run: int) -> str:
+    which = f"run {run + 1} of {case.runs}" if case.runs > 1 else "one run"
     if isinstance(case, PersonalizedCase):
-        return f"{case.requirements.n_classes} classes, {case.requirements.n_users} users, T = {case.bins.shape[0]}"
+        classes, users = case.requirements.n_classes, case.requirements.n_users
+        return (f"{which}: {classes} {'class' if classes == 1 else 'classes'}, "
+                f"{users} {'user' if users == 1 else 'users'}, T = {_length(case)} timestamps")
     if isinstance(case, SwellfishCase):
-        return f"{len(case.policies.policies)} policies, T = {case.data.shape[0]}"
-    return f"w = {case.w}, {case.kind} stream, d = {case.data.shape[1]}"
+        return f"{which}: {len(case.policies.policies)} patterns, ε = {case.epsilon:g}, T = {_length(case)} timestamps"
+    return (f"{which}: ε = {case.epsilon:g}, w = {case.w}, T = {_length(case)} timestamps, {case.kind} stream, "
+            f"{case.data.shape[1]} {'count' if case.data.shape[1] == 1 else 'counts'} per timestamp")
+
+
+def draw_report(result: VerifyResult, case: AnyCase) -> tuple[Figure, AnyCase]:
+    """The figure of ``verify --report`` and the case it shows (see :func:`showcase`): privacy spent per
+    window (per class, or per pattern) as a line against ε, the refused attempt marked."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    shown = showcase(result, case)
+    ledger, refusal, stopped = _replay(result, shown)
+    per_run = [_curves(ledger, shown, r) for r in range(ledger.runs)]
+    heaviest = [max((max(c.ratios, default=0.0) for c in curves), default=0.0) for curves in per_run]
+    run = refusal.run if refusal is not None else int(np.argmax(heaviest))
+    shares = isinstance(shown, PersonalizedCase)  # classes have their own ε_i: plot shares of it
+    scale = 1.0 if isinstance(shown, PersonalizedCase) else shown.epsilon
+    length = _length(shown)
+    figure = Figure(figsize=(9, 5), dpi=110, layout="constrained")
+    FigureCanvasAgg(figure)  # drawn without pyplot: no global state, no display
+    axes = figure.add_subplot()
+    if isinstance(shown, VerificationCase):
+        (totals,) = _totals(ledger, run, 1)
+        spent = [float(x) for x in totals[1:]]
+        axes.bar(range(1, len(spent) + 1), spent, width=0.6, color="#b8c7d9", label="privacy spent at t")
+    for curve in per_run[run]:
+        times = range(curve.first, curve.first + len(curve.ratios))
+        axes.plot(times, [r * scale for r in curve.ratios], marker="o", markersize=3, linewidth=1.8, label=curve.label)
+    bound = "each class's ε" if shares else f"ε = {scale:g}"
+    limit = {VerificationCase: f": the most any {getattr(shown, 'w', 0)} consecutive timestamps may spend",
+             SwellfishCase: ": the most a pattern's largest spends may sum to"}.get(type(shown), "")
+    axes.axhline(scale, color="black", linestyle="--", linewidth=1.2, label=bound + limit)
+    top = max([1.0, *(max(c.ratios, default=0.0) for c in per_run[run])])
+    if refusal is not None:
+        ratio = refusal.window_sum / refusal.epsilon
+        top = max(top, ratio)
+        at = refusal.window[1]
+        axes.plot([at, at], [scale, ratio * scale], color="red", linestyle=":", linewidth=1.5)
+        axes.plot([at], [ratio * scale], marker="X", markersize=13, color="red", linestyle="none",
+                  label="refused by the ledger: the overspend the mechanism attempted")
+        axes.annotate(f"refused at t = {at}: timestamps {refusal.window[0]}–{at} would have spent "
+                      f"{ratio * scale:.4g} {'of their ε' if shares else f'> ε = {scale:g}'}",
+                      (at, ratio * scale), textcoords="offset points",
+                      xytext=(12, 8) if at < 0.6 * length else (-12, 8), ha="left" if at < 0.6 * length else "right",
+                      color="red", fontsize=9)
+        if at < length:
+            axes.axvspan(at + 0.5, length + 0.5, color="red", alpha=0.06,
+                         label="not run: the mechanism stopped at the refusal")
+    axes.set_xlim(0.5, length + 0.5)
+    axes.set_ylim(0, 1.3 * top * scale)
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_xlabel("timestamp t")
+    axes.set_ylabel("privacy spent, as a share of ε" if shares else "privacy spent (ε)")
+    figure.suptitle(f"budgetcheck verify {result.reference}: {result.outcome.value}", fontsize=11)
+    axes.set_title(_describe(shown, run) + stopped, fontsize=9)
+    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize=8, frameon=False)
+    return figure, shown
 
 
 def write_report(result: VerifyResult, case: AnyCase, path: Path) -> None:
-    """Replay ``case`` and plot the budget use of its heaviest run against ε (per class or per
-    relevance interval where the notion has them); PNG, or HTML around a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ledger, refusal, stopped = _replay(result, case)
-    per_run = [_curves(ledger, case, r) for r in range(ledger.runs)]
-    heaviest = [max((max(c.ratios, default=0.0) for c in curves), default=0.0) for curves in per_run]
-    run = refusal.run if refusal is not None else int(np.argmax(heaviest))
-    figure, axes = plt.subplots(figsize=(9, 4.5), dpi=110)
-    for curve in per_run[run]:
-        axes.step(range(curve.first, curve.first + len(curve.ratios)), curve.ratios, where="mid", label=f"{curve.label}, run {run}")
-    axes.axhline(1.0, color="black", linestyle="--", label="the bound (ε, or the class's ε_i)")
-    if refusal is not None:
-        ratio = refusal.window_sum / refusal.epsilon
-        axes.scatter([refusal.window[1]], [ratio], color="red", zorder=3, label="refused spend (violation)")
-        axes.annotate(f"window {list(refusal.window)} would use {ratio:.4g} of ε", (refusal.window[1], ratio),
-                      textcoords="offset points", xytext=(-8, 6), ha="right", color="red")
-    axes.set_xlabel("timestamp t")
-    axes.set_ylabel("budget used / ε")
-    axes.set_title(f"budgetcheck verify {result.reference}: {result.verdict} ({_describe(case)}){stopped}", fontsize=10)
-    top = max([1.0, *(max(c.ratios, default=0.0) for c in per_run[run])] + ([refusal.window_sum / refusal.epsilon] if refusal else []))
-    axes.set_ylim(0, 1.2 * top)
-    axes.legend(loc="lower right", fontsize=8)
-    figure.tight_layout()
+    """Replay the run :func:`showcase` chooses and write :func:`draw_report`'s figure: PNG, or HTML around a PNG."""
+    figure, _ = draw_report(result, case)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
-    plt.close(figure)
     if path.suffix.lower() == ".html":
         encoded = base64.b64encode(buffer.getvalue()).decode("ascii")
         stages = "".join(f"<li><b>{s.stage}</b>: {s.verdict} — {s.detail}</li>" for s in result.stages)
