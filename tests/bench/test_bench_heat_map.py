@@ -71,13 +71,14 @@ def test_one_panel_per_mechanism_and_experiment_amplitude_across(quick: tuple[De
     figure = delta_mae_figure(deltas, streams)
     panels = _panels(figure)
     mechanisms = sorted({m for values in deltas.values() for m in values})
-    assert len(mechanisms) == 10 and len(panels) == 2 * len(mechanisms)  # (a) vary ε at w = 40, (b) vary w at ε = 1
+    assert len(mechanisms) >= 10 and len(panels) == 2 * len(mechanisms)  # (a) vary ε at w = 40, (b) vary w at ε = 1
     assert [ax.get_title() for ax in panels] == mechanisms * 2
     for ax in panels:
         assert [t.get_text() for t in ax.get_xticklabels()] == ["10", "1,000"]
     rows = [tuple(t.get_text() for t in ax.get_yticklabels()) for ax in panels]
     assert set(rows) - {()} == {("0.5", "1"), ("40", "80")}  # ε up in (a), w up in (b)
-    assert [k for k, row in enumerate(rows) if row] == [0, 5, 10, 15]  # on the first panel of each row
+    n = len(mechanisms)  # five panels a row in each part: labels on the first panel of each row
+    assert [k for k, row in enumerate(rows) if row] == [*range(0, n, 5), *range(n, 2 * n, 5)]
     (a, b) = [f.get_suptitle() for f in figure.subfigs[:2]]
     assert a == "(a) vary ε at w = 40" and b == "(b) vary w at ε = 1"
     first = panels[0].images[0].get_array()  # AdaPub, vary ε: rows ε = 0.5, 1; columns a = 10, 1000 at s = 80
