@@ -34,8 +34,8 @@ import numpy as np
 
 from budgetcheck import GuardedStream, WEventParams, WindowLedger, execute
 from budgetcheck.bench import Benchmark
-from budgetcheck.bench.memory import keep_freed_memory
 from budgetcheck.bench.config import Batch
+from budgetcheck.bench.memory import keep_freed_memory
 from budgetcheck.bench.runner import run_batch, stream_data
 from budgetcheck.ledger.exact import ExactVector
 from budgetcheck.ledger.noise import laplace_draws
@@ -61,7 +61,9 @@ class UncheckedLedger(WindowLedger):  # type: ignore[misc]  # final for users; t
             self._charge(t, row, record)
 
 
-def _timed_run(mechanism: str, data: list[np.ndarray], epsilon: float, w: int, runs: int, ledger_type: type[WindowLedger]) -> float:
+def _timed_run(
+    mechanism: str, data: list[np.ndarray], epsilon: float, w: int, runs: int, ledger_type: type[WindowLedger]
+) -> float:
     stream = GuardedStream.stacked(data)
     ledger = ledger_type(WEventParams(epsilon, w), runs=runs, seed=1, sampler="numpy-laplace")  # as execute() runs it
     ledger.bind(stream)
@@ -140,15 +142,19 @@ def main() -> None:
     for batch in batches:
         batch_start = time.perf_counter()
         run_batch(grid, batch)
-        seconds[batch.mechanism][batch.w] = seconds[batch.mechanism].get(batch.w, 0.0) + time.perf_counter() - batch_start
+        seconds[batch.mechanism][batch.w] = (
+            seconds[batch.mechanism].get(batch.w, 0.0) + time.perf_counter() - batch_start
+        )
     wall = time.perf_counter() - start
     streams = len(batches[0].streams)
     ws = sorted({s.w for s in paper.settings})
     eps_at = {w: sum(1 for s in paper.settings if s.w == w) for w in ws}
     stacking = sorted({b.mechanism for b in batches if len(b.epsilons) > 1})
-    print(f"{len(batches)} batches of {streams} stacked streams (T = 1000, {grid.runs} runs per stream and ε) in {wall:.1f} s "
-          f"(one process); {', '.join(stacking)} run the {eps_at[120]} ε of w = 120 in one pass "
-          f"({streams * grid.runs * eps_at[120]:,} runs), the others one pass per ε; seconds per w:")
+    print(
+        f"{len(batches)} batches of {streams} stacked streams (T = 1000, {grid.runs} runs per stream and ε) in {wall:.1f} s "
+        f"(one process); {', '.join(stacking)} run the {eps_at[120]} ε of w = 120 in one pass "
+        f"({streams * grid.runs * eps_at[120]:,} runs), the others one pass per ε; seconds per w:"
+    )
     total = 0.0
     print(f"{'mechanism':<10}" + "".join(f"{'w=' + str(w):>8}" for w in ws) + f"{'s/cell':>9}{'grid s':>9}")
     for name, by_w in seconds.items():
@@ -157,17 +163,25 @@ def main() -> None:
         mechanism_total = sum(row.values())
         total += mechanism_total
         cells = streams * len(paper.settings)
-        print(f"{name:<10}" + "".join(f"{row[w]:>8.2f}" for w in ws) + f"{mechanism_total / cells:>9.3f}{mechanism_total:>9.1f}")
+        print(
+            f"{name:<10}"
+            + "".join(f"{row[w]:>8.2f}" for w in ws)
+            + f"{mechanism_total / cells:>9.3f}{mechanism_total:>9.1f}"
+        )
     kind = "measured" if not args.quick else "w = 80, 160, 200 extrapolated from w = 40"
     cells = len(paper.mechanisms) * streams * len(paper.settings)
-    print(f"artificial grid ({cells} cells, {cells * 1000 * grid.runs:.2e} timestep-runs): {total:.0f} s {kind} "
-          f"in one process; the harness: {HARNESS_SECONDS:.0f} s ({HARNESS_SHIPPED_SECONDS:.0f} s as shipped); target 12 s")
+    print(
+        f"artificial grid ({cells} cells, {cells * 1000 * grid.runs:.2e} timestep-runs): {total:.0f} s {kind} "
+        f"in one process; the harness: {HARNESS_SECONDS:.0f} s ({HARNESS_SHIPPED_SECONDS:.0f} s as shipped); target 12 s"
+    )
     if not args.quick:
         # As `budgetcheck bench --jobs 2` runs it, stored and all, from a fresh process: forked from this
         # one, whose heap the passes above grew, the workers would first copy its pages (measured +1 s).
         wall_runs = [_grid_in_fresh_process() for _ in range(2)]
-        print(f"the same grid on both cores (run_benchmark, --jobs 2, in a fresh process: worker start, streams, "
-              f"metrics and the results file included): {min(wall_runs):.1f} s wall (runs: {', '.join(f'{r:.1f}' for r in wall_runs)})")
+        print(
+            f"the same grid on both cores (run_benchmark, --jobs 2, in a fresh process: worker start, streams, "
+            f"metrics and the results file included): {min(wall_runs):.1f} s wall (runs: {', '.join(f'{r:.1f}' for r in wall_runs)})"
+        )
 
     stream = grid.streams[0]
     data = stream_data(stream, grid.seed)
@@ -183,17 +197,23 @@ def main() -> None:
     runs = grid.runs * len(stacked)
     uniform_run = _least(lambda: _timed_run("Uniform", stacked, 1.0, 120, runs, WindowLedger)) / streams
     grid_floor = floor * cells  # one Laplace value per timestep and run of every cell
-    print(f"drawing one Laplace value per timestep-run of the grid ({cells * 1000 * grid.runs:.2e} values) alone takes "
-          f"{grid_floor:.1f} s: the 12 s target is {12.0 / grid_floor:.1f}x that, the harness {HARNESS_SECONDS / grid_floor:.1f}x "
-          f"(with recycled noise), this run {total / grid_floor:.1f}x")
-    print(f"noise floor of a Uniform cell ({grid.runs * data.size:,} Laplace draws in one call of budgetcheck's sampler): "
-          f"{floor * 1e3:.2f} ms (numpy's Generator.laplace: {numpy_floor * 1e3:.2f} ms); "
-          f"Uniform's run (ledger and mechanism, ε = 1, w = 120; its share of a batch) takes {uniform_run * 1e3:.1f} ms "
-          f"= {uniform_run / floor:.1f}x the floor (target 2x); with the runner's stream generation and metrics "
-          f"(the grid batches above) {uniform * 1e3:.1f} ms = {uniform / floor:.1f}x")
+    print(
+        f"drawing one Laplace value per timestep-run of the grid ({cells * 1000 * grid.runs:.2e} values) alone takes "
+        f"{grid_floor:.1f} s: the 12 s target is {12.0 / grid_floor:.1f}x that, the harness {HARNESS_SECONDS / grid_floor:.1f}x "
+        f"(with recycled noise), this run {total / grid_floor:.1f}x"
+    )
+    print(
+        f"noise floor of a Uniform cell ({grid.runs * data.size:,} Laplace draws in one call of budgetcheck's sampler): "
+        f"{floor * 1e3:.2f} ms (numpy's Generator.laplace: {numpy_floor * 1e3:.2f} ms); "
+        f"Uniform's run (ledger and mechanism, ε = 1, w = 120; its share of a batch) takes {uniform_run * 1e3:.1f} ms "
+        f"= {uniform_run / floor:.1f}x the floor (target 2x); with the runner's stream generation and metrics "
+        f"(the grid batches above) {uniform * 1e3:.1f} ms = {uniform / floor:.1f}x"
+    )
 
-    print(f"ledger accounting vs the same batch with the check switched off (ε = 1, w = 120, {len(stacked)} streams "
-          f"× {grid.runs} runs, as the benchmark runs it):")
+    print(
+        f"ledger accounting vs the same batch with the check switched off (ε = 1, w = 120, {len(stacked)} streams "
+        f"× {grid.runs} runs, as the benchmark runs it):"
+    )
     ledger_share: dict[str, float] = {}
     for name in ("Uniform", "Sample", "Hybrid", "BD", "BA", "FASTw", "DSATw", "RescueDP", "AdaPub", "PeGaSus"):
         checked_times: list[float] = []
@@ -209,8 +229,10 @@ def main() -> None:
             continue
         checked, unchecked = min(checked_times), min(unchecked_times)
         ledger_share[name] = max(0.0, 1.0 - unchecked / checked)
-        print(f"  {name:<9} checked {checked * 1e3:7.0f} ms, unchecked {unchecked * 1e3:7.0f} ms: "
-              f"{(checked / unchecked - 1) * 100:+.0f}% (minimum of {len(checked_times)} each)")
+        print(
+            f"  {name:<9} checked {checked * 1e3:7.0f} ms, unchecked {unchecked * 1e3:7.0f} ms: "
+            f"{(checked / unchecked - 1) * 100:+.0f}% (minimum of {len(checked_times)} each)"
+        )
 
     common = [b for b in batches if b.mechanism in PLAIN]
     ours_cpu: dict[str, float] = defaultdict(float)
@@ -219,17 +241,20 @@ def main() -> None:
         ours_cpu[batch.mechanism] += _ours_cpu(grid, batch)
         plain_cpu[batch.mechanism] += _plain_cpu(grid, batch)
     which = "w = 120 and w = 40 (--quick)" if args.quick else "the whole artificial grid"
-    print(f"ours against a plain, unchecked numpy version of the same algorithm (CPU seconds in this process, "
-          f"{which}, {len(common)} batches; target for ours: 0.5x the harness):")
+    print(
+        f"ours against a plain, unchecked numpy version of the same algorithm (CPU seconds in this process, "
+        f"{which}, {len(common)} batches; target for ours: 0.5x the harness):"
+    )
     print(f"  {'mechanism':<9} {'ours s':>8} {'plain s':>8} {'ours/plain':>11} {'ledger share':>13}")
     for name in PLAIN:
         if name in ours_cpu:
             share = f"{ledger_share[name]:.0%}" if name in ledger_share else "n/a"
-            print(f"  {name:<9} {ours_cpu[name]:>8.2f} {plain_cpu[name]:>8.2f} "
-                  f"{ours_cpu[name] / plain_cpu[name]:>10.1f}x {share:>13}")
+            print(
+                f"  {name:<9} {ours_cpu[name]:>8.2f} {plain_cpu[name]:>8.2f} "
+                f"{ours_cpu[name] / plain_cpu[name]:>10.1f}x {share:>13}"
+            )
     total_ours, total_plain = sum(ours_cpu.values()), sum(plain_cpu.values())
     print(f"  {'all nine':<9} {total_ours:>8.2f} {total_plain:>8.2f} {total_ours / total_plain:>10.1f}x")
-
 
 
 if __name__ == "__main__":

@@ -40,7 +40,6 @@ import budgetcheck as bc
 from budgetcheck.durable.campaign import run_campaign
 from budgetcheck.durable.journal import RECORD_VERSION, SPEND, encode_detail, genesis, row_hash
 
-
 _RATE_FILES = itertools.count()
 
 
@@ -71,8 +70,9 @@ def spends_per_second(folder: Path, durability: str, writers: int, spends: int) 
     bc.open_ledger(path, _rate_ledger(), durability=durability).close()
     context = multiprocessing.get_context("fork")
     start, results = context.Event(), context.Queue()
-    workers = [context.Process(target=_writer, args=(path, durability, spends, amount, start, results))
-               for _ in range(writers)]
+    workers = [
+        context.Process(target=_writer, args=(path, durability, spends, amount, start, results)) for _ in range(writers)
+    ]
     for process in workers:
         process.start()
     time.sleep(0.5)  # every writer has opened the file and waits
@@ -127,7 +127,9 @@ def _peak_mib() -> float:
 
 def bulk_file(path: Path, n: int, w: int) -> None:
     """A valid ledger file of n records (one spend of 1/w per timestamp), chained like the real writer."""
-    ledger = bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(1.0, w), sampler="numpy-laplace"), durability="process")
+    ledger = bc.open_ledger(
+        path, bc.WindowLedger(bc.WEventParams(1.0, w), sampler="numpy-laplace"), durability="process"
+    )
     header = ledger.header()
     ledger.close()
     record = bc.SpendRecord(t=1, purpose="bulk", amounts=np.array([0.9 / w]))
@@ -152,20 +154,43 @@ def bulk_file(path: Path, n: int, w: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds)")
-    parser.add_argument("--stream", type=int, default=None,
-                        help="length of the in-memory long stream (default 10^7, quick 2*10^5)")
-    parser.add_argument("--file-stream", type=int, default=None,
-                        help="length of the long stream through a ledger file (default 10^7, quick 5*10^4)")
-    parser.add_argument("--writer-spends", type=int, default=None,
-                        help="spends per writer in the rate section (default 5,000, quick 200)")
-    parser.add_argument("--rate-rounds", type=int, default=None,
-                        help="rounds of the rate section, full and process interleaved (default 5, quick 1)")
-    parser.add_argument("--audit", type=int, default=None, help="records in the audited file (default 10^7, quick 10^5)")
+    parser.add_argument(
+        "--stream", type=int, default=None, help="length of the in-memory long stream (default 10^7, quick 2*10^5)"
+    )
+    parser.add_argument(
+        "--file-stream",
+        type=int,
+        default=None,
+        help="length of the long stream through a ledger file (default 10^7, quick 5*10^4)",
+    )
+    parser.add_argument(
+        "--writer-spends",
+        type=int,
+        default=None,
+        help="spends per writer in the rate section (default 5,000, quick 200)",
+    )
+    parser.add_argument(
+        "--rate-rounds",
+        type=int,
+        default=None,
+        help="rounds of the rate section, full and process interleaved (default 5, quick 1)",
+    )
+    parser.add_argument(
+        "--audit", type=int, default=None, help="records in the audited file (default 10^7, quick 10^5)"
+    )
     parser.add_argument("--kills", type=int, default=None, help="kill points of the crash test (default 100, quick 5)")
-    parser.add_argument("--campaign-runs", type=int, default=None,
-                        help="runs per (N, durability) of the concurrency campaign (default 17, i.e. 102 in all; quick 1)")
-    parser.add_argument("--shared-spends", type=int, default=None,
-                        help="spends per writer in section 6 (default 2000, quick 300; 0 skips it)")
+    parser.add_argument(
+        "--campaign-runs",
+        type=int,
+        default=None,
+        help="runs per (N, durability) of the concurrency campaign (default 17, i.e. 102 in all; quick 1)",
+    )
+    parser.add_argument(
+        "--shared-spends",
+        type=int,
+        default=None,
+        help="spends per writer in section 6 (default 2000, quick 300; 0 skips it)",
+    )
     parser.add_argument("--only-shared", action="store_true", help="run section 6 only")
     args = parser.parse_args()
     shared_spends = args.shared_spends if args.shared_spends is not None else (300 if args.quick else 2000)
@@ -184,26 +209,34 @@ def main() -> None:
         for where, length in (("in memory", stream), ("ledger file", file_stream)):
             points = long_stream(None if where == "in memory" else folder, length, w)
             for t, mib, peak, seconds in points:
-                print(f"long stream ({where}) w={w}: t={t:>10,}  resident {mib:7.1f} MiB  peak {peak:7.1f} MiB  "
-                      f"{seconds:8.1f} s")
+                print(
+                    f"long stream ({where}) w={w}: t={t:>10,}  resident {mib:7.1f} MiB  peak {peak:7.1f} MiB  "
+                    f"{seconds:8.1f} s"
+                )
             (t1, m1, p1, _), (t5, m5, p5, _), (tn, mn, pn, _) = points[0], points[len(points) // 2 - 1], points[-1]
-            print(f"resident memory ({where}): t={t1:,} -> {t5:,} -> {tn:,}: {m1:.1f} -> {m5:.1f} -> {mn:.1f} MiB "
-                  f"({mn - m1:+.1f} MiB from N/10 to N, {mn - m5:+.1f} from N/2 to N); "
-                  f"peak {p1:.1f} -> {p5:.1f} -> {pn:.1f} MiB")
+            print(
+                f"resident memory ({where}): t={t1:,} -> {t5:,} -> {tn:,}: {m1:.1f} -> {m5:.1f} -> {mn:.1f} MiB "
+                f"({mn - m1:+.1f} MiB from N/10 to N, {mn - m5:+.1f} from N/2 to N); "
+                f"peak {p1:.1f} -> {p5:.1f} -> {pn:.1f} MiB"
+            )
         in_memory_rate(200)  # compiles the kernels outside the measurement
         memory = in_memory_rate(rate_n)
         print(f"in-memory ledger: {memory:,.0f} spends/s ({rate_n} spends)")
         rates(folder, rate_n, args.rate_rounds or (1 if args.quick else 5))
         start = time.perf_counter()
         report = bc.audit_file(folder / "long.db")
-        print(f"audit of the long stream's own file ({report.records:,} records): {time.perf_counter() - start:.1f} s, ok={report.ok}")
+        print(
+            f"audit of the long stream's own file ({report.records:,} records): {time.perf_counter() - start:.1f} s, ok={report.ok}"
+        )
         (folder / "long.db").unlink()
         path = folder / "audit.db"
         bulk_file(path, audited, w)
         start = time.perf_counter()
         report = bc.audit_file(path)
         seconds = time.perf_counter() - start
-        print(f"audit of {audited:,} records: {seconds:.1f} s, ok={report.ok}, worst {float(report.worst_ratio):.4f} of epsilon")
+        print(
+            f"audit of {audited:,} records: {seconds:.1f} s, ok={report.ok}, worst {float(report.worst_ratio):.4f} of epsilon"
+        )
         if kills:
             sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "durable"))
             from test_publish import kill_and_restart
@@ -212,8 +245,10 @@ def main() -> None:
             crash.mkdir()
             start = time.perf_counter()
             kill_and_restart(crash, kills=kills, n=max(200, 3 * kills), seed=7)
-            print(f"kill-and-restart: {kills} SIGKILLs at random points, then a full run: every timestamp released once, "
-                  f"audit ok ({time.perf_counter() - start:.0f} s)")
+            print(
+                f"kill-and-restart: {kills} SIGKILLs at random points, then a full run: every timestamp released once, "
+                f"audit ok ({time.perf_counter() - start:.0f} s)"
+            )
         campaign_runs = args.campaign_runs if args.campaign_runs is not None else (1 if args.quick else 17)
         if campaign_runs:
             campaign(folder, campaign_runs)
@@ -221,23 +256,36 @@ def main() -> None:
             shared(folder, shared_spends)
 
 
-def _shared_writer(target: str, durability: str, n: int, start: multiprocessing.synchronize.Event,
-                   results: multiprocessing.queues.Queue[float]) -> None:
-    ledger = bc.open_ledger(target, bc.WindowLedger(bc.WEventParams(1.0, 100), sampler="numpy-laplace"), durability=durability)
+def _shared_writer(
+    target: str,
+    durability: str,
+    n: int,
+    start: multiprocessing.synchronize.Event,
+    results: multiprocessing.queues.Queue[float],
+) -> None:
+    ledger = bc.open_ledger(
+        target, bc.WindowLedger(bc.WEventParams(1.0, 100), sampler="numpy-laplace"), durability=durability
+    )
     start.wait()
     began = time.perf_counter()
     for _ in range(n):
-        ledger.spend(1, 1e-6, purpose="shared")  # every writer on one timestamp: each commit serialised with the others'
+        ledger.spend(
+            1, 1e-6, purpose="shared"
+        )  # every writer on one timestamp: each commit serialised with the others'
     results.put(time.perf_counter() - began)
     ledger.close()
 
 
 def shared_rate(target: str, writers: int, durability: str, n: int) -> float:
     """Committed spends/s of ``writers`` forked processes making ``n`` spends each on one ledger."""
-    bc.open_ledger(target, bc.WindowLedger(bc.WEventParams(1.0, 100), sampler="numpy-laplace"), durability=durability).close()
+    bc.open_ledger(
+        target, bc.WindowLedger(bc.WEventParams(1.0, 100), sampler="numpy-laplace"), durability=durability
+    ).close()
     context = multiprocessing.get_context("fork")
     start, results = context.Event(), context.Queue()
-    processes = [context.Process(target=_shared_writer, args=(target, durability, n, start, results)) for _ in range(writers)]
+    processes = [
+        context.Process(target=_shared_writer, args=(target, durability, n, start, results)) for _ in range(writers)
+    ]
     for process in processes:
         process.start()
     time.sleep(0.5)  # every writer connected and waiting
@@ -270,8 +318,10 @@ def shared(folder: Path, n: int) -> None:
         for durability in ("process", "full"):
             for writers in (1, 2, 4):
                 rate = shared_rate(fresh(), writers, durability, n)  # type: ignore[operator]
-                print(f"shared ledger {store:>10} {durability:>7} N={writers}: {rate:,.0f} committed spends/s "
-                      f"({writers} x {n} spends, audit ok)")
+                print(
+                    f"shared ledger {store:>10} {durability:>7} N={writers}: {rate:,.0f} committed spends/s "
+                    f"({writers} x {n} spends, audit ok)"
+                )
 
 
 def rates(folder: Path, spends: int, rounds: int) -> None:
@@ -288,13 +338,17 @@ def rates(folder: Path, spends: int, rounds: int) -> None:
                 measured[durability].append(rate)
                 stale += late
             ratios.append(measured["process"][-1] / measured["full"][-1])
-        print(f"committed spends/s, N={writers} writer(s) x {spends} spends, {rounds} round(s): "
-              f"full {statistics.median(measured['full']):,.0f} "
-              f"(range {min(measured['full']):,.0f}-{max(measured['full']):,.0f}), "
-              f"process {statistics.median(measured['process']):,.0f} "
-              f"(range {min(measured['process']):,.0f}-{max(measured['process']):,.0f}); {stale} stale")
-        print(f"N={writers}: durability process / full = {statistics.median(ratios):.1f}x median "
-              f"(rounds {', '.join(f'{r:.1f}' for r in ratios)})")
+        print(
+            f"committed spends/s, N={writers} writer(s) x {spends} spends, {rounds} round(s): "
+            f"full {statistics.median(measured['full']):,.0f} "
+            f"(range {min(measured['full']):,.0f}-{max(measured['full']):,.0f}), "
+            f"process {statistics.median(measured['process']):,.0f} "
+            f"(range {min(measured['process']):,.0f}-{max(measured['process']):,.0f}); {stale} stale"
+        )
+        print(
+            f"N={writers}: durability process / full = {statistics.median(ratios):.1f}x median "
+            f"(rounds {', '.join(f'{r:.1f}' for r in ratios)})"
+        )
 
 
 def campaign(folder: Path, runs: int) -> None:
@@ -308,11 +362,15 @@ def campaign(folder: Path, runs: int) -> None:
             total += result.runs
             over += result.worst_ratio > 1
             worst = max(worst, result.worst_ratio)
-            print(f"campaign N={writers} {durability:>7}: {result.runs} runs, {result.accepted:,} spends accepted, "
-                  f"{result.refused:,} refused for the budget, {result.stale:,} stale; worst window {float(result.worst_ratio):.6f} "
-                  f"of epsilon; failed audits {result.failed_audits}, lost {result.lost}, phantom {result.phantom}, "
-                  f"writer errors {len(result.errors)} ({time.perf_counter() - start:.0f} s)")
-    print(f"campaign: {total} runs, worst window / epsilon = {worst} ({float(worst):.6f}), configurations over epsilon: {over}")
+            print(
+                f"campaign N={writers} {durability:>7}: {result.runs} runs, {result.accepted:,} spends accepted, "
+                f"{result.refused:,} refused for the budget, {result.stale:,} stale; worst window {float(result.worst_ratio):.6f} "
+                f"of epsilon; failed audits {result.failed_audits}, lost {result.lost}, phantom {result.phantom}, "
+                f"writer errors {len(result.errors)} ({time.perf_counter() - start:.0f} s)"
+            )
+    print(
+        f"campaign: {total} runs, worst window / epsilon = {worst} ({float(worst):.6f}), configurations over epsilon: {over}"
+    )
 
 
 if __name__ == "__main__":

@@ -38,7 +38,11 @@ def main() -> None:
     for d, w, epsilon in ((16, 10, 1.0), (200, 10, 1.0), (200, 40, 1.0), (200, 40, 0.5)):
         data = stream(args.length, d, args.step, args.seed)
         for plain, variants in ((BD(), (BDShifted(), BDPartitioned())), (BA(), (BAShifted(), BAPartitioned()))):
-            base = float(np.abs(execute(plain, data, epsilon=epsilon, w=w, runs=args.runs, seed=args.seed).releases - data).mean())
+            base = float(
+                np.abs(
+                    execute(plain, data, epsilon=epsilon, w=w, runs=args.runs, seed=args.seed).releases - data
+                ).mean()
+            )
             print(f"{d:>5} {w:>4} {epsilon:>4}  {plain.name:<16} {base:>10.2f} {1.0:>9.2f}")
             for mechanism in variants:
                 releases = execute(mechanism, data, epsilon=epsilon, w=w, runs=args.runs, seed=args.seed).releases

@@ -28,7 +28,13 @@ from budgetcheck import (
 )
 from mechanisms.personalized import PBD
 
-CLASSES = [((10, 1.0), 200_000), ((20, 0.5), 200_000), ((40, 2.0), 200_000), ((80, 1.0), 200_000), ((120, 0.1), 200_000)]
+CLASSES = [
+    ((10, 1.0), 200_000),
+    ((20, 0.5), 200_000),
+    ((40, 2.0), 200_000),
+    ((80, 1.0), 200_000),
+    ((120, 0.1), 200_000),
+]
 
 
 def personalized(runs: int, spends: int) -> tuple[float, float]:
@@ -53,7 +59,12 @@ def personalized(runs: int, spends: int) -> tuple[float, float]:
 def swellfish(runs: int, spends: int, policies: int = 1000) -> float:
     rng = np.random.default_rng(0)
     starts = rng.integers(1, 50, size=policies)
-    collection = PolicyCollection([StreamPolicy(int(s), int(s) + 200 + int(rng.integers(0, 100)), [1.0] * int(rng.integers(1, 4))) for s in starts])
+    collection = PolicyCollection(
+        [
+            StreamPolicy(int(s), int(s) + 200 + int(rng.integers(0, 100)), [1.0] * int(rng.integers(1, 4)))
+            for s in starts
+        ]
+    )
     ledger = SwellfishLedger(collection, epsilon=1.0, runs=runs, seed=0, sampler="numpy-laplace")
     amount = 1e-4
     start = time.perf_counter()
@@ -86,15 +97,19 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     spends = 40 if args.quick else 400
-    print(f"{'runs R':>7} {'personalized spend':>19} {'personalized SM release':>24} {'Swellfish spend (1,000 policies)':>33}")
+    print(
+        f"{'runs R':>7} {'personalized spend':>19} {'personalized SM release':>24} {'Swellfish spend (1,000 policies)':>33}"
+    )
     for runs in (1, 100):
         spend, release = personalized(runs, spends)
         sw = swellfish(runs, max(4, spends // 10))
         print(f"{runs:>7} {spend * 1e6:>16.1f} µs {release * 1e6:>21.1f} µs {sw * 1e3:>30.1f} ms")
     count, run = pbd_million(10 if args.quick else 40)
-    print(f"PBD, 10^6 users in 15 classes, d = 2, R = 1: counting the rows {count * 1e3:.1f} ms per timestep "
-          f"({count / (count + run):.0%} of the whole), PBD {run * 1e3:.1f} ms; "
-          f"{1 / (count + run):.0f} timesteps/s (target 200)")
+    print(
+        f"PBD, 10^6 users in 15 classes, d = 2, R = 1: counting the rows {count * 1e3:.1f} ms per timestep "
+        f"({count / (count + run):.0%} of the whole), PBD {run * 1e3:.1f} ms; "
+        f"{1 / (count + run):.0f} timesteps/s (target 200)"
+    )
 
 
 if __name__ == "__main__":

@@ -182,9 +182,15 @@ def dsatw(values: FloatArray, epsilon: FloatArray, w: int, rng: np.random.Genera
     return out
 
 
-def _grouped_median(values: FloatArray, epsilon_group: FloatArray, thresholds: Callable[[int, FloatArray], FloatArray],
-                    perturbed: Callable[[int, FloatArray], FloatArray], w: int, rng: np.random.Generator,
-                    after: Callable[[FloatArray, FloatArray], None]) -> FloatArray:
+def _grouped_median(
+    values: FloatArray,
+    epsilon_group: FloatArray,
+    thresholds: Callable[[int, FloatArray], FloatArray],
+    perturbed: Callable[[int, FloatArray], FloatArray],
+    w: int,
+    rng: np.random.Generator,
+    after: Callable[[FloatArray, FloatArray], None],
+) -> FloatArray:
     """The Grouper/Smoother loop of PeGaSus and AdaPub: per run and cell an AboveThreshold on the group
     deviation Σ|c − mean| of the true counts (sensitivity 2: query noise Lap(8/ε_g), threshold noise
     Lap(4/ε_g)), groups capped at w timestamps, the release the median of the group's perturbed values.
@@ -240,9 +246,15 @@ def pegasus(values: FloatArray, epsilon: FloatArray, w: int, rng: np.random.Gene
     """PeGaSus (Chen et al. 2017), w-event: Perturber at 0.8ε/w, Grouper at 0.2ε/w, θ = 5/ε_g, median Smoother."""
     perturb, group = 0.8 * epsilon / w, 0.2 * epsilon / w
     theta = (5.0 / group)[:, None]
-    return _grouped_median(values, group, lambda t, x: theta,
-                           lambda t, last: values[:, t] + rng.laplace(0.0, 1.0, size=last.shape) / perturb[:, None],
-                           w, rng, lambda x, fresh: None)
+    return _grouped_median(
+        values,
+        group,
+        lambda t, x: theta,
+        lambda t, last: values[:, t] + rng.laplace(0.0, 1.0, size=last.shape) / perturb[:, None],
+        w,
+        rng,
+        lambda x, fresh: None,
+    )
 
 
 def adapub(values: FloatArray, epsilon: FloatArray, w: int, rng: np.random.Generator) -> FloatArray:
@@ -341,6 +353,13 @@ def rescuedp(values: FloatArray, epsilon: FloatArray, w: int, rng: np.random.Gen
 
 
 PLAIN: dict[str, Plain] = {
-    "Uniform": uniform, "Sample": sample, "BD": bd, "BA": ba, "FASTw": fastw, "DSATw": dsatw,
-    "RescueDP": rescuedp, "PeGaSus": pegasus, "AdaPub": adapub,
+    "Uniform": uniform,
+    "Sample": sample,
+    "BD": bd,
+    "BA": ba,
+    "FASTw": fastw,
+    "DSATw": dsatw,
+    "RescueDP": rescuedp,
+    "PeGaSus": pegasus,
+    "AdaPub": adapub,
 }

@@ -17,11 +17,11 @@ import argparse
 
 import numpy as np
 
-from budgetcheck.mechanism.execute import execute, execute_swellfish
-from budgetcheck.ledger.policies import PolicyCollection
-from budgetcheck.mechanism.loading import load_mechanism
 from budgetcheck.bench import swellfish_study as study
 from budgetcheck.bench.config import stable_seed
+from budgetcheck.ledger.policies import PolicyCollection
+from budgetcheck.mechanism.execute import execute, execute_swellfish
+from budgetcheck.mechanism.loading import load_mechanism
 
 
 def main() -> None:
@@ -32,12 +32,18 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args()
     truth = study.zone_stream(args.zone, args.length)
-    policies = PolicyCollection(study.household_policies(args.length, np.random.default_rng(stable_seed(0, "household", args.household))))
+    policies = PolicyCollection(
+        study.household_policies(args.length, np.random.default_rng(stable_seed(0, "household", args.household)))
+    )
     appliances = sum(a.power for a in study.APPLIANCES)
     w = policies.max_interval
     free = np.array([policies.temporal_sensitivity(t) == 0.0 for t in range(1, args.length + 1)])
-    print(f"zone {args.zone:g} kW, household {args.household}, T = {args.length}, w = {w}, {free.mean():.0%} of timestamps with no relevant policy")
-    print(f"{'mechanism':<10}{'MAE':>10}{'no policy':>11}{'relevant':>10}{'pubs/run':>10}  publication sizes (shares of ε/(2w): 1, 2, ...)")
+    print(
+        f"zone {args.zone:g} kW, household {args.household}, T = {args.length}, w = {w}, {free.mean():.0%} of timestamps with no relevant policy"
+    )
+    print(
+        f"{'mechanism':<10}{'MAE':>10}{'no policy':>11}{'relevant':>10}{'pubs/run':>10}  publication sizes (shares of ε/(2w): 1, 2, ...)"
+    )
     for name in ("BA", "TSBA", "BD", "TSBD"):
         mechanism = load_mechanism(name)
         if name.startswith("TS"):
@@ -49,8 +55,10 @@ def main() -> None:
         error = np.abs(releases - truth)[..., 0]
         spent = np.concatenate([r.amounts[r.amounts > 0] for r in run.ledger.records if r.purpose == "publication"])
         shares = np.bincount(np.round(spent * 2 * w).astype(np.int64))[1:13]
-        print(f"{name:<10}{error.mean():>10.1f}{error[:, free].mean():>11.1f}{error[:, ~free].mean():>10.1f}"
-              f"{spent.size / args.runs:>10.1f}  {shares.tolist()}")
+        print(
+            f"{name:<10}{error.mean():>10.1f}{error[:, free].mean():>11.1f}{error[:, ~free].mean():>10.1f}"
+            f"{spent.size / args.runs:>10.1f}  {shares.tolist()}"
+        )
 
 
 if __name__ == "__main__":

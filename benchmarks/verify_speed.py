@@ -39,8 +39,10 @@ def timed(arguments: list[str], cwd: Path | None = None) -> tuple[float, int, st
     command = [sys.executable, "-m", "budgetcheck", *arguments]
     completed = subprocess.run(command, capture_output=True, text=True, check=False, cwd=cwd, env=env)
     seconds = time.perf_counter() - start
-    print(f"  ({' '.join(arguments[:2])}: {cpu_seconds() - before:.1f} CPU seconds, {seconds:.1f} s wall, "
-          f"load {os.getloadavg()[0]:.1f})")
+    print(
+        f"  ({' '.join(arguments[:2])}: {cpu_seconds() - before:.1f} CPU seconds, {seconds:.1f} s wall, "
+        f"load {os.getloadavg()[0]:.1f})"
+    )
     return seconds, completed.returncode, completed.stdout
 
 
@@ -74,14 +76,18 @@ def main() -> None:
     tests = Path(__file__).resolve().parents[1] / "tests"
     seconds, code, out = timed(["verify", "plain_mechanisms:EveryKth", "--profile", "quick", "--json"], cwd=tests)
     (row,) = json.loads(out)["results"]
-    print(f"verify plain_mechanisms:EveryKth --profile quick: {seconds:.1f}s wall, exit {code}, {row['verdict']} "
-          "(target < 30 s)")
+    print(
+        f"verify plain_mechanisms:EveryKth --profile quick: {seconds:.1f}s wall, exit {code}, {row['verdict']} "
+        "(target < 30 s)"
+    )
     if args.no_prove:
         return
     seconds, code, out = timed(["prove", "--w-max", str(args.w_max), "--json"])
     for row in json.loads(out)["results"]:
-        print(f"prove  {row['mechanism']:<14} w {row['w']:<8} {row['method']:<20} {row['seconds']:8.1f}s  "
-              f"{row['verdict']}")
+        print(
+            f"prove  {row['mechanism']:<14} w {row['w']:<8} {row['method']:<20} {row['seconds']:8.1f}s  "
+            f"{row['verdict']}"
+        )
     print(f"prove --w-max {args.w_max}: {seconds:.1f}s, exit {code} (target < 300 s at w-max 128)")
 
 

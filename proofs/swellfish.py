@@ -20,7 +20,17 @@ import sys
 
 from _common import run
 
-from mechanisms.swellfish import TINARSample, TINARUniform, TSBA, TSBD, TSSample, TSUniform, Unicorn, UnicornIS, UnicornPS
+from mechanisms.swellfish import (
+    TSBA,
+    TSBD,
+    TINARSample,
+    TINARUniform,
+    TSSample,
+    TSUniform,
+    Unicorn,
+    UnicornIS,
+    UnicornPS,
+)
 
 if __name__ == "__main__":
     ok = True
@@ -28,6 +38,8 @@ if __name__ == "__main__":
         ok = run(mechanism.allocation_rule(), mechanism.name) and ok
     for bounded in (UnicornIS(), UnicornPS(), Unicorn(), TINARUniform(), TINARSample()):
         holds, count, failure = bounded.bounded_proof()
-        print(f"{bounded.name}: {'proved' if holds else 'refuted'} on {count} collections (exhaustive, exact) {failure}")
+        print(
+            f"{bounded.name}: {'proved' if holds else 'refuted'} on {count} collections (exhaustive, exact) {failure}"
+        )
         ok = holds and ok
     sys.exit(0 if ok else 1)

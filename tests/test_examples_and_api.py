@@ -26,8 +26,18 @@ def test_all_is_sorted_and_exported() -> None:
     assert budgetcheck.__all__ == sorted(budgetcheck.__all__)
     public = {name for name in dir(budgetcheck) if name.isidentifier() and not name.startswith("_")}
     assert set(budgetcheck.__all__) <= public
-    assert public - set(budgetcheck.__all__) <= {"annotations", "strategies", "cli", "pytest_plugin", "bench", "durable", "ledger", "stream", "verify",
-                                                         "mechanism"}
+    assert public - set(budgetcheck.__all__) <= {
+        "annotations",
+        "strategies",
+        "cli",
+        "pytest_plugin",
+        "bench",
+        "durable",
+        "ledger",
+        "stream",
+        "verify",
+        "mechanism",
+    }
 
 
 def test_mypy_strict_is_clean() -> None:

@@ -98,8 +98,10 @@ def test_the_runtime_imports_no_heavy_dependency_at_module_level() -> None:
 def test_import_budgetcheck_loads_no_heavy_dependency() -> None:
     """numba checks scipy's version when it is imported, so numba is loaded first and only what
     ``import budgetcheck`` adds is judged."""
-    code = ("import sys, numba; before = set(sys.modules); import budgetcheck; "
-            "print(' '.join(sorted({m.split('.')[0] for m in set(sys.modules) - before})))")
+    code = (
+        "import sys, numba; before = set(sys.modules); import budgetcheck; "
+        "print(' '.join(sorted({m.split('.')[0] for m in set(sys.modules) - before})))"
+    )
     added = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
     assert "budgetcheck" in added
     assert not added & set(HEAVY), added & set(HEAVY)
@@ -108,7 +110,10 @@ def test_import_budgetcheck_loads_no_heavy_dependency() -> None:
 @pytest.mark.parametrize("name", ["verify_mechanism", "VerifyResult", "Counterexample", "proving"])
 def test_verification_names_load_when_first_used(name: str) -> None:
     code = f"import sys, budgetcheck; assert 'hypothesis' not in sys.modules; budgetcheck.{name}; print('hypothesis' in sys.modules or 'z3' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "True"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "True"
+    )
 
 
 def test_every_package_says_what_it_owns_and_may_import() -> None:

@@ -13,6 +13,11 @@ from typing import TYPE_CHECKING, Any
 from budgetcheck import kernels as kernels
 from budgetcheck import ops as ops
 from budgetcheck import rounding as rounding
+from budgetcheck.durable.audit_file import FileAudit as FileAudit
+from budgetcheck.durable.audit_file import audit_file as audit_file
+from budgetcheck.durable.ledger_file import open_ledger as open_ledger
+from budgetcheck.durable.publish import PublishSummary as PublishSummary
+from budgetcheck.durable.publish import publish as publish
 from budgetcheck.ledger.audit import AuditReport as AuditReport
 from budgetcheck.ledger.audit import WindowFinding as WindowFinding
 from budgetcheck.ledger.audit import audit_windows as audit_windows
@@ -20,49 +25,19 @@ from budgetcheck.ledger.audit import audit_windows_per_epsilon as audit_windows_
 from budgetcheck.ledger.errors import BudgetcheckError as BudgetcheckError
 from budgetcheck.ledger.errors import BudgetExceeded as BudgetExceeded
 from budgetcheck.ledger.errors import InvalidArgument as InvalidArgument
+from budgetcheck.ledger.errors import LedgerBusy as LedgerBusy
+from budgetcheck.ledger.errors import LedgerCorrupt as LedgerCorrupt
+from budgetcheck.ledger.errors import LedgerUnavailable as LedgerUnavailable
 from budgetcheck.ledger.errors import MeasurementFailed as MeasurementFailed
 from budgetcheck.ledger.errors import MechanismContractError as MechanismContractError
 from budgetcheck.ledger.errors import SecretAccess as SecretAccess
 from budgetcheck.ledger.errors import TimestampOrder as TimestampOrder
-from budgetcheck.durable.audit_file import FileAudit as FileAudit
-from budgetcheck.durable.audit_file import audit_file as audit_file
-from budgetcheck.durable.ledger_file import open_ledger as open_ledger
-from budgetcheck.ledger.errors import LedgerBusy as LedgerBusy
-from budgetcheck.ledger.errors import LedgerUnavailable as LedgerUnavailable
-from budgetcheck.ledger.errors import LedgerCorrupt as LedgerCorrupt
-from budgetcheck.ledger.wevent import WindowLedger as WindowLedger
-from budgetcheck.stream.live import LiveStream as LiveStream
-from budgetcheck.ledger.ranked import RankedRows as RankedRows
-from budgetcheck.durable.publish import PublishSummary as PublishSummary
-from budgetcheck.durable.publish import publish as publish
-from budgetcheck.mechanism.execute import Execution as Execution
-from budgetcheck.mechanism.execute import PersonalizedMechanism as PersonalizedMechanism
-from budgetcheck.mechanism.execute import SwellfishMechanism as SwellfishMechanism
-from budgetcheck.mechanism.execute import execute_personalized as execute_personalized
-from budgetcheck.mechanism.execute import execute_swellfish as execute_swellfish
+from budgetcheck.ledger.params import WEventParams as WEventParams
 from budgetcheck.ledger.personalized import PersonalizedLedger as PersonalizedLedger
 from budgetcheck.ledger.policies import PolicyCollection as PolicyCollection
 from budgetcheck.ledger.policies import StreamPolicy as StreamPolicy
 from budgetcheck.ledger.policies import calc_delta_j as calc_delta_j
 from budgetcheck.ledger.policies import goal_affected_maximum as goal_affected_maximum
-from budgetcheck.ledger.requirements import Requirement as Requirement
-from budgetcheck.ledger.requirements import RequirementSet as RequirementSet
-from budgetcheck.ledger.sampling import inclusion_probabilities as inclusion_probabilities
-from budgetcheck.ledger.sampling import optimal_budget as optimal_budget
-from budgetcheck.ledger.sampling import sampling_error as sampling_error
-from budgetcheck.ledger.swellfish import SwellfishLedger as SwellfishLedger
-from budgetcheck.mechanism.execute import StreamMechanism as StreamMechanism
-from budgetcheck.mechanism.execute import execute as execute
-from budgetcheck.ledger.params import WEventParams as WEventParams
-from budgetcheck.ledger.records import LedgerHeader as LedgerHeader
-from budgetcheck.ledger.records import SpendRecord as SpendRecord
-from budgetcheck.ledger.records import load_lines as load_lines
-from budgetcheck.stream.secret import Secret as Secret
-from budgetcheck.stream.guarded import GuardedStream as GuardedStream
-from budgetcheck.stream.guarded import PersonalizedStream as PersonalizedStream
-from budgetcheck.ledger.threshold import ThresholdAnswer as ThresholdAnswer
-from budgetcheck.ledger.threshold import ThresholdTest as ThresholdTest
-from budgetcheck.ledger.threshold import deviation as deviation
 from budgetcheck.ledger.queries import Clipped as Clipped
 from budgetcheck.ledger.queries import Composed as Composed
 from budgetcheck.ledger.queries import Differences as Differences
@@ -72,8 +47,33 @@ from budgetcheck.ledger.queries import Linear as Linear
 from budgetcheck.ledger.queries import Query as Query
 from budgetcheck.ledger.queries import Smoothing as Smoothing
 from budgetcheck.ledger.queries import Total as Total
-from budgetcheck.stream.neighbours import Neighbours as Neighbours
+from budgetcheck.ledger.ranked import RankedRows as RankedRows
+from budgetcheck.ledger.records import LedgerHeader as LedgerHeader
+from budgetcheck.ledger.records import SpendRecord as SpendRecord
+from budgetcheck.ledger.records import load_lines as load_lines
+from budgetcheck.ledger.requirements import Requirement as Requirement
+from budgetcheck.ledger.requirements import RequirementSet as RequirementSet
+from budgetcheck.ledger.sampling import inclusion_probabilities as inclusion_probabilities
+from budgetcheck.ledger.sampling import optimal_budget as optimal_budget
+from budgetcheck.ledger.sampling import sampling_error as sampling_error
+from budgetcheck.ledger.swellfish import SwellfishLedger as SwellfishLedger
+from budgetcheck.ledger.threshold import ThresholdAnswer as ThresholdAnswer
+from budgetcheck.ledger.threshold import ThresholdTest as ThresholdTest
+from budgetcheck.ledger.threshold import deviation as deviation
+from budgetcheck.ledger.wevent import WindowLedger as WindowLedger
+from budgetcheck.mechanism.execute import Execution as Execution
+from budgetcheck.mechanism.execute import PersonalizedMechanism as PersonalizedMechanism
+from budgetcheck.mechanism.execute import StreamMechanism as StreamMechanism
+from budgetcheck.mechanism.execute import SwellfishMechanism as SwellfishMechanism
+from budgetcheck.mechanism.execute import execute as execute
+from budgetcheck.mechanism.execute import execute_personalized as execute_personalized
+from budgetcheck.mechanism.execute import execute_swellfish as execute_swellfish
 from budgetcheck.mechanism.loading import load_mechanism as load_mechanism
+from budgetcheck.stream.guarded import GuardedStream as GuardedStream
+from budgetcheck.stream.guarded import PersonalizedStream as PersonalizedStream
+from budgetcheck.stream.live import LiveStream as LiveStream
+from budgetcheck.stream.neighbours import Neighbours as Neighbours
+from budgetcheck.stream.secret import Secret as Secret
 
 if TYPE_CHECKING:
     from budgetcheck import proving as proving
@@ -83,8 +83,12 @@ if TYPE_CHECKING:
 
 # Verification loads hypothesis, z3 and scipy: it is imported when one of its names is first used,
 # so a publisher or a benchmark worker never loads the prover (issue: layout).
-_LAZY = {"Counterexample": "budgetcheck.verify.stages", "VerifyResult": "budgetcheck.verify.stages",
-         "verify_mechanism": "budgetcheck.verify.stages", "proving": "budgetcheck.proving"}
+_LAZY = {
+    "Counterexample": "budgetcheck.verify.stages",
+    "VerifyResult": "budgetcheck.verify.stages",
+    "verify_mechanism": "budgetcheck.verify.stages",
+    "proving": "budgetcheck.proving",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -100,6 +104,7 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     """The public names, the lazily loaded ones included (not this module's own helpers)."""
     return sorted((set(globals()) - {"importlib", "TYPE_CHECKING", "Any"}) | set(_LAZY))
+
 
 __all__ = [
     "AuditReport",

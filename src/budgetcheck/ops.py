@@ -145,11 +145,21 @@ class FloatOps:
     def mul_down(self, value: Any, count: Any, at_most: int | None = None) -> Any:
         if type(value) in _SCALARS and type(count) in _SCALARS:  # a rule's constant (e.g. DSAT_w's units): once
             return _scalar_mul_down(float(value), float(count))
-        if (at_most is not None and at_most <= _TABLE_LIMIT and type(value) in _SCALARS and isinstance(count, np.ndarray)
-                and count.dtype.kind in "iu" and count.size and 0 <= count.min() and count.max() <= at_most):
+        if (
+            at_most is not None
+            and at_most <= _TABLE_LIMIT
+            and type(value) in _SCALARS
+            and isinstance(count, np.ndarray)
+            and count.dtype.kind in "iu"
+            and count.size
+            and 0 <= count.min()
+            and count.max() <= at_most
+        ):
             return _products(float(value), at_most)[count]  # BA's u·k per run: a look-up of the w + 1 products
         if isinstance(value, np.ndarray) and type(count) in _SCALARS:  # a share of per-run ε times a constant
-            return _remembered("mul_down", value, float(count), lambda: np.asarray(rounding.mul_down(value, count), dtype=np.float64))
+            return _remembered(
+                "mul_down", value, float(count), lambda: np.asarray(rounding.mul_down(value, count), dtype=np.float64)
+            )
         return rounding.mul_down(value, count)
 
     def share(self, total: Any, parts: int) -> Any:
@@ -186,7 +196,9 @@ def _shares(totals: FloatArray, parts: int) -> FloatArray:
 
     def compute() -> FloatArray:
         values, inverse = np.unique(totals, return_inverse=True)
-        return np.array([rounding.share(float(value), parts) for value in values], dtype=np.float64)[inverse.reshape(totals.shape)]
+        return np.array([rounding.share(float(value), parts) for value in values], dtype=np.float64)[
+            inverse.reshape(totals.shape)
+        ]
 
     return _remembered("share", totals, parts, compute)
 

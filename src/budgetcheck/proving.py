@@ -34,12 +34,12 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 import numpy as np
 
-from budgetcheck.verify import z3_adapter as _z3
 from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument
-from budgetcheck.ledger.wevent import WindowLedger
 from budgetcheck.ledger.params import WEventParams
 from budgetcheck.ledger.validation import check_positive_int
+from budgetcheck.ledger.wevent import WindowLedger
 from budgetcheck.ops import FLOAT, Ops
+from budgetcheck.verify import z3_adapter as _z3
 
 State = tuple[Any, ...]
 
@@ -159,7 +159,11 @@ def _induction(rule: AllocationRule, w: int, timeout_ms: int, *, scaled: bool) -
     violated = _negate(rule.invariant(ops, env, initial, zeros))  # build terms before reading assumptions
     answer = solve([*base, *ops.assumptions, violated])
     if answer is not _z3.Answer.UNSAT:
-        return answer, "the initial state violates the invariant" if answer is _z3.Answer.SAT else "initiation: solver unknown", method
+        return (
+            answer,
+            "the initial state violates the invariant" if answer is _z3.Answer.SAT else "initiation: solver unknown",
+            method,
+        )
 
     state = rule.arbitrary(env, "s")
     recent = [_z3.real(f"recent_{j}") for j in range(w - 1)]
@@ -177,11 +181,17 @@ def _induction(rule: AllocationRule, w: int, timeout_ms: int, *, scaled: bool) -
     for goal in (_negate(safe), _negate(preserved)):  # two easier queries than one disjunction
         answer = solve([*context, goal])
         if answer is not _z3.Answer.UNSAT:
-            return answer, "invariant not inductive" if answer is _z3.Answer.SAT else "consecution: solver unknown", method
+            return (
+                answer,
+                "invariant not inductive" if answer is _z3.Answer.SAT else "consecution: solver unknown",
+                method,
+            )
     return _z3.Answer.UNSAT, "", method
 
 
-def _bounded(rule: AllocationRule, w: int, start: float, timeout_ms: int, steps: int | None, reason: str) -> ProofResult:
+def _bounded(
+    rule: AllocationRule, w: int, start: float, timeout_ms: int, steps: int | None, reason: str
+) -> ProofResult:
     """Bounded model check from the initial state: every window of a horizon of ``steps``."""
     horizon = steps if steps is not None else 2 * w + 2
     ops = _z3.Z3Ops()
@@ -214,7 +224,9 @@ def _bounded(rule: AllocationRule, w: int, start: float, timeout_ms: int, steps:
     return ProofResult(w=w, verdict=Verdict.UNKNOWN, method=f"bmc({horizon})", seconds=seconds, detail=reason)
 
 
-def replay_refutation(rule: AllocationRule, decisions: Sequence[bool], *, epsilon: float, w: int) -> BudgetExceeded | None:
+def replay_refutation(
+    rule: AllocationRule, decisions: Sequence[bool], *, epsilon: float, w: int
+) -> BudgetExceeded | None:
     """Run the rule's float implementation on ``decisions`` through a real ledger.
 
     Returns the ledger's refusal (the refutation is confirmed) or None (not confirmed).
@@ -326,10 +338,16 @@ def prove_mechanism(mechanism: object, ws: Sequence[int], *, timeout_ms: int = 6
     bounded = getattr(mechanism, "bounded_proof", None)
     if rule is None and callable(bounded):
         holds, count, failure = bounded()
-        detail = failure or (f"Theorem 4.2 on {count} collections (<= 2 policies, horizon 5), every decision "
-                             "sequence, exact")
-        return MechanismProof(Verdict.PROVED.value if holds else Verdict.REFUTED.value, f"exhaustive({count})",
-                              time.perf_counter() - started, detail, bounded=True)
+        detail = failure or (
+            f"Theorem 4.2 on {count} collections (<= 2 policies, horizon 5), every decision sequence, exact"
+        )
+        return MechanismProof(
+            Verdict.PROVED.value if holds else Verdict.REFUTED.value,
+            f"exhaustive({count})",
+            time.perf_counter() - started,
+            detail,
+            bounded=True,
+        )
     if rule is None:
         return MechanismProof(NOT_PROVED, "-", 0.0, "no allocation_rule()")
     verdict = prove_range(rule, ws, timeout_ms=timeout_ms)

@@ -19,10 +19,16 @@ from budgetcheck.verify.stages import VerifyResult, verify_mechanism
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("budgetcheck")
-    group.addoption("--budgetcheck", action="append", default=[], metavar="MECH", help="verify this mechanism (repeatable)")
+    group.addoption(
+        "--budgetcheck", action="append", default=[], metavar="MECH", help="verify this mechanism (repeatable)"
+    )
     group.addoption("--budgetcheck-profile", default="quick", choices=["quick", "thorough"], help="verify profile")
-    group.addoption("--budgetcheck-require", default="bounded", choices=["bounded", "proof"],
-                    help="what passes: bounded (proved or verified to a bound) or proof (proved only)")
+    group.addoption(
+        "--budgetcheck-require",
+        default="bounded",
+        choices=["bounded", "proof"],
+        help="what passes: bounded (proved or verified to a bound) or proof (proved only)",
+    )
 
 
 def _explain(result: VerifyResult) -> str:
@@ -55,8 +61,11 @@ class BudgetcheckItem(pytest.Item):
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     profile, require = config.getoption("--budgetcheck-profile"), config.getoption("--budgetcheck-require")
     for reference in config.getoption("--budgetcheck"):
-        items.append(BudgetcheckItem.from_parent(session, name=f"budgetcheck[{reference}]", reference=reference, profile=profile,
-                                                 require=require))
+        items.append(
+            BudgetcheckItem.from_parent(
+                session, name=f"budgetcheck[{reference}]", reference=reference, profile=profile, require=require
+            )
+        )
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -215,7 +215,13 @@ def step_up(values: ArrayLike, *, scratch: bool = False) -> Any:
     −0.0 is read as +0.0, 0 gives the smallest subnormal). +inf and NaN give NaN, which fails every
     ``<=`` check. A 0-d input gives a numpy scalar. ``scratch``: ``values`` is a writable float64
     array the caller no longer needs (a fresh sum), stepped in place and returned."""
-    if scratch and isinstance(values, np.ndarray) and values.ndim and values.dtype == np.float64 and values.flags.writeable:
+    if (
+        scratch
+        and isinstance(values, np.ndarray)
+        and values.ndim
+        and values.dtype == np.float64
+        and values.flags.writeable
+    ):
         values += 0.0
         bits = values.view(np.int64)
         bits += 1
@@ -287,7 +293,9 @@ def scale_up(sensitivity: float, epsilon: FloatArray) -> FloatArray:
         scale = np.asarray(np.divide(sensitivity, epsilon, dtype=np.float64))
     if not (sensitivity > 0.0 and math.isfinite(sensitivity)) or (scale < 0.0).any():
         return next_up(scale)
-    return np.asarray(np.where(scale == np.inf, np.inf, step_up(scale)), dtype=np.float64)  # scale >= 0, inf where ε = 0
+    return np.asarray(
+        np.where(scale == np.inf, np.inf, step_up(scale)), dtype=np.float64
+    )  # scale >= 0, inf where ε = 0
 
 
 @compiled

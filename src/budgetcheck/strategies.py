@@ -88,7 +88,11 @@ def cases(draw: st.DrawFn, *, max_length: int = 60, max_w: int = 40, max_runs: i
 @st.composite
 def requirement_sets(draw: st.DrawFn, *, max_classes: int = 4, max_users: int = 40, max_w: int = 12) -> RequirementSet:
     """Personalized requirements: 1..max_classes distinct (w, ε) classes with 1..max_users users each."""
-    pairs = draw(st.lists(st.tuples(st.integers(1, max_w), st.sampled_from(EPSILONS)), min_size=1, max_size=max_classes, unique=True))
+    pairs = draw(
+        st.lists(
+            st.tuples(st.integers(1, max_w), st.sampled_from(EPSILONS)), min_size=1, max_size=max_classes, unique=True
+        )
+    )
     counts = draw(st.lists(st.integers(1, max_users), min_size=len(pairs), max_size=len(pairs)))
     return RequirementSet.from_counts(list(zip(pairs, counts, strict=True)))
 
@@ -143,8 +147,13 @@ def personalized_cases(draw: st.DrawFn, *, max_length: int = 30, max_runs: int =
         bins = rng.integers(-1, d, size=(length, n))
     else:
         bins = np.repeat(rng.integers(0, d, size=(length, 1)), n, axis=1)
-    return PersonalizedCase(requirements=requirements, bins=bins, dimensions=d, runs=draw(st.integers(1, max_runs)),
-                            seed=draw(st.integers(0, 2**32 - 1)))
+    return PersonalizedCase(
+        requirements=requirements,
+        bins=bins,
+        dimensions=d,
+        runs=draw(st.integers(1, max_runs)),
+        seed=draw(st.integers(0, 2**32 - 1)),
+    )
 
 
 @st.composite
@@ -153,8 +162,13 @@ def swellfish_cases(draw: st.DrawFn, *, max_runs: int = 3) -> SwellfishCase:
     policies = draw(policy_collections())
     _, data = draw(streams(max_length=policies.horizon + 4, max_dimensions=4))
     epsilon = draw(st.one_of(st.sampled_from(EPSILONS), st.floats(1e-3, 10.0)))
-    return SwellfishCase(policies=policies, data=data, epsilon=epsilon, runs=draw(st.integers(1, max_runs)),
-                         seed=draw(st.integers(0, 2**32 - 1)))
+    return SwellfishCase(
+        policies=policies,
+        data=data,
+        epsilon=epsilon,
+        runs=draw(st.integers(1, max_runs)),
+        seed=draw(st.integers(0, 2**32 - 1)),
+    )
 
 
 # -- pairs of streams for the non-interference check (verify stage (b)) -------------------------------
@@ -198,7 +212,7 @@ def _counts(draw: st.DrawFn, length: int, d: int) -> FloatArray:
         t = 0
         while t < length:
             run = draw(st.integers(1, max(1, length - t)))
-            data[t:t + run] = float(draw(level))
+            data[t : t + run] = float(draw(level))
             t += run
     return data
 
@@ -226,9 +240,21 @@ def stream_pairs(draw: st.DrawFn, notion: str, *, max_length: int = 40, max_dime
         policies = draw(policy_collections(horizon=12, max_policies=3))
         length = policies.horizon + draw(st.integers(0, 4))
         d = draw(_dimensions(8))
-        return StreamPair(Notion.SWELLFISH, _counts(draw, length, d), _counts(draw, length, d), epsilon=epsilon, policies=policies,
-                          dimensions=d)
+        return StreamPair(
+            Notion.SWELLFISH,
+            _counts(draw, length, d),
+            _counts(draw, length, d),
+            epsilon=epsilon,
+            policies=policies,
+            dimensions=d,
+        )
     length = draw(st.integers(1, max_length))
     d = draw(_dimensions(max_dimensions))
-    return StreamPair(Notion.W_EVENT, _counts(draw, length, d), _counts(draw, length, d), epsilon=epsilon, w=draw(st.integers(1, 12)),
-                      dimensions=d)
+    return StreamPair(
+        Notion.W_EVENT,
+        _counts(draw, length, d),
+        _counts(draw, length, d),
+        epsilon=epsilon,
+        w=draw(st.integers(1, 12)),
+        dimensions=d,
+    )

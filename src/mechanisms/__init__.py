@@ -14,19 +14,19 @@ from mechanisms.hybrid import Hybrid as Hybrid
 from mechanisms.partitioned import BAPartitioned as BAPartitioned
 from mechanisms.partitioned import BDPartitioned as BDPartitioned
 from mechanisms.pegasus import PeGaSus as PeGaSus
-from mechanisms.rescuedp import RescueDP as RescueDP
-from mechanisms.rescuedp import RescueDPAsPublished as RescueDPAsPublished
 from mechanisms.personalized import PBA as PBA
 from mechanisms.personalized import PBD as PBD
 from mechanisms.personalized import StrictestBA as StrictestBA
 from mechanisms.personalized import StrictestBD as StrictestBD
+from mechanisms.rescuedp import RescueDP as RescueDP
+from mechanisms.rescuedp import RescueDPAsPublished as RescueDPAsPublished
 from mechanisms.sample import Sample as Sample
 from mechanisms.shifted import BAShifted as BAShifted
 from mechanisms.shifted import BDShifted as BDShifted
-from mechanisms.swellfish import TINARSample as TINARSample
-from mechanisms.swellfish import TINARUniform as TINARUniform
 from mechanisms.swellfish import TSBA as TSBA
 from mechanisms.swellfish import TSBD as TSBD
+from mechanisms.swellfish import TINARSample as TINARSample
+from mechanisms.swellfish import TINARUniform as TINARUniform
 from mechanisms.swellfish import TSSample as TSSample
 from mechanisms.swellfish import TSUniform as TSUniform
 from mechanisms.swellfish import Unicorn as Unicorn
@@ -65,6 +65,34 @@ BUILTIN: dict[str, Callable[[], object]] = {
 }
 
 __all__ = [
-    "BA", "BAPartitioned", "BAShifted", "BD", "BDPartitioned", "BDShifted", "BUILTIN", "AdaPub", "DSATw", "FASTw", "FASTwAsPublished", "Hybrid", "PeGaSus", "RescueDP", "RescueDPAsPublished", "PBA", "PBD", "Sample", "StrictestBA", "StrictestBD", "TINARSample",
-    "TINARUniform", "TSBA", "TSBD", "TSSample", "TSUniform", "Unicorn", "UnicornIS", "UnicornPS", "Uniform",
+    "BA",
+    "BAPartitioned",
+    "BAShifted",
+    "BD",
+    "BDPartitioned",
+    "BDShifted",
+    "BUILTIN",
+    "AdaPub",
+    "DSATw",
+    "FASTw",
+    "FASTwAsPublished",
+    "Hybrid",
+    "PeGaSus",
+    "RescueDP",
+    "RescueDPAsPublished",
+    "PBA",
+    "PBD",
+    "Sample",
+    "StrictestBA",
+    "StrictestBD",
+    "TINARSample",
+    "TINARUniform",
+    "TSBA",
+    "TSBD",
+    "TSSample",
+    "TSUniform",
+    "Unicorn",
+    "UnicornIS",
+    "UnicornPS",
+    "Uniform",
 ]

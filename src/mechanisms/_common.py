@@ -92,7 +92,10 @@ def run_fixed_schedule(rule: AllocationRule, stream: GuardedStream, ledger: Ledg
         step = steps.get(key) if key is not None else None
         if step is None:
             (budget,) = rule.charges(FLOAT, env, state, True)
-            step = (per_run_budget(budget) if _scheduled(budget) else None, rule.advance(FLOAT, env, state, True, (budget,)))
+            step = (
+                per_run_budget(budget) if _scheduled(budget) else None,
+                rule.advance(FLOAT, env, state, True, (budget,)),
+            )
             if key is not None:
                 steps[key] = step
         scheduled, state = step
@@ -130,11 +133,15 @@ def _scheduled(budget: Any) -> bool:
     """Whether a data-independent rule releases now: its budget is > 0 in every run (or in none)."""
     positive = np.asarray(budget) > 0
     if positive.any() and not positive.all():
-        raise InvalidArgument("a fixed schedule must release in every run or in none; its budget is 0 in some runs only")
+        raise InvalidArgument(
+            "a fixed schedule must release in every run or in none; its budget is 0 in some runs only"
+        )
     return bool(positive.all())
 
 
-def run_dissimilarity_framework(rule: AllocationRule, stream: GuardedStream, ledger: Ledger, filtering: bool) -> FloatArray:
+def run_dissimilarity_framework(
+    rule: AllocationRule, stream: GuardedStream, ledger: Ledger, filtering: bool
+) -> FloatArray:
     """:func:`dissimilarity_framework` over a whole stream."""
     return collect(dissimilarity_framework(rule, stream, ledger, filtering), stream, ledger.runs)
 
@@ -159,7 +166,9 @@ def fixed_schedule(rule: AllocationRule, stream: Stream, ledger: Ledger, filteri
         yield last
 
 
-def dissimilarity_framework(rule: AllocationRule, stream: Stream, ledger: Ledger, filtering: bool) -> Iterator[FloatArray]:
+def dissimilarity_framework(
+    rule: AllocationRule, stream: Stream, ledger: Ledger, filtering: bool
+) -> Iterator[FloatArray]:
     """Kellaris et al. 2014, Figure 1: M_{t,1} (noisy dissimilarity) then M_{t,2} (publish or null).
 
     The rule gives (dissimilarity budget, publication budget ε_{t,2}) per run; the run publishes

@@ -41,19 +41,28 @@ class Kalman:
     seen: BoolArray
 
     @classmethod
-    def start(cls, shape: tuple[int, ...], *, initial_variance: float, process_noise: FloatArray | float,
-              measurement_noise: FloatArray | float) -> Kalman:
+    def start(
+        cls,
+        shape: tuple[int, ...],
+        *,
+        initial_variance: float,
+        process_noise: FloatArray | float,
+        measurement_noise: FloatArray | float,
+    ) -> Kalman:
         """R may be a float or broadcast to ``shape`` (e.g. per run, on a ledger of several ε)."""
         noise = measurement_noise if isinstance(measurement_noise, np.ndarray) else float(measurement_noise)
-        return cls(np.zeros(shape), np.full(shape, float(initial_variance)), process_noise, noise,
-                   np.zeros(shape, dtype=bool))
+        return cls(
+            np.zeros(shape), np.full(shape, float(initial_variance)), process_noise, noise, np.zeros(shape, dtype=bool)
+        )
 
     def predict(self) -> FloatArray:
         """Advance one step: P ← P + Q; return the prior (the last posterior)."""
         self.variance = self.variance + self.process_noise
         return self.estimate.copy()
 
-    def correct(self, observed: FloatArray, where: BoolArray, measurement_noise: FloatArray | None = None) -> FloatArray:
+    def correct(
+        self, observed: FloatArray, where: BoolArray, measurement_noise: FloatArray | None = None
+    ) -> FloatArray:
         """Fold the observations in where ``where`` holds; return the posterior everywhere.
 
         ``measurement_noise`` (per cell) replaces R for this step, e.g. each sample's own noise variance."""
@@ -130,7 +139,9 @@ class RescuePID:
     @classmethod
     def start(cls, shape: tuple[int, ...], *, integral_window: int = 3, **gains: float) -> RescuePID:
         nan = np.full(shape, np.nan)
-        return cls(np.full((*shape, integral_window), np.nan), nan, np.zeros(shape), np.ones(shape), np.ones(shape), **gains)
+        return cls(
+            np.full((*shape, integral_window), np.nan), nan, np.zeros(shape), np.ones(shape), np.ones(shape), **gains
+        )
 
     def due(self, t: int) -> BoolArray:
         return np.asarray(self.next <= t)
@@ -143,9 +154,21 @@ class RescuePID:
         state = (self.errors, self.last_release, self.last_time, self.interval, self.next)
         if not all(a.dtype == np.float64 and a.flags.c_contiguous and a.flags.writeable for a in state):
             raise InvalidArgument("the controller's state arrays must be writable contiguous float64 arrays")
-        _rescue_update(float(t), _flat(release, shape, np.float64), _flat(where, shape, np.bool_), _flat(noise_scale, shape, np.float64),
-                       self.errors.reshape(-1, self.errors.shape[-1]), self.last_release.reshape(-1), self.last_time.reshape(-1),
-                       self.interval.reshape(-1), self.next.reshape(-1), self.kp, self.ki, self.kd, self.theta)
+        _rescue_update(
+            float(t),
+            _flat(release, shape, np.float64),
+            _flat(where, shape, np.bool_),
+            _flat(noise_scale, shape, np.float64),
+            self.errors.reshape(-1, self.errors.shape[-1]),
+            self.last_release.reshape(-1),
+            self.last_time.reshape(-1),
+            self.interval.reshape(-1),
+            self.next.reshape(-1),
+            self.kp,
+            self.ki,
+            self.kd,
+            self.theta,
+        )
 
 
 def _flat(values: ArrayLike, shape: tuple[int, ...], dtype: type[np.generic]) -> NDArray[Any]:
@@ -154,8 +177,21 @@ def _flat(values: ArrayLike, shape: tuple[int, ...], dtype: type[np.generic]) ->
 
 
 @compiled
-def _rescue_update(t: float, release: FloatArray, where: BoolArray, noise_scale: FloatArray, errors: FloatArray, last_release: FloatArray,
-                   last_time: FloatArray, interval: FloatArray, next_time: FloatArray, kp: float, ki: float, kd: float, theta: float) -> None:
+def _rescue_update(
+    t: float,
+    release: FloatArray,
+    where: BoolArray,
+    noise_scale: FloatArray,
+    errors: FloatArray,
+    last_release: FloatArray,
+    last_time: FloatArray,
+    interval: FloatArray,
+    next_time: FloatArray,
+    kp: float,
+    ki: float,
+    kd: float,
+    theta: float,
+) -> None:
     """RescuePID.update per sampled cell (Wang et al. 2016, Eq. 4-5), each operation in the order of
     the whole-array form (the same doubles)."""
     width = errors.shape[1]

@@ -42,8 +42,14 @@ def smooth(values: FloatArray, smoother: str, noise_variance: float | FloatArray
     return shrunk(smoother, values[:, -1], count, mean, spread, noise_variance)
 
 
-def shrunk(smoother: str, newest: FloatArray, count: IntArray, mean: FloatArray, spread: FloatArray,
-           noise_variance: float | FloatArray) -> FloatArray:
+def shrunk(
+    smoother: str,
+    newest: FloatArray,
+    count: IntArray,
+    mean: FloatArray,
+    spread: FloatArray,
+    noise_variance: float | FloatArray,
+) -> FloatArray:
     """average: the group mean; james-stein: the newest value shrunk towards the mean by the
     positive-part James–Stein factor 1 − (k − 3)σ²/Σ(x − mean)², σ² the perturbation's noise
     variance (k <= 3: the mean)."""
@@ -67,7 +73,13 @@ class GroupHistory:
     newest: FloatArray | None = None  # (runs · d,): t's releases
 
     def step(
-        self, test: ThresholdTest, secret: Secret, perturbed: FloatArray, thresholds: ArrayLike, smoother: str, noise_variance: float | FloatArray
+        self,
+        test: ThresholdTest,
+        secret: Secret,
+        perturbed: FloatArray,
+        thresholds: ArrayLike,
+        smoother: str,
+        noise_variance: float | FloatArray,
     ) -> tuple[ThresholdAnswer, FloatArray]:
         """One grouper step: query the AboveThreshold on the group deviation, then smooth over the
         group holding t (a positive answer leaves t alone; a new instance starts a group at t)."""

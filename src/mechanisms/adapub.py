@@ -24,8 +24,8 @@ stands alone (as in PeGaSus); the next timestamp opens a new cluster. Clusters a
 
 from __future__ import annotations
 
-from typing import ClassVar, TypeVar
 from collections.abc import Iterator
+from typing import ClassVar, TypeVar
 
 import attrs
 import numpy as np
@@ -51,8 +51,17 @@ def pivot_buckets(last_release: FloatArray, pivots: FloatArray) -> IntArray:
 
 
 @compiled
-def _pid_threshold(last: FloatArray, x: FloatArray, feedback: FloatArray, epsilon: FloatArray, kp: float, ki: float, kd: float,
-                   pending: FloatArray, threshold: FloatArray) -> None:
+def _pid_threshold(
+    last: FloatArray,
+    x: FloatArray,
+    feedback: FloatArray,
+    epsilon: FloatArray,
+    kp: float,
+    ki: float,
+    kd: float,
+    pending: FloatArray,
+    threshold: FloatArray,
+) -> None:
     """The PID threshold θ_t = max(1, δ_t²/ε) of every run (``epsilon``: one per run) and dimension
     (arrays flattened, run-major), in one pass, each operation in the order of the whole-array form
     (the same doubles; its oracle is in the tests): pending[0] = E_t = |r_{t−1} − x_t|/max(x_t, 1),
@@ -111,27 +120,53 @@ class AdaPub(StepByStep):
         epsilon = per_run_column(per_run_budget(env.epsilon))
         runs, d = ledger.runs, stream.dimensions
         rng = np.random.default_rng(self.seed)
-        test = ledger.above_threshold(epsilon=cluster_budget, sensitivity=2.0, cells=(d,), max_footprint=env.w,
-                                      purpose="clustering") if self.clustering else None
+        test = (
+            ledger.above_threshold(
+                epsilon=cluster_budget, sensitivity=2.0, cells=(d,), max_footprint=env.w, purpose="clustering"
+            )
+            if self.clustering
+            else None
+        )
         history = GroupHistory(env.w)
         last = np.zeros((runs, d))
         feedback = np.zeros((3, runs, d))  # E_{t−1}, Σ E since the cluster opened, count
         pending = np.empty((3, runs, d))  # E_t and the sum and count with it (see _pid_threshold)
         threshold = np.empty((runs, d))
         run_epsilon = np.ascontiguousarray(np.broadcast_to(epsilon, (runs, 1))[:, 0], dtype=np.float64)
-        flat_feedback, flat_pending, flat_threshold = feedback.reshape(3, -1), pending.reshape(3, -1), threshold.reshape(-1)  # views
+        flat_feedback, flat_pending, flat_threshold = (
+            feedback.reshape(3, -1),
+            pending.reshape(3, -1),
+            threshold.reshape(-1),
+        )  # views
         for secret in stream:
             t = secret.t
             x = self._perturb(ledger, secret, perturb_budget, last, rng, t)
             if test is not None:
-                _pid_threshold(_flat(last), _flat(x), flat_feedback, run_epsilon, self.kp, self.ki, self.kd, flat_pending, flat_threshold)
+                _pid_threshold(
+                    _flat(last),
+                    _flat(x),
+                    flat_feedback,
+                    run_epsilon,
+                    self.kp,
+                    self.ki,
+                    self.kd,
+                    flat_pending,
+                    flat_threshold,
+                )
                 answer, x = history.step(test, secret, x, threshold, "median", 0.0)
                 _pid_close(_flat(answer.opened | answer.above), flat_pending, flat_feedback)
             last = x
             yield x
 
-    def _perturb(self, ledger: WindowLedger, secret: Secret, budget: float | FloatArray, last: FloatArray,
-                 rng: np.random.Generator, t: int) -> FloatArray:
+    def _perturb(
+        self,
+        ledger: WindowLedger,
+        secret: Secret,
+        budget: float | FloatArray,
+        last: FloatArray,
+        rng: np.random.Generator,
+        t: int,
+    ) -> FloatArray:
         """x_t: per-dimension Laplace at t = 1, without grouping or with one dimension (which every
         bucketing leaves alone in its bucket: its group sum is its value); else pivot buckets on r_{t−1}."""
         if not self.grouping or t == 1 or last.shape[1] == 1:
@@ -140,7 +175,9 @@ class AdaPub(StepByStep):
         pivots = low + (high - low) * rng.random((ledger.runs, self.pivots))
         labels = pivot_buckets(last, pivots)
         groups = self.pivots + 1  # ε per group: (G,), or (runs, G) with one ε per run
-        group_budgets = np.full(groups, budget) if isinstance(budget, float) else np.repeat(budget[:, None], groups, axis=1)
+        group_budgets = (
+            np.full(groups, budget) if isinstance(budget, float) else np.repeat(budget[:, None], groups, axis=1)
+        )
         sums = ledger.laplace_groups(secret, labels, group_budgets, purpose="perturbation")
         sizes = (labels[:, :, None] == np.arange(self.pivots + 1)).sum(axis=1)
         return np.asarray(np.take_along_axis(sums / np.maximum(sizes, 1.0), labels, axis=1), dtype=np.float64)

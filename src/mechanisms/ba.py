@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
 from collections.abc import Iterator
+from typing import ClassVar
 
 import attrs
 import numpy as np

@@ -80,7 +80,9 @@ class DSATw(StepByStep):
                 last = np.where(sampled[:, None], np.nan_to_num(noisy), last)
             taken += sampled
             threshold = self._feedback(threshold, taken / t, target)
-            state = rule.advance(FLOAT, env, state, wants, (np.where(t == 1, count_budget, 0.0), test_budget, sample_budget))
+            state = rule.advance(
+                FLOAT, env, state, wants, (np.where(t == 1, count_budget, 0.0), test_budget, sample_budget)
+            )
             yield last
 
     def _feedback(self, threshold: FloatArray, rate: FloatArray, target: float) -> FloatArray:

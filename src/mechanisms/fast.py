@@ -16,8 +16,8 @@ column's filter and controller take the sample.
 
 from __future__ import annotations
 
-from typing import ClassVar
 from collections.abc import Iterator
+from typing import ClassVar
 
 import attrs
 import numpy as np
@@ -88,12 +88,23 @@ class FASTw(StepByStep):
             yield posterior
 
     def _fresh(self, shape: tuple[int, ...]) -> Kalman:
-        return Kalman.start(shape, initial_variance=self.initial_variance, process_noise=self.process_noise,
-                            measurement_noise=self.measurement_noise)
+        return Kalman.start(
+            shape,
+            initial_variance=self.initial_variance,
+            process_noise=self.process_noise,
+            measurement_noise=self.measurement_noise,
+        )
 
     def _pid(self, shape: tuple[int, ...]) -> FastPID:
-        return FastPID.start(shape, integral_window=self.integral_window, kp=self.kp, ki=self.ki, kd=self.kd,
-                             theta=self.theta, xi=self.xi)
+        return FastPID.start(
+            shape,
+            integral_window=self.integral_window,
+            kp=self.kp,
+            ki=self.ki,
+            kd=self.kd,
+            theta=self.theta,
+            xi=self.xi,
+        )
 
 
 @attrs.frozen

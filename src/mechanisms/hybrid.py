@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
 from collections.abc import Iterator
+from typing import ClassVar
 
 import attrs
 import numpy as np
@@ -30,7 +30,9 @@ class Hybrid:
     every: int = attrs.field(default=2, converter=_every)
     filtering: bool = False
     name: str = attrs.field(default="Hybrid", init=False)
-    max_stacked_runs: ClassVar[int] = 1_000  # one laplace_series; past ~2,000 runs its (T, runs) budget and scale arrays cost more than a pass per ε
+    max_stacked_runs: ClassVar[int] = (
+        1_000  # one laplace_series; past ~2,000 runs its (T, runs) budget and scale arrays cost more than a pass per ε
+    )
 
     def allocation_rule(self) -> PeriodicRule:
         return PeriodicRule(self.every)

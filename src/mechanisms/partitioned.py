@@ -40,8 +40,9 @@ def column_groups(history: FloatArray, count: int) -> IntArray:
     return labels
 
 
-def partitioned_framework(rule: AllocationRule, stream: Stream, ledger: Ledger, filtering: bool, groups: int,
-                          period: int | None) -> Iterator[FloatArray]:
+def partitioned_framework(
+    rule: AllocationRule, stream: Stream, ledger: Ledger, filtering: bool, groups: int, period: int | None
+) -> Iterator[FloatArray]:
     """Kellaris §4.5 column partitioning on the dissimilarity framework (Figure 1), vectorised over runs.
 
     Every ``period`` timestamps (default w) the columns are regrouped by :func:`column_groups` from

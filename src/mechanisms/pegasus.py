@@ -21,8 +21,8 @@ closed by that public rule.
 
 from __future__ import annotations
 
-from typing import ClassVar
 from collections.abc import Iterator
+from typing import ClassVar
 
 import attrs
 import numpy as np
@@ -58,12 +58,19 @@ class PeGaSus(StepByStep):
         rule, env = self.allocation_rule(), rule_env(ledger)
         perturb_budget, group_budget = (per_run_budget(b) for b in rule.charges(FLOAT, env, (), None))
         cap = env.w if self.max_group is None else self.max_group
-        test = ledger.above_threshold(epsilon=group_budget, sensitivity=2.0, cells=(stream.dimensions,), max_footprint=cap,
-                                      purpose="grouping") if self.grouping else None
+        test = (
+            ledger.above_threshold(
+                epsilon=group_budget, sensitivity=2.0, cells=(stream.dimensions,), max_footprint=cap, purpose="grouping"
+            )
+            if self.grouping
+            else None
+        )
         history = GroupHistory(cap)
         thresholds = self.threshold_factor / per_run_column(group_budget)
         noise_variance = 2.0 / perturb_budget**2  # per run: repeated over the d rows of each run
-        variances = noise_variance if isinstance(noise_variance, float) else np.repeat(noise_variance, stream.dimensions)
+        variances = (
+            noise_variance if isinstance(noise_variance, float) else np.repeat(noise_variance, stream.dimensions)
+        )
         for secret in stream:
             perturbed = ledger.laplace(secret, perturb_budget, purpose="perturbation")
             if test is None:

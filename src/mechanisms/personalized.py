@@ -39,7 +39,9 @@ from mechanisms.rules import BARule, BDRule
 FloatArray = NDArray[np.float64]
 
 
-def step_budgets(rule: AllocationRule, envs: list[RuleEnv], states: list[Any], runs: int) -> tuple[FloatArray, FloatArray]:
+def step_budgets(
+    rule: AllocationRule, envs: list[RuleEnv], states: list[Any], runs: int
+) -> tuple[FloatArray, FloatArray]:
     """(dissimilarity, publication candidate) budgets, shape (runs, classes), before the decision.
 
     For BA rules a timestamp inside any class's nullified span is nullified for all (t̃_N = max t_{i,N}).
@@ -56,7 +58,9 @@ def step_budgets(rule: AllocationRule, envs: list[RuleEnv], states: list[Any], r
     return dissimilarity, candidate
 
 
-def run_personalized(rule: AllocationRule, stream: PersonalizedStream, ledger: PersonalizedLedger, *, strictest: bool, filtering: bool) -> FloatArray:
+def run_personalized(
+    rule: AllocationRule, stream: PersonalizedStream, ledger: PersonalizedLedger, *, strictest: bool, filtering: bool
+) -> FloatArray:
     """PWSM (Algorithm 2) with ``rule`` per requirement class over a whole stream: (runs, T, d)."""
     releases = empty_releases(ledger.runs, stream.length, stream.dimensions)
     for t, values in enumerate(personalized_releases(rule, stream, ledger, strictest=strictest, filtering=filtering)):
@@ -64,12 +68,20 @@ def run_personalized(rule: AllocationRule, stream: PersonalizedStream, ledger: P
     return releases
 
 
-def personalized_releases(rule: AllocationRule, stream: PersonalizedStream | LiveStream, ledger: PersonalizedLedger, *,
-                          strictest: bool, filtering: bool) -> Iterator[FloatArray]:
+def personalized_releases(
+    rule: AllocationRule,
+    stream: PersonalizedStream | LiveStream,
+    ledger: PersonalizedLedger,
+    *,
+    strictest: bool,
+    filtering: bool,
+) -> Iterator[FloatArray]:
     """PWSM (Algorithm 2) with ``rule`` per requirement class: the (runs, d) release of every timestamp
     as it arrives (a live stream of (classes, d) counts works too); see the module docstring."""
     requirements = ledger.requirements
-    chosen: list[Requirement] = [requirements.strictest()] * requirements.n_classes if strictest else list(requirements.classes)
+    chosen: list[Requirement] = (
+        [requirements.strictest()] * requirements.n_classes if strictest else list(requirements.classes)
+    )
     envs = [RuleEnv(r.epsilon, r.w) for r in chosen]
     runs = ledger.runs
     states: list[Any] = [per_run(rule.initial(FLOAT, env), runs) for env in envs]
@@ -83,8 +95,10 @@ def personalized_releases(rule: AllocationRule, stream: PersonalizedStream | Liv
         if publish.any():
             noisy = ledger.sample_release(secret, spent)
             last = np.where(publish[:, None], filtered(np.nan_to_num(noisy), filtering), last)
-        states = [rule.advance(FLOAT, env, state, publish, (dissimilarity[:, c], spent[:, c]))
-                  for c, (env, state) in enumerate(zip(envs, states, strict=True))]
+        states = [
+            rule.advance(FLOAT, env, state, publish, (dissimilarity[:, c], spent[:, c]))
+            for c, (env, state) in enumerate(zip(envs, states, strict=True))
+        ]
         yield last
 
 
@@ -104,11 +118,15 @@ class PBD:
         return BDRule()
 
     def run(self, stream: PersonalizedStream, ledger: PersonalizedLedger) -> FloatArray:
-        return run_personalized(self.allocation_rule(), stream, ledger, strictest=self.strictest, filtering=self.filtering)
+        return run_personalized(
+            self.allocation_rule(), stream, ledger, strictest=self.strictest, filtering=self.filtering
+        )
 
     def releases(self, stream: PersonalizedStream | LiveStream, ledger: PersonalizedLedger) -> Iterator[FloatArray]:
         """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
-        return personalized_releases(self.allocation_rule(), stream, ledger, strictest=self.strictest, filtering=self.filtering)
+        return personalized_releases(
+            self.allocation_rule(), stream, ledger, strictest=self.strictest, filtering=self.filtering
+        )
 
 
 @attrs.frozen
@@ -127,11 +145,15 @@ class PBA:
         return BARule(dissimilarity_when_nullified=True)
 
     def run(self, stream: PersonalizedStream, ledger: PersonalizedLedger) -> FloatArray:
-        return run_personalized(self.allocation_rule(), stream, ledger, strictest=self.strictest, filtering=self.filtering)
+        return run_personalized(
+            self.allocation_rule(), stream, ledger, strictest=self.strictest, filtering=self.filtering
+        )
 
     def releases(self, stream: PersonalizedStream | LiveStream, ledger: PersonalizedLedger) -> Iterator[FloatArray]:
         """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
-        return personalized_releases(self.allocation_rule(), stream, ledger, strictest=self.strictest, filtering=self.filtering)
+        return personalized_releases(
+            self.allocation_rule(), stream, ledger, strictest=self.strictest, filtering=self.filtering
+        )
 
 
 def StrictestBD() -> PBD:

@@ -23,8 +23,8 @@ Deviations from the paper and the public code, with reasons:
 
 from __future__ import annotations
 
-from typing import ClassVar
 from collections.abc import Iterator
+from typing import ClassVar
 
 import attrs
 import numpy as np
@@ -42,7 +42,13 @@ IntArray = NDArray[np.int64]
 
 
 def group_locations(
-    predictions: FloatArray, histories: FloatArray, due: NDArray[np.bool_], *, size_limit: float, value_gap: float, correlation: float
+    predictions: FloatArray,
+    histories: FloatArray,
+    due: NDArray[np.bool_],
+    *,
+    size_limit: float,
+    value_gap: float,
+    correlation: float,
 ) -> IntArray:
     """RescueDP's dynamic grouping (Wang et al. 2016, Algorithm 2) for one run; labels per location.
 
@@ -152,10 +158,16 @@ def _releases(mech: RescueDP, stream: Stream, ledger: WindowLedger, *, shared_wi
     cell_env = RuleEnv(per_run_epsilon, w)  # ε against (runs, d) arrays
     state = per_run(rule.initial(FLOAT, env), runs)
     local = np.zeros((runs, d, max(w - 1, 0)))  # per-location recent budgets, newest last (as published only)
-    pid = RescuePID.start(shape, integral_window=mech.integral_window, kp=mech.kp, ki=mech.ki, kd=mech.kd, theta=mech.theta)
+    pid = RescuePID.start(
+        shape, integral_window=mech.integral_window, kp=mech.kp, ki=mech.ki, kd=mech.kd, theta=mech.theta
+    )
     noise = (w / per_run_epsilon) ** 2
-    kalman = Kalman.start(shape, initial_variance=mech.initial_variance,
-                          process_noise=1.0 if mech.process_noise is None else mech.process_noise, measurement_noise=noise)
+    kalman = Kalman.start(
+        shape,
+        initial_variance=mech.initial_variance,
+        process_noise=1.0 if mech.process_noise is None else mech.process_noise,
+        measurement_noise=noise,
+    )
     recent = np.full((runs, d, mech.history), np.nan)  # the last κ releases of each location
     moments = np.zeros((3, runs, d))  # count, sum, sum of squares of releases (for q)
     grouped = shared_window and mech.grouping and d > 1  # one location (d = 1) is its own group: laplace_bins
@@ -174,7 +186,9 @@ def _releases(mech: RescueDP, stream: Stream, ledger: WindowLedger, *, shared_wi
         prior = kalman.predict()
         remaining = left  # ε_rm, computed after the last step
         fraction = np.minimum(mech.phi * np.log(pid.interval + 1.0), mech.max_fraction)
-        budgets = np.where(due, np.minimum(FLOAT.mul_down(remaining, fraction), rule.grant(FLOAT, cell_env, remaining)), 0.0)
+        budgets = np.where(
+            due, np.minimum(FLOAT.mul_down(remaining, fraction), rule.grant(FLOAT, cell_env, remaining)), 0.0
+        )
         observed = np.full(shape, np.nan)
         if (budgets > 0).any():
             if grouped:
@@ -183,9 +197,13 @@ def _releases(mech: RescueDP, stream: Stream, ledger: WindowLedger, *, shared_wi
                 observed = ledger.laplace_bins(secret, budgets, purpose="publication")
         sampled = budgets > 0
         if mech.sample_noise:
-            with np.errstate(divide="ignore", over="ignore"):  # a budget near 0 (its square may flush to 0): variance inf, gain 0
+            with np.errstate(
+                divide="ignore", over="ignore"
+            ):  # a budget near 0 (its square may flush to 0): variance inf, gain 0
                 variance = np.where(sampled, 2.0 / np.where(sampled, budgets, 1.0) ** 2, 0.0)
-            posterior = kalman.correct(observed, sampled, np.maximum(kalman.measurement_noise, variance))  # NaN only where not sampled
+            posterior = kalman.correct(
+                observed, sampled, np.maximum(kalman.measurement_noise, variance)
+            )  # NaN only where not sampled
         else:
             posterior = kalman.correct(observed, sampled)
         if shared_window:
@@ -226,11 +244,23 @@ def _grouped_release(
     runs, d = budgets.shape
     due = budgets > 0
     predictions = recent.mean(axis=-1)  # NaN until a location has κ releases: it stays alone
-    labels = np.where(due, 0, -1).astype(np.int64) if d == 1 else np.stack([  # one location: its own group when due
-        group_locations(np.nan_to_num(predictions[r], nan=np.inf), recent[r], due[r],
-                        size_limit=mech.size_limit, value_gap=mech.value_gap, correlation=mech.correlation)
-        for r in range(runs)
-    ])
+    labels = (
+        np.where(due, 0, -1).astype(np.int64)
+        if d == 1
+        else np.stack(
+            [  # one location: its own group when due
+                group_locations(
+                    np.nan_to_num(predictions[r], nan=np.inf),
+                    recent[r],
+                    due[r],
+                    size_limit=mech.size_limit,
+                    value_gap=mech.value_gap,
+                    correlation=mech.correlation,
+                )
+                for r in range(runs)
+            ]
+        )
+    )
     groups = int(labels.max()) + 1
     group_budget = np.full((runs, groups), np.inf)
     rows = np.broadcast_to(np.arange(runs)[:, None], labels.shape)

@@ -315,15 +315,15 @@ class RemainingFractionRule:
 @attrs.frozen
 class DistanceTestRule:
     """DSAT_w made sound (Li et al. 2015; accounting rules §4-5): a private row count, a distance
-    test charged into every window, and at most C samples per window.
+        test charged into every window, and at most C samples per window.
 
-    With u = share(ε, 10w²): the row count takes w²·u <= ε/10 once, at t = 1; of the remaining
-    ε' = 9w²·u the tests take ε₁ = (1 − C/w)ε' (9(w − C)·u each, w per window) and a sample ε'/w
-    = 9w·u (the paper's Theorem 5.4 k saturates at 1 − C/w), at most C per window. State (a,
-    (f_1..f_{w−1})): a = min(t − 1, w) and the sample flags of the last w − 1 timestamps (a window
-the float back-end keeps a running count of: ``ops.slide``/``ops.count``). Invariant:
-    flags in {0, 1} and 0 where the timestamp is before t = 1; recent totals bounded by their
-    test, flagged sample and (at age a) the count.
+        With u = share(ε, 10w²): the row count takes w²·u <= ε/10 once, at t = 1; of the remaining
+        ε' = 9w²·u the tests take ε₁ = (1 − C/w)ε' (9(w − C)·u each, w per window) and a sample ε'/w
+        = 9w·u (the paper's Theorem 5.4 k saturates at 1 − C/w), at most C per window. State (a,
+        (f_1..f_{w−1})): a = min(t − 1, w) and the sample flags of the last w − 1 timestamps (a window
+    the float back-end keeps a running count of: ``ops.slide``/``ops.count``). Invariant:
+        flags in {0, 1} and 0 where the timestamp is before t = 1; recent totals bounded by their
+        test, flagged sample and (at age a) the count.
     """
 
     rate: float = 0.01
@@ -363,8 +363,13 @@ the float back-end keeps a running count of: ``ops.slide``/``ops.count``). Invar
         for m in range(1, env.w):
             flag, value = flags[env.w - 1 - m], recent[env.w - 1 - m]
             terms += [flag >= 0, flag <= 1, value >= 0]
-            terms.append(ops.where(m > a, ops.all_of([flag == 0, value == 0]),
-                                   value <= test + ops.mul_down(sample, flag, at_most=1) + ops.where(m == a, count, 0)))
+            terms.append(
+                ops.where(
+                    m > a,
+                    ops.all_of([flag == 0, value == 0]),
+                    value <= test + ops.mul_down(sample, flag, at_most=1) + ops.where(m == a, count, 0),
+                )
+            )
         return ops.all_of(terms)
 
 
@@ -408,7 +413,11 @@ class ShiftedBDRule:
         return (*shifted_split(ops, env, self.dimensions), *(0.0 for _ in range(env.w - 1)))
 
     def arbitrary(self, env: RuleEnv, tag: str) -> State:
-        return (symbol_real(f"{tag}_delta"), symbol_real(f"{tag}_pool"), *(symbol_real(f"{tag}_p{j}") for j in range(env.w - 1)))
+        return (
+            symbol_real(f"{tag}_delta"),
+            symbol_real(f"{tag}_pool"),
+            *(symbol_real(f"{tag}_p{j}") for j in range(env.w - 1)),
+        )
 
     def charges(self, ops: Ops, env: RuleEnv, state: State, decision: Any) -> tuple[Any, ...]:
         delta, pool, recent = state[0], state[1], state[2:]

@@ -135,9 +135,19 @@ def bounded_proof(mechanism: _BoundedProof, horizon: int = 5, max_policies: int 
     exact Fractions, without the ledger's rounding cap. All budgets are homogeneous of degree 1 in
     ε, so ε = 1 covers every ε > 0. Returns (holds, collections checked, first failure or "").
     """
-    shapes = [StreamPolicy(a, b, [1.0] * T) for a in range(1, horizon + 1) for b in range(a, horizon + 1) for T in (1, 2) if T <= b - a + 1]
+    shapes = [
+        StreamPolicy(a, b, [1.0] * T)
+        for a in range(1, horizon + 1)
+        for b in range(a, horizon + 1)
+        for T in (1, 2)
+        if T <= b - a + 1
+    ]
     collections = [list(c) for k in range(1, max_policies + 1) for c in itertools.combinations(shapes, k)]
-    decisions = np.array(list(itertools.product([False, True], repeat=horizon))) if isinstance(mechanism, Unicorn) else np.ones((1, horizon), bool)
+    decisions = (
+        np.array(list(itertools.product([False, True], repeat=horizon)))
+        if isinstance(mechanism, Unicorn)
+        else np.ones((1, horizon), bool)
+    )
     one, half = Fraction(1), Fraction(1, 2)
     for policies_list in collections:
         policies = PolicyCollection(policies_list)
@@ -302,5 +312,3 @@ def TINARUniform() -> UnicornPS:
 def TINARSample() -> UnicornIS:
     """UnicornIS with the global sensitivity max_t Δ_Q^t (Tex et al., Table 2, the TINAR effect)."""
     return UnicornIS(global_sensitivity=True, label="TINARSample")
-
-

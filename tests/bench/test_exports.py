@@ -72,8 +72,10 @@ def test_state_flu_skips_the_title_line_and_leaves_out_states_with_unreported_we
 
 def test_state_flu_refuses_a_file_where_no_state_reports_every_week(tmp_path: Path) -> None:
     file = tmp_path / "ILINet.csv"
-    file.write_text("\n".join(DATA.joinpath("ILINet_states.csv").read_text().splitlines()[:4]) + "\n"
-                    "States,Minnesota,2010,41,X,X,X,X,X,X,X,X,X,X,X\n")
+    file.write_text(
+        "\n".join(DATA.joinpath("ILINet_states.csv").read_text().splitlines()[:4]) + "\n"
+        "States,Minnesota,2010,41,X,X,X,X,X,X,X,X,X,X,X\n"
+    )
     with pytest.raises(InvalidArgument, match="no region reports ILITOTAL in every one of its 2 weeks"):
         load_paper_stream("state-flu", file)
 
@@ -82,30 +84,41 @@ def test_flu_outpatient_reads_the_national_export_and_refuses_a_regional_one(tmp
     lines = DATA.joinpath("ILINet_hhs_regions.csv").read_text().splitlines()
     national = [line.replace("HHS Regions,Region 1,", "National,X,") for line in lines[1:] if ",Region 1," in line]
     file = tmp_path / "ILINet.csv"
-    file.write_text("PERCENTAGE OF VISITS FOR INFLUENZA-LIKE-ILLNESS REPORTED BY SENTINEL PROVIDERS\n"
-                    + "\n".join([lines[0], *national]) + "\n")
+    file.write_text(
+        "PERCENTAGE OF VISITS FOR INFLUENZA-LIKE-ILLNESS REPORTED BY SENTINEL PROVIDERS\n"
+        + "\n".join([lines[0], *national])
+        + "\n"
+    )
     assert load_paper_stream("flu-outpatient", file).tolist() == [[44.0], [57.0], [85.0]]
     with pytest.raises(InvalidArgument, match="REGION takes 10 values .*download the national ILINet data only"):
         load_paper_stream("flu-outpatient", DATA / "ILINet_hhs_regions.csv")
 
 
-MORTALITY_HEADER = ("AREA,SUB AREA,AGE GROUP,SEASON,WEEK,PERCENT P&I,NUM INFLUENZA DEATHS,NUM PNEUMONIA DEATHS,"
-                    "TOTAL DEATHS,PERCENT COMPLETE")
+MORTALITY_HEADER = (
+    "AREA,SUB AREA,AGE GROUP,SEASON,WEEK,PERCENT P&I,NUM INFLUENZA DEATHS,NUM PNEUMONIA DEATHS,"
+    "TOTAL DEATHS,PERCENT COMPLETE"
+)
 
 
 def test_flu_death_sums_influenza_and_pneumonia_deaths_with_thousands_separators(tmp_path: Path) -> None:
     file = tmp_path / "NCHSData.csv"
-    file.write_text(MORTALITY_HEADER + "\n"
-                    'National,National,All,2013-14,40,6.2,4,"2,911","47,327",100.0\n'
-                    'National,National,All,2013-14,41,6.1,9,"2,870","47,220",100.0\n'
-                    'National,National,All,2013-14,42,6.0,12,"3,001","48,019",99.8\n')
+    file.write_text(
+        MORTALITY_HEADER + "\n"
+        'National,National,All,2013-14,40,6.2,4,"2,911","47,327",100.0\n'
+        'National,National,All,2013-14,41,6.1,9,"2,870","47,220",100.0\n'
+        'National,National,All,2013-14,42,6.0,12,"3,001","48,019",99.8\n'
+    )
     assert load_paper_stream("flu-death", file).tolist() == [[2915.0], [2879.0], [3013.0]]
-    file.write_text(MORTALITY_HEADER + "\n"
-                    'National,National,All,2013-14,40,6.2,4,"2,911","47,327",100.0\n'
-                    'State,Alabama,All,2013-14,40,6.9,0,75,"1,002",100.0\n')
+    file.write_text(
+        MORTALITY_HEADER + "\n"
+        'National,National,All,2013-14,40,6.2,4,"2,911","47,327",100.0\n'
+        'State,Alabama,All,2013-14,40,6.9,0,75,"1,002",100.0\n'
+    )
     with pytest.raises(InvalidArgument, match="AREA takes 2 values .*national data for all ages only"):
         load_paper_stream("flu-death", file)
-    file.write_text(MORTALITY_HEADER + "\n" 'National,National,All,2013-14,40,6.2,Insufficient Data,"2,911","47,327",100.0\n')
+    file.write_text(
+        MORTALITY_HEADER + '\nNational,National,All,2013-14,40,6.2,Insufficient Data,"2,911","47,327",100.0\n'
+    )
     with pytest.raises(InvalidArgument, match="row 2: NUM INFLUENZA DEATHS='Insufficient Data' is not reported"):
         load_paper_stream("flu-death", file)
 
@@ -113,8 +126,10 @@ def test_flu_death_sums_influenza_and_pneumonia_deaths_with_thousands_separators
 def test_retail_reads_one_date_form_per_file(tmp_path: Path) -> None:
     header = "InvoiceNo,StockCode,Description,Quantity,InvoiceDate,UnitPrice,CustomerID,Country\n"
     two_digit = tmp_path / "Online_Retail.csv"  # a common CSV copy: 2-digit years, descriptions with commas
-    two_digit.write_text(header + '536365,85123A,"HEART, WHITE",6,12/1/10 8:26,2.55,17850,United Kingdom\n'
-                                  "536366,71053 ,LANTERN,3,12/3/10 9:00,3.39,17850,United Kingdom\n")
+    two_digit.write_text(
+        header + '536365,85123A,"HEART, WHITE",6,12/1/10 8:26,2.55,17850,United Kingdom\n'
+        "536366,71053 ,LANTERN,3,12/3/10 9:00,3.39,17850,United Kingdom\n"
+    )
     assert aggregate.retail(two_digit, length=3, dimensions=2).tolist() == [[6, 0], [0, 0], [0, 3]]
     day_first = tmp_path / "day_first.csv"  # 13/1 is read day first, so 1/2/2011 is 1 February, not 2 January
     day_first.write_text(header + "1,A,X,1,13/1/2011 10:00,1,1,UK\n2,B,X,1,1/2/2011 10:00,1,1,UK\n")
@@ -141,26 +156,51 @@ RETAIL_HEADER = "InvoiceNo,StockCode,Description,Quantity,InvoiceDate,UnitPrice,
 PORTO_POLYLINE = "row 2: TIMESTAMP='1372636858' or POLYLINE is not seconds and a list"
 REFUSED = [  # (stream, file name, content, what the message says)
     ("unemployment-bls", "other.csv", "month,unemployed\n1948-01,2351\n", "not FRED's CSV of LNU03000000"),
-    ("unemployment-bls", "f.csv", "observation_date,LNU03000000\n1948-01-01,2351\n1948-02-01,.\n",
-     "row 3: LNU03000000='.' is not reported"),
+    (
+        "unemployment-bls",
+        "f.csv",
+        "observation_date,LNU03000000\n1948-01-01,2351\n1948-02-01,.\n",
+        "row 3: LNU03000000='.' is not reported",
+    ),
     ("unemployment-bls", "f.csv", "date,value\n1976-01,seven\n", "row 2: value='seven' is not a number"),
-    ("unemployment-bls", "f.csv", "observation_date,LNU03000000\n1948-01-01,inf\n", "row 2: LNU03000000='inf' is not a number"),
+    (
+        "unemployment-bls",
+        "f.csv",
+        "observation_date,LNU03000000\n1948-01-01,inf\n",
+        "row 2: LNU03000000='inf' is not a number",
+    ),
     ("flu-death", "deaths.csv", "week,value\n", "the first line \\['week', 'value'\\] is missing \\['deaths'\\]"),
     ("flu-death", "deaths.csv", "week,deaths\n", "a header but no rows"),
     ("retail", "r.csv", RETAIL_HEADER + "1,A,X\n", "row 2 has 3 fields, the header 8"),
     ("retail", "r.csv", RETAIL_HEADER + "1,A,X,nan,12/1/2010 8:26,1,1,UK\n", "row 2: Quantity='nan' is malformed"),
-    ("tdrive", "1.txt", "99999999999999999999,2008-02-02 15:36:08,116.3,39.9\n",
-     "line 1: .* is not id,YYYY-MM-DD HH:MM:SS,lon,lat"),
-    ("taxi-porto", "train.csv", PORTO_HEADER + '"1","A","","","2","99999999999999999999","A","False","[[-8.6,41.1]]"\n',
-     "row 2: TIMESTAMP=99999999999999999999 is not a time"),
-    *(("taxi-porto", "train.csv", PORTO_HEADER + f'"1","A","","","2","1372636858","A","False",{polyline}\n', PORTO_POLYLINE)
-      for polyline in ('"[1]"', '"[[1]]"', '"{""a"": 1}"', '"[[""x"", 2]]"', '"[[-8.6"')),
+    (
+        "tdrive",
+        "1.txt",
+        "99999999999999999999,2008-02-02 15:36:08,116.3,39.9\n",
+        "line 1: .* is not id,YYYY-MM-DD HH:MM:SS,lon,lat",
+    ),
+    (
+        "taxi-porto",
+        "train.csv",
+        PORTO_HEADER + '"1","A","","","2","99999999999999999999","A","False","[[-8.6,41.1]]"\n',
+        "row 2: TIMESTAMP=99999999999999999999 is not a time",
+    ),
+    *(
+        (
+            "taxi-porto",
+            "train.csv",
+            PORTO_HEADER + f'"1","A","","","2","1372636858","A","False",{polyline}\n',
+            PORTO_POLYLINE,
+        )
+        for polyline in ('"[1]"', '"[[1]]"', '"{""a"": 1}"', '"[[""x"", 2]]"', '"[[-8.6"')
+    ),
 ]
 
 
 @pytest.mark.parametrize(("stream", "name", "content", "message"), REFUSED)
-def test_malformed_files_are_refused_with_the_row_named(tmp_path: Path, stream: str, name: str, content: str,
-                                                        message: str) -> None:
+def test_malformed_files_are_refused_with_the_row_named(
+    tmp_path: Path, stream: str, name: str, content: str, message: str
+) -> None:
     file = tmp_path / name
     file.write_text(content)
     with pytest.raises(InvalidArgument, match=message):
@@ -172,8 +212,9 @@ def test_a_benchmark_file_runs_on_freds_download_as_the_papers_unemployment_stre
     from budgetcheck.bench.runner import run_cell
 
     config = tmp_path / "bench.toml"
-    config.write_text(f'mechanisms = ["Uniform", "BD"]\nruns = 5\n[files]\n"unemployment-bls" = "{FRED}"\n'
-                      "[vary_w]\nws = [12]\n")
+    config.write_text(
+        f'mechanisms = ["Uniform", "BD"]\nruns = 5\n[files]\n"unemployment-bls" = "{FRED}"\n[vary_w]\nws = [12]\n'
+    )
     grid = Benchmark.from_toml(config)
     assert [cell.stream for cell in grid.cells()] == ["unemployment-bls", "unemployment-bls"]
     for cell in grid.cells():

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from benchmarks.plain_mechanisms import PLAIN
+
 from budgetcheck import GuardedStream, execute
 from budgetcheck.bench import Benchmark
 from budgetcheck.bench.runner import stream_data
@@ -55,5 +55,10 @@ def test_plain_baseline_has_the_error_of_ours(name: str) -> None:
             plain = PLAIN[name](values, np.full(runs, epsilon), w, np.random.default_rng(12))
             a, b = np.abs(ours - data).mean(axis=(1, 2)), np.abs(plain - data).mean(axis=(1, 2))
             error = np.sqrt(a.var(ddof=1) / runs + b.var(ddof=1) / runs)
-            assert abs(a.mean() - b.mean()) <= 4.5 * error + 1e-9 * a.mean(), (spec.name, epsilon, w, a.mean(),
-                                                                                b.mean())
+            assert abs(a.mean() - b.mean()) <= 4.5 * error + 1e-9 * a.mean(), (
+                spec.name,
+                epsilon,
+                w,
+                a.mean(),
+                b.mean(),
+            )

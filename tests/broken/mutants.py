@@ -18,7 +18,6 @@ from budgetcheck import (
     WindowLedger,
     rounding,
 )
-
 from budgetcheck.ops import FLOAT, per_run
 from budgetcheck.proving import RuleEnv
 from mechanisms.dsat import DSATw
@@ -152,17 +151,13 @@ class FloatUniform:
         return _uniform_releases(stream, ledger, ledger.params.epsilon / ledger.params.w)
 
 
-
-
-
 # --- mistakes in allocation rules, run by the real mechanism code (caught by proof and replay) ---
 
-from typing import Any  # noqa: E402
 
 from budgetcheck.ops import Ops  # noqa: E402
-from budgetcheck.proving import RuleEnv, State  # noqa: E402
-from mechanisms import BA, BD, Sample, Uniform  # noqa: E402
-from mechanisms.rules import BARule, BDRule, bd_candidate  # noqa: E402
+from budgetcheck.proving import State  # noqa: E402
+from mechanisms import BA, BD  # noqa: E402
+from mechanisms.rules import BARule, bd_candidate  # noqa: E402
 
 
 @attrs.frozen
@@ -324,7 +319,9 @@ class PerDimensionSample:
         for secret in stream:
             for j in range(d):
                 if (secret.t - 1) % w == j % w:
-                    last[:, j] = ledger.measure(lambda v, j=j: v[j], secret, sensitivity=1.0, epsilon=ledger.params.epsilon)
+                    last[:, j] = ledger.measure(
+                        lambda v, j=j: v[j], secret, sensitivity=1.0, epsilon=ledger.params.epsilon
+                    )
             out[:, secret.t - 1] = last
         return out
 
@@ -557,7 +554,11 @@ class _HomeMadePBA:
         for secret in stream:
             t = secret.t
             ends = last_time + shares - 1
-            end = {"maximum": ends.max(axis=1), "minimum": ends.min(axis=1), "average": ends.sum(axis=1) // len(classes)}[self.bound]
+            end = {
+                "maximum": ends.max(axis=1),
+                "minimum": ends.min(axis=1),
+                "average": ends.sum(axis=1) // len(classes),
+            }[self.bound]
             candidate = np.where((t > end)[:, None], rounding.mul_down(unit, np.minimum(t - end[:, None], w)), 0.0)
             dis = ledger.sample_dissimilarity(secret, last, np.broadcast_to(unit, candidate.shape))
             _, error = ledger.reporting_error(candidate)
@@ -635,7 +636,7 @@ class AdaPubRereadsClusters:
         out = np.zeros((ledger.runs, stream.length, stream.dimensions))
         cluster: list[object] = []
         for secret in stream:
-            cluster = [*cluster[-(w - 1):], secret] if w > 1 else [secret]
+            cluster = [*cluster[-(w - 1) :], secret] if w > 1 else [secret]
             ledger.measure_footprint(lambda v: v.std(axis=0), cluster, sensitivity=2.0, epsilon=eps / (5 * w))
             out[:, secret.t - 1] = np.nan_to_num(ledger.laplace(secret, rounding.share(eps, 5 * w) * 4))
         return out
@@ -651,9 +652,13 @@ class _DissimilarityOverPopulation:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._ledger, name)
 
-    def dissimilarity(self, secret: Any, last_release: Any, epsilon: Any, *, purpose: str = "dissimilarity") -> FloatArray:
+    def dissimilarity(
+        self, secret: Any, last_release: Any, epsilon: Any, *, purpose: str = "dissimilarity"
+    ) -> FloatArray:
         d = int(np.prod(secret.shape))
-        noisy = self._ledger.measure(lambda v: v, secret, sensitivity=1.0 / (self._users * d), epsilon=epsilon, purpose=purpose)
+        noisy = self._ledger.measure(
+            lambda v: v, secret, sensitivity=1.0 / (self._users * d), epsilon=epsilon, purpose=purpose
+        )
         return np.asarray(np.abs(np.asarray(last_release) - noisy).reshape(noisy.shape[0], -1).mean(axis=1))
 
 
@@ -729,7 +734,9 @@ class SwellfishMeasureThresholdUnits:
             if ledger.temporal_sensitivity(secret.t) == 0.0:
                 out[:, secret.t - 1] = ledger.release_exact(secret)
             else:
-                out[:, secret.t - 1] = ledger.measure(lambda v: v, secret, sensitivity=1e-3, epsilon=rounding.share(ledger.epsilon, w))
+                out[:, secret.t - 1] = ledger.measure(
+                    lambda v: v, secret, sensitivity=1e-3, epsilon=rounding.share(ledger.epsilon, w)
+                )
         return out
 
 
@@ -767,8 +774,9 @@ class _HandBD:
     def dissimilarity_budget(self, unit: FloatArray, w: int) -> FloatArray:
         return unit
 
-    def publication_budget(self, candidate: FloatArray, quiet: FloatArray, since: FloatArray,
-                           half: float) -> FloatArray:
+    def publication_budget(
+        self, candidate: FloatArray, quiet: FloatArray, since: FloatArray, half: float
+    ) -> FloatArray:
         """``quiet``: consecutive skips before t; ``since``: 1 if t - 1 ended a quiet spell of 56 or more."""
         return candidate
 
@@ -816,8 +824,9 @@ class BDCatchesUpAfterQuiet(_HandBD):
 
     name: str = "bd-catches-up-after-quiet"
 
-    def publication_budget(self, candidate: FloatArray, quiet: FloatArray, since: FloatArray,
-                           half: float) -> FloatArray:
+    def publication_budget(
+        self, candidate: FloatArray, quiet: FloatArray, since: FloatArray, half: float
+    ) -> FloatArray:
         return np.where((quiet >= 56) | (since == 1), half, candidate)
 
 
@@ -847,7 +856,9 @@ class UniformRecalibratesLate:
 # --- issue 28, class 2: leaks that only a property of the data triggers (caught by secret access) ---
 
 
-def _keeping_uniform(stream: GuardedStream, ledger: WindowLedger, leak: Callable[[list[FloatArray]], bool]) -> FloatArray:
+def _keeping_uniform(
+    stream: GuardedStream, ledger: WindowLedger, leak: Callable[[list[FloatArray]], bool]
+) -> FloatArray:
     """Uniform through measure() whose measured function keeps each payload aside (possible only
     with the opt-out isolation='trusted': a forked fn keeps nothing); where ``leak`` says so on what
     it kept, the release is the kept true value itself."""
@@ -887,6 +898,7 @@ class LeaksOnThreeEqualCounts:
         def stable(kept: list[FloatArray]) -> bool:
             last = [float(k[0]) for k in kept[-3:]]
             return len(last) == 3 and last[0] == last[1] == last[2] > 100
+
         return _keeping_uniform(stream, ledger, stable)
 
 

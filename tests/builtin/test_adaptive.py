@@ -3,7 +3,6 @@ the published forms overspend and verify rejects them."""
 
 from __future__ import annotations
 
-
 from fractions import Fraction
 
 import numpy as np
@@ -23,9 +22,18 @@ from budgetcheck import (
 from budgetcheck.strategies import VerificationCase, cases
 from mechanisms import AdaPub, DSATw, FASTw, FASTwAsPublished, PeGaSus, RescueDP, RescueDPAsPublished, Uniform
 
-
-ADAPTIVE = [FASTw(), FASTw(sampling_ratio=0.075), DSATw(), DSATw(sample_rate=0.15), RescueDP(), RescueDP(grouping=False),
-            AdaPub(), AdaPub(grouping=False), PeGaSus(), PeGaSus(smoother="james-stein")]
+ADAPTIVE = [
+    FASTw(),
+    FASTw(sampling_ratio=0.075),
+    DSATw(),
+    DSATw(sample_rate=0.15),
+    RescueDP(),
+    RescueDP(grouping=False),
+    AdaPub(),
+    AdaPub(grouping=False),
+    PeGaSus(),
+    PeGaSus(smoother="james-stein"),
+]
 
 
 def _ledger(epsilon: float = 1.0, w: int = 4, runs: int = 1, data: object = None) -> tuple[WindowLedger, list[object]]:
@@ -43,16 +51,25 @@ def _windows(records: object, w: int, runs: int) -> list[Fraction]:
         for r in range(runs):
             row[r] += Fraction(float(record.amounts[r]))
     horizon = max(totals, default=0)
-    return [max((sum((totals.get(s, [Fraction(0)] * runs)[r] for s in range(e - w + 1, e + 1)), Fraction(0))
-                 for e in range(1, horizon + 1)), default=Fraction(0)) for r in range(runs)]
-
+    return [
+        max(
+            (
+                sum((totals.get(s, [Fraction(0)] * runs)[r] for s in range(e - w + 1, e + 1)), Fraction(0))
+                for e in range(1, horizon + 1)
+            ),
+            default=Fraction(0),
+        )
+        for r in range(runs)
+    ]
 
 
 # -- mechanisms ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("mechanism", ADAPTIVE, ids=lambda m: repr(m))
 @settings(max_examples=15, deadline=None)
 @given(case=cases(max_length=40, max_w=20, max_runs=3))
-def test_every_window_of_every_adaptive_run_is_within_epsilon(mechanism: StreamMechanism, case: VerificationCase) -> None:
+def test_every_window_of_every_adaptive_run_is_within_epsilon(
+    mechanism: StreamMechanism, case: VerificationCase
+) -> None:
     execution = execute(mechanism, case.data, epsilon=case.epsilon, w=case.w, runs=case.runs, seed=case.seed)
     assert execution.ledger.refusals == 0
     report = audit_windows(execution.ledger.records, epsilon=case.epsilon, w=case.w, runs=case.runs)
@@ -71,7 +88,9 @@ def test_adaptive_mechanisms_scalar_and_batched(mechanism: StreamMechanism, dime
         assert report.ok and report.worst_ratio > Fraction(1, 4)
 
 
-def _per_column_and_max_rule_windows(ledger: WindowLedger, refused: BudgetExceeded, w: int, columns: int) -> tuple[float, float]:
+def _per_column_and_max_rule_windows(
+    ledger: WindowLedger, refused: BudgetExceeded, w: int, columns: int
+) -> tuple[float, float]:
     """The largest per-column window (budgets read from the noise scales, Δ = 1) and the max-rule window."""
     per_t: dict[int, np.ndarray] = {}
     for record in ledger.records:
@@ -79,7 +98,11 @@ def _per_column_and_max_rule_windows(ledger: WindowLedger, refused: BudgetExceed
         budgets = np.where(np.isfinite(record.noise_scale[0]), 1.0 / record.noise_scale[0], 0.0)
         per_t[record.t] = per_t.get(record.t, np.zeros(columns)) + budgets
     horizon = max(per_t)
-    column = max(sum(per_t.get(s, np.zeros(columns))[c] for s in range(e - w + 1, e + 1)) for e in range(1, horizon + 1) for c in range(columns))
+    column = max(
+        sum(per_t.get(s, np.zeros(columns))[c] for s in range(e - w + 1, e + 1))
+        for e in range(1, horizon + 1)
+        for c in range(columns)
+    )
     return float(column), refused.window_sum  # type: ignore[attr-defined]
 
 
@@ -124,12 +147,16 @@ def test_verify_rejects_the_published_forms(reference: str) -> None:
         assert result.failed_stage == "exploration"
 
 
-@pytest.mark.parametrize("off", [PeGaSus(grouping=False), AdaPub(grouping=False, clustering=False)], ids=["PeGaSus", "AdaPub"])
+@pytest.mark.parametrize(
+    "off", [PeGaSus(grouping=False), AdaPub(grouping=False, clustering=False)], ids=["PeGaSus", "AdaPub"]
+)
 def test_without_grouping_pegasus_and_adapub_are_uniform_at_four_fifths(off: StreamMechanism) -> None:
     rng = np.random.default_rng(1)
     data = np.cumsum(rng.normal(0, 5, (80, 4)), axis=0) + 200
     uniform = execute(Uniform(), data, epsilon=0.8, w=20, runs=3, seed=5).releases
-    np.testing.assert_allclose(execute(off, data, epsilon=1.0, w=20, runs=3, seed=5).releases, uniform, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(
+        execute(off, data, epsilon=1.0, w=20, runs=3, seed=5).releases, uniform, rtol=1e-12, atol=1e-9
+    )
     on = type(off)()
     assert not np.allclose(execute(on, data, epsilon=1.0, w=20, runs=3, seed=5).releases, uniform)
 

@@ -3,7 +3,6 @@ against hand-computed sequences and their whole-array forms."""
 
 from __future__ import annotations
 
-
 from fractions import Fraction
 from typing import Any
 
@@ -26,9 +25,18 @@ from mechanisms._smoothing import SMOOTHERS, GroupHistory, smooth
 from mechanisms.adapub import _pid_close, _pid_threshold, pivot_buckets
 from mechanisms.rescuedp import group_locations
 
-
-ADAPTIVE = [FASTw(), FASTw(sampling_ratio=0.075), DSATw(), DSATw(sample_rate=0.15), RescueDP(), RescueDP(grouping=False),
-            AdaPub(), AdaPub(grouping=False), PeGaSus(), PeGaSus(smoother="james-stein")]
+ADAPTIVE = [
+    FASTw(),
+    FASTw(sampling_ratio=0.075),
+    DSATw(),
+    DSATw(sample_rate=0.15),
+    RescueDP(),
+    RescueDP(grouping=False),
+    AdaPub(),
+    AdaPub(grouping=False),
+    PeGaSus(),
+    PeGaSus(smoother="james-stein"),
+]
 
 
 def _ledger(epsilon: float = 1.0, w: int = 4, runs: int = 1, data: object = None) -> tuple[WindowLedger, list[object]]:
@@ -46,9 +54,16 @@ def _windows(records: object, w: int, runs: int) -> list[Fraction]:
         for r in range(runs):
             row[r] += Fraction(float(record.amounts[r]))
     horizon = max(totals, default=0)
-    return [max((sum((totals.get(s, [Fraction(0)] * runs)[r] for s in range(e - w + 1, e + 1)), Fraction(0))
-                 for e in range(1, horizon + 1)), default=Fraction(0)) for r in range(runs)]
-
+    return [
+        max(
+            (
+                sum((totals.get(s, [Fraction(0)] * runs)[r] for s in range(e - w + 1, e + 1)), Fraction(0))
+                for e in range(1, horizon + 1)
+            ),
+            default=Fraction(0),
+        )
+        for r in range(runs)
+    ]
 
 
 # -- components against hand-computed sequences ------------------------------------------------
@@ -83,7 +98,9 @@ def test_rescue_pid_by_hand() -> None:
     assert pid.interval.tolist() == [11.0] and pid.next.tolist() == [24.0]
 
 
-def _rescue_update_oracle(pid: RescuePID, t: int, release: np.ndarray, where: np.ndarray, noise_scale: np.ndarray) -> None:
+def _rescue_update_oracle(
+    pid: RescuePID, t: int, release: np.ndarray, where: np.ndarray, noise_scale: np.ndarray
+) -> None:
     """RescuePID.update written with whole-array numpy operations (the kernel's earlier form)."""
     error = np.where(np.isnan(pid.last_release), 0.0, np.abs(release - np.nan_to_num(pid.last_release)))
     errors = np.concatenate([pid.errors[..., 1:], error[..., None]], axis=-1)
@@ -103,11 +120,18 @@ def _rescue_update_oracle(pid: RescuePID, t: int, release: np.ndarray, where: np
 
 @settings(max_examples=100, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.integers(1, 4), st.integers(1, 5), st.floats(0.0, 1.0))
-def test_rescue_pid_update_matches_the_whole_array_form_bit_for_bit(seed: int, width: int, cells: int, kd: float) -> None:
+def test_rescue_pid_update_matches_the_whole_array_form_bit_for_bit(
+    seed: int, width: int, cells: int, kd: float
+) -> None:
     """The compiled controller step against the same equations as whole-array numpy operations, over
     steps with sampled and skipped cells, a run whose budget is spent (λ = inf) and a shared λ per run."""
     rng = np.random.default_rng(seed)
-    gains = {"kp": float(rng.uniform(0, 2)), "ki": float(rng.uniform(0, 1)), "kd": kd, "theta": float(rng.uniform(1, 20))}
+    gains = {
+        "kp": float(rng.uniform(0, 2)),
+        "ki": float(rng.uniform(0, 1)),
+        "kd": kd,
+        "theta": float(rng.uniform(1, 20)),
+    }
     pids = [RescuePID.start((3, cells), integral_window=width, **gains) for _ in range(2)]
     for t in range(1, 30):
         release = np.round(rng.normal(0, 50, size=(3, cells)), int(rng.integers(0, 3)))
@@ -119,8 +143,9 @@ def test_rescue_pid_update_matches_the_whole_array_form_bit_for_bit(seed: int, w
             np.testing.assert_array_equal(getattr(pids[0], name), getattr(pids[1], name), err_msg=f"{name} at t={t}")
 
 
-def _adapub_pid_reference(last: np.ndarray, x: np.ndarray, feedback: np.ndarray, epsilon: np.ndarray | float, kp: float, ki: float,
-                          kd: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _adapub_pid_reference(
+    last: np.ndarray, x: np.ndarray, feedback: np.ndarray, epsilon: np.ndarray | float, kp: float, ki: float, kd: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """AdaPub's PID threshold as whole-array numpy operations (the form the compiled pass replaced)."""
     error = np.abs(last - x) / np.maximum(x, 1.0)
     total, count = feedback[1] + error, feedback[2] + 1.0
@@ -129,10 +154,18 @@ def _adapub_pid_reference(last: np.ndarray, x: np.ndarray, feedback: np.ndarray,
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.integers(1, 4), st.integers(1, 6), st.booleans(),
-       st.sampled_from([0.0, 0.3, 1.0]), st.sampled_from([0.0, 0.1, 0.7]), st.sampled_from([0.0, 0.5]))
-def test_adapub_pid_threshold_matches_the_whole_array_form_bit_for_bit(seed: int, runs: int, d: int, per_run: bool,
-                                                                        kp: float, ki: float, kd: float) -> None:
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(1, 4),
+    st.integers(1, 6),
+    st.booleans(),
+    st.sampled_from([0.0, 0.3, 1.0]),
+    st.sampled_from([0.0, 0.1, 0.7]),
+    st.sampled_from([0.0, 0.5]),
+)
+def test_adapub_pid_threshold_matches_the_whole_array_form_bit_for_bit(
+    seed: int, runs: int, d: int, per_run: bool, kp: float, ki: float, kd: float
+) -> None:
     """The compiled threshold and feedback steps against the same equations in numpy, over steps with
     releases below 1, negative and exactly 1, ε shared or one per run, clusters opening at random."""
     rng = np.random.default_rng(seed)
@@ -142,9 +175,22 @@ def test_adapub_pid_threshold_matches_the_whole_array_form_bit_for_bit(seed: int
     pending, threshold = np.empty((3, runs, d)), np.empty((runs, d))
     last = np.zeros((runs, d))
     for _ in range(12):
-        x = np.where(rng.random((runs, d)) < 0.2, rng.choice([1.0, 0.5, -0.0, -3.0, np.nan], size=(runs, d)), rng.normal(20, 30, size=(runs, d)))
-        _pid_threshold(last.reshape(-1), x.reshape(-1), feedback.reshape(3, -1), run_epsilon, kp, ki, kd, pending.reshape(3, -1),
-                       threshold.reshape(-1))
+        x = np.where(
+            rng.random((runs, d)) < 0.2,
+            rng.choice([1.0, 0.5, -0.0, -3.0, np.nan], size=(runs, d)),
+            rng.normal(20, 30, size=(runs, d)),
+        )
+        _pid_threshold(
+            last.reshape(-1),
+            x.reshape(-1),
+            feedback.reshape(3, -1),
+            run_epsilon,
+            kp,
+            ki,
+            kd,
+            pending.reshape(3, -1),
+            threshold.reshape(-1),
+        )
         expected, error, total, count = _adapub_pid_reference(last, x, oracle, epsilon, kp, ki, kd)
         assert threshold.tobytes() == expected.tobytes()
         fresh = rng.random((runs, d)) < 0.3
@@ -171,7 +217,9 @@ def test_smoothers_by_hand() -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(st.data(), st.integers(1, 6), st.sampled_from([1, 2, 3, 5, 8, 9, 16, 17, 40, 70]), st.sampled_from(SMOOTHERS))
-def test_sorted_group_history_matches_smoothing_the_group_in_time_order(data: Any, rows: int, capacity: int, smoother: str) -> None:
+def test_sorted_group_history_matches_smoothing_the_group_in_time_order(
+    data: Any, rows: int, capacity: int, smoother: str
+) -> None:
     """The incremental sorted groups give what :func:`smooth` gives on the group's releases in time
     order (the brute-force oracle): medians exactly, averages and James–Stein to rounding."""
     history = GroupHistory(capacity)
@@ -223,7 +271,9 @@ def test_rescuedp_does_not_follow_samples_its_shrinking_budget_made_noisy() -> N
 
 def test_rescuedp_grouping_by_hand() -> None:
     predictions = np.array([1.0, 5.0, 100.0, 3.0, 40.0, 2.0, 7.0])
-    histories = np.array([[1, 2, 3], [2, 4, 6], [0, 0, 0], [3, 2, 1], [1, 1, 1], [np.nan, 1, 1], [1, 2, 3]], dtype=float)
+    histories = np.array(
+        [[1, 2, 3], [2, 4, 6], [0, 0, 0], [3, 2, 1], [1, 1, 1], [np.nan, 1, 1], [1, 2, 3]], dtype=float
+    )
     due = np.array([True, True, True, True, True, True, False])
     labels = group_locations(predictions, histories, due, size_limit=30.0, value_gap=25.0, correlation=0.5)
     # alone: 2 (100 > τ₁), 4 (40 > τ₁), 5 (no full history); then pivot 0 skips 3 (correlation −1)

@@ -9,13 +9,23 @@ import pytest
 from hypothesis import given, settings
 
 from budgetcheck import StreamMechanism, audit_windows, execute, rounding
-from budgetcheck.strategies import VerificationCase, cases
-from mechanisms import BA, BD, BUILTIN, Hybrid, Sample, Uniform
 from budgetcheck.ops import EXACT, FLOAT
 from budgetcheck.proving import AllocationRule, RuleEnv
+from budgetcheck.strategies import VerificationCase, cases
+from mechanisms import BA, BD, BUILTIN, Hybrid, Sample, Uniform
 from mechanisms.rules import BARule, BDRule, ba_shares, bd_candidate
 
-ALL = [Uniform(), Sample(), BD(), BA(), BA(dissimilarity_when_nullified=False), BD(filtering=True), BA(filtering=True), Hybrid(), Hybrid(every=5)]
+ALL = [
+    Uniform(),
+    Sample(),
+    BD(),
+    BA(),
+    BA(dissimilarity_when_nullified=False),
+    BD(filtering=True),
+    BA(filtering=True),
+    Hybrid(),
+    Hybrid(every=5),
+]
 
 
 @pytest.mark.parametrize("mechanism", ALL, ids=lambda m: f"{m.name}-{m!r}")
@@ -171,7 +181,9 @@ def test_bd_first_timestamp_compares_against_the_zero_vector() -> None:
     np.testing.assert_array_equal(quiet.releases, 0.0)
 
 
-@pytest.mark.parametrize("mechanism", [Uniform(filtering=True), Sample(filtering=True), BD(filtering=True), BA(filtering=True)])
+@pytest.mark.parametrize(
+    "mechanism", [Uniform(filtering=True), Sample(filtering=True), BD(filtering=True), BA(filtering=True)]
+)
 def test_filtering_truncates_to_non_negative_integers(mechanism: StreamMechanism) -> None:
     data = np.abs(np.sin(np.arange(60) / 5))[:, None] * np.array([[3.0, 300.0]])
     releases = execute(mechanism, data, epsilon=0.5, w=5, runs=3, seed=4).releases
@@ -197,8 +209,13 @@ def test_float_rule_matches_exact_rule_on_random_windows() -> None:
         assert float(value) == pytest.approx(float(exact), rel=1e-12)
 
 
-@pytest.mark.parametrize(("every", "w", "expected_budget", "expected_times"), [(1, 4, 0.25, list(range(1, 13))), (4, 4, 1.0, [1, 5, 9]), (2, 5, 1 / 3, [1, 3, 5, 7, 9, 11])])
-def test_hybrid_samples_every_xth_with_epsilon_over_ceil_w_over_x(every: int, w: int, expected_budget: float, expected_times: list[int]) -> None:
+@pytest.mark.parametrize(
+    ("every", "w", "expected_budget", "expected_times"),
+    [(1, 4, 0.25, list(range(1, 13))), (4, 4, 1.0, [1, 5, 9]), (2, 5, 1 / 3, [1, 3, 5, 7, 9, 11])],
+)
+def test_hybrid_samples_every_xth_with_epsilon_over_ceil_w_over_x(
+    every: int, w: int, expected_budget: float, expected_times: list[int]
+) -> None:
     """x = 1 is Uniform, x = w is Sample; x = 2, w = 5 gets ε/3 (x·ε/w = 2ε/5 would overspend)."""
     execution = execute(Hybrid(every=every), np.ones((12, 2)), epsilon=1.0, w=w, runs=2, seed=0)
     assert [r.t for r in execution.ledger.records] == expected_times

@@ -61,12 +61,21 @@ def test_registered_and_named(name: str) -> None:
 
 @pytest.mark.parametrize("mechanism", NEW, ids=lambda m: m.name)
 @settings(max_examples=15, deadline=None)
-@given(length=st.integers(1, 30), d=st.integers(2, 40), w=st.integers(1, 8), runs=st.integers(1, 3),
-       epsilon=st.sampled_from([0.1, 1.0, 3.0]), seed=st.integers(0, 2**16))
-def test_shape_and_every_window_within_epsilon(mechanism: Any, length: int, d: int, w: int, runs: int, epsilon: float,
-                                               seed: int) -> None:
+@given(
+    length=st.integers(1, 30),
+    d=st.integers(2, 40),
+    w=st.integers(1, 8),
+    runs=st.integers(1, 3),
+    epsilon=st.sampled_from([0.1, 1.0, 3.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_shape_and_every_window_within_epsilon(
+    mechanism: Any, length: int, d: int, w: int, runs: int, epsilon: float, seed: int
+) -> None:
     """Outputs are (runs, T, d) and finite; the independent auditor finds no window over ε; nothing refused."""
-    data = np.random.default_rng(seed).poisson(20, size=(length, d)).astype(float) * (1 + (np.arange(length) % 3 == 0)[:, None])
+    data = np.random.default_rng(seed).poisson(20, size=(length, d)).astype(float) * (
+        1 + (np.arange(length) % 3 == 0)[:, None]
+    )
     execution = execute(mechanism, data, epsilon=epsilon, w=w, runs=runs, seed=seed)
     assert execution.releases.shape == (runs, length, d)
     assert np.isfinite(execution.releases).all()
@@ -88,7 +97,7 @@ def test_bd_shifted_charges_follow_the_shifted_split_when_d_exceeds_2w() -> None
     pool = epsilon - w * epsilon / d  # 0.9: more than BD's ε/2
     for t in range(length):
         if pub[t]:
-            assert pub[t] == pytest.approx((pool - sum(pub[max(0, t - w + 1):t])) / 2, rel=1e-12, abs=1e-15)
+            assert pub[t] == pytest.approx((pool - sum(pub[max(0, t - w + 1) : t])) / 2, rel=1e-12, abs=1e-15)
     published = sum(1 for p in pub if p)
     assert 0 < published < length  # both decisions were exercised
     assert max(pub) == pytest.approx(pool / 2)  # the first publication gets half the shifted pool, 0.45ε > BD's 0.25ε
@@ -154,7 +163,9 @@ def test_partitioned_charges_max_over_groups_on_a_crafted_stream(mechanism: Any)
     columns of publishing groups change; the charges are a BD/BA trajectory (re-derived here)."""
     epsilon, w, length = 1.0, 4, 60
     data = _two_speed_stream(length)
-    ledger = WindowLedger(WEventParams(epsilon=epsilon, w=w), runs=1, seed=7, sampler="numpy-laplace", keep_records=True)
+    ledger = WindowLedger(
+        WEventParams(epsilon=epsilon, w=w), runs=1, seed=7, sampler="numpy-laplace", keep_records=True
+    )
     releases = mechanism.run(GuardedStream(data), ledger)[0]
     records = ledger.records
     dis_records = [r for r in records if r.purpose == "dissimilarity"]
@@ -167,7 +178,7 @@ def test_partitioned_charges_max_over_groups_on_a_crafted_stream(mechanism: Any)
     if isinstance(mechanism, BDPartitioned):
         for t in range(length):
             if pub[t]:
-                assert pub[t] == pytest.approx((epsilon / 2 - sum(pub[max(0, t - w + 1):t])) / 2, rel=1e-12)
+                assert pub[t] == pytest.approx((epsilon / 2 - sum(pub[max(0, t - w + 1) : t])) / 2, rel=1e-12)
     else:
         unit, last, shares_last = epsilon / (2 * w), 0, 1
         for t in range(1, length + 1):
@@ -227,7 +238,9 @@ def test_grouping_is_recomputed_only_from_the_releases(monkeypatch: pytest.Monke
     outputs: list[Any] = []
 
     def run(data: np.ndarray, tap: Any) -> np.ndarray:
-        ledger = WindowLedger(WEventParams(epsilon=1.0, w=4), runs=2, seed=1, sampler="numpy-laplace", keep_records=True)
+        ledger = WindowLedger(
+            WEventParams(epsilon=1.0, w=4), runs=2, seed=1, sampler="numpy-laplace", keep_records=True
+        )
         ledger._tap = tap
         return BDPartitioned(groups=2).run(GuardedStream(data), ledger)
 
@@ -245,7 +258,7 @@ def test_grouping_is_recomputed_only_from_the_releases(monkeypatch: pytest.Monke
         np.testing.assert_array_equal(h1, h2)
         np.testing.assert_array_equal(l1, l2)
     for k, (history, _) in enumerate(first_calls[1:], start=1):  # regrouping at t = 4k + 1 reads releases 4k−4..4k
-        np.testing.assert_array_equal(history, first[:, max(0, 4 * k - 5):4 * k])
+        np.testing.assert_array_equal(history, first[:, max(0, 4 * k - 5) : 4 * k])
     assert any(not np.array_equal(first_calls[0][1], labels) for _, labels in first_calls[1:])
 
 

@@ -7,9 +7,9 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from numpy.typing import NDArray
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numpy.typing import NDArray
 
 from budgetcheck import (
     BudgetExceeded,
@@ -24,9 +24,9 @@ from budgetcheck import (
 )
 from budgetcheck.ledger.audit_notions import audit_personalized
 from budgetcheck.ops import FLOAT, per_run
-from budgetcheck.stream.secret import _payload
 from budgetcheck.proving import RuleEnv
 from budgetcheck.strategies import requirement_sets
+from budgetcheck.stream.secret import _payload
 from mechanisms.personalized import step_budgets
 from mechanisms.rules import BARule, BDRule
 
@@ -34,8 +34,13 @@ AMOUNTS = st.sampled_from([0.0, 0.1, 0.2, 0.25, 1 / 3, 0.5, 0.3, 1.0, 2.0**-10])
 
 
 @settings(max_examples=150, deadline=None)
-@given(requirements=requirement_sets(max_classes=3, max_users=3, max_w=4), steps=st.lists(st.tuples(st.integers(0, 2), st.lists(AMOUNTS, min_size=3, max_size=3)), min_size=1, max_size=12))
-def test_ledger_accepts_exactly_what_the_oracle_accepts(requirements: RequirementSet, steps: list[tuple[int, list[float]]]) -> None:
+@given(
+    requirements=requirement_sets(max_classes=3, max_users=3, max_w=4),
+    steps=st.lists(st.tuples(st.integers(0, 2), st.lists(AMOUNTS, min_size=3, max_size=3)), min_size=1, max_size=12),
+)
+def test_ledger_accepts_exactly_what_the_oracle_accepts(
+    requirements: RequirementSet, steps: list[tuple[int, list[float]]]
+) -> None:
     C = requirements.n_classes
     ledger = PersonalizedLedger(requirements, sampler="numpy-laplace", keep_records=True)
     spent: dict[int, list[Fraction]] = {}
@@ -45,7 +50,8 @@ def test_ledger_accepts_exactly_what_the_oracle_accepts(requirements: Requiremen
         row = amounts[:C]
         proposal = {c: spent.get(t, [Fraction(0)] * C)[c] + Fraction(row[c]) for c in range(C)}
         ok = all(
-            sum((spent.get(k, [Fraction(0)] * C)[c] for k in range(t - req.w + 1, t)), Fraction(0)) + proposal[c] <= Fraction(req.epsilon)
+            sum((spent.get(k, [Fraction(0)] * C)[c] for k in range(t - req.w + 1, t)), Fraction(0)) + proposal[c]
+            <= Fraction(req.epsilon)
             for c, req in enumerate(requirements.classes)
         )
         before = (ledger.records, ledger.remaining(t).tolist())
@@ -73,8 +79,13 @@ def test_long_quick_sequences_decide_as_the_oracle_per_class(requirements: Requi
         t += data.draw(st.sampled_from([0, 1, 1, 2]))
         row = [data.draw(small | AMOUNTS if data.draw(st.integers(0, 7)) == 0 else small) for _ in range(C)]
         totals = spent.get(t, [Fraction(0)] * C)
-        ok = all(sum((spent.get(k, [Fraction(0)] * C)[c] for k in range(t - req.w + 1, t)), Fraction(0)) + totals[c] + Fraction(row[c])
-                 <= Fraction(req.epsilon) for c, req in enumerate(requirements.classes))
+        ok = all(
+            sum((spent.get(k, [Fraction(0)] * C)[c] for k in range(t - req.w + 1, t)), Fraction(0))
+            + totals[c]
+            + Fraction(row[c])
+            <= Fraction(req.epsilon)
+            for c, req in enumerate(requirements.classes)
+        )
         if ok:
             ledger.spend(t, row, purpose="p")
             spent[t] = [totals[c] + Fraction(row[c]) for c in range(C)]
@@ -104,7 +115,9 @@ def test_ulp_boundary_and_remaining_is_spendable() -> None:
 @settings(max_examples=60, deadline=None)
 @given(w=st.integers(1, 5), amounts=st.lists(st.tuples(st.integers(0, 2), AMOUNTS), min_size=1, max_size=15))
 def test_one_class_agrees_with_the_window_ledger(w: int, amounts: list[tuple[int, float]]) -> None:
-    personal = PersonalizedLedger(RequirementSet.from_counts([((w, 1.0), 7)]), sampler="numpy-laplace", keep_records=True)
+    personal = PersonalizedLedger(
+        RequirementSet.from_counts([((w, 1.0), 7)]), sampler="numpy-laplace", keep_records=True
+    )
     plain = WindowLedger(WEventParams(epsilon=1.0, w=w), sampler="numpy-laplace", keep_records=True)
     t = 1
     for gap, x in amounts:
@@ -132,7 +145,10 @@ def test_obs_running_example() -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(budgets=st.lists(st.sampled_from([0.05, 0.1, 0.4, 0.8, 1.0, 2.0]), min_size=1, max_size=5), counts=st.lists(st.integers(1, 50), min_size=5, max_size=5))
+@given(
+    budgets=st.lists(st.sampled_from([0.05, 0.1, 0.4, 0.8, 1.0, 2.0]), min_size=1, max_size=5),
+    counts=st.lists(st.integers(1, 50), min_size=5, max_size=5),
+)
 def test_obs_picks_the_argmin_of_the_stated_error(budgets: list[float], counts: list[int]) -> None:
     n = counts[: len(budgets)]
     theta, err = optimal_budget(budgets, n)
@@ -159,7 +175,9 @@ def test_sampling_mechanism_inclusion_frequencies() -> None:
     assert abs(released[:, 1].mean() - 5000) < 4 * np.sqrt(2.0 / runs)  # always kept
 
 
-def _drive(rule: object, requirements: list[tuple[int, float]], decisions: list[bool]) -> list[tuple[list[float], list[float]]]:
+def _drive(
+    rule: object, requirements: list[tuple[int, float]], decisions: list[bool]
+) -> list[tuple[list[float], list[float]]]:
     """Budgets per step for a scripted decision sequence, through the code PBD/PBA run."""
     envs = [RuleEnv(eps, w) for w, eps in requirements]
     states = [per_run(rule.initial(FLOAT, env), 1) for env in envs]  # type: ignore[attr-defined]
@@ -169,7 +187,10 @@ def _drive(rule: object, requirements: list[tuple[int, float]], decisions: list[
         publish = np.array([decision and cand.max() > 0])
         spent = np.where(publish[:, None], cand, 0.0)
         out.append((diss[0].tolist(), spent[0].tolist()))
-        states = [rule.advance(FLOAT, env, st_, publish, (diss[:, c], spent[:, c])) for c, (env, st_) in enumerate(zip(envs, states, strict=True))]  # type: ignore[attr-defined]
+        states = [
+            rule.advance(FLOAT, env, st_, publish, (diss[:, c], spent[:, c]))
+            for c, (env, st_) in enumerate(zip(envs, states, strict=True))
+        ]  # type: ignore[attr-defined]
     return out
 
 
@@ -205,15 +226,24 @@ def test_pba_nullifies_by_the_maximum_over_classes() -> None:
         (lambda: RequirementSet([(2, float("nan"))]), "nan"),
         (lambda: RequirementSet.from_counts([]), "empty"),
         (lambda: RequirementSet({"ann": (2, 1.0)}).index_of("bob"), "'bob' is unknown"),
-        (lambda: PersonalizedStream.from_events(RequirementSet({"ann": (2, 1.0)}), [(1, "bob", 0)], length=2, dimensions=2), "'bob' is unknown"),
+        (
+            lambda: PersonalizedStream.from_events(
+                RequirementSet({"ann": (2, 1.0)}), [(1, "bob", 0)], length=2, dimensions=2
+            ),
+            "'bob' is unknown",
+        ),
         (lambda: PersonalizedStream(RequirementSet([(2, 1.0)]), [[3]], dimensions=2), "must be in [0, 2)"),
         (lambda: PersonalizedStream(RequirementSet([(2, 1.0)]), [[0.5]], dimensions=2), "must be an integer"),
         # Found by the fuzz test: strings, booleans and values beyond int64 are refused, not cast.
         (lambda: PersonalizedStream(RequirementSet([(2, 1.0)] * 2), [[False, ""]], dimensions=2), "dtype <U5"),
         (lambda: PersonalizedStream(RequirementSet([(2, 1.0)]), [[True]], dimensions=2), "dtype bool"),
         (lambda: PersonalizedStream(RequirementSet([(2, 1.0)]), [[1e300]], dimensions=2), "=1e.300 must be in [0, 2)"),
-        (lambda: PersonalizedStream(RequirementSet([(2, 1.0)]), np.array([[2**63 + 5]], dtype=np.uint64), dimensions=2),
-         "=9223372036854775813 must be in [0, 2)"),
+        (
+            lambda: PersonalizedStream(
+                RequirementSet([(2, 1.0)]), np.array([[2**63 + 5]], dtype=np.uint64), dimensions=2
+            ),
+            "=9223372036854775813 must be in [0, 2)",
+        ),
         (lambda: PersonalizedStream(RequirementSet([(2, 1.0), (2, 1.0)]), [[0]], dimensions=2), "shape"),
     ],
 )
@@ -247,7 +277,9 @@ def test_export_round_trips_through_the_auditor() -> None:
 
 
 def test_a_million_users_in_five_classes_is_cheap() -> None:
-    requirements = RequirementSet.from_counts([((w, eps), 200_000) for w, eps in [(10, 1.0), (20, 0.5), (40, 2.0), (80, 1.0), (120, 0.1)]])
+    requirements = RequirementSet.from_counts(
+        [((w, eps), 200_000) for w, eps in [(10, 1.0), (20, 0.5), (40, 2.0), (80, 1.0), (120, 0.1)]]
+    )
     ledger = PersonalizedLedger(requirements, runs=4, sampler="numpy-laplace", keep_records=True)
     for t in range(1, 30):
         ledger.spend(t, ledger.remaining(t) / 2, purpose="p")
@@ -293,8 +325,9 @@ def _personalized_rows(draw: st.DrawFn) -> tuple[RequirementSet, NDArray[np.int6
 
 @given(case=_personalized_rows(), dtype=st.sampled_from(["int8", "int16", "int64", "float64", "uint8", "uint64"]))
 @settings(max_examples=300, deadline=None)
-def test_class_counts_equal_the_masked_count_and_the_definition(case: tuple[RequirementSet, NDArray[np.int64], int],
-                                                               dtype: str) -> None:
+def test_class_counts_equal_the_masked_count_and_the_definition(
+    case: tuple[RequirementSet, NDArray[np.int64], int], dtype: str
+) -> None:
     requirements, bins, d = case
     if dtype.startswith("uint"):
         bins = np.where(bins < 0, 0, bins)  # unsigned rows cannot say absent
@@ -320,8 +353,9 @@ def test_class_counts_equal_the_masked_count_and_the_definition(case: tuple[Requ
         ([(2, 1.0)] * 3, [[0, 0, 0]], 1, [[[3]]]),  # d = 1
     ],
 )
-def test_class_counts_edge_cases(pairs: list[tuple[int, float]], rows: list[list[int]], d: int,
-                                 expected: list[object]) -> None:
+def test_class_counts_edge_cases(
+    pairs: list[tuple[int, float]], rows: list[list[int]], d: int, expected: list[object]
+) -> None:
     requirements = RequirementSet(pairs)
     counts = _stream_counts(PersonalizedStream(requirements, rows, dimensions=d))
     assert np.array_equal(counts, np.array(expected, dtype=np.float64))

@@ -69,5 +69,7 @@ def test_every_builtin_is_covered() -> None:
 
 if __name__ == "__main__":
     table = {f"{name}@{epsilon}": releases(name, epsilon) for name in sorted(BUILTIN) for epsilon in EPSILONS}
-    DATA.write_text(json.dumps({"numpy": _numpy(), "releases": table}, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    DATA.write_text(
+        json.dumps({"numpy": _numpy(), "releases": table}, indent=1, sort_keys=True) + "\n", encoding="utf-8"
+    )
     sys.stdout.write(f"{len(table)} hashes written to {DATA}\n")

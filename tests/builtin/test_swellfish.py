@@ -61,9 +61,13 @@ def _oracle_ok(collection: PolicyCollection, totals: dict[int, Fraction], epsilo
 @settings(max_examples=150, deadline=None)
 @given(
     collection=policy_collections(horizon=7, max_policies=3),
-    steps=st.lists(st.tuples(st.integers(0, 1), st.sampled_from([0.0, 0.1, 0.2, 1 / 3, 0.5, 0.3, 1.0])), min_size=1, max_size=14),
+    steps=st.lists(
+        st.tuples(st.integers(0, 1), st.sampled_from([0.0, 0.1, 0.2, 1 / 3, 0.5, 0.3, 1.0])), min_size=1, max_size=14
+    ),
 )
-def test_ledger_accepts_exactly_what_the_brute_force_oracle_accepts(collection: PolicyCollection, steps: list[tuple[int, float]]) -> None:
+def test_ledger_accepts_exactly_what_the_brute_force_oracle_accepts(
+    collection: PolicyCollection, steps: list[tuple[int, float]]
+) -> None:
     ledger = SwellfishLedger(collection, epsilon=1.0, sampler="numpy-laplace", keep_records=True)
     totals: dict[int, Fraction] = {}
     t = 1
@@ -128,17 +132,27 @@ def test_bad_inputs_are_named(build: object, message: str) -> None:
         build()  # type: ignore[operator]
 
 
-@pytest.mark.parametrize("factory", [TSUniform, TSSample, TSBD, TSBA, UnicornIS, UnicornPS, Unicorn, swellfish.TINARUniform, swellfish.TINARSample])
+@pytest.mark.parametrize(
+    "factory",
+    [TSUniform, TSSample, TSBD, TSBA, UnicornIS, UnicornPS, Unicorn, swellfish.TINARUniform, swellfish.TINARSample],
+)
 @pytest.mark.parametrize("runs", [1, 7])
 def test_mechanisms_stay_within_every_interval(factory: object, runs: int) -> None:
     rng = np.random.default_rng(3)
-    policies = PolicyCollection([StreamPolicy(s, s + n - 1, list(rng.uniform(0, 3, size=k))) for s, n, k in [(1, 10, 2), (5, 20, 3), (30, 15, 15), (32, 5, 2), (50, 10, 4)]])
+    policies = PolicyCollection(
+        [
+            StreamPolicy(s, s + n - 1, list(rng.uniform(0, 3, size=k)))
+            for s, n, k in [(1, 10, 2), (5, 20, 3), (30, 15, 15), (32, 5, 2), (50, 10, 4)]
+        ]
+    )
     data = np.abs(np.cumsum(rng.normal(0, 5, (70, 3)), axis=0))
     ex = execute_swellfish(factory(), policies, data, epsilon=0.7, runs=runs, seed=1)  # type: ignore[operator]
     assert ex.ledger.refusals == 0
     assert audit_swellfish(ex.ledger.records, policies, epsilon=0.7, runs=runs).ok
     free = [t for t in range(1, 71) if policies.temporal_sensitivity(t) == 0.0]
-    assert np.array_equal(ex.releases[:, [t - 1 for t in free]], np.broadcast_to(data[[t - 1 for t in free]], (runs, len(free), 3)))
+    assert np.array_equal(
+        ex.releases[:, [t - 1 for t in free]], np.broadcast_to(data[[t - 1 for t in free]], (runs, len(free), 3))
+    )
 
 
 def test_bounded_proof_holds_and_can_fail(monkeypatch: pytest.MonkeyPatch) -> None:

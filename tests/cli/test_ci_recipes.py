@@ -73,8 +73,9 @@ def _run_steps(project: Path, env: Mapping[str, str], *, install: bool) -> list[
         command = step.get("run")
         if command is None or (_is_install(command) and not install):
             continue
-        result = subprocess.run(["bash", "-e", "-c", command], cwd=project, env=dict(env), capture_output=True,
-                                text=True, timeout=TIMEOUT)
+        result = subprocess.run(
+            ["bash", "-e", "-c", command], cwd=project, env=dict(env), capture_output=True, text=True, timeout=TIMEOUT
+        )
         done.append((command, result.returncode, result.stdout + result.stderr))
         if result.returncode != 0:
             break
@@ -111,8 +112,9 @@ def test_every_recipe_is_run_by_this_file() -> None:
 
 
 @pytest.mark.parametrize(("mechanism", "passes"), [(CORRECT, True), (BROKEN, False)], ids=["EveryKth", "overspends"])
-def test_the_workflow_steps_pass_a_correct_mechanism_and_fail_a_broken_one(tmp_path: Path, mechanism: str,
-                                                                          passes: bool) -> None:
+def test_the_workflow_steps_pass_a_correct_mechanism_and_fail_a_broken_one(
+    tmp_path: Path, mechanism: str, passes: bool
+) -> None:
     project = _project(tmp_path, mechanism)
     done = _run_steps(project, _environment(), install=False)
     assert done, "the workflow has no step to run besides the install"
@@ -144,8 +146,9 @@ def _artifact_path() -> str:
 
 
 @pytest.mark.parametrize(("mechanism", "code"), [(CORRECT, 0), (BROKEN, 1)], ids=["EveryKth", "overspends"])
-def test_the_pre_commit_hook_passes_a_correct_mechanism_and_fails_a_broken_one(tmp_path: Path, mechanism: str,
-                                                                               code: int) -> None:
+def test_the_pre_commit_hook_passes_a_correct_mechanism_and_fails_a_broken_one(
+    tmp_path: Path, mechanism: str, code: int
+) -> None:
     config = yaml.safe_load((CI / "pre-commit-config.yaml").read_text(encoding="utf-8"))
     hooks = [hook for repo in config["repos"] for hook in repo["hooks"]]
     assert len(hooks) == 1
@@ -153,23 +156,33 @@ def test_the_pre_commit_hook_passes_a_correct_mechanism_and_fails_a_broken_one(t
     assert hook["language"] == "system" and hook["pass_filenames"] is False  # the entry runs as written
     assert re.search(hook["files"], "my_package/mechanisms/every_kth.py")  # the hook runs when mechanisms change
     project = _project(tmp_path, mechanism)
-    result = subprocess.run(shlex.split(hook["entry"]), cwd=project, env=_environment(), capture_output=True,
-                            text=True, timeout=TIMEOUT)
+    result = subprocess.run(
+        shlex.split(hook["entry"]), cwd=project, env=_environment(), capture_output=True, text=True, timeout=TIMEOUT
+    )
     assert result.returncode == code, result.stdout + result.stderr
     assert ("verified to a bound" if code == 0 else "VIOLATED") in result.stdout
 
 
-@pytest.mark.parametrize(("mechanism", "verdict"), [(CORRECT, "PASSED"), (BROKEN, "FAILED")],
-                         ids=["EveryKth", "overspends"])
-def test_the_pytest_recipe_adds_a_verify_test_that_fails_on_an_overspend(tmp_path: Path, mechanism: str,
-                                                                         verdict: str) -> None:
+@pytest.mark.parametrize(
+    ("mechanism", "verdict"), [(CORRECT, "PASSED"), (BROKEN, "FAILED")], ids=["EveryKth", "overspends"]
+)
+def test_the_pytest_recipe_adds_a_verify_test_that_fails_on_an_overspend(
+    tmp_path: Path, mechanism: str, verdict: str
+) -> None:
     project = _project(tmp_path, mechanism)
     shutil.copy(CI / "pytest.ini", project / "pytest.ini")
     (project / "tests").mkdir()
-    (project / "tests" / "test_counts.py").write_text("def test_the_users_own_test():\n    assert sum([1, 2]) == 3\n",
-                                                      encoding="utf-8")
-    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "tests"], cwd=project,
-                            env=_environment(), capture_output=True, text=True, timeout=TIMEOUT)
+    (project / "tests" / "test_counts.py").write_text(
+        "def test_the_users_own_test():\n    assert sum([1, 2]) == 3\n", encoding="utf-8"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "tests"],
+        cwd=project,
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     log = result.stdout + result.stderr
     assert result.returncode == (0 if verdict == "PASSED" else 1), log
     assert re.search(rf"^{verdict} (::)?budgetcheck\[{re.escape(PLACEHOLDER)}\]", result.stdout, re.MULTILINE), log
@@ -177,8 +190,9 @@ def test_the_pytest_recipe_adds_a_verify_test_that_fails_on_an_overspend(tmp_pat
 
 
 def _copy_of_the_repository(destination: Path) -> Path:
-    ignore = shutil.ignore_patterns(".git", ".venv", "*.sqlite", "__pycache__", ".mypy_cache", ".pytest_cache",
-                                    ".hypothesis", "build", "dist")
+    ignore = shutil.ignore_patterns(
+        ".git", ".venv", "*.sqlite", "__pycache__", ".mypy_cache", ".pytest_cache", ".hypothesis", "build", "dist"
+    )
     shutil.copytree(ROOT, destination, ignore=ignore)
     return destination
 
@@ -192,19 +206,29 @@ def test_the_workflow_installs_and_passes_in_a_fresh_venv(tmp_path: Path) -> Non
     (project / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n\n'
         '[project]\nname = "my-package"\nversion = "0.0.1"\n\n'
-        '[tool.hatch.build.targets.wheel]\npackages = ["my_package"]\n', encoding="utf-8")
+        '[tool.hatch.build.targets.wheel]\npackages = ["my_package"]\n',
+        encoding="utf-8",
+    )
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=TIMEOUT)
     env = {key: value for key, value in os.environ.items() if key not in {"PYTHONPATH", "VIRTUAL_ENV"}}
     env.update(_workflow().get("env", {}))
-    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv),
-               BUDGETCHECK_SOURCE=str(source))
+    env.update(
+        PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv), BUDGETCHECK_SOURCE=str(source)
+    )
     done = _run_steps(project, env, install=True)
     log = "\n".join(output for _, _, output in done)
     assert [code for _, code, _ in done] == [0] * (1 + len(_run_commands())), log
     assert "verified to a bound" in log
-    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import budgetcheck; print(budgetcheck.__file__)"],
-                           capture_output=True, text=True, check=True, env=env, cwd=project, timeout=TIMEOUT)
+    where = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import budgetcheck; print(budgetcheck.__file__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        cwd=project,
+        timeout=TIMEOUT,
+    )
     assert where.stdout.startswith(str(venv)), where.stdout  # installed into the fresh venv, not borrowed
     shutil.copy(ROOT / "tests" / "broken" / "mutants.py", project / "my_package" / "mutants.py")
     broken = BROKEN.replace("from broken.mutants", "from my_package.mutants")

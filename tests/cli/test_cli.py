@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from budgetcheck import execute
-from budgetcheck import load_mechanism
+from budgetcheck import execute, load_mechanism
 from budgetcheck.cli import main
 from mechanisms import BA
 
@@ -35,8 +34,27 @@ def test_verify_prints_the_table_of_several_mechanisms(runner: CliRunner) -> Non
 
 def _check_table(output: str) -> None:
     lines = output.splitlines()
-    assert lines[0].split() == ["mechanism", "examples", "runs", "worst", "window", "/", "ε", "replay", "secret", "explore", "conform",
-                                "proof", "audit", "bound", "(w,", "T,", "runs", "explored)", "verdict"]
+    assert lines[0].split() == [
+        "mechanism",
+        "examples",
+        "runs",
+        "worst",
+        "window",
+        "/",
+        "ε",
+        "replay",
+        "secret",
+        "explore",
+        "conform",
+        "proof",
+        "audit",
+        "bound",
+        "(w,",
+        "T,",
+        "runs",
+        "explored)",
+        "verdict",
+    ]
     assert [line.split()[0] for line in lines[2:7]] == ["Uniform", "Sample", "BD", "BA", "Hybrid"]
     assert all(line.split()[-1] == "proved" and "64, 256," in line for line in lines[2:7])
 
@@ -45,13 +63,22 @@ def test_verify_rejects_a_broken_mechanism_with_a_reproducible_call(runner: CliR
     result = runner.invoke(main, ["verify", "broken.mutants:UniformOverWMinusOne", "--stages", "ab"])
     assert result.exit_code == 1, result.output
     assert "VIOLATED" in result.output and "[ledger replay] fail" in result.output
-    assert "reproduce: budgetcheck.execute(budgetcheck.load_mechanism('broken.mutants:UniformOverWMinusOne')" in result.output
+    assert (
+        "reproduce: budgetcheck.execute(budgetcheck.load_mechanism('broken.mutants:UniformOverWMinusOne')"
+        in result.output
+    )
 
 
-@pytest.mark.parametrize(("mutant", "error"), [("DeclaresEpsilonPerRunSpendsTheLargest", "BudgetExceeded"),
-                                               ("DeclaresEpsilonPerRunReadsParams", "InvalidArgument")])
+@pytest.mark.parametrize(
+    ("mutant", "error"),
+    [
+        ("DeclaresEpsilonPerRunSpendsTheLargest", "BudgetExceeded"),
+        ("DeclaresEpsilonPerRunReadsParams", "InvalidArgument"),
+    ],
+)
 def test_a_mechanism_that_declares_max_stacked_runs_is_replayed_on_a_ledger_of_several_epsilon(
-        runner: CliRunner, mutant: str, error: str) -> None:
+    runner: CliRunner, mutant: str, error: str
+) -> None:
     """Its replay also runs each case under two ε in one ledger; the printed call reproduces the failure."""
     import budgetcheck
 
@@ -110,13 +137,37 @@ def test_verify_json_report_is_stable(runner: CliRunner) -> None:
     report = json.loads(result.output)
     assert report["version"] == 2 and report["profile"] == "quick" and report["require"] == "bounded"
     (entry,) = report["results"]
-    assert set(entry) == {"mechanism", "reference", "examples", "runs", "worst_window_over_epsilon", "worst_was_refused", "verdict", "stages",
-                          "notion", "bound", "vouched_sensitivity"}
-    assert entry["verdict"] == "proved" and 0 < entry["worst_window_over_epsilon"] <= 1 and entry["worst_was_refused"] is False
+    assert set(entry) == {
+        "mechanism",
+        "reference",
+        "examples",
+        "runs",
+        "worst_window_over_epsilon",
+        "worst_was_refused",
+        "verdict",
+        "stages",
+        "notion",
+        "bound",
+        "vouched_sensitivity",
+    }
+    assert (
+        entry["verdict"] == "proved"
+        and 0 < entry["worst_window_over_epsilon"] <= 1
+        and entry["worst_was_refused"] is False
+    )
     assert entry["vouched_sensitivity"] is False
-    assert entry["bound"] == {"w_max": 64, "horizon": 256, "runs_explored": entry["bound"]["runs_explored"]} and entry["bound"]["runs_explored"] > 0
-    assert [stage["stage"] for stage in entry["stages"]] == ["ledger replay", "secret access", "exploration", "rule conformance", "proof",
-                                                             "statistical audit"]
+    assert (
+        entry["bound"] == {"w_max": 64, "horizon": 256, "runs_explored": entry["bound"]["runs_explored"]}
+        and entry["bound"]["runs_explored"] > 0
+    )
+    assert [stage["stage"] for stage in entry["stages"]] == [
+        "ledger replay",
+        "secret access",
+        "exploration",
+        "rule conformance",
+        "proof",
+        "statistical audit",
+    ]
 
 
 def test_verify_is_reproducible(runner: CliRunner) -> None:
@@ -182,7 +233,10 @@ def test_audit_rejects_a_stricter_claim_and_a_tampered_log(runner: CliRunner, tm
         ("", "ledger log is empty"),
         ('{"format": "other"}\n', "format='other' is not 'budgetcheck.ledger'"),
         ('{"format": "budgetcheck.ledger", "version": 99}\n', "version=99 is not supported"),
-        ('{"format": "budgetcheck.ledger", "version": 1, "notion": "w-event", "epsilon": 1, "w": 2, "runs": 1}\nnot json\n', "line 2: not JSON"),
+        (
+            '{"format": "budgetcheck.ledger", "version": 1, "notion": "w-event", "epsilon": 1, "w": 2, "runs": 1}\nnot json\n',
+            "line 2: not JSON",
+        ),
     ],
 )
 def test_audit_refuses_malformed_logs(runner: CliRunner, tmp_path: Path, content: str, message: str) -> None:
@@ -215,17 +269,32 @@ def test_verify_report_png_and_html(runner: CliRunner, tmp_path: Path) -> None:
     assert both.exit_code == 2 and "one mechanism" in both.output
 
 
-@pytest.mark.parametrize("name", ["PBD", "TSBA", "TINARUniform",  # CI's main job verifies every built-in
-                                  *(pytest.param(n, marks=pytest.mark.slow) for n in ["PBA", "StrictestBA", "Unicorn", "UnicornIS"])])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "PBD",
+        "TSBA",
+        "TINARUniform",  # CI's main job verifies every built-in
+        *(pytest.param(n, marks=pytest.mark.slow) for n in ["PBA", "StrictestBA", "Unicorn", "UnicornIS"]),
+    ],
+)
 def test_verify_passes_personalized_and_swellfish_builtins(runner: CliRunner, name: str) -> None:
     result = runner.invoke(main, ["verify", name, "--examples", "15", "--json"])
     assert result.exit_code == 0, result.output
     (entry,) = json.loads(result.output)["results"]
     verdicts = {stage["stage"]: stage["verdict"] for stage in entry["stages"]}
-    expected = {"ledger replay": "pass", "secret access": "pass", "exploration": "pass", "proof": "pass", "statistical audit": "pass"}
+    expected = {
+        "ledger replay": "pass",
+        "secret access": "pass",
+        "exploration": "pass",
+        "proof": "pass",
+        "statistical audit": "pass",
+    }
     from budgetcheck.proving import rule_of
 
-    has_rule = rule_of(load_mechanism(name)) is not None  # the Unicorn family (and TINAR) has a bounded exhaustive proof, no rule
+    has_rule = (
+        rule_of(load_mechanism(name)) is not None
+    )  # the Unicorn family (and TINAR) has a bounded exhaustive proof, no rule
     if has_rule:
         expected["rule conformance"] = "pass"
     assert verdicts == expected
@@ -236,9 +305,13 @@ def test_verify_passes_personalized_and_swellfish_builtins(runner: CliRunner, na
 def test_audit_reads_personalized_and_swellfish_logs(runner: CliRunner, tmp_path: Path) -> None:
     from budgetcheck import PersonalizedLedger, PolicyCollection, RequirementSet, StreamPolicy, SwellfishLedger
 
-    personal = PersonalizedLedger(RequirementSet([(2, 1.0), (3, 0.5)]), runs=2, sampler="numpy-laplace", keep_records=True)
+    personal = PersonalizedLedger(
+        RequirementSet([(2, 1.0), (3, 0.5)]), runs=2, sampler="numpy-laplace", keep_records=True
+    )
     personal.spend(1, [0.5, 0.25], purpose="p")
-    swell = SwellfishLedger(PolicyCollection([StreamPolicy(1, 4, [1.0, 1.0])]), epsilon=1.0, sampler="numpy-laplace", keep_records=True)
+    swell = SwellfishLedger(
+        PolicyCollection([StreamPolicy(1, 4, [1.0, 1.0])]), epsilon=1.0, sampler="numpy-laplace", keep_records=True
+    )
     swell.spend(2, 0.5, purpose="p")
     for ledger, name in ((personal, "p.jsonl"), (swell, "s.jsonl")):
         ledger.export(tmp_path / name)
@@ -252,8 +325,18 @@ def test_audit_reads_personalized_and_swellfish_logs(runner: CliRunner, tmp_path
     assert forged.exit_code == 1 and "VIOLATION class (w=2" in forged.output
 
 
-@pytest.mark.parametrize("name, verdict", [("PBA", 0), ("broken.mutants:PBDMostGenerous", 1), ("UnicornPS", 0), ("broken.mutants:UnicornPSOverDeltaMinusOne", 1)])
-def test_verify_report_for_personalized_and_swellfish(runner: CliRunner, tmp_path: Path, name: str, verdict: int) -> None:
+@pytest.mark.parametrize(
+    "name, verdict",
+    [
+        ("PBA", 0),
+        ("broken.mutants:PBDMostGenerous", 1),
+        ("UnicornPS", 0),
+        ("broken.mutants:UnicornPSOverDeltaMinusOne", 1),
+    ],
+)
+def test_verify_report_for_personalized_and_swellfish(
+    runner: CliRunner, tmp_path: Path, name: str, verdict: int
+) -> None:
     """One curve per requirement class (window sum / ε_i) or per relevance interval (TOP_δ sum / ε)."""
     from budgetcheck import verify_mechanism
     from budgetcheck.verify.report import _curves, _replay

@@ -38,9 +38,26 @@ def test_prove_refuses_an_unknown_mechanism_before_proving_anything() -> None:
 
 
 def test_bench_in_a_log_writes_plain_progress_lines(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "budgetcheck", "bench", "--quick", "--mechanism", "Uniform", "--stream",
-                             "s40-a10-p300", "--runs", "2", "--results", str(tmp_path / "r.sqlite")],
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "budgetcheck",
+            "bench",
+            "--quick",
+            "--mechanism",
+            "Uniform",
+            "--stream",
+            "s40-a10-p300",
+            "--runs",
+            "2",
+            "--results",
+            str(tmp_path / "r.sqlite"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     assert "\r" not in result.stderr and "\r" not in result.stdout
     lines = [line for line in result.stderr.splitlines() if line.startswith("cells:")]
@@ -51,8 +68,22 @@ def test_bench_in_a_log_writes_plain_progress_lines(tmp_path: Path) -> None:
 def test_bench_json_gives_every_cell_and_finding(tmp_path: Path) -> None:
     import json
 
-    args = ["bench", "--quick", "--mechanism", "Uniform", "--mechanism", "Sample", "--stream", "s40-a10-p300", "--runs", "2",
-            "--results", str(tmp_path / "r.sqlite"), "--no-progress", "--json"]
+    args = [
+        "bench",
+        "--quick",
+        "--mechanism",
+        "Uniform",
+        "--mechanism",
+        "Sample",
+        "--stream",
+        "s40-a10-p300",
+        "--runs",
+        "2",
+        "--results",
+        str(tmp_path / "r.sqlite"),
+        "--no-progress",
+        "--json",
+    ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)

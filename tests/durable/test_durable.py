@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import multiprocessing
 import sqlite3
-from pathlib import Path
-
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,15 +14,19 @@ from hypothesis import strategies as st
 
 import budgetcheck as bc
 from budgetcheck.durable.audit_file import _composition
-from budgetcheck.ledger.exact import ExactVector
 from budgetcheck.durable.journal import Journal
+from budgetcheck.ledger.exact import ExactVector
 from budgetcheck.ledger.records import LedgerHeader
 
 PARAMS = bc.WEventParams(epsilon=1.0, w=4)
 
 
 def fresh(path: Path, **kwargs: object) -> bc.WindowLedger:
-    return bc.open_ledger(path, bc.WindowLedger(PARAMS, runs=2, seed=3, **kwargs, sampler="numpy-laplace", keep_records=True), durability="process")  # type: ignore[arg-type]
+    return bc.open_ledger(
+        path,
+        bc.WindowLedger(PARAMS, runs=2, seed=3, **kwargs, sampler="numpy-laplace", keep_records=True),
+        durability="process",
+    )  # type: ignore[arg-type]
 
 
 def test_spends_survive_a_reopen_and_match_an_in_memory_twin(tmp_path: Path) -> None:
@@ -67,13 +70,19 @@ def test_a_ledger_file_refuses_other_parameters_and_used_ledgers(tmp_path: Path)
     path = tmp_path / "l.db"
     fresh(path).close()
     with pytest.raises(bc.InvalidArgument, match="epsilon=1.0, not epsilon=0.5"):
-        bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(0.5, 4), runs=2, sampler="numpy-laplace", keep_records=True))
+        bc.open_ledger(
+            path, bc.WindowLedger(bc.WEventParams(0.5, 4), runs=2, sampler="numpy-laplace", keep_records=True)
+        )
     used = bc.WindowLedger(PARAMS, runs=2, sampler="numpy-laplace", keep_records=True)
     used.spend(1, 0.1, purpose="x")
     with pytest.raises(bc.InvalidArgument, match="already been used"):
         bc.open_ledger(tmp_path / "other.db", used)
     with pytest.raises(bc.InvalidArgument, match="durability"):
-        bc.open_ledger(tmp_path / "x.db", bc.WindowLedger(PARAMS, sampler="numpy-laplace", keep_records=True), durability="sometimes")
+        bc.open_ledger(
+            tmp_path / "x.db",
+            bc.WindowLedger(PARAMS, sampler="numpy-laplace", keep_records=True),
+            durability="sometimes",
+        )
 
 
 def test_personalized_and_swellfish_ledgers_persist(tmp_path: Path) -> None:
@@ -89,12 +98,16 @@ def test_personalized_and_swellfish_ledgers_persist(tmp_path: Path) -> None:
     assert bc.audit_file(tmp_path / "p.db").ok
 
     policies = bc.PolicyCollection([bc.StreamPolicy(1, 4, (1.0,)), bc.StreamPolicy(3, 8, (1.0, 1.0))])
-    s = bc.open_ledger(tmp_path / "s.db", bc.SwellfishLedger(policies, epsilon=1.0, sampler="numpy-laplace", keep_records=True))
+    s = bc.open_ledger(
+        tmp_path / "s.db", bc.SwellfishLedger(policies, epsilon=1.0, sampler="numpy-laplace", keep_records=True)
+    )
     for t in range(1, 5):
         s.spend(t, 0.2, purpose="s")
     expected = s.remaining(5)
     s.close()
-    s2 = bc.open_ledger(tmp_path / "s.db", bc.SwellfishLedger(policies, epsilon=1.0, sampler="numpy-laplace", keep_records=True))
+    s2 = bc.open_ledger(
+        tmp_path / "s.db", bc.SwellfishLedger(policies, epsilon=1.0, sampler="numpy-laplace", keep_records=True)
+    )
     np.testing.assert_array_equal(s2.remaining(5), expected)
     assert bc.audit_file(tmp_path / "s.db").ok
 
@@ -184,7 +197,9 @@ def test_truncated_and_foreign_files_raise_a_clear_error(tmp_path: Path) -> None
         bc.audit_file(foreign)
 
 
-def test_a_failed_commit_releases_nothing_and_rebuilds_from_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_commit_releases_nothing_and_rebuilds_from_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ledger = fresh(tmp_path / "l.db")
     stream = bc.GuardedStream(np.ones((3, 1)))
     ledger.bind(stream)
@@ -206,7 +221,9 @@ def test_a_reopened_file_never_reuses_noise(tmp_path: Path) -> None:
     path = tmp_path / "l.db"
     draws = []
     for t in (1, 2):
-        ledger = bc.open_ledger(path, bc.WindowLedger(PARAMS, seed=11, sampler="numpy-laplace", keep_records=True), durability="process")
+        ledger = bc.open_ledger(
+            path, bc.WindowLedger(PARAMS, seed=11, sampler="numpy-laplace", keep_records=True), durability="process"
+        )
         stream = bc.GuardedStream(np.zeros((t, 1)))
         ledger.bind(stream)
         draws.append(ledger.laplace(list(stream)[-1], 0.1)[0, 0])
@@ -216,7 +233,9 @@ def test_a_reopened_file_never_reuses_noise(tmp_path: Path) -> None:
 
 def _hammer(path: str, worker: int, queue: "multiprocessing.Queue[tuple[int, int]]") -> None:
     rng = np.random.default_rng(worker)
-    ledger = bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(1.0, 5), sampler="numpy-laplace", keep_records=True), durability="process")
+    ledger = bc.open_ledger(
+        path, bc.WindowLedger(bc.WEventParams(1.0, 5), sampler="numpy-laplace", keep_records=True), durability="process"
+    )
     accepted = refused = 0
     for _ in range(60):
         t = max(ledger.t, 1) + int(rng.integers(0, 2))
@@ -247,12 +266,15 @@ def test_processes_spending_against_one_file_never_exceed_a_window(tmp_path: Pat
     assert report.worst_ratio > 0.8  # the workers did fill the windows
     # Without the file's lock each worker alone would have believed it had the whole budget:
     totals: dict[int, float] = {}
-    for record in bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(1.0, 5), sampler="numpy-laplace", keep_records=True)).records:
+    for record in bc.open_ledger(
+        path, bc.WindowLedger(bc.WEventParams(1.0, 5), sampler="numpy-laplace", keep_records=True)
+    ).records:
         totals[record.t] = totals.get(record.t, 0.0) + float(record.amounts[0])
     assert max(sum(totals.get(s, 0.0) for s in range(e - 4, e + 1)) for e in totals) <= 1.0
 
 
 # -- the auditor's streaming window check and its parallel chain check, against plain oracles ----
+
 
 @st.composite
 def _charges(draw: st.DrawFn) -> tuple[int, int, list[tuple[int, list[float]]]]:
@@ -271,12 +293,16 @@ def _charges(draw: st.DrawFn) -> tuple[int, int, list[tuple[int, list[float]]]]:
 
 @settings(max_examples=150, deadline=None)
 @given(_charges(), st.sampled_from([0.5, 1.0, 0.9999999999999999]))
-def test_streaming_window_check_equals_the_brute_force_sums(case: tuple[int, int, list[tuple[int, list[float]]]], epsilon: float) -> None:
+def test_streaming_window_check_equals_the_brute_force_sums(
+    case: tuple[int, int, list[tuple[int, list[float]]]], epsilon: float
+) -> None:
     w, runs, charges = case
     db = sqlite3.connect(":memory:")
     db.execute("CREATE TABLE records (seq INTEGER PRIMARY KEY, kind INTEGER DEFAULT 0, t INTEGER, amounts BLOB)")
-    db.executemany("INSERT INTO records (seq, t, amounts) VALUES (?, ?, ?)",
-                   [(k + 1, t, np.array(a, dtype="<f8").tobytes()) for k, (t, a) in enumerate(charges)])
+    db.executemany(
+        "INSERT INTO records (seq, t, amounts) VALUES (?, ?, ?)",
+        [(k + 1, t, np.array(a, dtype="<f8").tobytes()) for k, (t, a) in enumerate(charges)],
+    )
     header = LedgerHeader(notion="w-event", epsilon=epsilon, w=w, runs=runs)
     checked, worst, violations, broken = _composition(db, header, True, max_violations=1000)
     latest = max((t for t, _ in charges), default=0)
@@ -284,17 +310,31 @@ def test_streaming_window_check_equals_the_brute_force_sums(case: tuple[int, int
     for t, amounts in charges:
         for run, a in enumerate(amounts):
             totals[run][t] += Fraction(a)
-    sums = [(run, end, sum(totals[run][max(1, end - w + 1): end + 1], Fraction(0)))
-            for end in range(1, latest + 1) for run in range(runs)]
+    sums = [
+        (run, end, sum(totals[run][max(1, end - w + 1) : end + 1], Fraction(0)))
+        for end in range(1, latest + 1)
+        for run in range(runs)
+    ]
     assert broken is None and checked == runs * latest
     assert worst == max((s for _, _, s in sums), default=Fraction(0)) / Fraction(epsilon)
     assert len(violations) == sum(1 for _, _, s in sums if s > Fraction(epsilon))
 
 
-@pytest.mark.parametrize("tamper", [None, "UPDATE records SET amounts = ? WHERE seq = 3", "UPDATE records SET amounts = ? WHERE seq = 10",
-                                    "UPDATE records SET amounts = ? WHERE seq = 17", "DELETE FROM records WHERE seq = 10",
-                                    "DELETE FROM records WHERE seq = 15", "DELETE FROM records WHERE seq >= 19"])
-def test_the_chain_checked_in_two_halves_finds_what_one_pass_finds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tamper: str | None) -> None:
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        None,
+        "UPDATE records SET amounts = ? WHERE seq = 3",
+        "UPDATE records SET amounts = ? WHERE seq = 10",
+        "UPDATE records SET amounts = ? WHERE seq = 17",
+        "DELETE FROM records WHERE seq = 10",
+        "DELETE FROM records WHERE seq = 15",
+        "DELETE FROM records WHERE seq >= 19",
+    ],
+)
+def test_the_chain_checked_in_two_halves_finds_what_one_pass_finds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tamper: str | None
+) -> None:
     path = tmp_path / "l.db"
     _filled(path, 20)
     if tamper is not None:
@@ -307,13 +347,22 @@ def test_the_chain_checked_in_two_halves_finds_what_one_pass_finds(tmp_path: Pat
 
 
 @pytest.mark.parametrize("runs", [1, 2])
-@pytest.mark.parametrize(("t", "amounts", "message"), [
-    ("x", None, "record 2: t='x' is not an integer"),
-    (2, b"\x00\x01", "record 2:"),
-    (2, "nan", "must be finite and >= 0"),
-    (5000, None, None),  # then t=3: after the windows up to t=4998 were final (out-of-order rows before that are summed exactly)
-])
-def test_malformed_stored_rows_are_findings_not_crashes(runs: int, t: object, amounts: object, message: str | None) -> None:
+@pytest.mark.parametrize(
+    ("t", "amounts", "message"),
+    [
+        ("x", None, "record 2: t='x' is not an integer"),
+        (2, b"\x00\x01", "record 2:"),
+        (2, "nan", "must be finite and >= 0"),
+        (
+            5000,
+            None,
+            None,
+        ),  # then t=3: after the windows up to t=4998 were final (out-of-order rows before that are summed exactly)
+    ],
+)
+def test_malformed_stored_rows_are_findings_not_crashes(
+    runs: int, t: object, amounts: object, message: str | None
+) -> None:
     db = sqlite3.connect(":memory:")
     db.execute("CREATE TABLE records (seq INTEGER PRIMARY KEY, kind INTEGER DEFAULT 0, t, amounts BLOB)")
     good = np.full(runs, 0.1, dtype="<f8").tobytes()
@@ -322,6 +371,8 @@ def test_malformed_stored_rows_are_findings_not_crashes(runs: int, t: object, am
     header = LedgerHeader(notion="w-event", epsilon=1.0, w=2, runs=runs)
     broken = _composition(db, header, True, max_violations=10)[3]
     if message is None:
-        assert broken is not None and "record 3: a record charges t=3, more than w - 1 = 1 before a later record" in broken
+        assert (
+            broken is not None and "record 3: a record charges t=3, more than w - 1 = 1 before a later record" in broken
+        )
     else:
         assert broken is not None and message in broken

@@ -34,15 +34,23 @@ def _assert_safe(result: object) -> None:
 
 @pytest.mark.parametrize("durability", ["process", "full"])
 @pytest.mark.parametrize("writers", [2, 4, 8])
-def test_writers_spending_on_the_newest_timestamp_never_exceed_a_window(tmp_path: Path, writers: int, durability: str) -> None:
-    _assert_safe(run_campaign(tmp_path, writers=writers, durability=durability, runs=1, spends=30, params=PARAMS, seed=writers))
+def test_writers_spending_on_the_newest_timestamp_never_exceed_a_window(
+    tmp_path: Path, writers: int, durability: str
+) -> None:
+    _assert_safe(
+        run_campaign(tmp_path, writers=writers, durability=durability, runs=1, spends=30, params=PARAMS, seed=writers)
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("durability", ["process", "full"])
 @pytest.mark.parametrize("writers", [2, 4, 8])
 def test_the_campaign_at_length(tmp_path: Path, writers: int, durability: str) -> None:
-    _assert_safe(run_campaign(tmp_path, writers=writers, durability=durability, runs=17, spends=40, params=PARAMS, seed=100 + writers))
+    _assert_safe(
+        run_campaign(
+            tmp_path, writers=writers, durability=durability, runs=17, spends=40, params=PARAMS, seed=100 + writers
+        )
+    )
 
 
 def _hold_the_write_lock(path: Path) -> sqlite3.Connection:
@@ -54,7 +62,12 @@ def _hold_the_write_lock(path: Path) -> sqlite3.Connection:
 
 def test_a_writer_that_holds_the_lock_too_long_gives_ledger_busy_and_charges_nothing(tmp_path: Path) -> None:
     path = tmp_path / "l.db"
-    ledger = bc.open_ledger(path, bc.WindowLedger(PARAMS, sampler="numpy-laplace", keep_records=True), durability="process", lock_timeout=0.2)
+    ledger = bc.open_ledger(
+        path,
+        bc.WindowLedger(PARAMS, sampler="numpy-laplace", keep_records=True),
+        durability="process",
+        lock_timeout=0.2,
+    )
     ledger.spend(1, 0.25, purpose="before")
     holder = _hold_the_write_lock(path)
     try:
@@ -74,7 +87,12 @@ def test_ledger_busy_is_raised_after_about_the_timeout(tmp_path: Path) -> None:
     import time
 
     path = tmp_path / "l.db"
-    ledger = bc.open_ledger(path, bc.WindowLedger(PARAMS, sampler="numpy-laplace", keep_records=True), durability="process", lock_timeout=0.5)
+    ledger = bc.open_ledger(
+        path,
+        bc.WindowLedger(PARAMS, sampler="numpy-laplace", keep_records=True),
+        durability="process",
+        lock_timeout=0.5,
+    )
     holder = _hold_the_write_lock(path)
     try:
         start = time.monotonic()
@@ -91,7 +109,9 @@ def test_ledger_busy_is_raised_after_about_the_timeout(tmp_path: Path) -> None:
 @pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), True, "5"])
 def test_lock_timeout_is_checked(tmp_path: Path, bad: object) -> None:
     with pytest.raises(bc.InvalidArgument, match="lock_timeout"):
-        bc.open_ledger(tmp_path / "l.db", bc.WindowLedger(PARAMS, sampler="numpy-laplace", keep_records=True), lock_timeout=bad)  # type: ignore[arg-type]
+        bc.open_ledger(
+            tmp_path / "l.db", bc.WindowLedger(PARAMS, sampler="numpy-laplace", keep_records=True), lock_timeout=bad
+        )  # type: ignore[arg-type]
     assert not (tmp_path / "l.db").exists()
 
 
@@ -111,7 +131,10 @@ def test_publish_exits_5_when_the_ledger_stays_locked_and_resumes_after(tmp_path
     assert bc.audit_file(path).records == first_records(path)
     resumed = CliRunner().invoke(main, [*args, "--lock-timeout", "0.2"], input="3,1,1\n")
     assert resumed.exit_code == 0, resumed.output
-    assert [line.split(",")[0] for line in resumed.stdout.splitlines()] == ["2", "3"]  # the last stored release again, then t = 3
+    assert [line.split(",")[0] for line in resumed.stdout.splitlines()] == [
+        "2",
+        "3",
+    ]  # the last stored release again, then t = 3
 
 
 def first_records(path: Path) -> int:
@@ -128,8 +151,11 @@ def first_records(path: Path) -> int:
 
 @pytest.mark.parametrize("bad", ["0", "-1", "nan", "x"])
 def test_publish_lock_timeout_is_checked(tmp_path: Path, bad: str) -> None:
-    result = CliRunner().invoke(main, ["publish", "BD", "--ledger", str(tmp_path / "l.db"), "--epsilon", "1", "--w", "4",
-                                       "--lock-timeout", bad], input="1,3\n")
+    result = CliRunner().invoke(
+        main,
+        ["publish", "BD", "--ledger", str(tmp_path / "l.db"), "--epsilon", "1", "--w", "4", "--lock-timeout", bad],
+        input="1,3\n",
+    )
     assert result.exit_code == 2 and "--lock-timeout" in result.output
     assert not (tmp_path / "l.db").exists()
 
@@ -148,7 +174,7 @@ def test_the_campaign_finds_the_race_it_was_written_for(tmp_path: Path, monkeypa
                 self._db.execute("ROLLBACK")
         count, head = self._db.execute("SELECT count, hash FROM head WHERE id = 1").fetchone()
         self._last, self._head = count, bytes(head)
-        del self._published[self._begun[2]:]
+        del self._published[self._begun[2] :]
 
     monkeypatch.setattr(Journal, "rollback", rollback_reading_the_head_after_the_lock)
     result = run_campaign(tmp_path, writers=8, durability="process", runs=3, spends=40, params=PARAMS, seed=8)

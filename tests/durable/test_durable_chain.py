@@ -20,7 +20,9 @@ PARAMS = bc.WEventParams(epsilon=1.0, w=3)
 
 
 def fresh(path: Path) -> bc.WindowLedger:
-    return bc.open_ledger(path, bc.WindowLedger(PARAMS, sampler="numpy-laplace", keep_records=True), durability="process")
+    return bc.open_ledger(
+        path, bc.WindowLedger(PARAMS, sampler="numpy-laplace", keep_records=True), durability="process"
+    )
 
 
 def forge(path: Path, sql: str, *args: object) -> None:
@@ -49,8 +51,25 @@ def published(tmp_path: Path, rows: int = 6) -> tuple[Path, Path]:
     ledger, out = tmp_path / "l.db", tmp_path / "out.csv"
     source = tmp_path / "in.csv"
     source.write_text("".join(f"{t},{t % 4},{2 * t}\n" for t in range(1, rows + 1)))
-    result = CliRunner().invoke(main, ["publish", "Uniform", "--ledger", str(ledger), "--epsilon", "1", "--w", "3", "-d", "2",
-                                       "--input", str(source), "--out", str(out)])
+    result = CliRunner().invoke(
+        main,
+        [
+            "publish",
+            "Uniform",
+            "--ledger",
+            str(ledger),
+            "--epsilon",
+            "1",
+            "--w",
+            "3",
+            "-d",
+            "2",
+            "--input",
+            str(source),
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     return ledger, out
 
@@ -70,8 +89,25 @@ def test_an_edited_release_breaks_the_chain_and_a_restart_writes_nothing(tmp_pat
         assert not report.ok and report.problem is not None and f"record {seq}" in report.problem
     out.write_text("".join(out.read_text().splitlines(keepends=True)[:2]))  # the consumer lost the tail
     before = out.read_text()
-    result = CliRunner().invoke(main, ["publish", "Uniform", "--ledger", str(ledger), "--epsilon", "1", "--w", "3", "-d", "2",
-                                       "--input", str(tmp_path / "in.csv"), "--out", str(out)])
+    result = CliRunner().invoke(
+        main,
+        [
+            "publish",
+            "Uniform",
+            "--ledger",
+            str(ledger),
+            "--epsilon",
+            "1",
+            "--w",
+            "3",
+            "-d",
+            "2",
+            "--input",
+            str(tmp_path / "in.csv"),
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 4, result.output
     assert f"record {seq}" in result.output and "Traceback" not in result.output
     assert out.read_text() == before  # nothing, in particular not the edited value, was written
@@ -131,7 +167,7 @@ def rewrite_from(source: Path, target: Path, *, seq: int) -> None:
     db.execute("DROP TRIGGER records_no_update")
     rows = db.execute("SELECT seq, version, kind, op, t, amounts, detail, output FROM records ORDER BY seq").fetchall()
     (previous,) = db.execute("SELECT hash FROM records WHERE seq = ?", (seq - 1,)).fetchone()
-    for number, version, kind, op, t, amounts, detail, output in rows[seq - 1:]:
+    for number, version, kind, op, t, amounts, detail, output in rows[seq - 1 :]:
         if number == seq:
             amounts = np.array([0.0]).tobytes()
         assert version == RECORD_VERSION
@@ -190,10 +226,17 @@ def test_an_empty_or_damaged_file_is_corrupt_never_a_fresh_ledger(tmp_path: Path
     with pytest.raises(bc.LedgerCorrupt):
         fresh(path)
     assert path.read_bytes() == bytes(data)  # nothing was made over it
-    for command in (["audit", str(path)],
-                    ["publish", "Uniform", "--ledger", str(path), "--epsilon", "1", "--w", "3", "--input", "-"]):
-        result = subprocess.run([sys.executable, "-c", "from budgetcheck.cli import main; main()", *command],
-                                input="1,3\n", capture_output=True, text=True, timeout=120)
+    for command in (
+        ["audit", str(path)],
+        ["publish", "Uniform", "--ledger", str(path), "--epsilon", "1", "--w", "3", "--input", "-"],
+    ):
+        result = subprocess.run(
+            [sys.executable, "-c", "from budgetcheck.cli import main; main()", *command],
+            input="1,3\n",
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         # an empty file is also no JSON-lines export: ``audit`` says so as a usage error (exit 2)
         expected = 2 if damage == "empty" and command[0] == "audit" else 4
         assert result.returncode == expected, (command, result.returncode, result.stderr)

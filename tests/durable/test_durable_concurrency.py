@@ -40,7 +40,9 @@ class _Interleaved:
 
 
 @pytest.mark.parametrize("gap", ["ROLLBACK", "COMMIT"])
-def test_a_commit_in_the_gap_after_a_refusal_or_commit_is_applied_before_the_next_check(tmp_path: Path, gap: str) -> None:
+def test_a_commit_in_the_gap_after_a_refusal_or_commit_is_applied_before_the_next_check(
+    tmp_path: Path, gap: str
+) -> None:
     """Writer B commits exactly when A's refused (or committed) transaction ends; A's next check must count it."""
     path = tmp_path / "l.db"
     a, b = writer(path), writer(path)

@@ -20,9 +20,9 @@ import pytest
 from click.testing import CliRunner
 
 import budgetcheck as bc
-from budgetcheck.durable.journal import ROW_COLUMNS, is_url, open_store
 from budgetcheck.cli import main
 from budgetcheck.durable.campaign import run_campaign
+from budgetcheck.durable.journal import ROW_COLUMNS, is_url, open_store
 from budgetcheck.durable.postgres import redact, with_ledger
 
 PARAMS = bc.WEventParams(epsilon=1.0, w=4)
@@ -50,8 +50,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def writer(target: str, **kwargs: Any) -> bc.WindowLedger:
-    return bc.open_ledger(target, bc.WindowLedger(PARAMS, sampler="numpy-laplace", keep_records=True), durability="process",
-                          **kwargs)
+    return bc.open_ledger(
+        target, bc.WindowLedger(PARAMS, sampler="numpy-laplace", keep_records=True), durability="process", **kwargs
+    )
 
 
 def tamper(target: str, *statements: str) -> None:
@@ -125,7 +126,10 @@ def test_the_audit_finds_tampering_even_with_the_triggers_dropped(store: str, at
         "edit": ["UPDATE records SET t = 3 WHERE seq = 2"],
         "delete-tail": ["DELETE FROM records WHERE seq = 4"],
         "head": ["UPDATE head SET count = 3"],
-        "edit-head-too": ["UPDATE records SET t = 3 WHERE seq = 4", "UPDATE head SET hash = (SELECT hash FROM records WHERE seq = 3)"],
+        "edit-head-too": [
+            "UPDATE records SET t = 3 WHERE seq = 4",
+            "UPDATE head SET hash = (SELECT hash FROM records WHERE seq = 3)",
+        ],
     }[attack]
     if attack == "delete-tail" and is_url(store):
         forged = ["ALTER TABLE records DISABLE TRIGGER USER", *forged]
@@ -180,7 +184,9 @@ class _Interleaved:
 
 @pytest.mark.parametrize("writers", [2, 4])
 def test_processes_spending_on_the_newest_timestamp_never_exceed_a_window(pg_server: str, writers: int) -> None:
-    result = run_campaign(pg_server, writers=writers, durability="process", runs=1, spends=25, params=PARAMS, seed=writers)
+    result = run_campaign(
+        pg_server, writers=writers, durability="process", runs=1, spends=25, params=PARAMS, seed=writers
+    )
     assert result.errors == ()
     assert result.failed_audits == 0 and result.worst_ratio <= 1, result
     assert result.lost == 0 and result.phantom == 0, result
@@ -234,8 +240,22 @@ def test_a_writer_killed_mid_stream_loses_no_commit_and_a_restart_continues(stor
 
 
 def test_publish_and_audit_on_the_command_line_with_a_restart(store: str, tmp_path: Path) -> None:
-    args = ["publish", "BD", "--ledger", store, "--epsilon", "1", "--w", "4", "-d", "2", "--durability", "process",
-            "--out", str(tmp_path / "out.csv")]
+    args = [
+        "publish",
+        "BD",
+        "--ledger",
+        store,
+        "--epsilon",
+        "1",
+        "--w",
+        "4",
+        "-d",
+        "2",
+        "--durability",
+        "process",
+        "--out",
+        str(tmp_path / "out.csv"),
+    ]
     first = CliRunner().invoke(main, args, input="1,3,4\n2,5,6\n")
     assert first.exit_code == 0, first.output
     again = CliRunner().invoke(main, args, input="1,3,4\n2,5,6\n3,1,1\n4,2,2\n")
@@ -346,7 +366,9 @@ def test_a_retried_operation_is_charged_once_and_returns_the_first_output(store:
     with first.idempotent("req-2"):
         assert first.spend(1, 0.1, purpose="reserve") is None  # stored: not charged twice
     assert [(r.t, r.purpose) for r in retry_host.records] == [(1, "count"), (1, "reserve")]
-    assert float(first.remaining(1)[0]) == pytest.approx(0.5) and float(retry_host.remaining(1)[0]) == pytest.approx(0.5)
+    assert float(first.remaining(1)[0]) == pytest.approx(0.5) and float(retry_host.remaining(1)[0]) == pytest.approx(
+        0.5
+    )
     for ledger in (first, retry_host):
         ledger.close()
     report = bc.audit_file(store)

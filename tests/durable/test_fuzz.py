@@ -13,18 +13,29 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import budgetcheck as bc
-from budgetcheck.stream.events import load_requirements, parse_events, timestamps
-from budgetcheck.durable.publish import parse_rows
 from budgetcheck.cli import main
+from budgetcheck.durable.publish import parse_rows
+from budgetcheck.stream.events import load_requirements, parse_events, timestamps
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=8), st.just(float("nan")), st.just(-0.0), st.just(1e-320), st.just(2**63),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8),
+    st.just(float("nan")),
+    st.just(-0.0),
+    st.just(1e-320),
+    st.just(2**63),
 )
 values: st.SearchStrategy[Any] = st.recursive(
-    scalars, lambda inner: st.one_of(st.lists(inner, max_size=4), st.tuples(inner, inner)), max_leaves=8,
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.tuples(inner, inner)),
+    max_leaves=8,
 )
 numbers = st.one_of(scalars, st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=3))
 
@@ -60,8 +71,18 @@ def test_constructors(epsilon: Any, w: Any, runs: Any, seed: Any, sampler: Any) 
 
 
 @FUZZ
-@given(calls=st.lists(st.tuples(st.sampled_from(["spend", "laplace", "bins", "dissimilarity", "remaining", "measure"]),
-                                values, numbers, values), min_size=1, max_size=8))
+@given(
+    calls=st.lists(
+        st.tuples(
+            st.sampled_from(["spend", "laplace", "bins", "dissimilarity", "remaining", "measure"]),
+            values,
+            numbers,
+            values,
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
 def test_ledger_operations_leave_no_trace_when_they_fail(calls: list[tuple[str, Any, Any, Any]]) -> None:
     ledger = bc.WindowLedger(bc.WEventParams(1.0, 3), runs=2, sampler="numpy-laplace", keep_records=True)
     stream = bc.GuardedStream(np.ones((6, 2)))
@@ -92,7 +113,13 @@ def test_personalized_and_swellfish_inputs(pairs: Any, t: Any, epsilon: Any) -> 
         assert ledger.window_sum(1) == before and ledger.t == 0
     if reqs is not REFUSED:
         works_or_refuses(bc.PersonalizedStream, reqs, t, dimensions=2)
-    policies = works_or_refuses(lambda: bc.PolicyCollection([bc.StreamPolicy(*(list(pairs) + [1, 1, 1])[:3])]) if isinstance(pairs, (list, tuple)) else None)
+    policies = works_or_refuses(
+        lambda: (
+            bc.PolicyCollection([bc.StreamPolicy(*(list(pairs) + [1, 1, 1])[:3])])
+            if isinstance(pairs, (list, tuple))
+            else None
+        )
+    )
     if policies not in (None, REFUSED):
         works_or_refuses(bc.SwellfishLedger, policies, epsilon=epsilon)
 
@@ -107,14 +134,30 @@ def test_loaders_of_logs_and_rows(lines: list[str], d: int) -> None:
             assert isinstance(row, (tuple, bc.InvalidArgument))
 
 
-user_lines = st.lists(st.one_of(st.text(max_size=30), st.builds(
-    lambda t, u, b: f"{t},{u},{b}", st.sampled_from(["1", "2", "0", "x", "2.0", "-3"]), st.sampled_from(["ann", "zed", "", "1"]),
-    st.sampled_from(["0", "2", "9", "-1", "b", ""]))), max_size=8)
+user_lines = st.lists(
+    st.one_of(
+        st.text(max_size=30),
+        st.builds(
+            lambda t, u, b: f"{t},{u},{b}",
+            st.sampled_from(["1", "2", "0", "x", "2.0", "-3"]),
+            st.sampled_from(["ann", "zed", "", "1"]),
+            st.sampled_from(["0", "2", "9", "-1", "b", ""]),
+        ),
+    ),
+    max_size=8,
+)
 
 
 @FUZZ
-@given(requirement_lines=st.lists(st.text(max_size=30), max_size=4), lines=user_lines, d=st.integers(-1, 3), published=st.integers(0, 2))
-def test_loaders_of_requirements_and_user_rows(requirement_lines: list[str], lines: list[str], d: int, published: int) -> None:
+@given(
+    requirement_lines=st.lists(st.text(max_size=30), max_size=4),
+    lines=user_lines,
+    d=st.integers(-1, 3),
+    published=st.integers(0, 2),
+)
+def test_loaders_of_requirements_and_user_rows(
+    requirement_lines: list[str], lines: list[str], d: int, published: int
+) -> None:
     requirements = works_or_refuses(load_requirements, [*requirement_lines, "ann,2,1.0"])
     if requirements is REFUSED:
         return
@@ -123,7 +166,9 @@ def test_loaders_of_requirements_and_user_rows(requirement_lines: list[str], lin
         if events is REFUSED:
             continue
         bad: list[bc.InvalidArgument] = []
-        groups = works_or_refuses(lambda: list(timestamps(iter(events), requirements, dimensions=d, published=published, skip=bad.append)))
+        groups = works_or_refuses(
+            lambda: list(timestamps(iter(events), requirements, dimensions=d, published=published, skip=bad.append))
+        )
         for t, counts in [] if groups is REFUSED else groups:
             assert t > published and counts.shape == (requirements.n_classes, d) and (counts >= 0).all()
 
@@ -134,14 +179,42 @@ def test_ledger_file_reader_on_garbage(tmp_path_factory: Any, blob: bytes, sqlit
     path = Path(tmp_path_factory.mktemp("fuzz")) / "ledger.db"
     path.write_bytes((b"SQLite format 3\x00" if sqlite_like else b"") + blob)
     works_or_refuses(bc.audit_file, path)
-    works_or_refuses(bc.open_ledger, path, bc.WindowLedger(bc.WEventParams(1.0, 2), sampler="numpy-laplace", keep_records=True))
+    works_or_refuses(
+        bc.open_ledger, path, bc.WindowLedger(bc.WEventParams(1.0, 2), sampler="numpy-laplace", keep_records=True)
+    )
 
 
 @FUZZ
-@given(argv=st.lists(st.one_of(st.sampled_from(["publish", "audit", "mechanisms", "--epsilon", "--w", "-d", "--ledger",
-                                                "--input", "--out", "--sampler", "--format", "Uniform", "BD", "PBD", "--requirements",
-                                                "nan", "-1", "0"]),
-                               st.text(max_size=6)), max_size=8))
+@given(
+    argv=st.lists(
+        st.one_of(
+            st.sampled_from(
+                [
+                    "publish",
+                    "audit",
+                    "mechanisms",
+                    "--epsilon",
+                    "--w",
+                    "-d",
+                    "--ledger",
+                    "--input",
+                    "--out",
+                    "--sampler",
+                    "--format",
+                    "Uniform",
+                    "BD",
+                    "PBD",
+                    "--requirements",
+                    "nan",
+                    "-1",
+                    "0",
+                ]
+            ),
+            st.text(max_size=6),
+        ),
+        max_size=8,
+    )
+)
 def test_cli_arguments(argv: list[str]) -> None:
     result = CliRunner().invoke(main, argv)
     assert result.exit_code in (0, 1, 2, 3, 4), (argv, result.output)

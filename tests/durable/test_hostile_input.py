@@ -68,30 +68,56 @@ def bad_rows() -> list[tuple[str, str, str, bytes]]:
 
 
 def command(tmp_path: Path, notion: str, fmt: str, *extra: str) -> list[str]:
-    mechanism = ["BD", "--epsilon", "1", "--w", "3"] if notion == "w-event" else ["PBD", "--requirements", str(tmp_path / "users.csv")]
+    mechanism = (
+        ["BD", "--epsilon", "1", "--w", "3"]
+        if notion == "w-event"
+        else ["PBD", "--requirements", str(tmp_path / "users.csv")]
+    )
     (tmp_path / "users.csv").write_text(REQUIREMENTS)
-    return ["publish", *mechanism, "--ledger", str(tmp_path / "l.db"), "-d", "2", "--format", fmt, "--durability", "process",
-            *extra]
+    return [
+        "publish",
+        *mechanism,
+        "--ledger",
+        str(tmp_path / "l.db"),
+        "-d",
+        "2",
+        "--format",
+        fmt,
+        "--durability",
+        "process",
+        *extra,
+    ]
 
 
 def published(path: Path) -> list[str]:
-    return [line.split(",")[0] if line[:1] != "{" else line.split(",")[0].split(":")[1].strip()
-            for line in path.read_text().splitlines()] if path.exists() else []
+    return (
+        [
+            line.split(",")[0] if line[:1] != "{" else line.split(",")[0].split(":")[1].strip()
+            for line in path.read_text().splitlines()
+        ]
+        if path.exists()
+        else []
+    )
 
 
 @pytest.mark.parametrize(("notion", "fmt", "name", "line"), bad_rows(), ids=lambda v: v if isinstance(v, str) else "")
-def test_a_bad_row_stops_or_is_skipped_never_a_traceback(tmp_path: Path, notion: str, fmt: str, name: str, line: bytes) -> None:
+def test_a_bad_row_stops_or_is_skipped_never_a_traceback(
+    tmp_path: Path, notion: str, fmt: str, name: str, line: bytes
+) -> None:
     data = good(notion, fmt, 1) + b"\n" + line + b"\n" + good(notion, fmt, 3) + b"\n"
     (tmp_path / "in").write_bytes(data)
     out = tmp_path / "out"
-    result = CliRunner().invoke(main, command(tmp_path, notion, fmt, "--input", str(tmp_path / "in"), "--out", str(out)))
+    result = CliRunner().invoke(
+        main, command(tmp_path, notion, fmt, "--input", str(tmp_path / "in"), "--out", str(out))
+    )
     assert result.exit_code == 2, (name, result.output[-400:])
     assert isinstance(result.exception, SystemExit), repr(result.exception)
     assert "row 2" in result.output and "Traceback" not in result.output, result.output[-400:]
     assert published(out) in ([], ["1"])  # nothing of row 2 or after it
     assert bc.audit_file(tmp_path / "l.db").ok
-    again = CliRunner().invoke(main, command(tmp_path, notion, fmt, "--input", str(tmp_path / "in"), "--out", str(out),
-                                             "--skip-bad-rows"))
+    again = CliRunner().invoke(
+        main, command(tmp_path, notion, fmt, "--input", str(tmp_path / "in"), "--out", str(out), "--skip-bad-rows")
+    )
     assert again.exit_code == 0, (name, again.output[-400:])
     assert "rejected row 2" in again.output and "Traceback" not in again.output
     assert published(out) == ["1", "3"]
@@ -101,10 +127,17 @@ def test_a_bad_row_stops_or_is_skipped_never_a_traceback(tmp_path: Path, notion:
 @pytest.mark.parametrize("notion", ["w-event", "personalized"])
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
 def test_crlf_a_leading_bom_and_a_count_of_minus_zero_are_read(tmp_path: Path, notion: str, fmt: str) -> None:
-    data = b"\xef\xbb\xbf" + b"\r\n".join([good(notion, fmt, 1), row(notion, fmt, b"2", b"-0" if notion == "w-event" else b"0"),
-                                          good(notion, fmt, 3)]) + b"\r\n"
+    data = (
+        b"\xef\xbb\xbf"
+        + b"\r\n".join(
+            [good(notion, fmt, 1), row(notion, fmt, b"2", b"-0" if notion == "w-event" else b"0"), good(notion, fmt, 3)]
+        )
+        + b"\r\n"
+    )
     (tmp_path / "in").write_bytes(data)
-    result = CliRunner().invoke(main, command(tmp_path, notion, fmt, "--input", str(tmp_path / "in"), "--out", str(tmp_path / "out")))
+    result = CliRunner().invoke(
+        main, command(tmp_path, notion, fmt, "--input", str(tmp_path / "in"), "--out", str(tmp_path / "out"))
+    )
     assert result.exit_code == 0, result.output
     assert published(tmp_path / "out") == ["1", "2", "3"]
 
@@ -112,18 +145,36 @@ def test_crlf_a_leading_bom_and_a_count_of_minus_zero_are_read(tmp_path: Path, n
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
 def test_a_bom_after_the_start_is_a_bad_row(tmp_path: Path, fmt: str) -> None:
     (tmp_path / "in").write_bytes(good("w-event", fmt, 1) + b"\n\xef\xbb\xbf" + good("w-event", fmt, 2) + b"\n")
-    result = CliRunner().invoke(main, command(tmp_path, "w-event", fmt, "--input", str(tmp_path / "in"), "--out", str(tmp_path / "o")))
+    result = CliRunner().invoke(
+        main, command(tmp_path, "w-event", fmt, "--input", str(tmp_path / "in"), "--out", str(tmp_path / "o"))
+    )
     assert result.exit_code == 2 and "row 2" in result.output, result.output
 
 
 def run_stdin(tmp_path: Path, notion: str, data: bytes, *extra: str) -> subprocess.CompletedProcess[bytes]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(bc.__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "budgetcheck", *command(tmp_path, notion, "csv", *extra)], input=data,
-                          capture_output=True, env=env, timeout=120, check=False)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(bc.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "budgetcheck", *command(tmp_path, notion, "csv", *extra)],
+        input=data,
+        capture_output=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
 
 
-@pytest.mark.parametrize(("name", "line"), [("binary", BINARY), ("not UTF-8", b"2,\xff\xfe,1"), ("10 MB", TEN_MB),
-                                            ("5000 digits", b"2," + b"9" * 5000 + b",1")])
+@pytest.mark.parametrize(
+    ("name", "line"),
+    [
+        ("binary", BINARY),
+        ("not UTF-8", b"2,\xff\xfe,1"),
+        ("10 MB", TEN_MB),
+        ("5000 digits", b"2," + b"9" * 5000 + b",1"),
+    ],
+)
 def test_stdin_bytes_through_a_real_process(tmp_path: Path, name: str, line: bytes) -> None:
     """The command as a user runs it: stdin is bytes, not text that a test harness decoded."""
     data = b"1,1,1\n" + line + b"\n3,1,1\n"
@@ -136,7 +187,10 @@ def test_stdin_bytes_through_a_real_process(tmp_path: Path, name: str, line: byt
     skipped = run_stdin(tmp_path, "w-event", data, "--skip-bad-rows")
     assert skipped.returncode == 0, skipped.stderr[-400:]
     assert b"rejected row 2" in skipped.stderr and b"Traceback" not in skipped.stderr
-    assert [r.split(b",")[0] for r in skipped.stdout.splitlines()] == [b"1", b"3"]  # t = 1 again: stdout is at least once
+    assert [r.split(b",")[0] for r in skipped.stdout.splitlines()] == [
+        b"1",
+        b"3",
+    ]  # t = 1 again: stdout is at least once
 
 
 FILE_CORPUS = {
@@ -155,14 +209,36 @@ FILE_CORPUS = {
 @pytest.mark.parametrize("kind", ["requirements w", "requirements epsilon", "policy end", "policy theta"])
 def test_bad_requirements_and_policy_files_are_usage_errors(tmp_path: Path, kind: str, name: str) -> None:
     token = FILE_CORPUS[name]
-    lines = {"requirements w": b"ann,2,1\nbo," + token + b",1\n", "requirements epsilon": b"ann,2,1\nbo,2," + token + b"\n",
-             "policy end": b"1,3,1\n1," + token + b",1\n", "policy theta": b"1,3,1\n1,3," + token + b"\n"}[kind]
+    lines = {
+        "requirements w": b"ann,2,1\nbo," + token + b",1\n",
+        "requirements epsilon": b"ann,2,1\nbo,2," + token + b"\n",
+        "policy end": b"1,3,1\n1," + token + b",1\n",
+        "policy theta": b"1,3,1\n1,3," + token + b"\n",
+    }[kind]
     (tmp_path / "file.csv").write_bytes(lines)
     (tmp_path / "in").write_bytes(b"1,ann,0\n" if kind.startswith("requirements") else b"1,1,1\n")
-    args = (["PBD", "--requirements", str(tmp_path / "file.csv")] if kind.startswith("requirements")
-            else ["TSBD", "--epsilon", "1", "--policies", str(tmp_path / "file.csv")])
-    result = CliRunner().invoke(main, ["publish", *args, "--ledger", str(tmp_path / "l.db"), "-d", "2", "--input", str(tmp_path / "in"),
-                                       "--out", str(tmp_path / "out"), "--durability", "process"])
+    args = (
+        ["PBD", "--requirements", str(tmp_path / "file.csv")]
+        if kind.startswith("requirements")
+        else ["TSBD", "--epsilon", "1", "--policies", str(tmp_path / "file.csv")]
+    )
+    result = CliRunner().invoke(
+        main,
+        [
+            "publish",
+            *args,
+            "--ledger",
+            str(tmp_path / "l.db"),
+            "-d",
+            "2",
+            "--input",
+            str(tmp_path / "in"),
+            "--out",
+            str(tmp_path / "out"),
+            "--durability",
+            "process",
+        ],
+    )
     assert result.exit_code == 2, (kind, name, result.output[-400:])
     assert "line 2" in result.output and "Traceback" not in result.output, (kind, name, result.output[-400:])
     assert len(result.output) < 2000  # the message shows the value, not all 10 MB of it
@@ -173,9 +249,37 @@ def test_a_5000_digit_w_is_refused_before_any_mechanism_runs(tmp_path: Path) -> 
     """A w of 10^4000 from a requirements file hung the mechanism (it keeps state per timestamp of a window)."""
     (tmp_path / "users.csv").write_text("ann," + "9" * 4000 + ",1\n")
     (tmp_path / "in").write_text("1,ann,0\n")
-    result = CliRunner().invoke(main, ["publish", "PBD", "--requirements", str(tmp_path / "users.csv"), "--ledger",
-                                       str(tmp_path / "l.db"), "-d", "2", "--input", str(tmp_path / "in")])
+    result = CliRunner().invoke(
+        main,
+        [
+            "publish",
+            "PBD",
+            "--requirements",
+            str(tmp_path / "users.csv"),
+            "--ledger",
+            str(tmp_path / "l.db"),
+            "-d",
+            "2",
+            "--input",
+            str(tmp_path / "in"),
+        ],
+    )
     assert result.exit_code == 2 and "w=" in result.output and "live publisher" in result.output, result.output[-300:]
-    result = CliRunner().invoke(main, ["publish", "BD", "--epsilon", "1", "--w", str(2**40), "--ledger", str(tmp_path / "m.db"),
-                                       "-d", "2", "--input", str(tmp_path / "in")])
+    result = CliRunner().invoke(
+        main,
+        [
+            "publish",
+            "BD",
+            "--epsilon",
+            "1",
+            "--w",
+            str(2**40),
+            "--ledger",
+            str(tmp_path / "m.db"),
+            "-d",
+            "2",
+            "--input",
+            str(tmp_path / "in"),
+        ],
+    )
     assert result.exit_code == 2 and "w=1099511627776" in result.output, result.output[-300:]

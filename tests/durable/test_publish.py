@@ -19,9 +19,9 @@ import pytest
 from click.testing import CliRunner
 
 import budgetcheck as bc
+from budgetcheck.cli import main
 from budgetcheck.durable.journal import decode_array
 from budgetcheck.ledger.noise import DiscreteLaplace, bernoulli_exp, discrete_laplace
-from budgetcheck.cli import main
 from mechanisms import BA, BD, AdaPub, DSATw, FASTw, PeGaSus, RescueDP, Uniform
 
 ARGS = ["--epsilon", "1", "--w", "5", "-d", "2"]
@@ -34,8 +34,23 @@ def rows(n: int, start: int = 1) -> str:
 def invoke(tmp_path: Path, text: str, *extra: str, mechanism: str = "BD") -> tuple[int, str]:
     source = tmp_path / "in.csv"
     source.write_text(text)
-    result = CliRunner().invoke(main, ["publish", mechanism, "--ledger", str(tmp_path / "l.db"), *ARGS, "--input", str(source),
-                                       "--out", str(tmp_path / "out.csv"), "--durability", "process", *extra])
+    result = CliRunner().invoke(
+        main,
+        [
+            "publish",
+            mechanism,
+            "--ledger",
+            str(tmp_path / "l.db"),
+            *ARGS,
+            "--input",
+            str(source),
+            "--out",
+            str(tmp_path / "out.csv"),
+            "--durability",
+            "process",
+            *extra,
+        ],
+    )
     return result.exit_code, result.output
 
 
@@ -51,7 +66,9 @@ def test_publish_writes_one_line_per_timestamp_and_the_file_audits(tmp_path: Pat
     assert all(float(v).is_integer() for line in lines for v in line[1:])  # discrete sampler: integers
     report = bc.audit_file(tmp_path / "l.db")
     assert report.ok and report.worst_ratio <= 1
-    with bc.open_ledger(tmp_path / "l.db", bc.WindowLedger(bc.WEventParams(1.0, 5), keep_records=True)) as ledger:  # the default: discrete
+    with bc.open_ledger(
+        tmp_path / "l.db", bc.WindowLedger(bc.WEventParams(1.0, 5), keep_records=True)
+    ) as ledger:  # the default: discrete
         assert {r.sampler for r in ledger.records} == {"discrete-laplace"}
 
 
@@ -67,8 +84,25 @@ def test_a_restart_resumes_at_the_next_timestamp_in_the_same_state(tmp_path: Pat
     # A different mechanism or parameters on the same file are refused.
     assert invoke(tmp_path, rows(26), mechanism="BA")[0] == 2
     source = tmp_path / "in.csv"
-    result = CliRunner().invoke(main, ["publish", "BD", "--ledger", str(tmp_path / "l.db"), "--epsilon", "2", "--w", "5", "-d", "2",
-                                       "--input", str(source), "--out", str(tmp_path / "out.csv")])
+    result = CliRunner().invoke(
+        main,
+        [
+            "publish",
+            "BD",
+            "--ledger",
+            str(tmp_path / "l.db"),
+            "--epsilon",
+            "2",
+            "--w",
+            "5",
+            "-d",
+            "2",
+            "--input",
+            str(source),
+            "--out",
+            str(tmp_path / "out.csv"),
+        ],
+    )
     assert result.exit_code == 2 and "epsilon=2.0" in result.output
 
 
@@ -76,7 +110,9 @@ def test_a_restart_resumes_at_the_next_timestamp_in_the_same_state(tmp_path: Pat
 def test_adaptive_mechanisms_publish_live_and_resume_from_their_stored_outputs(tmp_path: Path, mechanism: str) -> None:
     """Their Kalman filters, controllers, groupings and AboveThreshold answers are rebuilt from the
     replayed outputs on a restart (publish checks that every replayed release equals the stored one)."""
-    assert invoke(tmp_path, rows(12), mechanism=mechanism)[0] == 0  # AdaPub, PeGaSus: AboveThreshold on the discrete grid
+    assert (
+        invoke(tmp_path, rows(12), mechanism=mechanism)[0] == 0
+    )  # AdaPub, PeGaSus: AboveThreshold on the discrete grid
     code, output = invoke(tmp_path, rows(40), mechanism=mechanism)
     assert code == 0, output
     assert "replayed 12" in output
@@ -109,21 +145,48 @@ def test_a_restart_replays_the_threshold_answers_and_then_opens_every_instance_a
     bc.publish(first, lines[:6], tmp_path / "l.db", dimensions=2, epsilon=1.0, w=5, out_path=tmp_path / "o.csv")
     assert first.opened == [[True, True], [False, False], [False, False], [False, False], [True, True], [False, False]]
     second = _Grouper()
-    summary = bc.publish(second, lines[:9], tmp_path / "l.db", dimensions=2, epsilon=1.0, w=5, out_path=tmp_path / "o.csv")
+    summary = bc.publish(
+        second, lines[:9], tmp_path / "l.db", dimensions=2, epsilon=1.0, w=5, out_path=tmp_path / "o.csv"
+    )
     assert second.opened[:6] == first.opened  # replayed from the file
-    assert second.opened[6:] == [[True, True], [False, False], [False, False]]  # t = 7 opens afresh, though t = 5's were open
+    assert second.opened[6:] == [
+        [True, True],
+        [False, False],
+        [False, False],
+    ]  # t = 7 opens afresh, though t = 5's were open
     assert summary.published == 3 and bc.audit_file(tmp_path / "l.db").ok
 
 
 POLICIES = "start,end,thresholds\n3,10,50,20\n8,20,30\n"
 
 
-def invoke_swellfish(tmp_path: Path, text: str, mechanism: str, *extra: str, policies: str = POLICIES) -> tuple[int, str]:
+def invoke_swellfish(
+    tmp_path: Path, text: str, mechanism: str, *extra: str, policies: str = POLICIES
+) -> tuple[int, str]:
     (tmp_path / "policies.csv").write_text(policies)
     (tmp_path / "in.csv").write_text(text)
-    result = CliRunner().invoke(main, ["publish", mechanism, "--ledger", str(tmp_path / "l.db"), "--epsilon", "1", "--policies",
-                                       str(tmp_path / "policies.csv"), "-d", "2", "--input", str(tmp_path / "in.csv"),
-                                       "--out", str(tmp_path / "out.csv"), "--durability", "process", *extra])
+    result = CliRunner().invoke(
+        main,
+        [
+            "publish",
+            mechanism,
+            "--ledger",
+            str(tmp_path / "l.db"),
+            "--epsilon",
+            "1",
+            "--policies",
+            str(tmp_path / "policies.csv"),
+            "-d",
+            "2",
+            "--input",
+            str(tmp_path / "in.csv"),
+            "--out",
+            str(tmp_path / "out.csv"),
+            "--durability",
+            "process",
+            *extra,
+        ],
+    )
     return result.exit_code, result.output
 
 
@@ -154,8 +217,12 @@ def test_swellfish_publisher_arguments_are_checked(tmp_path: Path) -> None:
     (tmp_path / "users.csv").write_text("a,5,1.0\n")
     code, output = invoke_swellfish(tmp_path, rows(3), "PBD", "--requirements", str(tmp_path / "users.csv"))
     assert code == 2 and "not both" in output
-    for text, message in (("3,10\n", "line 1: expected start,end,theta_1"), ("# none\n", "lists no policies"),
-                          ("x,10,5\n", "start='x' and end='10' must be integers"), ("5,3,1\n", "line 1: policy interval")):
+    for text, message in (
+        ("3,10\n", "line 1: expected start,end,theta_1"),
+        ("# none\n", "lists no policies"),
+        ("x,10,5\n", "start='x' and end='10' must be integers"),
+        ("5,3,1\n", "line 1: policy interval"),
+    ):
         code, output = invoke_swellfish(tmp_path, rows(3), "TSBD", policies=text)
         assert code == 2 and message in output, output
 
@@ -175,20 +242,25 @@ def test_swellfish_release_generators_match_the_batch_runs() -> None:
         np.testing.assert_array_equal(live, batch)
 
 
-@pytest.mark.parametrize(("bad", "message"), [
-    ("3,1\n", "expected t and 2 counts, got 2 fields"),
-    ("3,nan,1\n", "counts must be finite"),
-    ("3,-1,1\n", "counts must be >= 0"),
-    ("2,1,1\n", "t=2 does not increase"),
-    ("x,1,1\n", "t='x' must be an integer from 1 to 2^62"),
-    ("3,1.5,1\n", "the discrete sampler publishes integer counts"),
-])
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ("3,1\n", "expected t and 2 counts, got 2 fields"),
+        ("3,nan,1\n", "counts must be finite"),
+        ("3,-1,1\n", "counts must be >= 0"),
+        ("2,1,1\n", "t=2 does not increase"),
+        ("x,1,1\n", "t='x' must be an integer from 1 to 2^62"),
+        ("3,1.5,1\n", "the discrete sampler publishes integer counts"),
+    ],
+)
 def test_bad_rows_are_rejected_with_their_number_and_nothing_is_lost(tmp_path: Path, bad: str, message: str) -> None:
     code, output = invoke(tmp_path, rows(2) + bad + rows(2, start=4))
     assert code == 2 and f"row 3: {message}" in output
     assert [int(line[0]) for line in released(tmp_path)] == [1, 2]
     code, output = invoke(tmp_path, rows(2) + bad + rows(2, start=4), "--skip-bad-rows")
-    assert code == 0 and ("rejected row 3" in output or bad.startswith("2,"))  # t=2 was published before the restart: skipped
+    assert code == 0 and (
+        "rejected row 3" in output or bad.startswith("2,")
+    )  # t=2 was published before the restart: skipped
     assert [int(line[0]) for line in released(tmp_path)] == [1, 2, 4, 5]
 
 
@@ -205,8 +277,16 @@ def test_publish_refuses_reproducible_noise_and_creates_nothing(tmp_path: Path) 
     assert code == 2 and "reproducible noise" in output and "subtract" in output, output
     assert not (tmp_path / "l.db").exists() and not (tmp_path / "out.csv").exists()
     with pytest.raises(bc.InvalidArgument, match="reproducible noise"):
-        bc.publish(bc.load_mechanism("BD"), rows(3).splitlines(), tmp_path / "l.db", dimensions=2, epsilon=1.0, w=5,
-                   out_path=tmp_path / "o.csv", sampler="numpy-laplace")
+        bc.publish(
+            bc.load_mechanism("BD"),
+            rows(3).splitlines(),
+            tmp_path / "l.db",
+            dimensions=2,
+            epsilon=1.0,
+            w=5,
+            out_path=tmp_path / "o.csv",
+            sampler="numpy-laplace",
+        )
 
 
 def test_only_mechanisms_with_a_release_generator_publish(tmp_path: Path) -> None:
@@ -216,8 +296,18 @@ def test_only_mechanisms_with_a_release_generator_publish(tmp_path: Path) -> Non
 
 def test_release_generators_match_the_batch_runs() -> None:
     data = np.abs(np.random.default_rng(0).normal(50, 10, size=(40, 3)))
-    for mechanism in (Uniform(), BD(), BA(), FASTw(), DSATw(sample_rate=0.15), RescueDP(), RescueDP(grouping=False), AdaPub(),
-                      PeGaSus(), PeGaSus(smoother="james-stein", grouping=False)):
+    for mechanism in (
+        Uniform(),
+        BD(),
+        BA(),
+        FASTw(),
+        DSATw(sample_rate=0.15),
+        RescueDP(),
+        RescueDP(grouping=False),
+        AdaPub(),
+        PeGaSus(),
+        PeGaSus(smoother="james-stein", grouping=False),
+    ):
         batch = bc.execute(mechanism, data, epsilon=1.0, w=8, runs=3, seed=5).releases
         ledger = bc.WindowLedger(bc.WEventParams(1.0, 8), runs=3, seed=5, sampler="numpy-laplace", keep_records=True)
         stream = bc.LiveStream(((t + 1, row) for t, row in enumerate(data)), dimensions=3)
@@ -240,7 +330,9 @@ def test_live_stream_checks_order_width_and_is_consumed_once() -> None:
 
 def test_stand_ins_of_replayed_timestamps_cannot_be_read_live(tmp_path: Path) -> None:
     stream = bc.LiveStream([], dimensions=1, replayed=[1])
-    ledger = bc.open_ledger(tmp_path / "x.db", bc.WindowLedger(bc.WEventParams(1.0, 3), sampler="numpy-laplace", keep_records=True))
+    ledger = bc.open_ledger(
+        tmp_path / "x.db", bc.WindowLedger(bc.WEventParams(1.0, 3), sampler="numpy-laplace", keep_records=True)
+    )
     ledger.bind(stream)
     (stand_in,) = list(stream)
     with pytest.raises(bc.LedgerCorrupt, match="replayed"):
@@ -268,7 +360,9 @@ def test_the_discrete_sampler_admits_integral_streams_at_bind_and_never_refuses_
     assert (out[0] / 2.0**-22).is_integer()
     # Counts: the stream is checked when a discrete ledger binds it (the data owner's step), not at a release.
     with pytest.raises(bc.InvalidArgument, match="not integers"):
-        bc.WindowLedger(bc.WEventParams(1.0, 2), sampler="discrete-laplace", keep_records=True).bind(bc.GuardedStream(np.array([[1.0], [2.5]])))
+        bc.WindowLedger(bc.WEventParams(1.0, 2), sampler="discrete-laplace", keep_records=True).bind(
+            bc.GuardedStream(np.array([[1.0], [2.5]]))
+        )
     live = bc.LiveStream(iter([(1, [2.0]), (2, [2.5])]), dimensions=1)
     ledger = bc.WindowLedger(bc.WEventParams(1.0, 2), sampler="discrete-laplace", keep_records=True)
     ledger.bind(live)
@@ -288,12 +382,16 @@ def test_the_discrete_sampler_admits_integral_streams_at_bind_and_never_refuses_
 
 def test_stdout_delivery_is_at_least_once_across_a_restart(tmp_path: Path) -> None:
     ledger = tmp_path / "l.db"
-    first = CliRunner().invoke(main, ["publish", "BD", "--ledger", str(ledger), *ARGS, "--durability", "process"], input=rows(6))
+    first = CliRunner().invoke(
+        main, ["publish", "BD", "--ledger", str(ledger), *ARGS, "--durability", "process"], input=rows(6)
+    )
     assert first.exit_code == 0, first.output
     printed = [line for line in first.stdout.splitlines() if line[:1].isdigit()]
     assert [int(line.split(",")[0]) for line in printed] == list(range(1, 7))
     # As if the process died after storing t=6 but before printing it: the restart prints it again first.
-    again = CliRunner().invoke(main, ["publish", "BD", "--ledger", str(ledger), *ARGS, "--durability", "process"], input=rows(9))
+    again = CliRunner().invoke(
+        main, ["publish", "BD", "--ledger", str(ledger), *ARGS, "--durability", "process"], input=rows(9)
+    )
     assert again.exit_code == 0, again.output
     lines = [line for line in again.stdout.splitlines() if line[:1].isdigit()]
     assert lines[0] == printed[-1] and [int(line.split(",")[0]) for line in lines] == [6, 7, 8, 9]
@@ -311,14 +409,19 @@ def user_rows(n: int, seed: int = 0) -> str:
     """Per-user rows t,user,bin for the users of REQUIREMENTS (some absent at each t, 3 bins), each
     timestamp closed by a row holding only t."""
     rng = random.Random(seed)
-    return "".join("".join(f"{t},{user},{rng.randrange(3)}\n" for user in ("ann", "bo", "cy", "di", "ed") if rng.random() < 0.7)
-                   + f"{t}\n" for t in range(1, n + 1))
+    return "".join(
+        "".join(f"{t},{user},{rng.randrange(3)}\n" for user in ("ann", "bo", "cy", "di", "ed") if rng.random() < 0.7)
+        + f"{t}\n"
+        for t in range(1, n + 1)
+    )
 
 
 REQUIREMENTS = "user,w,epsilon\nann,4,1.0\nbo,8,2.0\ncy,4,1.0\ndi,2,0.5\ned,8,2.0\n"
 
 
-def kill_and_restart(tmp_path: Path, kills: int, n: int, seed: int, *, personalized: bool = False, mechanism: str | None = None) -> None:
+def kill_and_restart(
+    tmp_path: Path, kills: int, n: int, seed: int, *, personalized: bool = False, mechanism: str | None = None
+) -> None:
     """Kill a publish run at random points (SIGKILL), restart until it finishes, then check it all:
     every t written exactly once and in order, each line equal to the release stored in the file's
     chain, one stored release per t, and the file's audit (every window of every notion) ok.
@@ -340,8 +443,19 @@ def kill_and_restart(tmp_path: Path, kills: int, n: int, seed: int, *, personali
     else:
         source.write_text(rows(n))
         args = [name, *ARGS]
-    command = [sys.executable, "-c", "from budgetcheck.cli import main; main()", "publish", *args, "--ledger", str(ledger),
-               "--input", str(source), "--out", str(out)]
+    command = [
+        sys.executable,
+        "-c",
+        "from budgetcheck.cli import main; main()",
+        "publish",
+        *args,
+        "--ledger",
+        str(ledger),
+        "--input",
+        str(source),
+        "--out",
+        str(out),
+    ]
     rng = random.Random(seed)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     for _ in range(kills):
@@ -366,8 +480,16 @@ def kill_and_restart(tmp_path: Path, kills: int, n: int, seed: int, *, personali
 
 
 # one publisher per notion on every run (and the adaptive Unicorn); the rest under slow
-LIVE = ["BD", "PBD", "TSBD", "Unicorn",
-        *(pytest.param(name, marks=pytest.mark.slow) for name in ["PBA", "StrictestBD", "StrictestBA", "TSBA", "UnicornPS"])]
+LIVE = [
+    "BD",
+    "PBD",
+    "TSBD",
+    "Unicorn",
+    *(
+        pytest.param(name, marks=pytest.mark.slow)
+        for name in ["PBA", "StrictestBD", "StrictestBA", "TSBA", "UnicornPS"]
+    ),
+]
 
 
 @pytest.mark.parametrize("mechanism", LIVE)

@@ -7,22 +7,41 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from test_publish import REQUIREMENTS, kill_and_restart, user_rows
 
 import budgetcheck as bc
-from budgetcheck.stream.events import load_requirements, parse_events, timestamps
 from budgetcheck.cli import main
+from budgetcheck.stream.events import load_requirements, parse_events, timestamps
 from mechanisms import PBA, PBD, Uniform
-from test_publish import REQUIREMENTS, kill_and_restart, user_rows
 
 REQ = load_requirements(REQUIREMENTS.splitlines())
 
 
-def invoke(tmp_path: Path, text: str, *extra: str, mechanism: str = "PBD", requirements: str = REQUIREMENTS) -> tuple[int, str]:
+def invoke(
+    tmp_path: Path, text: str, *extra: str, mechanism: str = "PBD", requirements: str = REQUIREMENTS
+) -> tuple[int, str]:
     (tmp_path / "in.csv").write_text(text)
     (tmp_path / "req.csv").write_text(requirements)
-    result = CliRunner().invoke(main, ["publish", mechanism, "--ledger", str(tmp_path / "l.db"), "--requirements", str(tmp_path / "req.csv"),
-                                       "-d", "3", "--input", str(tmp_path / "in.csv"), "--out", str(tmp_path / "out.csv"),
-                                       "--durability", "process", *extra])
+    result = CliRunner().invoke(
+        main,
+        [
+            "publish",
+            mechanism,
+            "--ledger",
+            str(tmp_path / "l.db"),
+            "--requirements",
+            str(tmp_path / "req.csv"),
+            "-d",
+            "3",
+            "--input",
+            str(tmp_path / "in.csv"),
+            "--out",
+            str(tmp_path / "out.csv"),
+            "--durability",
+            "process",
+            *extra,
+        ],
+    )
     return result.exit_code, result.output
 
 
@@ -36,14 +55,17 @@ def test_requirements_file_gives_each_named_user_a_class() -> None:
     assert REQ.users == ("ann", "bo", "cy", "di", "ed")
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("ann,4\n", "line 1: expected user,w,epsilon"),
-    ("ann,4,1\nann,2,1\n", "line 2: user 'ann' is listed twice"),
-    ("ann,four,1\n", "line 1: w='four' must be an integer"),
-    ("ann,0,1\n", "w"),
-    ("ann,4,-1\n", "epsilon"),
-    ("# nobody\n", "lists no users"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("ann,4\n", "line 1: expected user,w,epsilon"),
+        ("ann,4,1\nann,2,1\n", "line 2: user 'ann' is listed twice"),
+        ("ann,four,1\n", "line 1: w='four' must be an integer"),
+        ("ann,0,1\n", "w"),
+        ("ann,4,-1\n", "epsilon"),
+        ("# nobody\n", "lists no users"),
+    ],
+)
 def test_bad_requirements_files_are_refused_by_line(text: str, message: str) -> None:
     with pytest.raises(bc.InvalidArgument, match=message):
         load_requirements(text.splitlines(), source="req.csv")
@@ -60,23 +82,31 @@ def test_events_are_grouped_into_counts_per_class_and_bin() -> None:
     np.testing.assert_array_equal(groups[2][1], np.zeros((3, 3)))  # closed with no events
     np.testing.assert_array_equal(groups[3][1], [[0, 0, 0], [0, 0, 0], [0, 0, 1]])
     jsonl = '{"t": 1, "user": "ann", "bin": 0}\n{"t": 1}\n{"t": 3, "user": "bo", "bin": 1}\n'
-    assert [t for t, _ in timestamps(parse_events(jsonl.splitlines(), fmt="jsonl"), REQ, dimensions=3, published=1, skip=_raise)] == [3]
+    assert [
+        t
+        for t, _ in timestamps(
+            parse_events(jsonl.splitlines(), fmt="jsonl"), REQ, dimensions=3, published=1, skip=_raise
+        )
+    ] == [3]
 
 
 def _raise(error: bc.InvalidArgument) -> None:
     raise error
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("1,ann,0\n1,zed,1\n", "row 2: user 'zed' is not in the requirements file"),
-    ("1,ann,3\n", "row 1: bin=3 must be in"),
-    ("1,ann,-1\n", "row 1: bin='-1' must be a non-negative integer"),
-    ("1,ann,0\n1,ann,1\n", "row 2: user 'ann' already has a bin at t=1"),
-    ("2,ann,0\n1,bo,0\n", "row 2: t=1 comes after t=2"),
-    ("1,ann,0\n1\n1,bo,0\n", "row 3: t=1 comes after t=1"),
-    ("1,ann\n", "row 1: expected t,user,bin"),
-    ("0,ann,1\n", "row 1: t='0' must be an integer from 1 to 2^62"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("1,ann,0\n1,zed,1\n", "row 2: user 'zed' is not in the requirements file"),
+        ("1,ann,3\n", "row 1: bin=3 must be in"),
+        ("1,ann,-1\n", "row 1: bin='-1' must be a non-negative integer"),
+        ("1,ann,0\n1,ann,1\n", "row 2: user 'ann' already has a bin at t=1"),
+        ("2,ann,0\n1,bo,0\n", "row 2: t=1 comes after t=2"),
+        ("1,ann,0\n1\n1,bo,0\n", "row 3: t=1 comes after t=1"),
+        ("1,ann\n", "row 1: expected t,user,bin"),
+        ("0,ann,1\n", "row 1: t='0' must be an integer from 1 to 2^62"),
+    ],
+)
 def test_bad_user_rows_stop_the_publisher_naming_the_row(tmp_path: Path, text: str, message: str) -> None:
     code, output = invoke(tmp_path, text)
     assert code == 2 and message in output, output
@@ -114,14 +144,30 @@ def test_a_changed_requirements_file_or_notion_is_refused(tmp_path: Path) -> Non
     assert code == 2 and "is a w-event mechanism" in output, output
     code, output = invoke(tmp_path, user_rows(8), "--sampler", "numpy-laplace")
     assert code == 2 and "reproducible noise" in output, output
-    result = CliRunner().invoke(main, ["publish", "PBD", "--ledger", str(tmp_path / "x.db"), "--epsilon", "1", "--w", "3",
-                                       "--out", str(tmp_path / "x.csv")], input="1,ann,0\n")
+    result = CliRunner().invoke(
+        main,
+        [
+            "publish",
+            "PBD",
+            "--ledger",
+            str(tmp_path / "x.db"),
+            "--epsilon",
+            "1",
+            "--w",
+            "3",
+            "--out",
+            str(tmp_path / "x.csv"),
+        ],
+        input="1,ann,0\n",
+    )
     assert result.exit_code == 2 and "is a personalized mechanism" in result.output
 
 
 def test_library_publish_refuses_mixed_parameters(tmp_path: Path) -> None:
     with pytest.raises(bc.InvalidArgument, match="takes w and epsilon per user"):
-        bc.publish(PBD(), [], tmp_path / "l.db", dimensions=3, requirements=REQ, epsilon=1.0, w=4, out_path=tmp_path / "o")
+        bc.publish(
+            PBD(), [], tmp_path / "l.db", dimensions=3, requirements=REQ, epsilon=1.0, w=4, out_path=tmp_path / "o"
+        )
     with pytest.raises(bc.InvalidArgument, match="needs epsilon and w"):
         bc.publish(Uniform(), [], tmp_path / "l.db", dimensions=3, epsilon=1.0, out_path=tmp_path / "o")
 
@@ -130,7 +176,10 @@ def test_library_publish_refuses_mixed_parameters(tmp_path: Path) -> None:
 def test_live_generators_equal_the_batch_runs(mechanism: PBD | PBA) -> None:
     rng = np.random.default_rng(5)
     bins = rng.integers(-1, 3, size=(30, REQ.n_users))
-    batch = mechanism.run(bc.PersonalizedStream(REQ, bins, dimensions=3), bc.PersonalizedLedger(REQ, runs=3, seed=9, sampler="numpy-laplace"))
+    batch = mechanism.run(
+        bc.PersonalizedStream(REQ, bins, dimensions=3),
+        bc.PersonalizedLedger(REQ, runs=3, seed=9, sampler="numpy-laplace"),
+    )
     stream = bc.PersonalizedStream(REQ, bins, dimensions=3)
     ledger = bc.PersonalizedLedger(REQ, runs=3, seed=9, sampler="numpy-laplace")
     live = np.stack(list(mechanism.releases(stream, ledger)), axis=1)

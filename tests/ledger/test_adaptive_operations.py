@@ -3,7 +3,6 @@ releases, AboveThreshold and its ranked rows."""
 
 from __future__ import annotations
 
-
 from fractions import Fraction
 from typing import Any
 
@@ -22,15 +21,24 @@ from budgetcheck import (
     WEventParams,
     WindowLedger,
     deviation,
+    rounding,
 )
 from budgetcheck.ledger.noise import laplace_draws
-from budgetcheck import rounding
 from mechanisms import AdaPub, DSATw, FASTw, PeGaSus, RescueDP
 from mechanisms._smoothing import smooth
 
-
-ADAPTIVE = [FASTw(), FASTw(sampling_ratio=0.075), DSATw(), DSATw(sample_rate=0.15), RescueDP(), RescueDP(grouping=False),
-            AdaPub(), AdaPub(grouping=False), PeGaSus(), PeGaSus(smoother="james-stein")]
+ADAPTIVE = [
+    FASTw(),
+    FASTw(sampling_ratio=0.075),
+    DSATw(),
+    DSATw(sample_rate=0.15),
+    RescueDP(),
+    RescueDP(grouping=False),
+    AdaPub(),
+    AdaPub(grouping=False),
+    PeGaSus(),
+    PeGaSus(smoother="james-stein"),
+]
 
 
 def _ledger(epsilon: float = 1.0, w: int = 4, runs: int = 1, data: object = None) -> tuple[WindowLedger, list[object]]:
@@ -48,9 +56,16 @@ def _windows(records: object, w: int, runs: int) -> list[Fraction]:
         for r in range(runs):
             row[r] += Fraction(float(record.amounts[r]))
     horizon = max(totals, default=0)
-    return [max((sum((totals.get(s, [Fraction(0)] * runs)[r] for s in range(e - w + 1, e + 1)), Fraction(0))
-                 for e in range(1, horizon + 1)), default=Fraction(0)) for r in range(runs)]
-
+    return [
+        max(
+            (
+                sum((totals.get(s, [Fraction(0)] * runs)[r] for s in range(e - w + 1, e + 1)), Fraction(0))
+                for e in range(1, horizon + 1)
+            ),
+            default=Fraction(0),
+        )
+        for r in range(runs)
+    ]
 
 
 # -- footprint measurements ---------------------------------------------------------------------
@@ -69,11 +84,14 @@ def test_footprint_charges_every_timestamp_it_reads_and_rechecks_old_windows() -
     assert _windows(ledger.records, 4, 1) == [Fraction(1)]
 
 
-@pytest.mark.parametrize(("pick", "message"), [
-    (lambda s: [], "at least one"),
-    (lambda s: [s[0], s[0]], "distinct"),
-    (lambda s: [s[0], s[5]], "within one window"),
-])
+@pytest.mark.parametrize(
+    ("pick", "message"),
+    [
+        (lambda s: [], "at least one"),
+        (lambda s: [s[0], s[0]], "distinct"),
+        (lambda s: [s[0], s[5]], "within one window"),
+    ],
+)
 def test_footprint_bad_inputs_name_the_problem(pick: object, message: str) -> None:
     ledger, secrets = _ledger(w=4)
     with pytest.raises(InvalidArgument, match=message):
@@ -94,10 +112,19 @@ def test_footprint_cannot_end_before_the_ledger_clock() -> None:
 @settings(max_examples=150, deadline=None)  # was 400: 41 s of the default run for one property
 @given(
     w=st.integers(1, 5),
-    steps=st.lists(st.tuples(st.booleans(), st.integers(0, 2), st.sets(st.integers(0, 4), min_size=1, max_size=3),
-                             st.sampled_from([0.1, 0.2, 0.25, 0.3, 1 / 3])), max_size=20),
+    steps=st.lists(
+        st.tuples(
+            st.booleans(),
+            st.integers(0, 2),
+            st.sets(st.integers(0, 4), min_size=1, max_size=3),
+            st.sampled_from([0.1, 0.2, 0.25, 0.3, 1 / 3]),
+        ),
+        max_size=20,
+    ),
 )
-def test_footprint_and_plain_spends_agree_with_a_brute_force_oracle(w: int, steps: list[tuple[bool, int, set[int], float]]) -> None:
+def test_footprint_and_plain_spends_agree_with_a_brute_force_oracle(
+    w: int, steps: list[tuple[bool, int, set[int], float]]
+) -> None:
     """Accepted iff every window of the resulting per-timestamp totals is <= ε (exact), else unchanged."""
     ledger, secrets = _ledger(epsilon=1.0, w=w, data=np.zeros((40, 1)))
     t, totals = 1, {}
@@ -110,7 +137,10 @@ def test_footprint_and_plain_spends_agree_with_a_brute_force_oracle(w: int, step
         for s in stamps:
             proposed[s] = proposed.get(s, Fraction(0)) + Fraction(amount)
         horizon = max(proposed)
-        ok = all(sum((proposed.get(s, Fraction(0)) for s in range(e - w + 1, e + 1)), Fraction(0)) <= 1 for e in range(1, horizon + 1))
+        ok = all(
+            sum((proposed.get(s, Fraction(0)) for s in range(e - w + 1, e + 1)), Fraction(0)) <= 1
+            for e in range(1, horizon + 1)
+        )
         count = len(ledger.records)
         try:
             if footprint:
@@ -176,9 +206,12 @@ def test_above_threshold_caps_footprints_and_is_refused_atomically() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.sampled_from([1, 3]), st.sampled_from([2, 9, 40]), st.booleans(), st.floats(1.0, 1e4))
+@given(
+    st.integers(0, 2**32 - 1), st.sampled_from([1, 3]), st.sampled_from([2, 9, 40]), st.booleans(), st.floats(1.0, 1e4)
+)
 def test_above_threshold_keeps_deviation_up_to_date_with_the_answers_of_reading_the_footprints(
-        seed: int, streams: int, cap: int, close_often: bool, scale: float) -> None:
+    seed: int, streams: int, cap: int, close_often: bool, scale: float
+) -> None:
     """``deviation`` queries on a capped test use the kept sorted footprints (RankedRows); any other
     statistic reads the footprints. Both give the same answers, instances and records, on plain and
     stacked streams (the two deviations agree to rounding; a tie within an ulp is never drawn)."""
@@ -192,10 +225,18 @@ def test_above_threshold_keeps_deviation_up_to_date_with_the_answers_of_reading_
         ledger.bind(stream)
         test = ledger.above_threshold(epsilon=100.0, sensitivity=2.0, cells=(2,), max_footprint=cap)
         answers = [test.query(secret, statistic, threshold) for secret in stream]
-        outcomes.append(([a.above.tolist() for a in answers], [a.opened.tolist() for a in answers], test.starts.tolist(),
-                         [r.amounts.tolist() for r in ledger.records]))
+        outcomes.append(
+            (
+                [a.above.tolist() for a in answers],
+                [a.opened.tolist() for a in answers],
+                test.starts.tolist(),
+                [r.amounts.tolist() for r in ledger.records],
+            )
+        )
     assert outcomes[0] == outcomes[1]
-    assert any(any(map(any, above)) for above in outcomes[0][0]) or not close_often  # instances closed on their deviation
+    assert (
+        any(any(map(any, above)) for above in outcomes[0][0]) or not close_often
+    )  # instances closed on their deviation
 
 
 def _spread(values: np.ndarray) -> np.ndarray:
@@ -206,7 +247,9 @@ def _spread(values: np.ndarray) -> np.ndarray:
 
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.sampled_from([None, 1, 4]), st.booleans())
-def test_above_threshold_is_the_whole_array_reference_draw_for_draw(seed: int, cap: int | None, per_run_epsilon: bool) -> None:
+def test_above_threshold_is_the_whole_array_reference_draw_for_draw(
+    seed: int, cap: int | None, per_run_epsilon: bool
+) -> None:
     """Answers, instances and offsets against AboveThreshold written as whole-array numpy steps on a
     generator with the ledger's seed (the oracle): query noise for every cell when some cell is
     tested, then one offset per opened cell; thresholds per run and cell; ε per run or shared."""
@@ -217,7 +260,9 @@ def test_above_threshold_is_the_whole_array_reference_draw_for_draw(seed: int, c
     ledger = WindowLedger.with_epsilons(epsilons * 100, 30, seed=seed, sampler="numpy-laplace", keep_records=True)
     stream = GuardedStream(data)
     ledger.bind(stream)
-    test = ledger.above_threshold(epsilon=epsilons if per_run_epsilon else 2.0, sensitivity=sensitivity, cells=(3,), max_footprint=cap)
+    test = ledger.above_threshold(
+        epsilon=epsilons if per_run_epsilon else 2.0, sensitivity=sensitivity, cells=(3,), max_footprint=cap
+    )
     thresholds = rng.uniform(0.0, 6.0, size=(runs, 3))
     oracle = np.random.default_rng(seed)
     query_scale = rounding.scale_up(4.0 * sensitivity, epsilons)[:, None]
@@ -231,11 +276,11 @@ def test_above_threshold_is_the_whole_array_reference_draw_for_draw(seed: int, c
         tested = ~opened
         above = np.zeros_like(opened)
         if tested.any():
-            footprints = [[data[max(starts[r, c], 1) - 1:t, c] for c in range(3)] for r in range(runs)]
+            footprints = [[data[max(starts[r, c], 1) - 1 : t, c] for c in range(3)] for r in range(runs)]
             result = np.array([[np.ptp(f) for f in row] for row in footprints])
             noise = laplace_draws(oracle, (runs, 3)) * query_scale
             above = tested & (result + noise >= thresholds + offsets)
-        offsets[opened] = (laplace_draws(oracle, int(opened.sum())) * np.broadcast_to(offset_scale, (runs, 3))[opened])
+        offsets[opened] = laplace_draws(oracle, int(opened.sum())) * np.broadcast_to(offset_scale, (runs, 3))[opened]
         starts[opened] = t
         starts[above] = 0
         assert answer.opened.tolist() == opened.tolist() and answer.above.tolist() == above.tolist()

@@ -12,11 +12,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from budgetcheck import (BudgetExceeded, GuardedStream, InvalidArgument, WEventParams, WindowLedger, audit_windows_per_epsilon, deviation,
-                         open_ledger, rounding)
-from budgetcheck.ops import FLOAT
-from budgetcheck.mechanism.loading import load_mechanism
+from budgetcheck import (
+    BudgetExceeded,
+    GuardedStream,
+    InvalidArgument,
+    WEventParams,
+    WindowLedger,
+    audit_windows_per_epsilon,
+    deviation,
+    open_ledger,
+    rounding,
+)
 from budgetcheck.bench.config import builtin_w_event
+from budgetcheck.mechanism.loading import load_mechanism
+from budgetcheck.ops import FLOAT
 
 budgets = st.sampled_from([1.0, 0.1, 0.3, 1 / 3, 0.7, 2.0**-20]) | st.floats(1e-3, 5.0)
 
@@ -60,7 +69,9 @@ def per_run_sequences(draw: st.DrawFn) -> tuple[list[float], int, list[tuple[int
 
 @settings(max_examples=150, deadline=None)
 @given(per_run_sequences())
-def test_each_run_is_held_to_its_own_epsilon_exactly(case: tuple[list[float], int, list[tuple[int, list[float]]]]) -> None:
+def test_each_run_is_held_to_its_own_epsilon_exactly(
+    case: tuple[list[float], int, list[tuple[int, list[float]]]],
+) -> None:
     """Accept iff every run's windows stay <= its ε (brute force in exact rationals); a refusal
     changes nothing; remaining(t) is each run's exact remainder rounded down; the exact window sums
     are the oracle's; each run's records pass the audit under its own ε."""
@@ -81,7 +92,9 @@ def test_each_run_is_held_to_its_own_epsilon_exactly(case: tuple[list[float], in
             exact = e - oracle.window(r, t)
             assert Fraction(float(left[r])) <= exact < Fraction(math.nextafter(float(left[r]), math.inf))
     last = steps[-1][0]
-    assert [Fraction(u, 2**1127) for u in ledger.window_sum(last)] == [oracle.window(r, last) for r in range(len(epsilons))]
+    assert [Fraction(u, 2**1127) for u in ledger.window_sum(last)] == [
+        oracle.window(r, last) for r in range(len(epsilons))
+    ]
     assert all(report.ok for report in audit_windows_per_epsilon(ledger.records, epsilons=epsilons, w=w).values())
 
 
@@ -111,26 +124,35 @@ def test_what_a_ledger_of_several_epsilon_says_about_itself(tmp_path: Path) -> N
         open_ledger(tmp_path / "several.db", ledger)
     assert not (tmp_path / "several.db").exists()
     assert "epsilon=[0.5, 1.0]" in repr(ledger)
-    alike = WindowLedger.with_epsilons([0.5, 0.5], 4, sampler="numpy-laplace", keep_records=True)  # one ε: an ordinary ledger
+    alike = WindowLedger.with_epsilons(
+        [0.5, 0.5], 4, sampler="numpy-laplace", keep_records=True
+    )  # one ε: an ordinary ledger
     assert alike.epsilon == 0.5 and alike.params == WEventParams(0.5, 4)
 
 
-@pytest.mark.parametrize(("epsilons", "message"), [
-    ([], r"epsilons=\[\] must be a non-empty 1-d"),
-    ([[0.1, 0.2]], r"must be a non-empty 1-d"),
-    ([0.1, float("nan")], r"epsilons\[1\]=nan"),
-    ([0.1, -1.0], r"epsilons\[1\]=-1\.0"),
-    ([0.1, 0.0], r"epsilons\[1\]=0\.0"),
-    ([True, 0.2], r"epsilons\[0\]=True"),
-    (["0.1"], r"epsilons\[0\]='0\.1'"),
-])
+@pytest.mark.parametrize(
+    ("epsilons", "message"),
+    [
+        ([], r"epsilons=\[\] must be a non-empty 1-d"),
+        ([[0.1, 0.2]], r"must be a non-empty 1-d"),
+        ([0.1, float("nan")], r"epsilons\[1\]=nan"),
+        ([0.1, -1.0], r"epsilons\[1\]=-1\.0"),
+        ([0.1, 0.0], r"epsilons\[1\]=0\.0"),
+        ([True, 0.2], r"epsilons\[0\]=True"),
+        (["0.1"], r"epsilons\[0\]='0\.1'"),
+    ],
+)
 def test_bad_per_run_budgets_are_refused_by_name(epsilons: object, message: str) -> None:
     with pytest.raises(InvalidArgument, match=message):
         WindowLedger.with_epsilons(epsilons, 3, sampler="numpy-laplace", keep_records=True)  # type: ignore[arg-type]
     as_floats = np.array(epsilons, dtype=object)
-    if as_floats.ndim == 1 and as_floats.size and all(type(v) is float for v in as_floats):  # a float array: one vectorised check
+    if (
+        as_floats.ndim == 1 and as_floats.size and all(type(v) is float for v in as_floats)
+    ):  # a float array: one vectorised check
         with pytest.raises(InvalidArgument, match=message):
-            WindowLedger.with_epsilons(np.array(epsilons, dtype=np.float64), 3, sampler="numpy-laplace", keep_records=True)
+            WindowLedger.with_epsilons(
+                np.array(epsilons, dtype=np.float64), 3, sampler="numpy-laplace", keep_records=True
+            )
     with pytest.raises(InvalidArgument, match="w=0"):
         WindowLedger.with_epsilons([0.1], 0, sampler="numpy-laplace", keep_records=True)
 
@@ -188,11 +210,17 @@ def test_every_builtin_mechanism_spends_and_errs_per_block_as_it_does_alone(name
     rng = np.random.default_rng(5)
     data = np.abs(100 + np.cumsum(rng.normal(0, 5, size=(120, 2)), axis=0)).round()
     w, epsilons = 10, (0.1, 1.0)
-    ledger = WindowLedger.with_epsilons(np.repeat(epsilons, RUNS), w, seed=1, sampler="numpy-laplace", keep_records=True)
+    ledger = WindowLedger.with_epsilons(
+        np.repeat(epsilons, RUNS), w, seed=1, sampler="numpy-laplace", keep_records=True
+    )
     stacked = _mean_errors(name, data, ledger)
     reports = audit_windows_per_epsilon(ledger.records, epsilons=np.repeat(epsilons, RUNS).tolist(), w=w)
     assert sorted(reports) == list(epsilons) and all(r.ok and r.runs == RUNS for r in reports.values())
     for k, epsilon in enumerate(epsilons):
         block = slice(k * RUNS, (k + 1) * RUNS)
-        alone = _mean_errors(name, data, WindowLedger(WEventParams(epsilon, w), runs=RUNS, seed=2 + k, sampler="numpy-laplace", keep_records=True))
+        alone = _mean_errors(
+            name,
+            data,
+            WindowLedger(WEventParams(epsilon, w), runs=RUNS, seed=2 + k, sampler="numpy-laplace", keep_records=True),
+        )
         assert stacked[block].mean() == pytest.approx(alone.mean(), rel=0.12), (name, epsilon)

@@ -94,7 +94,7 @@ def test_float_bounds_of_an_exact_double_are_that_double() -> None:
 @given(st.floats(min_value=0.0, allow_nan=False))
 def test_step_up_is_nextafter_for_finite_non_negative_doubles(value: float) -> None:
     got = float(_step_up(np.array([value]))[0])
-    assert (math.isnan(got) if value == math.inf else got == math.nextafter(value, math.inf))
+    assert math.isnan(got) if value == math.inf else got == math.nextafter(value, math.inf)
 
 
 @given(st.lists(st.floats(min_value=0.0) | st.sampled_from([-0.0, 5e-324, math.inf, math.nan]), min_size=1, max_size=8))
@@ -115,7 +115,9 @@ def grouped_values(draw: st.DrawFn) -> tuple[list[int], list[np.ndarray], int]:
     labels = draw(st.lists(st.integers(0, 2), min_size=runs, max_size=runs))
     used = sorted(set(labels))
     groups = [np.flatnonzero(np.array(labels) == g) for g in used]
-    units = st.one_of(st.integers(0, 2**1200), st.sampled_from([0, 1, 2**60 - 1, 2**60, 2**1127]), st.integers(-2**200, 0))
+    units = st.one_of(
+        st.integers(0, 2**1200), st.sampled_from([0, 1, 2**60 - 1, 2**60, 2**1127]), st.integers(-(2**200), 0)
+    )
     return [draw(units) for _ in used], groups, runs
 
 

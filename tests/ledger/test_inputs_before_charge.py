@@ -16,9 +16,30 @@ from budgetcheck.cli import main
 
 def publish(tmp_path: Path, text: str, *extra: str, mechanism: str = "BD", fmt: str = "csv") -> tuple[int, str]:
     (tmp_path / "in.txt").write_text(text)
-    result = CliRunner().invoke(main, ["publish", mechanism, "--ledger", str(tmp_path / "l.db"), "--epsilon", "1", "--w", "3",
-                                       "-d", "2", "--format", fmt, "--input", str(tmp_path / "in.txt"), "--out",
-                                       str(tmp_path / "out.txt"), "--durability", "process", *extra])
+    result = CliRunner().invoke(
+        main,
+        [
+            "publish",
+            mechanism,
+            "--ledger",
+            str(tmp_path / "l.db"),
+            "--epsilon",
+            "1",
+            "--w",
+            "3",
+            "-d",
+            "2",
+            "--format",
+            fmt,
+            "--input",
+            str(tmp_path / "in.txt"),
+            "--out",
+            str(tmp_path / "out.txt"),
+            "--durability",
+            "process",
+            *extra,
+        ],
+    )
     return result.exit_code, result.output
 
 
@@ -46,8 +67,16 @@ def test_streams_beyond_2_53_are_refused_whole(value: float) -> None:
         bc.GuardedStream(np.array([[1.0], [value]]))
 
 
-@pytest.mark.parametrize(("fmt", "row"), [("csv", "9007199254740993,1,1"), ("jsonl", '{"t": 9007199254740993, "counts": [1, 1]}'),
-                                          ("csv", "4611686018427387904,1,1"), ("csv", "+7,1,1"), ("csv", "7.0,1,1")])
+@pytest.mark.parametrize(
+    ("fmt", "row"),
+    [
+        ("csv", "9007199254740993,1,1"),
+        ("jsonl", '{"t": 9007199254740993, "counts": [1, 1]}'),
+        ("csv", "4611686018427387904,1,1"),
+        ("csv", "+7,1,1"),
+        ("csv", "7.0,1,1"),
+    ],
+)
 def test_timestamps_are_exact_integers(tmp_path: Path, fmt: str, row: str) -> None:
     """2^53 + 1 was published as 2^53 (parsed through a float)."""
     code, output = publish(tmp_path, row + "\n", fmt=fmt)
@@ -58,9 +87,17 @@ def test_timestamps_are_exact_integers(tmp_path: Path, fmt: str, row: str) -> No
     assert str(expected) in (tmp_path / "out.txt").read_text()
 
 
-@pytest.mark.parametrize(("fmt", "row"), [("csv", "4611686018427387905,1,1"), ("csv", "0,1,1"), ("csv", "1e3,1,1"),
-                                          ("jsonl", '{"t": 9007199254740994.0, "counts": [1, 1]}'),
-                                          ("csv", "²,1,1"), ("csv", "9" * 5000 + ",1,1")])
+@pytest.mark.parametrize(
+    ("fmt", "row"),
+    [
+        ("csv", "4611686018427387905,1,1"),
+        ("csv", "0,1,1"),
+        ("csv", "1e3,1,1"),
+        ("jsonl", '{"t": 9007199254740994.0, "counts": [1, 1]}'),
+        ("csv", "²,1,1"),
+        ("csv", "9" * 5000 + ",1,1"),
+    ],
+)
 def test_timestamps_out_of_range_or_inexact_are_bad_rows(tmp_path: Path, fmt: str, row: str) -> None:
     code, output = publish(tmp_path, row + "\n", fmt=fmt)
     assert code == 2 and "row 1" in output and "Traceback" not in output, output
@@ -76,14 +113,17 @@ def test_a_ledger_refuses_timestamps_beyond_2_62(t: int) -> None:
     ledger.spend(2**62, 0.1, purpose="x")
 
 
-@pytest.mark.parametrize(("fmt", "text"), [
-    ("jsonl", '{"t": 1, "counts": [' + "9" * 5000 + ", 1]}"),
-    ("jsonl", '{"t": 1, "counts": [1e400, 1]}'),
-    ("jsonl", "[" * 50_000 + "]" * 50_000),
-    ("jsonl", '{"t": 1, "counts": [true, 1]}'),
-    ("jsonl", '{"t": 1, "counts": [[1], 1]}'),
-    ("csv", "1," + "1" * 70_000 + ",1"),
-])
+@pytest.mark.parametrize(
+    ("fmt", "text"),
+    [
+        ("jsonl", '{"t": 1, "counts": [' + "9" * 5000 + ", 1]}"),
+        ("jsonl", '{"t": 1, "counts": [1e400, 1]}'),
+        ("jsonl", "[" * 50_000 + "]" * 50_000),
+        ("jsonl", '{"t": 1, "counts": [true, 1]}'),
+        ("jsonl", '{"t": 1, "counts": [[1], 1]}'),
+        ("csv", "1," + "1" * 70_000 + ",1"),
+    ],
+)
 def test_malformed_rows_are_bad_rows_never_tracebacks(tmp_path: Path, fmt: str, text: str) -> None:
     code, output = publish(tmp_path, text + "\n", fmt=fmt)
     assert code == 2 and "row 1" in output and "Traceback" not in output, output[:300]
@@ -91,8 +131,23 @@ def test_malformed_rows_are_bad_rows_never_tracebacks(tmp_path: Path, fmt: str, 
 
 def test_binary_input_is_a_bad_row(tmp_path: Path) -> None:
     (tmp_path / "in.txt").write_bytes(bytes(range(256)) * 4 + b"\n")
-    result = CliRunner().invoke(main, ["publish", "BD", "--ledger", str(tmp_path / "l.db"), "--epsilon", "1", "--w", "3", "-d", "2",
-                                       "--input", str(tmp_path / "in.txt")])
+    result = CliRunner().invoke(
+        main,
+        [
+            "publish",
+            "BD",
+            "--ledger",
+            str(tmp_path / "l.db"),
+            "--epsilon",
+            "1",
+            "--w",
+            "3",
+            "-d",
+            "2",
+            "--input",
+            str(tmp_path / "in.txt"),
+        ],
+    )
     assert result.exit_code == 2 and "row 1" in result.output and "Traceback" not in result.output
 
 
@@ -103,6 +158,7 @@ class _FailsAtTwo:
 
     def releases(self, stream: bc.LiveStream, ledger: bc.WindowLedger):  # type: ignore[no-untyped-def]
         for secret in stream:
+
             def mean(values: np.ndarray) -> float:
                 if values.max() == 13:
                     raise ValueError("thirteen")

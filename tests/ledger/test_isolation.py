@@ -59,6 +59,7 @@ def _holds(value: Any) -> bool:
 
 # --- attacks that store the data somewhere the mechanism can read it afterwards -----------------------
 
+
 def _closure(measure: Callable[..., Any], secret: bc.Secret) -> Any:
     kept: list[Any] = []
     measure(lambda v: kept.append(v.copy()) or v.sum(), secret)
@@ -146,6 +147,7 @@ def _later_timestamp(measure: Callable[..., Any], secrets: list[bc.Secret]) -> A
 
 # --- attacks through what comes back -------------------------------------------------------------
 
+
 class _Carrier(np.ndarray):  # type: ignore[type-arg]
     """An ndarray subclass with the data in an attribute."""
 
@@ -185,8 +187,17 @@ def _object_rereading(measure: Callable[..., Any], secret: bc.Secret) -> Any:
     return [list(_Rereads.stash), type(result) is not np.ndarray]
 
 
-ATTACKS = [_closure, _global, _class_attribute, _module_attribute, _environment, _sys_modules, _thread_outliving_the_call,
-           _ndarray_subclass, _object_rereading]
+ATTACKS = [
+    _closure,
+    _global,
+    _class_attribute,
+    _module_attribute,
+    _environment,
+    _sys_modules,
+    _thread_outliving_the_call,
+    _ndarray_subclass,
+    _object_rereading,
+]
 
 
 def _leaked(found: Any) -> bool:
@@ -201,7 +212,9 @@ def test_nothing_fn_stores_reaches_the_mechanisms_process(attack: Callable[..., 
     assert ledger.vouched == 1 and ledger.records[-1].vouched  # it was charged, and marked vouched
 
 
-@pytest.mark.parametrize("attack", [a for a in ATTACKS if a not in (_ndarray_subclass,)], ids=lambda a: a.__name__.strip("_"))
+@pytest.mark.parametrize(
+    "attack", [a for a in ATTACKS if a not in (_ndarray_subclass,)], ids=lambda a: a.__name__.strip("_")
+)
 def test_the_same_attacks_succeed_in_process_so_the_check_would_see_a_leak(attack: Callable[..., Any]) -> None:
     """Control: with isolation='trusted' each attack gets the data back (the opt-out is what it says)."""
     _, secrets, measure = _ledger(TRUSTED)
@@ -262,8 +275,11 @@ def _forge_a_huge_answer(v: np.ndarray) -> float:
     os._exit(0)
 
 
-@pytest.mark.parametrize("fn", [_raise_with_the_data, _raise_builtin, _exit_the_child, _sys_exit, _forge_a_failure,
-                                _forge_a_huge_answer], ids=lambda f: f.__name__.strip("_"))
+@pytest.mark.parametrize(
+    "fn",
+    [_raise_with_the_data, _raise_builtin, _exit_the_child, _sys_exit, _forge_a_failure, _forge_a_huge_answer],
+    ids=lambda f: f.__name__.strip("_"),
+)
 def test_a_failing_or_forging_fn_reports_no_value(fn: Callable[..., Any]) -> None:
     ledger, secrets, measure = _ledger(FORK)
     with pytest.raises(bc.MeasurementFailed) as caught:

@@ -12,7 +12,7 @@ import pytest
 
 from budgetcheck.kernels import compiled
 
-_MODULE = '''
+_MODULE = """
 import numba
 from budgetcheck.kernels import compiled
 
@@ -25,7 +25,7 @@ try:
     plain = "cached"
 except RuntimeError as error:
     plain = str(error)
-'''
+"""
 
 
 @compiled
@@ -51,7 +51,9 @@ def test_a_kernel_compiles_where_numba_cannot_write_a_cache(tmp_path: Path) -> N
     (tmp_path / "kernel_module.py").write_text(_MODULE)
     env = {**os.environ, "HOME": "/dev/null", "NUMBA_CACHE_DIR": "/dev/null/numba", "XDG_CACHE_HOME": "/dev/null/cache"}
     script = "import kernel_module as m; print(m.twice(21.0)); print(m.plain)"
-    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, check=True
+    )
     result, plain = done.stdout.splitlines()
     assert result == "42.0"
     assert "no locator available" in plain  # the failure compiled() falls back from

@@ -64,7 +64,9 @@ def spend_sequences(draw: st.DrawFn) -> tuple[float, int, int, list[tuple[int, l
 
 
 @given(spend_sequences())
-def test_ledger_accepts_exactly_what_the_oracle_accepts(case: tuple[float, int, int, list[tuple[int, list[float]]]]) -> None:
+def test_ledger_accepts_exactly_what_the_oracle_accepts(
+    case: tuple[float, int, int, list[tuple[int, list[float]]]],
+) -> None:
     """Random spend sequences, scalar and batched: accept iff every window stays <= ε, exactly."""
     epsilon, w, runs, steps = case
     ledger = WindowLedger(WEventParams(epsilon, w), runs=runs, sampler="numpy-laplace", keep_records=True)
@@ -108,7 +110,9 @@ def long_sequences(draw: st.DrawFn) -> tuple[float, int, int, list[tuple[int, li
 
 @settings(max_examples=150, deadline=None)
 @given(long_sequences())
-def test_quick_commits_decide_as_the_oracle_and_catch_up_exactly(case: tuple[float, int, int, list[tuple[int, list[float], bool]]]) -> None:
+def test_quick_commits_decide_as_the_oracle_and_catch_up_exactly(
+    case: tuple[float, int, int, list[tuple[int, list[float], bool]]],
+) -> None:
     """Long runs of quick (float pre-checked) commits, mixed with exact ones: every decision is the
     oracle's, and the exact window sums asked for at the probes and at the end are the oracle's."""
     epsilon, w, runs, steps = case
@@ -251,9 +255,19 @@ def test_records_are_read_only() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from([1.0, 2.0, 3.0]), st.lists(st.sampled_from([0.0, 1e-3, 0.01, 1 / 30, 0.05]), min_size=2, max_size=2)),
-                min_size=1, max_size=30))
-def test_every_release_gets_the_noise_scale_of_its_own_budget_and_sensitivity(calls: list[tuple[float, list[float]]]) -> None:
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([1.0, 2.0, 3.0]),
+            st.lists(st.sampled_from([0.0, 1e-3, 0.01, 1 / 30, 0.05]), min_size=2, max_size=2),
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_every_release_gets_the_noise_scale_of_its_own_budget_and_sensitivity(
+    calls: list[tuple[float, list[float]]],
+) -> None:
     """The ledger remembers the scales of budgets it saw (a mechanism's constant budgets); every
     record still holds sensitivity/ε rounded up for its own call, whatever came before it."""
     from budgetcheck import rounding
@@ -269,8 +283,15 @@ def test_every_release_gets_the_noise_scale_of_its_own_budget_and_sensitivity(ca
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["a", "b"]), st.sampled_from([1.0, 2.0]), st.sampled_from(["same", "one", "edge", "sign"])),
-                min_size=1, max_size=12))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b"]), st.sampled_from([1.0, 2.0]), st.sampled_from(["same", "one", "edge", "sign"])
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
 def test_large_budget_arrays_repeated_bit_for_bit_share_one_copy_and_scale(calls: list[tuple[str, float, str]]) -> None:
     """Budgets beyond the memo's size are not keyed by their bytes; a spend whose budgets are bit for
     bit those of the last spend of its purpose, at the same sensitivity, shares that record's arrays.

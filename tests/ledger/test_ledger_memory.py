@@ -47,12 +47,14 @@ def _plain(make: Callable[[], Any], step: Step) -> Callable[[int], tuple[Any, St
 
 def _laplace_on(stream_of: Callable[[int], Any]) -> Callable[[int], tuple[Any, Step]]:
     """A live release at every t: the ledger reads the bound stream's secrets one by one."""
+
     def make(steps: int) -> tuple[Any, Step]:
         ledger = bc.WindowLedger(epsilon=1.0, w=10, sampler="numpy-laplace")
         stream = stream_of(steps)
         ledger.bind(stream)
         secrets = iter(stream)
         return ledger, lambda ledger, t: ledger.laplace(next(secrets), 0.05)
+
     return make
 
 
@@ -70,19 +72,27 @@ def _threshold(steps: int) -> tuple[Any, Step]:
 
 
 CASES: dict[str, Callable[[int], tuple[Any, Step]]] = {
-    "window spend": _plain(lambda: bc.WindowLedger(epsilon=1.0, w=10),
-                           lambda ledger, t: ledger.spend(t, 0.05, purpose="a")),
-    "several epsilons": _plain(lambda: bc.WindowLedger.with_epsilons([1.0, 0.5, 2.0], 10),
-                               lambda ledger, t: ledger.spend(t, [0.05, 0.02, 0.1], purpose="a")),
+    "window spend": _plain(
+        lambda: bc.WindowLedger(epsilon=1.0, w=10), lambda ledger, t: ledger.spend(t, 0.05, purpose="a")
+    ),
+    "several epsilons": _plain(
+        lambda: bc.WindowLedger.with_epsilons([1.0, 0.5, 2.0], 10),
+        lambda ledger, t: ledger.spend(t, [0.05, 0.02, 0.1], purpose="a"),
+    ),
     "laplace on a GuardedStream": _laplace_on(
-        lambda steps: bc.GuardedStream(np.arange(2 * steps, dtype=np.float64).reshape(steps, 2) % 7)),
+        lambda steps: bc.GuardedStream(np.arange(2 * steps, dtype=np.float64).reshape(steps, 2) % 7)
+    ),
     "laplace on a LiveStream": _laplace_on(
-        lambda steps: bc.LiveStream(((t, [t % 7, 3]) for t in range(1, steps + 1)), dimensions=2)),
+        lambda steps: bc.LiveStream(((t, [t % 7, 3]) for t in range(1, steps + 1)), dimensions=2)
+    ),
     "above threshold": _threshold,
-    "personalized": _plain(lambda: bc.PersonalizedLedger(REQUIREMENTS),
-                           lambda ledger, t: ledger.spend(t, [0.1, 0.2], purpose="a")),
-    "swellfish": _plain(lambda: bc.SwellfishLedger(POLICIES, epsilon=1.0),
-                        lambda ledger, t: ledger.spend(t, 0.1 if t <= 5 else 0.0, purpose="a")),
+    "personalized": _plain(
+        lambda: bc.PersonalizedLedger(REQUIREMENTS), lambda ledger, t: ledger.spend(t, [0.1, 0.2], purpose="a")
+    ),
+    "swellfish": _plain(
+        lambda: bc.SwellfishLedger(POLICIES, epsilon=1.0),
+        lambda ledger, t: ledger.spend(t, 0.1 if t <= 5 else 0.0, purpose="a"),
+    ),
 }
 
 
@@ -102,14 +112,17 @@ def test_memory_is_flat_over_200000_timestamps(name: str) -> None:
 
 def test_kept_records_are_what_grows() -> None:
     """The bound above has power: the same ledger keeping its records grows by about a record per step."""
-    kept = _plain(lambda: bc.WindowLedger(epsilon=1.0, w=10, keep_records=True),
-                  lambda ledger, t: ledger.spend(t, 0.05, purpose="a"))
+    kept = _plain(
+        lambda: bc.WindowLedger(epsilon=1.0, w=10, keep_records=True),
+        lambda ledger, t: ledger.spend(t, 0.05, purpose="a"),
+    )
     assert growth(kept, STEPS, STEPS // 4) > 100 * (STEPS - STEPS // 4)
 
 
 def test_an_open_footprint_is_what_grows() -> None:
     """The threshold case has power too: an instance that never closes and has no cap keeps the true
     value of every timestamp of its footprint (its queries read them all), and the bound sees that."""
+
     def uncapped(steps: int) -> tuple[Any, Step]:
         ledger = bc.WindowLedger(epsilon=1.0, w=10, sampler="numpy-laplace")
         stream = bc.GuardedStream(np.arange(steps, dtype=np.float64) % 5)
@@ -117,6 +130,7 @@ def test_an_open_footprint_is_what_grows() -> None:
         secrets = iter(stream)
         test = ledger.above_threshold(epsilon=0.05, sensitivity=1.0, cells=(1,))
         return ledger, lambda ledger, t: test.query(next(secrets), lambda rows: np.nansum(rows, axis=1), 1e12)
+
     assert growth(uncapped, STEPS, STEPS // 4) > 8 * (STEPS - STEPS // 4)
 
 

@@ -41,7 +41,7 @@ class _ScriptedUniforms:
         self.used = 0
 
     def random(self, count: int) -> np.ndarray:
-        out = np.array(self._uniforms[self.used:self.used + count], dtype=np.float64)
+        out = np.array(self._uniforms[self.used : self.used + count], dtype=np.float64)
         assert out.size == count, "the sampler asked for more uniforms than it needs"
         self.used += count
         return out

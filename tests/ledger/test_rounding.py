@@ -70,20 +70,29 @@ def _near_underflow(values: np.ndarray) -> np.ndarray:
     return (values != 0.0) & (np.abs(values) < 2.0**-900)
 
 
-signed = st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=True) | st.sampled_from([0.0, -0.0, 5e-324, 0.1, 0.3, 1 / 3])
+signed = st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=True) | st.sampled_from(
+    [0.0, -0.0, 5e-324, 0.1, 0.3, 1 / 3]
+)
 
 
 def _same_doubles(got: np.ndarray, expected: np.ndarray) -> bool:
     """Bit for bit, but for the sign of a NaN (numpy's negation and the compiled loop's may differ)."""
+
     def canonical(values: np.ndarray) -> bytes:
         return np.where(np.isnan(values), np.nan, values).tobytes()
+
     return got.shape == expected.shape and canonical(got) == canonical(expected)
 
 
-wide = st.floats(min_value=0.0, max_value=1e150, allow_subnormal=True) | st.sampled_from([0.0, 5e-324, 2.0**-1022, 2.0**-900, 0.1, 1 / 3])
+wide = st.floats(min_value=0.0, max_value=1e150, allow_subnormal=True) | st.sampled_from(
+    [0.0, 5e-324, 2.0**-1022, 2.0**-900, 0.1, 1 / 3]
+)
 
 
-@given(st.lists(st.tuples(signed, signed), min_size=1, max_size=8), st.sampled_from(["arrays", "scalar first", "scalar second"]))
+@given(
+    st.lists(st.tuples(signed, signed), min_size=1, max_size=8),
+    st.sampled_from(["arrays", "scalar first", "scalar second"]),
+)
 def test_mul_down_is_the_whole_array_form_on_every_double(pairs: list[tuple[float, float]], layout: str) -> None:
     """Signs, zeros of both signs, subnormals, infinities and NaN too, with either operand a single value
     (each broadcast has its own loop): the compiled steps by bit pattern match nextafter's rules."""
@@ -102,7 +111,9 @@ def test_mul_down_is_the_whole_array_form_on_every_double(pairs: list[tuple[floa
 
 
 @given(st.lists(st.tuples(wide, wide), min_size=1, max_size=8), st.booleans())
-def test_mul_down_of_arrays_is_the_whole_array_form_bit_for_bit_and_a_floor(pairs: list[tuple[float, float]], broadcast: bool) -> None:
+def test_mul_down_of_arrays_is_the_whole_array_form_bit_for_bit_and_a_floor(
+    pairs: list[tuple[float, float]], broadcast: bool
+) -> None:
     """The compiled element loop against Dekker's TwoProduct as whole-array numpy operations (its
     earlier form), broadcasting a column against a row, and each result against the exact product."""
     a = np.array([x for x, _ in pairs])
@@ -113,7 +124,9 @@ def test_mul_down_of_arrays_is_the_whole_array_form_bit_for_bit_and_a_floor(pair
     error = _two_product_error(x, y, product)
     expected = _down_where(product, (error < 0.0) | _near_underflow(product))
     assert _same_doubles(got, expected)
-    for value, left, right in zip(got.reshape(-1).tolist(), x.reshape(-1).tolist(), y.reshape(-1).tolist(), strict=True):
+    for value, left, right in zip(
+        got.reshape(-1).tolist(), x.reshape(-1).tolist(), y.reshape(-1).tolist(), strict=True
+    ):
         exact = Fraction(left) * Fraction(right)
         assert Fraction(value) <= exact
         if exact > 0 and value > 2.0**-900:
@@ -121,7 +134,9 @@ def test_mul_down_of_arrays_is_the_whole_array_form_bit_for_bit_and_a_floor(pair
 
 
 @given(st.lists(st.tuples(signed, signed), min_size=1, max_size=8), st.booleans())
-def test_sub_down_of_arrays_is_the_whole_array_form_bit_for_bit(pairs: list[tuple[float, float]], broadcast: bool) -> None:
+def test_sub_down_of_arrays_is_the_whole_array_form_bit_for_bit(
+    pairs: list[tuple[float, float]], broadcast: bool
+) -> None:
     """The compiled element loop against TwoSum as whole-array numpy operations (its earlier form),
     over every double (zeros of both signs, subnormals, infinities, NaN) and a broadcast."""
     a = np.array([x for x, _ in pairs])
@@ -137,7 +152,9 @@ def test_sub_down_of_arrays_is_the_whole_array_form_bit_for_bit(pairs: list[tupl
 
 
 @given(st.lists(st.tuples(signed, signed), min_size=1, max_size=8), st.booleans())
-def test_div_down_of_arrays_is_the_whole_array_form_bit_for_bit(pairs: list[tuple[float, float]], broadcast: bool) -> None:
+def test_div_down_of_arrays_is_the_whole_array_form_bit_for_bit(
+    pairs: list[tuple[float, float]], broadcast: bool
+) -> None:
     """The compiled element loop against the quotient's TwoProduct check as whole-array numpy
     operations (its earlier form), over every double, zero divisors included, and a broadcast."""
     a = np.array([x for x, _ in pairs])
@@ -172,7 +189,9 @@ def test_compiled_rounding_broadcasts_as_numpy_does(function: Any) -> None:
                 continue
             got = np.asarray(function(a, b))
             x, y = np.broadcast_arrays(a, b)
-            expected = [float(function(p, q)) for p, q in zip(x.reshape(-1).tolist(), y.reshape(-1).tolist(), strict=True)]
+            expected = [
+                float(function(p, q)) for p, q in zip(x.reshape(-1).tolist(), y.reshape(-1).tolist(), strict=True)
+            ]
             assert got.shape == shape and got.reshape(-1).tolist() == expected
 
 
@@ -221,8 +240,10 @@ def test_sum_up_terms_bounds_the_exact_sum_of_scalars_and_run_arrays(terms: list
         assert float(bound[run]) <= float(exact) * (1 + 1e-12) + 1e-300
 
 
-@given(st.lists(st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=True), min_size=0, max_size=12),
-       st.sampled_from([(rounding.next_up, np.inf), (rounding.next_down, -np.inf)]))
+@given(
+    st.lists(st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=True), min_size=0, max_size=12),
+    st.sampled_from([(rounding.next_up, np.inf), (rounding.next_down, -np.inf)]),
+)
 def test_next_up_and_down_are_nextafter_bit_for_bit(values: list[float], pair: tuple[object, float]) -> None:
     fn, direction = pair
     x = np.array(values, dtype=np.float64)
@@ -230,11 +251,19 @@ def test_next_up_and_down_are_nextafter_bit_for_bit(values: list[float], pair: t
         got = np.asarray(fn(x))  # type: ignore[operator]
         expected = np.nextafter(x, direction)
     assert got.shape == expected.shape
-    assert np.array_equal(got.view(np.int64), expected.view(np.int64), equal_nan=False) or np.array_equal(got, expected, equal_nan=True)
+    assert np.array_equal(got.view(np.int64), expected.view(np.int64), equal_nan=False) or np.array_equal(
+        got, expected, equal_nan=True
+    )
 
 
-@given(st.lists(st.floats(min_value=0.0, max_value=1e300, allow_subnormal=True) | st.sampled_from([0.0, 5e-324, 2.0**-1021, 2.0**-1022]),
-                min_size=0, max_size=8))
+@given(
+    st.lists(
+        st.floats(min_value=0.0, max_value=1e300, allow_subnormal=True)
+        | st.sampled_from([0.0, 5e-324, 2.0**-1021, 2.0**-1022]),
+        min_size=0,
+        max_size=8,
+    )
+)
 def test_half_down_is_the_exact_half_or_div_down_where_the_half_is_subnormal(values: list[float]) -> None:
     x = np.array(values, dtype=np.float64)
     half = rounding.half_down(x)
@@ -246,7 +275,10 @@ def test_half_down_is_the_exact_half_or_div_down_where_the_half_is_subnormal(val
     np.testing.assert_array_equal(half[tiny].view(np.int64), rounding.div_down(x, 2.0)[tiny].view(np.int64))
 
 
-@given(st.floats(min_value=1e-6, max_value=1e6), st.lists(st.floats(min_value=0.0, max_value=1e6, allow_subnormal=True), min_size=1, max_size=6))
+@given(
+    st.floats(min_value=1e-6, max_value=1e6),
+    st.lists(st.floats(min_value=0.0, max_value=1e6, allow_subnormal=True), min_size=1, max_size=6),
+)
 def test_scale_up_is_the_next_double_above_the_quotient(sensitivity: float, budgets: list[float]) -> None:
     eps = np.array(budgets)
     with np.errstate(divide="ignore", over="ignore"):
@@ -260,8 +292,9 @@ def test_scale_up_is_the_next_double_above_the_quotient(sensitivity: float, budg
     np.testing.assert_array_equal(got.view(np.int64), expected_grid.view(np.int64))
 
 
-
-def _scale_up_reference(sensitivity: float, epsilon: np.ndarray[Any, np.dtype[np.float64]]) -> np.ndarray[Any, np.dtype[np.float64]]:
+def _scale_up_reference(
+    sensitivity: float, epsilon: np.ndarray[Any, np.dtype[np.float64]]
+) -> np.ndarray[Any, np.dtype[np.float64]]:
     """scale_up's whole-array form before its compiled pass (the oracle): the quotient, stepped up."""
     with np.errstate(divide="ignore", over="ignore"):
         scale = np.asarray(np.divide(sensitivity, epsilon, dtype=np.float64))
@@ -270,16 +303,24 @@ def _scale_up_reference(sensitivity: float, epsilon: np.ndarray[Any, np.dtype[np
     return np.asarray(np.where(scale == np.inf, np.inf, rounding.step_up(scale)), dtype=np.float64)
 
 
-@given(st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([1.0, 2.0**-1074, 1e308]),
-       st.lists(st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=True) | st.sampled_from([0.0, -0.0, 5e-324, 1e-310]),
-                min_size=0, max_size=10),
-       st.sampled_from(["flat", "grid", "scalar"]))
+@given(
+    st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([1.0, 2.0**-1074, 1e308]),
+    st.lists(
+        st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=True)
+        | st.sampled_from([0.0, -0.0, 5e-324, 1e-310]),
+        min_size=0,
+        max_size=10,
+    ),
+    st.sampled_from(["flat", "grid", "scalar"]),
+)
 @example(1.0, [0.5, -0.0, 0.0], "flat")
 @example(1.0, [0.0, 2.0, 1e-310], "grid")
 @example(1e308, [1e-308, 0.5], "flat")
 @example(2.0**-1074, [1e308, np.nan, 1.0], "flat")
 @example(1.0, [-0.0], "scalar")
-def test_scale_up_is_its_whole_array_form_bit_for_bit_on_every_double(sensitivity: float, values: list[float], layout: str) -> None:
+def test_scale_up_is_its_whole_array_form_bit_for_bit_on_every_double(
+    sensitivity: float, values: list[float], layout: str
+) -> None:
     """The compiled pass (every ε +0.0 or > 0) and the general path give the oracle's doubles: zeros of
     both signs, subnormals, overflowing quotients, infinities, negative and NaN budgets; any shape."""
     eps = np.array(values, dtype=np.float64)
@@ -294,9 +335,14 @@ def test_scale_up_is_its_whole_array_form_bit_for_bit_on_every_double(sensitivit
     assert got.tobytes() == expected.tobytes()
 
 
-@given(st.floats(min_value=0.0, max_value=1e300) | st.sampled_from([5e-324, 2.0**-1000, 1 / 240]),
-       st.integers(1, 300), st.lists(st.integers(-2, 305), min_size=1, max_size=12))
-def test_float_ops_mul_down_by_small_integer_counts_is_rounding_mul_down_bit_for_bit(value: float, at_most: int, counts: list[int]) -> None:
+@given(
+    st.floats(min_value=0.0, max_value=1e300) | st.sampled_from([5e-324, 2.0**-1000, 1 / 240]),
+    st.integers(1, 300),
+    st.lists(st.integers(-2, 305), min_size=1, max_size=12),
+)
+def test_float_ops_mul_down_by_small_integer_counts_is_rounding_mul_down_bit_for_bit(
+    value: float, at_most: int, counts: list[int]
+) -> None:
     """FLOAT.mul_down(u, k, at_most) looks integer counts up in a table of the at_most + 1 products;
     counts outside [0, at_most] (a caller's bug) take the direct computation; either way the doubles
     are those of rounding.mul_down, element by element."""

@@ -24,7 +24,9 @@ COUNTS = np.array([[120.0, 7.0, 0.0]] * 6)
 def _released(path: Path, *, seed: int = 0, sampler: str | None = None) -> tuple[np.ndarray, int]:
     """Laplace releases of COUNTS through a ledger file, and the file's session number."""
     kwargs = {} if sampler is None else {"sampler": sampler}
-    ledger = bc.open_ledger(path, bc.WindowLedger(epsilon=6.0, w=6, seed=seed, **kwargs, keep_records=True), durability="process")
+    ledger = bc.open_ledger(
+        path, bc.WindowLedger(epsilon=6.0, w=6, seed=seed, **kwargs, keep_records=True), durability="process"
+    )
     stream = bc.GuardedStream(COUNTS)
     ledger.bind(stream)
     out = np.stack([ledger.laplace(secret, 1.0)[0] for secret in stream])
@@ -94,8 +96,20 @@ def test_a_ledger_file_keeps_its_sampler(tmp_path: Path) -> None:
 @pytest.mark.parametrize("mechanism", ["AdaPub", "PeGaSus"])
 def test_adapub_and_pegasus_publish_with_secure_noise_and_resume(tmp_path: Path, mechanism: str) -> None:
     rows = "".join(f"{t},{(t * 7) % 11},{3 + (t % 4)},{t % 2}\n" for t in range(1, 41))
-    args = ["publish", mechanism, "--ledger", str(tmp_path / "l.db"), "--epsilon", "1", "--w", "5", "-d", "3",
-            "--out", str(tmp_path / "out.csv")]
+    args = [
+        "publish",
+        mechanism,
+        "--ledger",
+        str(tmp_path / "l.db"),
+        "--epsilon",
+        "1",
+        "--w",
+        "5",
+        "-d",
+        "3",
+        "--out",
+        str(tmp_path / "out.csv"),
+    ]
     first = CliRunner().invoke(main, args, input="".join(rows.splitlines(keepends=True)[:15]))
     assert first.exit_code == 0, first.output
     again = CliRunner().invoke(main, args, input=rows)

@@ -18,13 +18,32 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import budgetcheck as bc
-from budgetcheck import (Clipped, Composed, Differences, GroupSums, GuardedStream, Identity, InvalidArgument, Linear,
-                         Neighbours, Smoothing, Total, WindowLedger)
+from budgetcheck import (
+    Clipped,
+    Composed,
+    Differences,
+    GroupSums,
+    GuardedStream,
+    Identity,
+    InvalidArgument,
+    Linear,
+    Neighbours,
+    Smoothing,
+    Total,
+    WindowLedger,
+)
 from budgetcheck.ledger.queries import Query, group_norms, linear_sensitivity
 
 COUNTS = 3  # counts 0..3 per bin
-RELATIONS = [Neighbours.one_bin(), Neighbours.one_bin(2), Neighbours.one_bin(3), Neighbours.across_bins(1),
-             Neighbours.across_bins(2), Neighbours.across_bins(3), Neighbours.replace_one()]
+RELATIONS = [
+    Neighbours.one_bin(),
+    Neighbours.one_bin(2),
+    Neighbours.one_bin(3),
+    Neighbours.across_bins(1),
+    Neighbours.across_bins(2),
+    Neighbours.across_bins(3),
+    Neighbours.replace_one(),
+]
 
 
 def brute_force(query: Query, relation: Neighbours, d: int) -> float:
@@ -44,15 +63,28 @@ def brute_force(query: Query, relation: Neighbours, d: int) -> float:
 
 
 def queries(d: int) -> list[Query]:
-    out: list[Query] = [Identity(), Total(), Smoothing(1), Clipped(Total(), 0.0, 2.0), Clipped(Identity(), 1.0, 2.0),
-                        Clipped(Total(), 0.5, 1.0), GroupSums(np.zeros(d, dtype=np.int64), 1),
-                        GroupSums(np.arange(d) % 2, 2), GroupSums(np.where(np.arange(d) == 0, -1, 0), 1),
-                        Linear(np.arange(1, d + 1, dtype=float)[None, :] * 0.1),
-                        Linear(scipy.sparse.csc_array(np.eye(d)[:1] * 3.0)),
-                        Clipped(Linear(np.array([[1.0] * d, [(-1.0) ** j for j in range(d)]])), 0.0, 3.0)]
+    out: list[Query] = [
+        Identity(),
+        Total(),
+        Smoothing(1),
+        Clipped(Total(), 0.0, 2.0),
+        Clipped(Identity(), 1.0, 2.0),
+        Clipped(Total(), 0.5, 1.0),
+        GroupSums(np.zeros(d, dtype=np.int64), 1),
+        GroupSums(np.arange(d) % 2, 2),
+        GroupSums(np.where(np.arange(d) == 0, -1, 0), 1),
+        Linear(np.arange(1, d + 1, dtype=float)[None, :] * 0.1),
+        Linear(scipy.sparse.csc_array(np.eye(d)[:1] * 3.0)),
+        Clipped(Linear(np.array([[1.0] * d, [(-1.0) ** j for j in range(d)]])), 0.0, 3.0),
+    ]
     if d >= 2:
-        out += [Differences(), Smoothing(2), Composed(outer=Total(), inner=Differences()), Differences().then(Differences())
-                if d >= 3 else Differences(), Composed(outer=Differences(), inner=Identity())]
+        out += [
+            Differences(),
+            Smoothing(2),
+            Composed(outer=Total(), inner=Differences()),
+            Differences().then(Differences()) if d >= 3 else Differences(),
+            Composed(outer=Differences(), inner=Identity()),
+        ]
     if d >= 3:
         out += [Differences(2), Smoothing(3), Composed(outer=Smoothing(2), inner=Differences())]
     return out
@@ -80,9 +112,16 @@ def test_clipping_is_only_an_upper_bound_and_says_so() -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(1, 4).flatmap(lambda d: st.lists(st.lists(st.sampled_from([-2.0, -1.0, -0.5, 0.0, 0.25, 1.0, 3.0]),
-                                                              min_size=d, max_size=d), min_size=1, max_size=3)),
-       st.sampled_from(RELATIONS))
+@given(
+    st.integers(1, 4).flatmap(
+        lambda d: st.lists(
+            st.lists(st.sampled_from([-2.0, -1.0, -0.5, 0.0, 0.25, 1.0, 3.0]), min_size=d, max_size=d),
+            min_size=1,
+            max_size=3,
+        )
+    ),
+    st.sampled_from(RELATIONS),
+)
 def test_any_small_matrix_sensitivity_is_the_brute_force_maximum(rows: list[list[float]], relation: Neighbours) -> None:
     matrix = np.array(rows)
     d = matrix.shape[1]
@@ -92,8 +131,12 @@ def test_any_small_matrix_sensitivity_is_the_brute_force_maximum(rows: list[list
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(1, 6), st.integers(1, 5).flatmap(lambda g: st.tuples(st.just(g), st.lists(st.integers(-1, g - 1),
-                                                                                               min_size=1, max_size=6))))
+@given(
+    st.integers(1, 6),
+    st.integers(1, 5).flatmap(
+        lambda g: st.tuples(st.just(g), st.lists(st.integers(-1, g - 1), min_size=1, max_size=6))
+    ),
+)
 def test_group_norms_over_runs_equal_the_matrix_norms(runs: int, groups_labels: tuple[int, list[int]]) -> None:
     """laplace_groups' O(runs·d) closed form equals the norms of each run's 0/1 matrix (largest over runs)."""
     groups, labels = groups_labels
@@ -103,7 +146,9 @@ def test_group_norms_over_runs_equal_the_matrix_norms(runs: int, groups_labels: 
         per_run = max(linear_sensitivity(GroupSums(row, groups).norms(row.size), relation) for row in table)
         full = [GroupSums(row, groups) for row in table]
         assert linear_sensitivity(closed, relation) == per_run
-        assert per_run == max(Linear(q.matrix(row.size)).sensitivity(relation, row.size) for q, row in zip(full, table, strict=True))
+        assert per_run == max(
+            Linear(q.matrix(row.size)).sensitivity(relation, row.size) for q, row in zip(full, table, strict=True)
+        )
 
 
 def _ledger(relation: Neighbours, d: int = 3) -> tuple[WindowLedger, list[bc.Secret]]:
@@ -175,13 +220,20 @@ def test_a_rescaled_query_buys_no_accuracy() -> None:
     assert abs(np.mean(np.abs(out - 5.0)) - 1.0) < 0.08  # E|Lap(1)| = 1
 
 
-@pytest.mark.parametrize(("make", "match"), [
-    (lambda: Neighbours.one_bin(0), "bound=0"), (lambda: Neighbours.across_bins(True), "bound=True"),
-    (lambda: Neighbours("two-bins", 1), "kind='two-bins'"), (lambda: GuardedStream([[1.0]], neighbours="one-bin"), "neighbours='one-bin'"),
-    (lambda: Clipped(Total(), 2.0, 1.0), "lower < upper"), (lambda: Clipped(Total(), 0.0, float("inf")), "finite"),
-    (lambda: Linear(np.array([[np.nan]])), "finite"), (lambda: GroupSums([0, 3], 2), r"\[-1, 2\)"),
-    (lambda: Total().then(Clipped(Total(), 0.0, 1.0)).matrix(2), "."),  # an outer map must be linear
-])
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: Neighbours.one_bin(0), "bound=0"),
+        (lambda: Neighbours.across_bins(True), "bound=True"),
+        (lambda: Neighbours("two-bins", 1), "kind='two-bins'"),
+        (lambda: GuardedStream([[1.0]], neighbours="one-bin"), "neighbours='one-bin'"),
+        (lambda: Clipped(Total(), 2.0, 1.0), "lower < upper"),
+        (lambda: Clipped(Total(), 0.0, float("inf")), "finite"),
+        (lambda: Linear(np.array([[np.nan]])), "finite"),
+        (lambda: GroupSums([0, 3], 2), r"\[-1, 2\)"),
+        (lambda: Total().then(Clipped(Total(), 0.0, 1.0)).matrix(2), "."),  # an outer map must be linear
+    ],
+)
 def test_bad_relations_and_queries_are_refused_with_their_value(make, match) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises((InvalidArgument, AttributeError, TypeError), match=match):
         make()
@@ -189,7 +241,9 @@ def test_bad_relations_and_queries_are_refused_with_their_value(make, match) -> 
 
 def test_the_stream_states_its_relation() -> None:
     assert GuardedStream([[1.0, 2.0]]).neighbours == Neighbours.one_bin()
-    assert GuardedStream.stacked([[[1.0]], [[2.0]]], neighbours=Neighbours.replace_one()).neighbours.kind == "replace-one"
+    assert (
+        GuardedStream.stacked([[[1.0]], [[2.0]]], neighbours=Neighbours.replace_one()).neighbours.kind == "replace-one"
+    )
     assert Neighbours.one_bin(3).identity_sensitivity == 3.0 and Neighbours.replace_one().per_bin == 1
 
 
@@ -219,8 +273,11 @@ class _LyingTotal(Total):
         return 1e-9
 
 
-@pytest.mark.parametrize("query", [_LyingTotal(), Composed(outer=_LyingTotal(), inner=Identity()), Clipped(_LyingTotal(), 0, 1)],
-                         ids=["subclass", "inside-composed", "inside-clipped"])
+@pytest.mark.parametrize(
+    "query",
+    [_LyingTotal(), Composed(outer=_LyingTotal(), inner=Identity()), Clipped(_LyingTotal(), 0, 1)],
+    ids=["subclass", "inside-composed", "inside-clipped"],
+)
 def test_the_vocabulary_is_closed_to_subclasses(query: Query) -> None:
     ledger, secrets = _ledger(Neighbours.one_bin())
     with pytest.raises(InvalidArgument, match="not a subclass"):
@@ -252,7 +309,9 @@ def test_the_deviation_test_needs_twice_the_identitys_sensitivity(relation: Neig
     ledger, secrets = _ledger(relation, d=3)
     need = 2 * relation.identity_sensitivity
     low = ledger.above_threshold(epsilon=1.0, sensitivity=need / 2, cells=(3,))
-    with pytest.raises(InvalidArgument, match=f"sensitivity={need / 2!r} is below {need!r}, the L1 sensitivity of deviation"):
+    with pytest.raises(
+        InvalidArgument, match=f"sensitivity={need / 2!r} is below {need!r}, the L1 sensitivity of deviation"
+    ):
         low.query(secrets[0], deviation, 1.0)
     assert ledger.t == 0
     ok = ledger.above_threshold(epsilon=1.0, sensitivity=need, cells=(3,))

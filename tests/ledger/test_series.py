@@ -34,9 +34,13 @@ def series_cases(draw: Any) -> dict[str, Any]:
         "runs": runs,
         "length": length,
         "streams": draw(st.sampled_from([1, 2])) if runs % 2 == 0 else 1,
-        "prior": [draw(st.lists(budget, min_size=runs, max_size=runs)) if draw(st.booleans()) else [draw(budget)] * runs
-                  for _ in range(prior)],
-        "series": np.array(draw(st.lists(budget, min_size=int(np.prod(shape)), max_size=int(np.prod(shape))))).reshape(shape),
+        "prior": [
+            draw(st.lists(budget, min_size=runs, max_size=runs)) if draw(st.booleans()) else [draw(budget)] * runs
+            for _ in range(prior)
+        ],
+        "series": np.array(draw(st.lists(budget, min_size=int(np.prod(shape)), max_size=int(np.prod(shape))))).reshape(
+            shape
+        ),
     }
 
 
@@ -46,8 +50,17 @@ def _ledger(case: dict[str, Any], epsilons: list[float] | None = None) -> tuple[
     rng = np.random.default_rng(7)
     data = [rng.integers(0, 50, (case["length"], 2)).astype(float) for _ in range(case["streams"])]
     stream = bc.GuardedStream.stacked(data) if case["streams"] > 1 else bc.GuardedStream(data[0])
-    ledger = (bc.WindowLedger(bc.WEventParams(case["epsilon"], case["w"]), runs=case["runs"], seed=11, sampler="numpy-laplace", keep_records=True) if epsilons is None
-              else bc.WindowLedger.with_epsilons(epsilons, case["w"], seed=11, sampler="numpy-laplace", keep_records=True))
+    ledger = (
+        bc.WindowLedger(
+            bc.WEventParams(case["epsilon"], case["w"]),
+            runs=case["runs"],
+            seed=11,
+            sampler="numpy-laplace",
+            keep_records=True,
+        )
+        if epsilons is None
+        else bc.WindowLedger.with_epsilons(epsilons, case["w"], seed=11, sampler="numpy-laplace", keep_records=True)
+    )
     ledger.bind(stream)
     return ledger, list(stream)
 
@@ -58,12 +71,17 @@ def _state(ledger: bc.WindowLedger) -> tuple[Any, ...]:
 
 
 def _records(ledger: bc.WindowLedger) -> list[tuple[Any, ...]]:
-    return [(r.t, r.purpose, r.amounts.tolist(), None if r.noise_scale is None else r.noise_scale.tolist()) for r in ledger.records]
+    return [
+        (r.t, r.purpose, r.amounts.tolist(), None if r.noise_scale is None else r.noise_scale.tolist())
+        for r in ledger.records
+    ]
 
 
 @settings(max_examples=300, deadline=None)
 @given(series_cases())
-def test_a_series_releases_and_records_what_step_by_step_calls_do_or_is_refused_as_a_whole(case: dict[str, Any]) -> None:
+def test_a_series_releases_and_records_what_step_by_step_calls_do_or_is_refused_as_a_whole(
+    case: dict[str, Any],
+) -> None:
     _series_against_steps(lambda: _ledger(case), case)
 
 
@@ -74,7 +92,9 @@ def several_epsilon_cases(draw: Any) -> dict[str, Any]:
     group) or, sometimes, per run (spend by spend)."""
     runs = draw(st.sampled_from([2, 3, 4, 6]))
     choices = draw(st.lists(st.sampled_from([0.3, 0.5, 1.0]), min_size=2, max_size=3, unique=True))
-    epsilons = [choices[r % len(choices)] if draw(st.booleans()) else draw(st.sampled_from(choices)) for r in range(runs)]
+    epsilons = [
+        choices[r % len(choices)] if draw(st.booleans()) else draw(st.sampled_from(choices)) for r in range(runs)
+    ]
     length = draw(st.integers(2, 12))
     prior = draw(st.integers(0, length - 1))
 
@@ -85,10 +105,15 @@ def several_epsilon_cases(draw: Any) -> dict[str, Any]:
         drawn: list[float] = draw(st.lists(budget, min_size=runs, max_size=runs))
         return drawn
 
-    return {"w": draw(st.integers(1, 5)), "epsilons": epsilons, "runs": runs, "length": length,
-            "streams": draw(st.sampled_from([1, 2])) if runs % 2 == 0 else 1,
-            "prior": [row(draw(st.booleans())) for _ in range(prior)],
-            "series": np.array([row(grouped) for grouped in [draw(st.integers(0, 3)) > 0] for _ in range(length - prior)])}
+    return {
+        "w": draw(st.integers(1, 5)),
+        "epsilons": epsilons,
+        "runs": runs,
+        "length": length,
+        "streams": draw(st.sampled_from([1, 2])) if runs % 2 == 0 else 1,
+        "prior": [row(draw(st.booleans())) for _ in range(prior)],
+        "series": np.array([row(grouped) for grouped in [draw(st.integers(0, 3)) > 0] for _ in range(length - prior)]),
+    }
 
 
 @settings(max_examples=300, deadline=None)
@@ -205,8 +230,11 @@ def test_the_whole_stream_run_of_a_fixed_schedule_is_the_step_by_step_run(rule: 
         stream = bc.GuardedStream(data)
         ledger = bc.WindowLedger(bc.WEventParams(1.0, 4), runs=3, seed=5, sampler="numpy-laplace", keep_records=True)
         ledger.bind(stream)
-        outs.append(run_fixed_schedule(rule, stream, ledger, False) if whole
-                    else np.stack(list(fixed_schedule(rule, stream, ledger, False)), axis=1))
+        outs.append(
+            run_fixed_schedule(rule, stream, ledger, False)
+            if whole
+            else np.stack(list(fixed_schedule(rule, stream, ledger, False)), axis=1)
+        )
         files.append(list(ledger.jsonl()))
     np.testing.assert_array_equal(outs[0], outs[1])
     assert files[0] == files[1]
@@ -247,8 +275,11 @@ def test_a_fixed_schedule_evaluates_each_state_of_its_rule_once(array_state: boo
         stream = bc.GuardedStream(data)
         ledger = bc.WindowLedger(bc.WEventParams(1.0, 4), runs=3, seed=5, sampler="numpy-laplace", keep_records=True)
         ledger.bind(stream)
-        outs.append(run_fixed_schedule(rule, stream, ledger, False) if whole  # type: ignore[arg-type]
-                    else np.stack(list(fixed_schedule(rule, stream, ledger, False)), axis=1))  # type: ignore[arg-type]
+        outs.append(
+            run_fixed_schedule(rule, stream, ledger, False)
+            if whole  # type: ignore[arg-type]
+            else np.stack(list(fixed_schedule(rule, stream, ledger, False)), axis=1)
+        )  # type: ignore[arg-type]
         files.append(list(ledger.jsonl()))
         calls.append(rule.calls)
     np.testing.assert_array_equal(outs[0], outs[1])
@@ -273,7 +304,9 @@ def test_a_state_key_holds_the_exact_bits_of_scalar_states_only() -> None:
 def test_a_series_on_a_ledger_file_persists_and_a_refused_one_writes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "series.db"
     params = bc.WEventParams(1.0, 4)
-    ledger = bc.open_ledger(path, bc.WindowLedger(params, runs=2, seed=3, sampler="numpy-laplace", keep_records=True), durability="process")
+    ledger = bc.open_ledger(
+        path, bc.WindowLedger(params, runs=2, seed=3, sampler="numpy-laplace", keep_records=True), durability="process"
+    )
     stream = bc.GuardedStream(np.arange(16.0).reshape(8, 2))
     ledger.bind(stream)
     secrets = list(stream)
@@ -285,7 +318,9 @@ def test_a_series_on_a_ledger_file_persists_and_a_refused_one_writes_nothing(tmp
         ledger.laplace_series(secrets[4:6], [0.25, 0.5])
     assert journal.head() == head and ledger.t == 4
     ledger.close()
-    again = bc.open_ledger(path, bc.WindowLedger(params, runs=2, seed=3, sampler="numpy-laplace", keep_records=True), durability="process")
+    again = bc.open_ledger(
+        path, bc.WindowLedger(params, runs=2, seed=3, sampler="numpy-laplace", keep_records=True), durability="process"
+    )
     assert again.t == 4 and len(again.records) == 4
     assert again.window_sum(4) == (bc.rounding.to_units(1.0),) * 2
     assert bc.audit_file(path).ok

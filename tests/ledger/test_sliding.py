@@ -8,18 +8,26 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from budgetcheck.ops import EXACT, FLOAT
 from budgetcheck.ledger.sliding import SlidingValues
+from budgetcheck.ops import EXACT, FLOAT
 
-budgets = st.one_of(st.just(0.0), st.floats(min_value=0.0, max_value=1e6, allow_subnormal=True),
-                    st.sampled_from([1 / 3, 1 / 240, 2.0**-1074, 0.1]))
+budgets = st.one_of(
+    st.just(0.0),
+    st.floats(min_value=0.0, max_value=1e6, allow_subnormal=True),
+    st.sampled_from([1 / 3, 1 / 240, 2.0**-1074, 0.1]),
+)
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(1, 6), st.integers(1, 3), st.lists(st.lists(budgets, min_size=3, max_size=3), min_size=1, max_size=40),
-       st.booleans())
-def test_the_sliding_sum_bounds_the_exact_window_sum_without_drift(length: int, runs: int, steps: list[list[float]],
-                                                                   scalars: bool) -> None:
+@given(
+    st.integers(1, 6),
+    st.integers(1, 3),
+    st.lists(st.lists(budgets, min_size=3, max_size=3), min_size=1, max_size=40),
+    st.booleans(),
+)
+def test_the_sliding_sum_bounds_the_exact_window_sum_without_drift(
+    length: int, runs: int, steps: list[list[float]], scalars: bool
+) -> None:
     window: tuple[object, ...] = tuple(0.0 for _ in range(length))
     exact: list[list[Fraction]] = [[Fraction(0)] * runs for _ in range(length)]
     largest = Fraction(0)  # the largest window sum so far: the running total's rounding scales with it
@@ -76,7 +84,9 @@ def test_ghost_state_is_skipped_by_the_float_back_end_and_fails_loudly_if_read()
     assert rule.initial(EXACT, env) == (1, 1, (0.0, 0.0, 0.0))
     state = per_run(rule.initial(FLOAT, env), 3)
     assert state[2] is GHOST and state[0].shape == (3,)
-    state = rule.advance(FLOAT, env, state, np.array([True, False, True]), rule.charges(FLOAT, env, state, np.full(3, True)))
+    state = rule.advance(
+        FLOAT, env, state, np.array([True, False, True]), rule.charges(FLOAT, env, state, np.full(3, True))
+    )
     assert state[2] is GHOST
     with pytest.raises(TypeError, match="ghost"):
         GHOST[0]

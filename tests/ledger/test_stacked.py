@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from budgetcheck import GuardedStream, InvalidArgument, SecretAccess, WEventParams, WindowLedger, execute
-from budgetcheck.mechanism.loading import load_mechanism
 from budgetcheck.bench.config import builtin_w_event
+from budgetcheck.mechanism.loading import load_mechanism
 
 W_EVENT = builtin_w_event()
 
@@ -32,8 +32,14 @@ def test_each_block_of_runs_reads_its_own_stream(name: str) -> None:
     levels = (0.0, 1_000.0, 100_000.0)
     streams = [_stream(level, seed=i) for i, level in enumerate(levels)]
     runs_per_stream = 2
-    releases = execute(load_mechanism(name), GuardedStream.stacked(streams), epsilon=1000.0, w=2,
-                       runs=runs_per_stream * len(streams), seed=3).releases
+    releases = execute(
+        load_mechanism(name),
+        GuardedStream.stacked(streams),
+        epsilon=1000.0,
+        w=2,
+        runs=runs_per_stream * len(streams),
+        seed=3,
+    ).releases
     blocks = releases.reshape(len(streams), runs_per_stream, *releases.shape[1:])
     for s, block in enumerate(blocks):
         distance = [float(np.abs(block[:, 10:] - other[10:]).mean()) for other in streams]
@@ -57,14 +63,18 @@ def test_bad_stacks_are_refused_with_the_reason() -> None:
     with pytest.raises(InvalidArgument, match="at least one stream"):
         GuardedStream.stacked([])
     with pytest.raises(InvalidArgument, match="runs=3 must be a multiple of 2"):
-        WindowLedger(WEventParams(1.0, 3), runs=3, sampler="numpy-laplace", keep_records=True).bind(GuardedStream.stacked([_stream(1.0), _stream(2.0)]))
+        WindowLedger(WEventParams(1.0, 3), runs=3, sampler="numpy-laplace", keep_records=True).bind(
+            GuardedStream.stacked([_stream(1.0), _stream(2.0)])
+        )
 
 
 def test_notions_that_cannot_read_a_stack_refuse_it_and_footprints_are_refused() -> None:
     from budgetcheck import PolicyCollection, StreamPolicy, SwellfishLedger
 
     stacked = GuardedStream.stacked([_stream(1.0), _stream(2.0)])
-    swellfish = SwellfishLedger(PolicyCollection([StreamPolicy(2, 3, [1.0])]), epsilon=1.0, runs=2, sampler="numpy-laplace", keep_records=True)
+    swellfish = SwellfishLedger(
+        PolicyCollection([StreamPolicy(2, 3, [1.0])]), epsilon=1.0, runs=2, sampler="numpy-laplace", keep_records=True
+    )
     with pytest.raises(InvalidArgument, match="only a WindowLedger reads stacked streams"):
         swellfish.bind(stacked)
     ledger = WindowLedger(WEventParams(1.0, 3), runs=2, sampler="numpy-laplace", keep_records=True)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import copy
 import operator
 import pickle
-from collections.abc import Callable
-
 import sys
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -100,7 +99,9 @@ def test_measure_charges_and_hides_nothing_else() -> None:
     assert ledger.records[0].purpose == "measurement" and ledger.records[0].sensitivity == 1.0
     assert ledger.records[0].vouched and ledger.vouched == 1
     trusting = WindowLedger(WEventParams(1e9, 1), runs=4, sampler="numpy-laplace")
-    trusting.measure(total, GuardedStream([[1.0, 2.0, 3.0]]).secret(1), sensitivity=1.0, epsilon=1e9, isolation="trusted")
+    trusting.measure(
+        total, GuardedStream([[1.0, 2.0, 3.0]]).secret(1), sensitivity=1.0, epsilon=1e9, isolation="trusted"
+    )
     assert len(seen) == 1 and not seen[0].flags.writeable  # trusted: in this process, on a read-only copy
 
 
@@ -259,5 +260,7 @@ def test_ledgers_in_several_threads_read_their_secrets_without_interfering() -> 
     finally:
         sys.setswitchinterval(switching)
     assert not errors, errors
-    alone = {i: execute(Uniform(), np.full((40, 3), float(i)), epsilon=1.0, w=5, runs=2, seed=i).releases for i in range(4)}
+    alone = {
+        i: execute(Uniform(), np.full((40, 3), float(i)), epsilon=1.0, w=5, runs=2, seed=i).releases for i in range(4)
+    }
     assert all(np.array_equal(results[i], alone[i]) for i in range(4))

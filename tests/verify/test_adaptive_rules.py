@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from fractions import Fraction
 from typing import Any
 
@@ -18,9 +17,18 @@ from budgetcheck.proving import Verdict, prove_range
 from mechanisms import AdaPub, DSATw, FASTw, PeGaSus, RescueDP
 from mechanisms.rules import BlockRule, DistanceTestRule, RemainingFractionRule, SplitUniformRule
 
-
-ADAPTIVE = [FASTw(), FASTw(sampling_ratio=0.075), DSATw(), DSATw(sample_rate=0.15), RescueDP(), RescueDP(grouping=False),
-            AdaPub(), AdaPub(grouping=False), PeGaSus(), PeGaSus(smoother="james-stein")]
+ADAPTIVE = [
+    FASTw(),
+    FASTw(sampling_ratio=0.075),
+    DSATw(),
+    DSATw(sample_rate=0.15),
+    RescueDP(),
+    RescueDP(grouping=False),
+    AdaPub(),
+    AdaPub(grouping=False),
+    PeGaSus(),
+    PeGaSus(smoother="james-stein"),
+]
 
 
 def _ledger(epsilon: float = 1.0, w: int = 4, runs: int = 1, data: object = None) -> tuple[WindowLedger, list[object]]:
@@ -38,14 +46,31 @@ def _windows(records: object, w: int, runs: int) -> list[Fraction]:
         for r in range(runs):
             row[r] += Fraction(float(record.amounts[r]))
     horizon = max(totals, default=0)
-    return [max((sum((totals.get(s, [Fraction(0)] * runs)[r] for s in range(e - w + 1, e + 1)), Fraction(0))
-                 for e in range(1, horizon + 1)), default=Fraction(0)) for r in range(runs)]
-
+    return [
+        max(
+            (
+                sum((totals.get(s, [Fraction(0)] * runs)[r] for s in range(e - w + 1, e + 1)), Fraction(0))
+                for e in range(1, horizon + 1)
+            ),
+            default=Fraction(0),
+        )
+        for r in range(runs)
+    ]
 
 
 # -- rules ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("rule", [BlockRule(), BlockRule(0.5), DistanceTestRule(), DistanceTestRule(0.3),
-                                  RemainingFractionRule(), RemainingFractionRule(1.0, 1), SplitUniformRule()])
+@pytest.mark.parametrize(
+    "rule",
+    [
+        BlockRule(),
+        BlockRule(0.5),
+        DistanceTestRule(),
+        DistanceTestRule(0.3),
+        RemainingFractionRule(),
+        RemainingFractionRule(1.0, 1),
+        SplitUniformRule(),
+    ],
+)
 def test_adaptive_rules_are_proved(rule: object) -> None:
     assert prove_range(rule, range(1, 9)).verdict is Verdict.PROVED  # type: ignore[arg-type]
 

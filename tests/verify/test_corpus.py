@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from broken.mutants import CLASS_ONE, CORPUS
 from budgetcheck import verify_mechanism
 from budgetcheck.verify.verdict import Outcome
-from broken.mutants import CLASS_ONE, CORPUS
 from mechanisms import BUILTIN
 
 
@@ -55,13 +55,20 @@ def test_home_made_pba_control_passes_every_stage_it_can() -> None:
     nullification bound the same home-made code passes replay, secret access and the audit."""
     result = verify_mechanism("broken.mutants:HomeMadePBAControl", examples=60)
     verdicts = {s.stage: s.verdict for s in result.stages}
-    assert verdicts == {"ledger replay": "pass", "secret access": "pass", "exploration": "pass", "proof": "not proved",
-                        "statistical audit": "pass"}, [s.to_json() for s in result.stages]
+    assert verdicts == {
+        "ledger replay": "pass",
+        "secret access": "pass",
+        "exploration": "pass",
+        "proof": "not proved",
+        "statistical audit": "pass",
+    }, [s.to_json() for s in result.stages]
     assert result.outcome is Outcome.BOUNDED
 
 
 @pytest.mark.slow  # 40,000 runs per input; the quick profile's power is tested on every run
-@pytest.mark.parametrize(("reference", "verdict"), [("broken.mutants:BDDissimilarityHalfSensitivity", "fail"), ("BD", "pass")])
+@pytest.mark.parametrize(
+    ("reference", "verdict"), [("broken.mutants:BDDissimilarityHalfSensitivity", "fail"), ("BD", "pass")]
+)
 def test_the_thorough_audit_catches_a_dissimilarity_at_half_its_sensitivity(reference: str, verdict: str) -> None:
     """A loss of 1.5ε at w = 1 (the decision pays 2·ε/2): too close for the quick profile's 4,000
     runs (bound 0.94), caught with the thorough profile's 40,000 (1.15); BD itself stays below ε."""

@@ -175,7 +175,9 @@ def test_the_readme_example_is_the_one_tested() -> None:
     """tests/plain_mechanisms.EveryKth is the README's code: every statement of its run() is there."""
     readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
     block = readme.split("class EveryKth:", 1)[1].split("execution = budgetcheck.execute", 1)[0]
-    ours = (Path(__file__).parents[1] / "plain_mechanisms.py").read_text(encoding="utf-8").split("class EveryKth:", 1)[1]
+    ours = (
+        (Path(__file__).parents[1] / "plain_mechanisms.py").read_text(encoding="utf-8").split("class EveryKth:", 1)[1]
+    )
     body = ours.split("def run(", 1)[1]
     statements = [line.split("#", 1)[0].strip() for line in body.splitlines()[1:] if line.strip()]
     assert len(statements) >= 8
@@ -188,8 +190,9 @@ def test_the_pytest_plugin_passes_every_kth_with_its_bound(pytester: pytest.Pyte
     pytester.makepyfile(every_kth=source, test_nothing="def test_placeholder():\n    pass\n")
     outcome = pytester.runpytest_subprocess("--budgetcheck", "every_kth:EveryKth", "-p", "no:cacheprovider")
     outcome.assert_outcomes(passed=2)
-    strict = pytester.runpytest_subprocess("--budgetcheck", "every_kth:EveryKth", "--budgetcheck-require", "proof",
-                                           "-p", "no:cacheprovider")
+    strict = pytester.runpytest_subprocess(
+        "--budgetcheck", "every_kth:EveryKth", "--budgetcheck-require", "proof", "-p", "no:cacheprovider"
+    )
     strict.assert_outcomes(passed=1, failed=1)
     strict.stdout.fnmatch_lines(["*EveryKth: verified to a bound (w <= 64, T <= 256*"])
 

@@ -31,7 +31,9 @@ class _Keeper:
 
         for secret in stream:
             cheaper = self.use == "operations" or (self.use == "charge" and kept and kept[-1].sum() > 60)
-            noisy = ledger.measure(total, secret, sensitivity=1.0, epsilon=budget / 2 if cheaper else budget, isolation="trusted")
+            noisy = ledger.measure(
+                total, secret, sensitivity=1.0, epsilon=budget / 2 if cheaper else budget, isolation="trusted"
+            )
             if self.use == "operations" and kept[-1].sum() > 60:
                 ledger.laplace(secret, budget / 2)
             out[:, secret.t - 1] = noisy[:, None]
@@ -42,8 +44,14 @@ class _Keeper:
         return out
 
 
-@pytest.mark.parametrize(("use", "words"), [("release", "the releases differ"), ("charge", "the charges differ"),
-                                            ("operations", "more charged operations than")])
+@pytest.mark.parametrize(
+    ("use", "words"),
+    [
+        ("release", "the releases differ"),
+        ("charge", "the charges differ"),
+        ("operations", "more charged operations than"),
+    ],
+)
 def test_a_payload_kept_by_a_measure_function_is_found(use: str, words: str) -> None:
     found = interference(_Keeper(use), "w-event")
     assert found is not None and found.kind == "leak" and words in found.detail, found
@@ -106,14 +114,16 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from broken.mutants import LeaksAboveAMillion, LeaksOnThreeEqualCounts  # noqa: E402
-from budgetcheck.verify.stages import _PAIRS  # noqa: E402
 from budgetcheck.strategies import StreamPair, stream_pairs  # noqa: E402
+from budgetcheck.verify.stages import _PAIRS  # noqa: E402
 
 
 def _reported_pair(detail: str) -> tuple[np.ndarray, np.ndarray]:
     match = re.search(r"stream (\[.*?\]\]) against (\[.*?\]\])", detail)
     assert match is not None, detail
-    return np.array(ast.literal_eval(match.group(1)), dtype=np.float64), np.array(ast.literal_eval(match.group(2)), dtype=np.float64)
+    return np.array(ast.literal_eval(match.group(1)), dtype=np.float64), np.array(
+        ast.literal_eval(match.group(2)), dtype=np.float64
+    )
 
 
 @pytest.mark.parametrize("mutant", [LeaksAboveAMillion, LeaksOnThreeEqualCounts])
@@ -166,5 +176,8 @@ def test_the_pairs_reach_the_extremes() -> None:
 
     find(stream_pairs("w-event"), lambda p: p.first.max() >= 1e9, settings=settings(database=None, max_examples=2000))
     find(stream_pairs("w-event"), lambda p: p.first.shape[1] == 64, settings=settings(database=None, max_examples=2000))
-    find(stream_pairs("w-event"), lambda p: p.first.shape[0] >= 3 and bool((p.first[:3, 0] == p.first[0, 0]).all())
-         and p.first[0, 0] > 1e6, settings=settings(database=None, max_examples=2000))
+    find(
+        stream_pairs("w-event"),
+        lambda p: p.first.shape[0] >= 3 and bool((p.first[:3, 0] == p.first[0, 0]).all()) and p.first[0, 0] > 1e6,
+        settings=settings(database=None, max_examples=2000),
+    )

@@ -11,10 +11,10 @@ from typing import Any
 import attrs
 import pytest
 
-from budgetcheck.verify import z3_adapter as _z3
+from broken.mutants import BAWithoutNullification, BDRecyclesEarly
 from budgetcheck.ops import Ops
 from budgetcheck.proving import RuleEnv, Verdict, prove_range, prove_rule, replay_refutation
-from broken.mutants import BAWithoutNullification, BDRecyclesEarly
+from budgetcheck.verify import z3_adapter as _z3
 from mechanisms.rules import BARule, BDRule, PeriodicRule
 
 PROOFS = sorted((Path(__file__).resolve().parents[2] / "proofs").glob("[!_]*.py"))
@@ -27,7 +27,17 @@ def test_proof_file_proves_small_windows(path: Path) -> None:
     assert "proved for w in 1..6" in completed.stdout
 
 
-@pytest.mark.parametrize("rule", [PeriodicRule(every=1), PeriodicRule(), PeriodicRule(every=3), BDRule(), BARule(), BARule(dissimilarity_when_nullified=False)])
+@pytest.mark.parametrize(
+    "rule",
+    [
+        PeriodicRule(every=1),
+        PeriodicRule(),
+        PeriodicRule(every=3),
+        BDRule(),
+        BARule(),
+        BARule(dissimilarity_when_nullified=False),
+    ],
+)
 def test_builtin_rules_are_proved(rule: object) -> None:
     verdict = prove_range(rule, range(1, 10))  # type: ignore[arg-type]
     assert verdict.verdict is Verdict.PROVED, verdict.first_failure
@@ -74,7 +84,16 @@ def test_scale_invariance_is_read_from_the_terms() -> None:
     from budgetcheck.verify import z3_adapter as _z3
 
     x, y, k, b = z3.Real("x"), z3.Real("y"), z3.Int("k"), z3.Bool("b")
-    invariant = [x <= y, z3.If(b, x, 0) <= 2 * y, z3.ToReal(k) * x <= y, k <= 3, z3.Sum([x, -y]) == 0, x / 2 >= 0, z3.Not(x < y), z3.ToReal(k) <= 4]
+    invariant = [
+        x <= y,
+        z3.If(b, x, 0) <= 2 * y,
+        z3.ToReal(k) * x <= y,
+        k <= 3,
+        z3.Sum([x, -y]) == 0,
+        x / 2 >= 0,
+        z3.Not(x < y),
+        z3.ToReal(k) <= 4,
+    ]
     not_invariant = [x <= 1, x * y <= 1, x + 1 <= y, z3.If(x <= 1, x, y) <= y, z3.ToReal(k) <= x, z3.ToInt(x) <= k]
     for term in invariant:
         assert _z3.scale_invariant([term]), term
@@ -117,7 +136,9 @@ def test_a_rule_that_is_not_scale_invariant_is_proved_with_the_unit_symbolic() -
     assert prove_rule(PeriodicRule(every=1), 5).method == "scaled 1-induction"
 
 
-@pytest.mark.parametrize("name", ["Uniform", "Sample", "BD", "BA", "Hybrid", "FASTw", "DSATw", "RescueDP", "AdaPub", "PeGaSus"])
+@pytest.mark.parametrize(
+    "name", ["Uniform", "Sample", "BD", "BA", "Hybrid", "FASTw", "DSATw", "RescueDP", "AdaPub", "PeGaSus"]
+)
 def test_scaled_and_symbolic_unit_queries_agree(name: str) -> None:
     """Fixing u = 1 changes no answer: both encodings prove every built-in rule, and both fail
     the same mutants (tests/broken)."""

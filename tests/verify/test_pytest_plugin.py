@@ -16,7 +16,7 @@ def test_option_adds_passing_and_failing_items(pytester: pytest.Pytester) -> Non
     passing = pytester.runpytest_subprocess("--budgetcheck", "Uniform", "-p", "no:cacheprovider")
     passing.assert_outcomes(passed=2)
     pytester.makepyfile(
-        broken_mech='''
+        broken_mech="""
 import attrs, numpy as np
 @attrs.frozen
 class Greedy:
@@ -26,7 +26,7 @@ class Greedy:
         for secret in stream:
             out[:, secret.t - 1] = ledger.laplace(secret, ledger.params.epsilon)
         return out
-'''
+"""
     )
     failing = pytester.runpytest_subprocess("--budgetcheck", "broken_mech:Greedy", "-p", "no:cacheprovider")
     failing.assert_outcomes(passed=1, failed=1)

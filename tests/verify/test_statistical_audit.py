@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from broken.mutants import (
     BDDissimilarityOverPopulation,
     PrefixCountsDeclaresOne,
@@ -11,7 +12,6 @@ from broken.mutants import (
     SwellfishMeasureThresholdUnits,
     SwellfishThresholdUnits,
 )
-
 from budgetcheck import InvalidArgument, execute, load_mechanism, verify_mechanism
 from budgetcheck.mechanism.execute import notion_of
 from budgetcheck.verify.stages import _statistical_stage
@@ -76,7 +76,6 @@ def test_swellfish_audit_catches_noise_that_ignores_the_temporal_sensitivity() -
 # -- issue 28, item 5 -------------------------------------------------------------------------------------
 
 
-
 def _one_column_audit(mechanism: object, w: int, runs: int) -> float:
     """The audit as it was before issue 28: d = 1 streams, ±1 at one timestamp, one column read."""
     from budgetcheck.verify.statistical import NeighbourPair, _audit
@@ -124,8 +123,13 @@ def test_the_linear_event_sees_a_change_at_a_later_timestamp() -> None:
             budget = rounding.share(ledger.params.epsilon, ledger.params.w)
             out = np.zeros((ledger.runs, stream.length, stream.dimensions))
             for secret in stream:
-                noisy = ledger.measure(lambda v: v, secret, sensitivity=0.25, epsilon=budget,  # too little noise,
-                                       isolation="trusted")  # shown late
+                noisy = ledger.measure(
+                    lambda v: v,
+                    secret,
+                    sensitivity=0.25,
+                    epsilon=budget,  # too little noise,
+                    isolation="trusted",
+                )  # shown late
                 if secret.t < stream.length:
                     out[:, secret.t, -1] = noisy[:, 0]
             return out
@@ -185,8 +189,9 @@ def test_a_group_pair_is_held_to_k_epsilon() -> None:
     def run(data: np.ndarray, seed: int) -> np.ndarray:
         return execute(uniform, data, epsilon=1.0, w=1, runs=4000, seed=seed).releases
 
-    finding = _audit(run, [NeighbourPair("group of 8", base, group, (0,), 1.0, 0, 8.0)], runs=4000, alpha=0.05,
-                     seed=0, w=1)
+    finding = _audit(
+        run, [NeighbourPair("group of 8", base, group, (0,), 1.0, 0, 8.0)], runs=4000, alpha=0.05, seed=0, w=1
+    )
     assert 1.0 < finding.lower_bound <= 8.0, finding
     assert not statistical_audit(uniform, w=1, runs=4000, seed=0).violates
 

@@ -14,9 +14,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from budgetcheck import verify_mechanism
-from budgetcheck.verify.report import _replay, draw_report
 from budgetcheck.cli import main
 from budgetcheck.strategies import VerificationCase
+from budgetcheck.verify.report import _replay, draw_report
 
 PASSING = "plain_mechanisms:EveryKth"  # the README's example
 OVERSPENDS = "broken.mutants:UniformOverWMinusOne"
@@ -105,8 +105,9 @@ def test_timestamps_are_integers_labels_plain_and_nothing_is_cut_off(reference: 
     page = figure.bbox
     for text in texts:
         box = text.get_window_extent(renderer)
-        assert page.x0 - 1 <= box.x0 and box.x1 <= page.x1 + 1 and page.y0 - 1 <= box.y0 and box.y1 <= page.y1 + 1, \
+        assert page.x0 - 1 <= box.x0 and box.x1 <= page.x1 + 1 and page.y0 - 1 <= box.y0 and box.y1 <= page.y1 + 1, (
             text.get_text()
+        )
 
 
 @pytest.mark.parametrize(("reference", "code"), [(PASSING, 0), (OVERSPENDS, 1)])

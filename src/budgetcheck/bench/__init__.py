@@ -20,5 +20,16 @@ from budgetcheck.bench.runner import run_benchmark as run_benchmark
 from budgetcheck.bench.runner import run_cell as run_cell
 from budgetcheck.bench.store import ResultStore as ResultStore
 
-__all__ = ["ArtificialStream", "Benchmark", "Cell", "RealStream", "Report", "ResultStore", "Setting", "run_benchmark",
-           "run_cell", "text_report", "write_report"]
+__all__ = [
+    "ArtificialStream",
+    "Benchmark",
+    "Cell",
+    "RealStream",
+    "Report",
+    "ResultStore",
+    "Setting",
+    "run_benchmark",
+    "run_cell",
+    "text_report",
+    "write_report",
+]

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck.ledger.errors import DataUnavailable, InvalidArgument
 from budgetcheck.bench.exports import number, table_rows
+from budgetcheck.ledger.errors import DataUnavailable, InvalidArgument
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -28,7 +28,9 @@ IntArray = NDArray[np.int64]
 HOUR, DAY = 3600, 86400
 
 
-def count_table(bins: IntArray, keys: IntArray, weights: FloatArray | None, *, length: int, dimensions: int) -> FloatArray:
+def count_table(
+    bins: IntArray, keys: IntArray, weights: FloatArray | None, *, length: int, dimensions: int
+) -> FloatArray:
     """Σ weight (or the number of events) per (time bin, key), shape (length, dimensions): the
     ``dimensions`` keys with the largest totals over the kept bins (ties: the smaller key first),
     in that order; bins from 0, events at bins >= ``length`` dropped."""
@@ -52,8 +54,18 @@ def count_table(bins: IntArray, keys: IntArray, weights: FloatArray | None, *, l
 # -- WorldCup: the 1998 World Cup web site access logs (ita.ee.lbl.gov, wc_day*_*.gz) ----------
 
 # One 20-byte big-endian record per request: timestamp, clientID, objectID, size, method, status, type, server.
-_WORLDCUP_RECORD = np.dtype([("timestamp", ">u4"), ("client", ">u4"), ("object", ">u4"), ("size", ">u4"),
-                             ("method", "u1"), ("status", "u1"), ("type", "u1"), ("server", "u1")])
+_WORLDCUP_RECORD = np.dtype(
+    [
+        ("timestamp", ">u4"),
+        ("client", ">u4"),
+        ("object", ">u4"),
+        ("size", ">u4"),
+        ("method", "u1"),
+        ("status", "u1"),
+        ("type", "u1"),
+        ("server", "u1"),
+    ]
+)
 
 
 def worldcup(path: Path, *, length: int = 1320, dimensions: int = 1289) -> FloatArray:
@@ -81,7 +93,10 @@ def worldcup(path: Path, *, length: int = 1320, dimensions: int = 1289) -> Float
 
 # -- Taxi Porto: ECML/PKDD 2015 challenge, train.csv --------------------------------------------
 
-def grid_cells(lon: FloatArray, lat: FloatArray, box: tuple[float, float, float, float], shape: tuple[int, int]) -> IntArray:
+
+def grid_cells(
+    lon: FloatArray, lat: FloatArray, box: tuple[float, float, float, float], shape: tuple[int, int]
+) -> IntArray:
     """Row-major cell of each point on a grid of shape (columns, rows) over box = (lon_min, lon_max,
     lat_min, lat_max); −1 for points outside the box."""
     lon_min, lon_max, lat_min, lat_max = box
@@ -109,8 +124,10 @@ def taxi_porto(path: Path, *, length: int = 672, dimensions: int = 1289) -> Floa
             stamp = int(row["TIMESTAMP"])
             start = (float(points[0][0]), float(points[0][1])) if points else None
         except (ValueError, TypeError, IndexError, KeyError):
-            raise InvalidArgument(f"{path}: row {line}: TIMESTAMP={row['TIMESTAMP']!r} or POLYLINE is not "
-                                  "seconds and a list of [lon, lat] points") from None
+            raise InvalidArgument(
+                f"{path}: row {line}: TIMESTAMP={row['TIMESTAMP']!r} or POLYLINE is not "
+                "seconds and a list of [lon, lat] points"
+            ) from None
         if not 0 <= stamp < 2**40:
             raise InvalidArgument(f"{path}: row {line}: TIMESTAMP={stamp} is not a time in seconds since 1970")
         if start is not None:
@@ -162,20 +179,27 @@ def _tdrive_columns(file: Path, rows: list[tuple[int, list[str]]]) -> tuple[IntA
     by numpy; a bad row is named by its line."""
     columns = list(zip(*(fields for _, fields in rows), strict=True))
     try:
-        return (np.array(columns[0], dtype=np.int64), np.array(columns[1], dtype="datetime64[s]").astype(np.int64),
-                np.array(columns[2], dtype=np.float64), np.array(columns[3], dtype=np.float64))
+        return (
+            np.array(columns[0], dtype=np.int64),
+            np.array(columns[1], dtype="datetime64[s]").astype(np.int64),
+            np.array(columns[2], dtype=np.float64),
+            np.array(columns[3], dtype=np.float64),
+        )
     except (ValueError, OverflowError):
         for line, fields in rows:
             try:
-                if not -2**63 <= int(fields[0]) < 2**63:
+                if not -(2**63) <= int(fields[0]) < 2**63:
                     raise ValueError(fields[0])
                 np.datetime64(fields[1], "s"), float(fields[2]), float(fields[3])
             except ValueError:
-                raise InvalidArgument(f"{file}: line {line}: {','.join(fields)!r} is not id,YYYY-MM-DD HH:MM:SS,lon,lat") from None
+                raise InvalidArgument(
+                    f"{file}: line {line}: {','.join(fields)!r} is not id,YYYY-MM-DD HH:MM:SS,lon,lat"
+                ) from None
         raise
 
 
 # -- Retail: UCI Online Retail (Online Retail.xlsx, or the same sheet saved as CSV) -------------
+
 
 def retail(path: Path, *, length: int = 374, dimensions: int = 1289) -> FloatArray:
     """Daily units sold (Σ Quantity; returns are negative) per StockCode for the most sold
@@ -203,8 +227,16 @@ def retail(path: Path, *, length: int = 374, dimensions: int = 1289) -> FloatArr
 
 
 # The date forms of the sheet and of the CSV copies people make of it (US month first; 2-digit years).
-INVOICE_FORMS = ("%Y-%m-%d %H:%M:%S", "%m/%d/%Y %H:%M", "%m/%d/%y %H:%M", "%d/%m/%Y %H:%M", "%d/%m/%y %H:%M",
-                 "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d")
+INVOICE_FORMS = (
+    "%Y-%m-%d %H:%M:%S",
+    "%m/%d/%Y %H:%M",
+    "%m/%d/%y %H:%M",
+    "%d/%m/%Y %H:%M",
+    "%d/%m/%y %H:%M",
+    "%Y-%m-%d %H:%M",
+    "%Y-%m-%dT%H:%M:%S",
+    "%Y-%m-%d",
+)
 
 
 def invoice_days(path: Path, dates: list[tuple[int, str]]) -> IntArray:
@@ -234,9 +266,12 @@ def _day(text: str, form: str) -> int | None:
 def _excel_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
     try:
         import pandas as pd
+
         frame = pd.read_excel(path, dtype=str)
     except ImportError as error:
-        raise DataUnavailable(f"{path}: reading .xlsx needs pandas and openpyxl (pip install openpyxl), or save the sheet as CSV") from error
+        raise DataUnavailable(
+            f"{path}: reading .xlsx needs pandas and openpyxl (pip install openpyxl), or save the sheet as CSV"
+        ) from error
     for line, record in enumerate(frame.to_dict("records"), start=2):
         yield line, {str(k): str(v) for k, v in record.items()}
 
@@ -247,5 +282,7 @@ def _text_rows(path: Path, fields: int) -> Iterator[tuple[int, list[str]]]:
             if text.strip():
                 parts = [part.strip() for part in text.split(",")]
                 if len(parts) != fields:
-                    raise InvalidArgument(f"{path}: line {line} has {len(parts)} fields, expected {fields}: {text.strip()!r}")
+                    raise InvalidArgument(
+                        f"{path}: line {line} has {len(parts)} fields, expected {fields}: {text.strip()!r}"
+                    )
                 yield line, parts

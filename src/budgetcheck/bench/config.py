@@ -13,13 +13,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import attrs
 import numpy as np
-import tomllib
 from numpy.typing import NDArray
 
 from budgetcheck.bench.real import PACKAGED, load_packaged, load_paper_stream
@@ -134,8 +134,10 @@ class RealStream:
 
     def __attrs_post_init__(self) -> None:
         if self.path is None and self.name not in PACKAGED:
-            raise InvalidArgument(f"stream={self.name!r} is not a packaged real stream; known: {', '.join(sorted(PACKAGED))}"
-                                  " (or give a paper stream with its file path)")
+            raise InvalidArgument(
+                f"stream={self.name!r} is not a packaged real stream; known: {', '.join(sorted(PACKAGED))}"
+                " (or give a paper stream with its file path)"
+            )
 
     @property
     def truncated(self) -> bool:
@@ -216,7 +218,9 @@ def _check_mechanisms(names: Sequence[str]) -> tuple[str, ...]:
         if not isinstance(name, str):
             raise InvalidArgument(f"mechanisms entry {name!r} must be a string")
         if notion_of(load_mechanism(name)) != Notion.W_EVENT:
-            raise InvalidArgument(f"mechanism={name!r} is not a w-event mechanism; the grid runs w-event mechanisms only")
+            raise InvalidArgument(
+                f"mechanism={name!r} is not a w-event mechanism; the grid runs w-event mechanisms only"
+            )
     return _unique(names)
 
 
@@ -252,15 +256,26 @@ class Benchmark:
             raise InvalidArgument(f"streams {outside} are not in the benchmark's pool {[s.name for s in self.pool]}")
         unpooled = [s for s in self.settings if self.settings_pool and s not in self.settings_pool]
         if unpooled:
-            raise InvalidArgument(f"settings {unpooled} are not in the benchmark's settings pool {list(self.settings_pool)}")
+            raise InvalidArgument(
+                f"settings {unpooled} are not in the benchmark's settings pool {list(self.settings_pool)}"
+            )
 
     # -- instantiations ---------------------------------------------------------------------
     @classmethod
-    def paper(cls, *, growth: float = PAPER_GROWTH, real: Sequence[str] = PAPER_REAL, runs: int = 100,
-              mre_bound: float = PAPER_MRE_BOUND, seed: int = 0) -> Benchmark:
+    def paper(
+        cls,
+        *,
+        growth: float = PAPER_GROWTH,
+        real: Sequence[str] = PAPER_REAL,
+        runs: int = 100,
+        mre_bound: float = PAPER_MRE_BOUND,
+        seed: int = 0,
+    ) -> Benchmark:
         """The paper's grid: every built-in w-event mechanism; the 20 seasonal streams of length
         1000 and the real streams; vary-ε (w = 120) and vary-w (ε = 1); 100 runs."""
-        streams: list[StreamSpec] = [ArtificialStream(s, a, 1000, growth) for a in PAPER_AMPLITUDES for s in PAPER_SEASONS]
+        streams: list[StreamSpec] = [
+            ArtificialStream(s, a, 1000, growth) for a in PAPER_AMPLITUDES for s in PAPER_SEASONS
+        ]
         streams += [RealStream(name) for name in real]
         settings = [Setting(e, 120) for e in PAPER_EPSILONS] + [Setting(1.0, w) for w in PAPER_WS]
         return cls(builtin_w_event(), streams, settings, runs, mre_bound, seed)
@@ -296,31 +311,54 @@ class Benchmark:
         artificial = _table(table, "artificial")
         if artificial:
             _known_keys(artificial, "artificial", {"seasons", "amplitudes", "length", "growth"})
-            streams += [ArtificialStream(s, a, artificial.get("length", 1000), artificial.get("growth", PAPER_GROWTH))
-                        for a in _list(artificial, "amplitudes", "artificial") for s in _list(artificial, "seasons", "artificial")]
+            streams += [
+                ArtificialStream(s, a, artificial.get("length", 1000), artificial.get("growth", PAPER_GROWTH))
+                for a in _list(artificial, "amplitudes", "artificial")
+                for s in _list(artificial, "seasons", "artificial")
+            ]
         streams += [RealStream(str(name)) for name in table.get("real", [])]
         streams += [RealStream(str(name), str(path)) for name, path in _table(table, "files").items()]
         settings: list[Setting] = []
         vary_epsilon, vary_w = _table(table, "vary_epsilon"), _table(table, "vary_w")
         if vary_epsilon:
             _known_keys(vary_epsilon, "vary_epsilon", {"epsilons", "w"})
-            settings += [Setting(e, vary_epsilon.get("w", 120)) for e in _list(vary_epsilon, "epsilons", "vary_epsilon")]
+            settings += [
+                Setting(e, vary_epsilon.get("w", 120)) for e in _list(vary_epsilon, "epsilons", "vary_epsilon")
+            ]
         if vary_w:
             _known_keys(vary_w, "vary_w", {"ws", "epsilon"})
             settings += [Setting(vary_w.get("epsilon", 1.0), w) for w in _list(vary_w, "ws", "vary_w")]
-        return cls(table.get("mechanisms") or builtin_w_event(), streams, settings, table.get("runs", 100),
-                   table.get("mre_bound", PAPER_MRE_BOUND), table.get("seed", 0))
+        return cls(
+            table.get("mechanisms") or builtin_w_event(),
+            streams,
+            settings,
+            table.get("runs", 100),
+            table.get("mre_bound", PAPER_MRE_BOUND),
+            table.get("seed", 0),
+        )
 
     # -- use ------------------------------------------------------------------------------------
-    def select(self, *, mechanisms: Sequence[str] = (), streams: Sequence[str] = (), epsilons: Sequence[float] = (),
-               ws: Sequence[int] = (), runs: int | None = None) -> Benchmark:
+    def select(
+        self,
+        *,
+        mechanisms: Sequence[str] = (),
+        streams: Sequence[str] = (),
+        epsilons: Sequence[float] = (),
+        ws: Sequence[int] = (),
+        runs: int | None = None,
+    ) -> Benchmark:
         """The sub-grid of the named mechanisms/streams/ε/w (an empty filter keeps everything)."""
-        for given, present, name in ((mechanisms, self.mechanisms, "mechanism"), (streams, self.stream_names, "stream"),
-                                     (epsilons, {s.epsilon for s in self.settings}, "epsilon"),
-                                     (ws, {s.w for s in self.settings}, "w")):
+        for given, present, name in (
+            (mechanisms, self.mechanisms, "mechanism"),
+            (streams, self.stream_names, "stream"),
+            (epsilons, {s.epsilon for s in self.settings}, "epsilon"),
+            (ws, {s.w for s in self.settings}, "w"),
+        ):
             missing = [value for value in given if value not in present]
             if missing:
-                raise InvalidArgument(f"{name}={missing[0]!r} is not in this benchmark; it has {sorted(present, key=str)}")
+                raise InvalidArgument(
+                    f"{name}={missing[0]!r} is not in this benchmark; it has {sorted(present, key=str)}"
+                )
         return attrs.evolve(
             self,
             mechanisms=[m for m in self.mechanisms if not mechanisms or m in mechanisms],
@@ -361,12 +399,14 @@ class Benchmark:
         """
         spec = self.stream(cell.stream)
         if isinstance(spec, ArtificialStream):
-            members = tuple(s.name for s in self.batch_pool if isinstance(s, ArtificialStream) and s.length == spec.length)
+            members = tuple(
+                s.name for s in self.batch_pool if isinstance(s, ArtificialStream) and s.length == spec.length
+            )
         else:
             members = (cell.stream,)
         pooled = sorted({s.epsilon for s in self.settings_pool or self.settings if s.w == cell.w})
         per_pass = max(1, _max_stacked_runs(cell.mechanism) // (len(members) * self.runs))  # ε in one pass
-        chunks = [tuple(pooled[i:i + per_pass]) for i in range(0, len(pooled), per_pass)]
+        chunks = [tuple(pooled[i : i + per_pass]) for i in range(0, len(pooled), per_pass)]
         epsilons = next(chunk for chunk in chunks if cell.epsilon in chunk)
         seed = stable_seed(self.seed, "batch", cell.mechanism, cell.w, *map(repr, epsilons), *members)
         return Batch(cell.mechanism, epsilons, cell.w, members, seed)
@@ -374,7 +414,12 @@ class Benchmark:
     def identity(self) -> dict[str, str]:
         """What makes stored results comparable: runs, seed, γ, each stream's definition, and how
         cells share a pass (which fixes their noise)."""
-        out = {"runs": str(self.runs), "seed": str(self.seed), "mre_bound": repr(self.mre_bound), "batches": "streams-and-epsilons"}
+        out = {
+            "runs": str(self.runs),
+            "seed": str(self.seed),
+            "mre_bound": repr(self.mre_bound),
+            "batches": "streams-and-epsilons",
+        }
         for stream in self.streams:
             out[f"stream:{stream.name}"] = json.dumps(attrs.asdict(stream), sort_keys=True)
         return out

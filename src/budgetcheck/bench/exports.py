@@ -58,8 +58,10 @@ def table_rows(path: Path, needed: tuple[str, ...]) -> Iterator[tuple[int, dict[
         at = next((index for index, names in enumerate(read) if all(name in names for name in needed)), None)
         if at is None:
             missing = [name for name in needed if name not in read[0]]
-            raise InvalidArgument(f"{path}: expected a CSV header with {list(needed)} within its first "
-                                  f"{_TITLE_LINES + 1} lines; the first line {read[0]} is missing {missing}")
+            raise InvalidArgument(
+                f"{path}: expected a CSV header with {list(needed)} within its first "
+                f"{_TITLE_LINES + 1} lines; the first line {read[0]} is missing {missing}"
+            )
         header = read[at]
         ahead = ((index + 1, fields) for index, fields in enumerate(read) if index > at)
         rest = ((reader.line_num, _stripped(fields)) for fields in reader)
@@ -97,8 +99,9 @@ def _value(path: Path, line: int, row: dict[str, str], column: str) -> float | N
 def _required(path: Path, line: int, row: dict[str, str], column: str) -> float:
     value = _value(path, line, row, column)
     if value is None:
-        raise InvalidArgument(f"{path}: row {line}: {column}={row.get(column, '')!r} is not reported; this stream "
-                              "needs every timestamp")
+        raise InvalidArgument(
+            f"{path}: row {line}: {column}={row.get(column, '')!r} is not reported; this stream needs every timestamp"
+        )
     return value
 
 
@@ -132,8 +135,10 @@ def unemployment(path: Path, *, length: int = 478) -> FloatArray:
         if date in names and value in names:
             rows = table_rows(path, (date, value))
             return _first(path, [[_required(path, line, row, value)] for line, row in rows], length)
-    raise InvalidArgument(f"{path}: not FRED's CSV of {SERIES} (observation_date or DATE, {SERIES}), BLS's "
-                          "ln.data flat file (series_id year period value), nor a CSV with date,value")
+    raise InvalidArgument(
+        f"{path}: not FRED's CSV of {SERIES} (observation_date or DATE, {SERIES}), BLS's "
+        "ln.data flat file (series_id year period value), nor a CSV with date,value"
+    )
 
 
 def _bls_flat(path: Path, length: int) -> FloatArray:
@@ -152,6 +157,7 @@ def _bls_flat(path: Path, length: int) -> FloatArray:
 
 # -- CDC FluView: ILINet ---------------------------------------------------------------------------
 
+
 def flu_outpatient(path: Path, *, length: int = 1250) -> FloatArray:
     """Weekly patient visits for influenza-like illness (ILITOTAL) of the national ILINet export."""
     rows = list(table_rows(path, ("ILITOTAL",)))
@@ -165,8 +171,14 @@ def state_flu(path: Path, *, length: int = 492) -> FloatArray:
     reported ("X": Florida reports none) is left out. Weeks are (YEAR, WEEK), in file order."""
     weeks: dict[tuple[str, str], int] = {}
     regions: dict[str, int] = {}
-    cells = [(weeks.setdefault((row["YEAR"], row["WEEK"]), len(weeks)), regions.setdefault(row["REGION"], len(regions)),
-              _value(path, line, row, "ILITOTAL")) for line, row in table_rows(path, ("REGION", "YEAR", "WEEK", "ILITOTAL"))]
+    cells = [
+        (
+            weeks.setdefault((row["YEAR"], row["WEEK"]), len(weeks)),
+            regions.setdefault(row["REGION"], len(regions)),
+            _value(path, line, row, "ILITOTAL"),
+        )
+        for line, row in table_rows(path, ("REGION", "YEAR", "WEEK", "ILITOTAL"))
+    ]
     table = np.full((len(weeks), len(regions)), np.nan)  # NaN: not reported (number() reads no NaN)
     for week, region, value in cells:
         table[week, region] = np.nan if value is None else value
@@ -177,6 +189,7 @@ def state_flu(path: Path, *, length: int = 492) -> FloatArray:
 
 
 # -- CDC FluView: pneumonia and influenza mortality ---------------------------------------------------
+
 
 def flu_death(path: Path, *, length: int = 374) -> FloatArray:
     """Weekly pneumonia and influenza deaths: NUM INFLUENZA DEATHS + NUM PNEUMONIA DEATHS of the

@@ -62,8 +62,10 @@ def _experiments(settings: set[tuple[float, int]]) -> list[tuple[str, str, list[
         by_epsilon[epsilon].add(w)
     w0 = max(by_w, key=lambda w: (len(by_w[w]), w))
     e0 = max(by_epsilon, key=lambda e: (len(by_epsilon[e]), e))
-    both = [("ε", f"vary ε at w = {w0}", [(e, w0) for e in sorted(by_w[w0])]),
-            ("w", f"vary w at ε = {e0:g}", [(e0, w) for w in sorted(by_epsilon[e0])])]
+    both = [
+        ("ε", f"vary ε at w = {w0}", [(e, w0) for e in sorted(by_w[w0])]),
+        ("w", f"vary w at ε = {e0:g}", [(e0, w) for w in sorted(by_epsilon[e0])]),
+    ]
     varied = [experiment for experiment in both if len(experiment[2]) > 1]
     chosen = varied or both[:1]
     return [(axis, f"({'ab'[k]}) {title}", rows) for k, (axis, title, rows) in enumerate(chosen)]
@@ -106,8 +108,13 @@ def delta_mae_figure(deltas: dict[tuple[str, float, int], dict[str, float]], str
     amplitudes = sorted(by_amplitude)
     mechanisms = sorted({m for (name, _, _), values in deltas.items() if name in names for m in values})
     experiments = _experiments(settings)
-    grids = {(m, k): np.array([[deltas.get((by_amplitude[a], e, w), {}).get(m, np.nan) for a in amplitudes]
-                                for (e, w) in rows]) for m in mechanisms for k, (_, _, rows) in enumerate(experiments)}
+    grids = {
+        (m, k): np.array(
+            [[deltas.get((by_amplitude[a], e, w), {}).get(m, np.nan) for a in amplitudes] for (e, w) in rows]
+        )
+        for m in mechanisms
+        for k, (_, _, rows) in enumerate(experiments)
+    }
     finite = [v for grid in grids.values() for v in grid.ravel() if np.isfinite(v)]
     top = delta_scale(max(finite, default=1.0))
     norm = LogNorm(vmin=1.0, vmax=top)
@@ -140,24 +147,37 @@ def delta_mae_figure(deltas: dict[tuple[str, float, int], dict[str, float]], str
                 if np.isfinite(value):
                     red, green, blue, _ = cmap(norm(min(value, top)))
                     dark = 0.299 * red + 0.587 * green + 0.114 * blue < 0.5
-                    ax.text(j, i, _cell_text(value), ha="center", va="center", fontsize=7,
-                            color="white" if dark else "black", fontweight="bold" if value == 1.0 else "normal")
-        for ax in list(axes.flat)[len(mechanisms):]:
+                    ax.text(
+                        j,
+                        i,
+                        _cell_text(value),
+                        ha="center",
+                        va="center",
+                        fontsize=7,
+                        color="white" if dark else "black",
+                        fontweight="bold" if value == 1.0 else "normal",
+                    )
+        for ax in list(axes.flat)[len(mechanisms) :]:
             ax.axis("off")
     bar = parts[-1].add_axes((0.2, 0.62, 0.6, 0.16))
     colorbar = parts[-1].colorbar(image, cax=bar, orientation="horizontal")
     ticks = [t for t in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if t <= top]
     colorbar.set_ticks(ticks, labels=[f"{t:g}" for t in ticks], fontsize=7)
     colorbar.minorticks_off()
-    colorbar.set_label("δ_MAE: the mechanism's MAE / the smallest MAE of any mechanism on that stream and setting"
-                       " (1 = best, bold)", fontsize=8)
-    figure.suptitle(f"MAE deterioration on the artificial streams of period s = {season}"
-                    " (cf. Schäler et al. 2022, Figure 2)", fontsize=11)
+    colorbar.set_label(
+        "δ_MAE: the mechanism's MAE / the smallest MAE of any mechanism on that stream and setting (1 = best, bold)",
+        fontsize=8,
+    )
+    figure.suptitle(
+        f"MAE deterioration on the artificial streams of period s = {season} (cf. Schäler et al. 2022, Figure 2)",
+        fontsize=11,
+    )
     return figure
 
 
-def heat_map(deltas: dict[tuple[str, float, int], dict[str, float]], streams: dict[str, StreamSpec],
-             path: Path) -> list[Path]:
+def heat_map(
+    deltas: dict[tuple[str, float, int], dict[str, float]], streams: dict[str, StreamSpec], path: Path
+) -> list[Path]:
     """The δ_MAE figure (:func:`delta_mae_figure`) as PNG and PDF; nothing without artificial streams."""
     figure = delta_mae_figure(deltas, streams)
     return [] if figure is None else _save(figure, path)
@@ -184,8 +204,11 @@ def error_curves(summaries: Sequence[CellSummary], path: Path, *, vary: str) -> 
     figure, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False, constrained_layout=True)
     for ax, stream in zip(axes.flat, streams):
         for mechanism in mechanisms:
-            points = sorted(((s.cell.epsilon if vary == "epsilon" else s.cell.w), s.mae_mean)
-                            for s in chosen if s.cell.stream == stream and s.cell.mechanism == mechanism)
+            points = sorted(
+                ((s.cell.epsilon if vary == "epsilon" else s.cell.w), s.mae_mean)
+                for s in chosen
+                if s.cell.stream == stream and s.cell.mechanism == mechanism
+            )
             if points:
                 xs, ys = zip(*points)
                 ax.plot(xs, ys, marker="o", markersize=3, label=mechanism)
@@ -194,18 +217,21 @@ def error_curves(summaries: Sequence[CellSummary], path: Path, *, vary: str) -> 
         ax.set_title(stream, fontsize=9)
         ax.set_xlabel("ε" if vary == "epsilon" else "w", fontsize=8)
         ax.tick_params(which="both", labelsize=7)
-    for ax in list(axes.flat)[len(streams):]:
+    for ax in list(axes.flat)[len(streams) :]:
         ax.axis("off")
     axes.flat[0].set_ylabel("mean MAE (log)", fontsize=8)
     handles, labels = axes.flat[0].get_legend_handles_labels()
     figure.legend(handles, labels, loc="outside lower center", ncols=min(6, len(labels)), fontsize=8)
     fixed_text = f"w = {int(fixed_value)}" if vary == "epsilon" else f"ε = {fixed_value:g}"
-    figure.suptitle(f"Mean MAE vs {'ε' if vary == 'epsilon' else 'w'} at {fixed_text} (cf. Schäler et al. 2022, Figure 3)")
+    figure.suptitle(
+        f"Mean MAE vs {'ε' if vary == 'epsilon' else 'w'} at {fixed_text} (cf. Schäler et al. 2022, Figure 3)"
+    )
     return _save(figure, path)
 
 
-def releases_figure(truth: dict[str, FloatArray], released: dict[str, dict[str, FloatArray]], setting: tuple[float, int],
-                    path: Path) -> list[Path]:
+def releases_figure(
+    truth: dict[str, FloatArray], released: dict[str, dict[str, FloatArray]], setting: tuple[float, int], path: Path
+) -> list[Path]:
     """True stream (first dimension) vs one run of each mechanism's releases, one panel per stream."""
     if not truth:
         return []
@@ -219,20 +245,30 @@ def releases_figure(truth: dict[str, FloatArray], released: dict[str, dict[str, 
         ax.tick_params(which="both", labelsize=7)
         ax.legend(fontsize=7, loc="upper right")
     axes[-1, 0].set_xlabel("timestamp")
-    figure.suptitle(f"True vs released stream, run 1, ε = {setting[0]:g}, w = {setting[1]} (cf. Schäler et al. 2022, Figure 4)")
+    figure.suptitle(
+        f"True vs released stream, run 1, ε = {setting[0]:g}, w = {setting[1]} (cf. Schäler et al. 2022, Figure 4)"
+    )
     return _save(figure, path)
 
 
-def study_curves(points: Sequence[tuple[str, str, float, str, float]], path: Path, *, ylabel: str, title: str,
-                 log: bool = True, xlog: bool = False) -> list[Path]:
+def study_curves(
+    points: Sequence[tuple[str, str, float, str, float]],
+    path: Path,
+    *,
+    ylabel: str,
+    title: str,
+    log: bool = True,
+    xlog: bool = False,
+) -> list[Path]:
     """Small multiples of (row, column, x, series, y): one panel per (row, column), one line per series."""
     if not points:
         return []
     plt = _pyplot()
     rows = list(dict.fromkeys(p[0] for p in points))
     cols = list(dict.fromkeys(p[1] for p in points))
-    figure, axes = plt.subplots(len(rows), len(cols), figsize=(3.2 * len(cols), 2.5 * len(rows)), squeeze=False,
-                                constrained_layout=True)
+    figure, axes = plt.subplots(
+        len(rows), len(cols), figsize=(3.2 * len(cols), 2.5 * len(rows)), squeeze=False, constrained_layout=True
+    )
     series = list(dict.fromkeys(p[3] for p in points))
     styles = {name: (f"C{k % 10}", "os^vD"[k // 10 % 5]) for k, name in enumerate(series)}
     for (i, row), (j, col) in ((a, b) for a in enumerate(rows) for b in enumerate(cols)):
@@ -255,6 +291,8 @@ def study_curves(points: Sequence[tuple[str, str, float, str, float]], path: Pat
     for ax in axes.flat:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             legend.setdefault(label, handle)
-    figure.legend(list(legend.values()), list(legend), loc="outside lower center", ncols=min(6, len(legend)), fontsize=8)
+    figure.legend(
+        list(legend.values()), list(legend), loc="outside lower center", ncols=min(6, len(legend)), fontsize=8
+    )
     figure.suptitle(title)
     return _save(figure, path)

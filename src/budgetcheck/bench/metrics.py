@@ -24,7 +24,9 @@ def errors(truth: FloatArray, releases: FloatArray, mre_bound: float) -> tuple[F
     """(MAE, MRE) per run: ``truth`` (T, d), ``releases`` (runs, T, d)."""
     truth = np.asarray(truth, dtype=np.float64)
     if releases.ndim != 3 or releases.shape[1:] != truth.shape:
-        raise InvalidArgument(f"releases must have shape (runs, {truth.shape[0]}, {truth.shape[1]}), got {releases.shape}")
+        raise InvalidArgument(
+            f"releases must have shape (runs, {truth.shape[0]}, {truth.shape[1]}), got {releases.shape}"
+        )
     gamma = mre_bound * truth.sum(axis=0)
     denominator = np.maximum(truth, gamma)
     # A dimension that is 0 everywhere has γ_d = 0: its relative error is undefined; such a

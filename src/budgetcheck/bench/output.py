@@ -7,15 +7,25 @@ from pathlib import Path
 
 import attrs
 
-from budgetcheck.ledger.errors import InvalidArgument
 from budgetcheck.bench import figures
 from budgetcheck.bench.config import ArtificialStream, Cell
 from budgetcheck.bench.report import (
-    BASELINES, CellSummary, findings, deteriorations, mae_table, rebuild, stored_benchmark, summarize, supremacy_table,
-    uniform_checks, uniform_table, write_summary_csv,
+    BASELINES,
+    CellSummary,
+    deteriorations,
+    findings,
+    mae_table,
+    rebuild,
+    stored_benchmark,
+    summarize,
+    supremacy_table,
+    uniform_checks,
+    uniform_table,
+    write_summary_csv,
 )
 from budgetcheck.bench.runner import run_releases, stream_data
 from budgetcheck.bench.store import ResultStore
+from budgetcheck.ledger.errors import InvalidArgument
 
 
 @attrs.frozen
@@ -38,9 +48,15 @@ def text_report(results: str | Path) -> tuple[str, bool]:
     if not summaries:
         raise InvalidArgument(f"results file {str(path)!r} holds no cells")
     checks = uniform_checks(summaries, streams)
-    text = "\n\n".join(["Mean MAE (* best of the row)", mae_table(summaries),
-                        "Baseline supremacy (is Uniform or Sample within 10% of the best?)", supremacy_table(findings(summaries)),
-                        uniform_table(checks)])
+    text = "\n\n".join(
+        [
+            "Mean MAE (* best of the row)",
+            mae_table(summaries),
+            "Baseline supremacy (is Uniform or Sample within 10% of the best?)",
+            supremacy_table(findings(summaries)),
+            uniform_table(checks),
+        ]
+    )
     return text, all(c.ok for c in checks)
 
 

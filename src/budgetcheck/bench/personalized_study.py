@@ -20,18 +20,18 @@ renormalised (a distribution; all-zero → uniform), with 0 log 0 = 0 and natura
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from itertools import product
+from pathlib import Path
 
 import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck.ledger.errors import InvalidArgument
-from budgetcheck.mechanism.execute import execute_personalized
-from budgetcheck.ledger.requirements import RequirementSet
-from budgetcheck.mechanism.loading import load_mechanism
 from budgetcheck.bench.config import stable_seed
+from budgetcheck.ledger.errors import InvalidArgument
+from budgetcheck.ledger.requirements import RequirementSet
+from budgetcheck.mechanism.execute import execute_personalized
+from budgetcheck.mechanism.loading import load_mechanism
 
 FloatArray = NDArray[np.float64]
 DATASETS = ("TLNS", "Sin", "Log")
@@ -111,8 +111,13 @@ class PersonalizedPoint:
     requirements: RequirementSet
 
 
-def experiments(users: int, *, epsilons: Sequence[float] = (0.2, 0.4, 0.6, 0.8, 1.0), ws: Sequence[int] = (40, 80, 120, 160, 200),
-                ratios: Sequence[float] = (0.1, 0.3, 0.5, 0.7, 0.9)) -> list[PersonalizedPoint]:
+def experiments(
+    users: int,
+    *,
+    epsilons: Sequence[float] = (0.2, 0.4, 0.6, 0.8, 1.0),
+    ws: Sequence[int] = (40, 80, 120, 160, 200),
+    ratios: Sequence[float] = (0.1, 0.3, 0.5, 0.7, 0.9),
+) -> list[PersonalizedPoint]:
     """The four experiments of Table 3 and §5.5 as requirement sets."""
     points = []
     for eps in epsilons:
@@ -138,9 +143,17 @@ class PersonalizedRow:
     ajsd: float
 
 
-def run_study(*, users: int = 10_000, length: int = 1000, runs: int = 10, seed: int = 0, datasets: Sequence[str] = DATASETS,
-              points: Sequence[PersonalizedPoint] | None = None, mechanisms: Sequence[str] = MECHANISMS,
-              progress: Callable[[str], None] | None = None) -> list[PersonalizedRow]:
+def run_study(
+    *,
+    users: int = 10_000,
+    length: int = 1000,
+    runs: int = 10,
+    seed: int = 0,
+    datasets: Sequence[str] = DATASETS,
+    points: Sequence[PersonalizedPoint] | None = None,
+    mechanisms: Sequence[str] = MECHANISMS,
+    progress: Callable[[str], None] | None = None,
+) -> list[PersonalizedRow]:
     """Mean AMRE and AJSD over ``runs`` of every mechanism at every point of every dataset."""
     rows = []
     for dataset in datasets:
@@ -149,11 +162,24 @@ def run_study(*, users: int = 10_000, length: int = 1000, runs: int = 10, seed: 
         truth = np.stack([(bins == 0).sum(axis=1), (bins == 1).sum(axis=1)], axis=1).astype(np.float64)
         for point in points if points is not None else experiments(users):
             for name in mechanisms:
-                execution = execute_personalized(load_mechanism(name), point.requirements, bins, dimensions=2, runs=runs,
-                                                 seed=stable_seed(seed, dataset, point.experiment, point.x, name))
-                rows.append(PersonalizedRow(dataset, point.experiment, point.x, name,
-                                            float(amre(truth, execution.releases, users).mean()),
-                                            float(ajsd(truth, execution.releases, users).mean())))
+                execution = execute_personalized(
+                    load_mechanism(name),
+                    point.requirements,
+                    bins,
+                    dimensions=2,
+                    runs=runs,
+                    seed=stable_seed(seed, dataset, point.experiment, point.x, name),
+                )
+                rows.append(
+                    PersonalizedRow(
+                        dataset,
+                        point.experiment,
+                        point.x,
+                        name,
+                        float(amre(truth, execution.releases, users).mean()),
+                        float(ajsd(truth, execution.releases, users).mean()),
+                    )
+                )
                 if progress is not None:
                     progress(f"{dataset} {point.experiment} x={point.x:g} {name}: AMRE {rows[-1].amre:.3g}")
     return rows
@@ -162,13 +188,19 @@ def run_study(*, users: int = 10_000, length: int = 1000, runs: int = 10, seed: 
 def study_table(rows: Sequence[PersonalizedRow]) -> str:
     """AMRE (and AJSD) per dataset, experiment and x, one column per mechanism; best AMRE marked *."""
     names = list(dict.fromkeys(r.mechanism for r in rows))
-    lines = [f"{'dataset':<8}{'experiment':<15}{'x':>6}  " + "".join(f"{n:>13}" for n in names) + "   (AMRE; AJSD of the best)"]
+    lines = [
+        f"{'dataset':<8}{'experiment':<15}{'x':>6}  "
+        + "".join(f"{n:>13}" for n in names)
+        + "   (AMRE; AJSD of the best)"
+    ]
     keys = list(dict.fromkeys((r.dataset, r.experiment, r.x) for r in rows))
     for key in keys:
         chosen = {r.mechanism: r for r in rows if (r.dataset, r.experiment, r.x) == key}
         best = min(chosen.values(), key=lambda r: r.amre)
-        cells = "".join(f"{f'{chosen[n].amre:.3e}' + ('*' if chosen[n] is best else ' '):>13}" if n in chosen else f"{'-':>13}"
-                        for n in names)
+        cells = "".join(
+            f"{f'{chosen[n].amre:.3e}' + ('*' if chosen[n] is best else ' '):>13}" if n in chosen else f"{'-':>13}"
+            for n in names
+        )
         lines.append(f"{key[0]:<8}{key[1]:<15}{key[2]:>6g}  {cells}   {best.ajsd:.3e}")
     return "\n".join(lines)
 
@@ -176,13 +208,20 @@ def study_table(rows: Sequence[PersonalizedRow]) -> str:
 def write_study(rows: Sequence[PersonalizedRow], out: str | Path) -> list[Path]:
     """personalized.csv, personalized.txt and the AMRE and AJSD figures (PNG, PDF) into ``out``."""
     from budgetcheck.bench.figures import study_curves
-
     from budgetcheck.bench.store import write_study_tables
 
     target = Path(out)
     files = write_study_tables(rows, study_table(rows), target, "personalized")
-    files += study_curves([(r.dataset, r.experiment, r.x, r.mechanism, r.amre) for r in rows], target / "personalized_amre",
-                          ylabel="AMRE (log)", title="Personalized w-event: AMRE (Du et al. 2025, Eq. 15; cf. Figures 10-13)")
-    files += study_curves([(r.dataset, r.experiment, r.x, r.mechanism, r.ajsd) for r in rows], target / "personalized_ajsd",
-                          ylabel="AJSD (log)", title="Personalized w-event: AJSD (Du et al. 2025, Eq. 16; cf. Figures 16-17)")
+    files += study_curves(
+        [(r.dataset, r.experiment, r.x, r.mechanism, r.amre) for r in rows],
+        target / "personalized_amre",
+        ylabel="AMRE (log)",
+        title="Personalized w-event: AMRE (Du et al. 2025, Eq. 15; cf. Figures 10-13)",
+    )
+    files += study_curves(
+        [(r.dataset, r.experiment, r.x, r.mechanism, r.ajsd) for r in rows],
+        target / "personalized_ajsd",
+        ylabel="AJSD (log)",
+        title="Personalized w-event: AJSD (Du et al. 2025, Eq. 16; cf. Figures 16-17)",
+    )
     return files

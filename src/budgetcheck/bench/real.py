@@ -37,8 +37,8 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck.ledger.errors import DataUnavailable, InvalidArgument
 from budgetcheck.bench import aggregate, exports
+from budgetcheck.ledger.errors import DataUnavailable, InvalidArgument
 
 FloatArray = NDArray[np.float64]
 
@@ -56,17 +56,45 @@ class PackagedStream:
 
 
 PACKAGED: dict[str, PackagedStream] = {
-    "unemployment": PackagedStream("ggplot2", "economics", ("unemploy",), 1.0, "US unemployed persons (thousands), monthly"),
+    "unemployment": PackagedStream(
+        "ggplot2", "economics", ("unemploy",), 1.0, "US unemployed persons (thousands), monthly"
+    ),
     "lung-deaths": PackagedStream("datasets", "ldeaths", ("value",), 1.0, "UK deaths from lung diseases, monthly"),
     "measles": PackagedStream("DAAG", "measles", ("value",), 1.0, "London measles deaths, yearly", drop_missing=True),
-    "electricity": PackagedStream("forecast", "taylor", ("x",), 1.0, "England and Wales electricity demand (MW), half-hourly"),
-    "elecdemand": PackagedStream("fpp2", "elecdemand", ("Demand",), 1000.0, "Victoria electricity demand (MW), half-hourly"),
+    "electricity": PackagedStream(
+        "forecast", "taylor", ("x",), 1.0, "England and Wales electricity demand (MW), half-hourly"
+    ),
+    "elecdemand": PackagedStream(
+        "fpp2", "elecdemand", ("Demand",), 1000.0, "Victoria electricity demand (MW), half-hourly"
+    ),
     "visitor-nights": PackagedStream(
-        "fpp2", "visnights",
-        ("NSWMetro", "NSWNthCo", "NSWSthCo", "NSWSthIn", "NSWNthIn", "QLDMetro", "QLDCntrl", "QLDNthCo", "SAUMetro",
-         "SAUCoast", "SAUInner", "VICMetro", "VICWstCo", "VICEstCo", "VICInner", "WAUMetro", "WAUCoast", "WAUInner",
-         "OTHMetro", "OTHNoMet"),
-        1000.0, "Australian visitor nights (thousands) in 20 regions, quarterly"),
+        "fpp2",
+        "visnights",
+        (
+            "NSWMetro",
+            "NSWNthCo",
+            "NSWSthCo",
+            "NSWSthIn",
+            "NSWNthIn",
+            "QLDMetro",
+            "QLDCntrl",
+            "QLDNthCo",
+            "SAUMetro",
+            "SAUCoast",
+            "SAUInner",
+            "VICMetro",
+            "VICWstCo",
+            "VICEstCo",
+            "VICInner",
+            "WAUMetro",
+            "WAUCoast",
+            "WAUInner",
+            "OTHMetro",
+            "OTHNoMet",
+        ),
+        1000.0,
+        "Australian visitor nights (thousands) in 20 regions, quarterly",
+    ),
 }
 
 
@@ -102,6 +130,7 @@ def load_packaged(name: str) -> FloatArray:
 
 # -- the paper's eight streams, from the files a user downloads ----------------------------------
 
+
 @attrs.frozen
 class PaperStream:
     """Where to get one of the benchmark paper's real streams and how it is preprocessed."""
@@ -116,51 +145,68 @@ PAPER_STREAMS: dict[str, PaperStream] = {
     "unemployment-bls": PaperStream(
         "US Bureau of Labor Statistics series LNU03000000 (unemployed persons, thousands, not seasonally "
         "adjusted): FRED's CSV download (fred.stlouisfed.org/series/LNU03000000), or BLS's flat file "
-        "download.bls.gov/pub/time.series/ln/ln.data.1.AllData", (478, 1),
+        "download.bls.gov/pub/time.series/ln/ln.data.1.AllData",
+        (478, 1),
         "the monthly values in date order (BLS: periods M01-M12 of the series; M13 is the annual average), "
-        "the first 478 months (1948-01 to 1987-10); max(0, round(·))", exports.unemployment),
+        "the first 478 months (1948-01 to 1987-10); max(0, round(·))",
+        exports.unemployment,
+    ),
     "flu-outpatient": PaperStream(
         "CDC FluView Interactive, ILINet, national (gis.cdc.gov/grasp/fluview/fluportaldashboard.html: "
-        "ILINet.csv as downloaded, title line included)", (1250, 1),
+        "ILINet.csv as downloaded, title line included)",
+        (1250, 1),
         "column ILITOTAL (weekly patient visits for influenza-like illness) in file order, the first 1,250 "
-        "weeks; max(0, round(·))", exports.flu_outpatient),
+        "weeks; max(0, round(·))",
+        exports.flu_outpatient,
+    ),
     "flu-death": PaperStream(
         "CDC FluView Interactive, pneumonia and influenza mortality, national, all ages "
-        "(gis.cdc.gov/grasp/fluview/mortality.html), or a CSV with a 'deaths' column", (374, 1),
+        "(gis.cdc.gov/grasp/fluview/mortality.html), or a CSV with a 'deaths' column",
+        (374, 1),
         "NUM INFLUENZA DEATHS + NUM PNEUMONIA DEATHS per week (thousands separators read), in file order, the "
-        "first 374 weeks; max(0, round(·))", exports.flu_death),
+        "first 374 weeks; max(0, round(·))",
+        exports.flu_death,
+    ),
     "state-flu": PaperStream(
-        "CDC FluView Interactive, ILINet, all states (ILINet.csv as downloaded, title line included)", (492, 51),
+        "CDC FluView Interactive, ILINet, all states (ILINet.csv as downloaded, title line included)",
+        (492, 51),
         "column ILITOTAL, one dimension per REGION in order of first appearance; a region with a week not "
         "reported ('X', as for Florida throughout) is left out, so the file decides d (the paper has 51); "
-        "weeks (YEAR, WEEK) in file order, the first 492; max(0, round(·))", exports.state_flu),
+        "weeks (YEAR, WEEK) in file order, the first 492; max(0, round(·))",
+        exports.state_flu,
+    ),
     "worldcup": PaperStream(
         "1998 World Cup web site access logs, ita.ee.lbl.gov/html/contrib/WorldCup.html (the folder of "
-        "wc_day*_*.gz binary logs)", (1320, 1289),
+        "wc_day*_*.gz binary logs)",
+        (1320, 1289),
         "20-byte big-endian records; requests per hour from the first log hour, per objectID (URL); the "
         "1,289 URLs with the most requests in the first 1,320 hours (ties: smaller id); max(0, round(·)). "
         "The paper's Table 6 gives 1,298 dimensions; its harness files have 1,289",
-        aggregate.worldcup),
+        aggregate.worldcup,
+    ),
     "taxi-porto": PaperStream(
         "ECML/PKDD 2015 taxi trajectory challenge, Porto (train.csv, columns TIMESTAMP, MISSING_DATA, POLYLINE)",
         (672, 1289),
         "trip start = first POLYLINE point; trips with MISSING_DATA, an empty POLYLINE or a start outside "
         "lon [-8.73, -8.5] × lat [41.08, 41.24] dropped; that box cut into 75 × 50 = 3,750 cells; trip "
         "starts per hour from the first trip's hour; the 1,289 busiest cells over the first 672 hours",
-        aggregate.taxi_porto),
+        aggregate.taxi_porto,
+    ),
     "tdrive": PaperStream(
         "Microsoft T-Drive taxi trajectories (the folder of per-taxi .txt files: id,YYYY-MM-DD HH:MM:SS,lon,lat)",
         (672, 100),
         "lon [116.25, 116.55] × lat [39.8, 40.05] cut into 10 × 10 cells; a visit = a taxi with a GPS point in "
         "a cell during an hour (counted once); the first 168 hours (one week) from the first record's hour, "
         "tiled four times to 672; all 100 cells, row-major",
-        aggregate.tdrive),
+        aggregate.tdrive,
+    ),
     "retail": PaperStream(
         "UCI Online Retail (Online Retail.xlsx, or the sheet saved as CSV; columns StockCode, Quantity, InvoiceDate)",
         (374, 1289),
         "units sold per day (Σ Quantity, returns negative) per StockCode (upper-cased), days from the first "
         "invoice's day; the 1,289 products with the most units over 374 days; max(0, round(·))",
-        aggregate.retail),
+        aggregate.retail,
+    ),
 }
 
 
@@ -168,7 +214,9 @@ def load_paper_stream(name: str, path: str | Path) -> FloatArray:
     """One of the paper's streams from the user's downloaded file (or folder, for the WorldCup logs
     and the T-Drive taxis), preprocessed as documented in ``PAPER_STREAMS``."""
     if name not in PAPER_STREAMS:
-        raise InvalidArgument(f"stream={name!r} is not one of the paper's streams; known: {', '.join(sorted(PAPER_STREAMS))}")
+        raise InvalidArgument(
+            f"stream={name!r} is not one of the paper's streams; known: {', '.join(sorted(PAPER_STREAMS))}"
+        )
     spec = PAPER_STREAMS[name]
     file = Path(path)
     if not file.exists():

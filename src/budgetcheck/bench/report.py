@@ -80,8 +80,16 @@ def summarize(store: ResultStore) -> list[CellSummary]:
     for cell in sorted(per_cell):
         values = np.array(per_cell[cell])
         mae, mre = values[:, 0].astype(np.float64), values[:, 1].astype(np.float64)
-        out.append(CellSummary(cell, len(values), float(mae.mean()), float(np.quantile(mae, 0.95)),
-                               float(mre.mean()), float(np.quantile(mre, 0.95))))
+        out.append(
+            CellSummary(
+                cell,
+                len(values),
+                float(mae.mean()),
+                float(np.quantile(mae, 0.95)),
+                float(mre.mean()),
+                float(np.quantile(mre, 0.95)),
+            )
+        )
     return out
 
 
@@ -111,8 +119,17 @@ def findings(summaries: Sequence[CellSummary]) -> list[Finding]:
         best = min(by_mechanism.values(), key=lambda s: s.mae_mean)
         baselines = [by_mechanism[b] for b in BASELINES if b in by_mechanism]
         baseline = min(baselines, key=lambda s: s.mae_mean) if baselines else None
-        out.append(Finding(stream, epsilon, w, best.cell.mechanism, best.mae_mean,
-                           baseline.cell.mechanism if baseline else None, baseline.mae_mean if baseline else math.nan))
+        out.append(
+            Finding(
+                stream,
+                epsilon,
+                w,
+                best.cell.mechanism,
+                best.mae_mean,
+                baseline.cell.mechanism if baseline else None,
+                baseline.mae_mean if baseline else math.nan,
+            )
+        )
     return out
 
 
@@ -138,7 +155,7 @@ def stored_benchmark(store: ResultStore) -> tuple[dict[str, StreamSpec], int, in
         if key.startswith("stream:"):
             spec = json.loads(value)
             kind = spec.pop("kind")
-            streams[key[len("stream:"):]] = ArtificialStream(**spec) if kind == "artificial" else RealStream(**spec)
+            streams[key[len("stream:") :]] = ArtificialStream(**spec) if kind == "artificial" else RealStream(**spec)
     return streams, int(meta.get("runs", "1")), int(meta.get("seed", "0")), float(meta.get("mre_bound", "0.001"))
 
 
@@ -146,10 +163,13 @@ def rebuild(store: ResultStore, mechanisms: Iterable[str]) -> Benchmark:
     """A benchmark that re-runs stored cells exactly (same streams, runs, seed and γ)."""
     streams, runs, seed, bound = stored_benchmark(store)
     settings = {(c.epsilon, c.w) for c in store.done()}
-    return Benchmark(tuple(mechanisms), tuple(streams.values()), [Setting(e, w) for e, w in settings], runs, bound, seed)
+    return Benchmark(
+        tuple(mechanisms), tuple(streams.values()), [Setting(e, w) for e, w in settings], runs, bound, seed
+    )
 
 
 # -- text ------------------------------------------------------------------------------------------
+
 
 def mae_table(summaries: Sequence[CellSummary]) -> str:
     """Mean MAE per (stream, ε, w) and mechanism, the best of each row marked with *."""
@@ -173,11 +193,15 @@ def mae_table(summaries: Sequence[CellSummary]) -> str:
 
 def supremacy_table(found: Sequence[Finding]) -> str:
     """One line per (stream, ε, w): best mechanism, better baseline, ratio, holds?"""
-    lines = [f"{'stream':<16}{'eps':>5}{'w':>5}  {'best':<10}{'MAE':>10}  {'baseline':<9}{'MAE':>10}{'ratio':>7}  supremacy"]
+    lines = [
+        f"{'stream':<16}{'eps':>5}{'w':>5}  {'best':<10}{'MAE':>10}  {'baseline':<9}{'MAE':>10}{'ratio':>7}  supremacy"
+    ]
     for f in found:
         ratio = f.baseline_mae / f.best_mae if f.baseline else math.nan
-        lines.append(f"{f.stream:<16}{f.epsilon:>5g}{f.w:>5}  {f.best:<10}{_fmt(f.best_mae):>10}  {f.baseline or '-':<9}"
-                     f"{_fmt(f.baseline_mae):>10}{ratio:>7.2f}  {'yes' if f.supremacy else 'NO'}")
+        lines.append(
+            f"{f.stream:<16}{f.epsilon:>5g}{f.w:>5}  {f.best:<10}{_fmt(f.best_mae):>10}  {f.baseline or '-':<9}"
+            f"{_fmt(f.baseline_mae):>10}{ratio:>7.2f}  {'yes' if f.supremacy else 'NO'}"
+        )
     holds = sum(f.supremacy for f in found)
     lines.append(f"baseline within {SUPREMACY_MARGIN:.0%} of the best in {holds} of {len(found)} (stream, eps, w)")
     return "\n".join(lines)
@@ -185,9 +209,13 @@ def supremacy_table(found: Sequence[Finding]) -> str:
 
 def uniform_table(checks: Sequence[UniformCheck]) -> str:
     bad = [c for c in checks if not c.ok]
-    lines = [f"Uniform MAE vs w/eps on artificial streams: {len(checks) - len(bad)} of {len(checks)} within 5 standard errors"]
+    lines = [
+        f"Uniform MAE vs w/eps on artificial streams: {len(checks) - len(bad)} of {len(checks)} within 5 standard errors"
+    ]
     for check in bad:
-        lines.append(f"  OFF: {check.cell.key}: MAE {check.mae:.4g}, expected {check.expected:.4g} ± {check.tolerance:.3g}")
+        lines.append(
+            f"  OFF: {check.cell.key}: MAE {check.mae:.4g}, expected {check.expected:.4g} ± {check.tolerance:.3g}"
+        )
     return "\n".join(lines)
 
 
@@ -197,12 +225,16 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}" if abs(value) < 1000 else f"{value:.4g}"
 
 
-def write_summary_csv(summaries: Sequence[CellSummary], deltas: dict[tuple[str, float, int], dict[str, float]], path: Path) -> None:
+def write_summary_csv(
+    summaries: Sequence[CellSummary], deltas: dict[tuple[str, float, int], dict[str, float]], path: Path
+) -> None:
     """Per-cell statistics and δ_MAE as CSV."""
     with path.open("w") as handle:
         handle.write("mechanism,stream,epsilon,w,runs,mae_mean,mae_q95,mre_mean,mre_q95,delta_mae\n")
         for s in summaries:
             c = s.cell
             delta = deltas[(c.stream, c.epsilon, c.w)][c.mechanism]
-            handle.write(f"{c.mechanism},{c.stream},{c.epsilon!r},{c.w},{s.runs},{s.mae_mean!r},{s.mae_q95!r},"
-                         f"{s.mre_mean!r},{s.mre_q95!r},{delta!r}\n")
+            handle.write(
+                f"{c.mechanism},{c.stream},{c.epsilon!r},{c.w},{s.runs},{s.mae_mean!r},{s.mae_q95!r},"
+                f"{s.mre_mean!r},{s.mre_q95!r},{delta!r}\n"
+            )

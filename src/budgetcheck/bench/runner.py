@@ -20,15 +20,15 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck.ledger.errors import DataUnavailable, InvalidArgument
-from budgetcheck.mechanism.execute import execute
-from budgetcheck.mechanism.loading import load_mechanism
-from budgetcheck.stream.guarded import GuardedStream
 from budgetcheck.bench.config import Batch, Benchmark, Cell, StreamSpec
 from budgetcheck.bench.memory import keep_freed_memory
 from budgetcheck.bench.metrics import errors, truncate
 from budgetcheck.bench.store import CellResult, ResultStore
 from budgetcheck.bench.worker import start_worker
+from budgetcheck.ledger.errors import DataUnavailable, InvalidArgument
+from budgetcheck.mechanism.execute import execute
+from budgetcheck.mechanism.loading import load_mechanism
+from budgetcheck.stream.guarded import GuardedStream
 
 FloatArray = NDArray[np.float64]
 
@@ -54,9 +54,15 @@ def batch_releases(benchmark: Benchmark, batch: Batch) -> list[FloatArray]:
     data = [stream_data(spec, benchmark.seed) for spec in specs]
     stream = GuardedStream(data[0]) if len(data) == 1 else GuardedStream.stacked(data)
     epsilons = np.tile(np.repeat(batch.epsilons, benchmark.runs), len(data))
-    execution = execute(load_mechanism(batch.mechanism), stream, epsilon=epsilons, w=batch.w, runs=epsilons.size, seed=batch.seed)
+    execution = execute(
+        load_mechanism(batch.mechanism), stream, epsilon=epsilons, w=batch.w, runs=epsilons.size, seed=batch.seed
+    )
     blocks = execution.releases.reshape(len(data), len(batch.epsilons), benchmark.runs, *execution.releases.shape[1:])
-    return [truncate(block) if spec.truncated else block for spec, per_stream in zip(specs, blocks, strict=True) for block in per_stream]
+    return [
+        truncate(block) if spec.truncated else block
+        for spec, per_stream in zip(specs, blocks, strict=True)
+        for block in per_stream
+    ]
 
 
 def run_releases(benchmark: Benchmark, cell: Cell) -> FloatArray:
@@ -94,7 +100,6 @@ def check_data(benchmark: Benchmark) -> None:
         stream_data(stream, benchmark.seed)
 
 
-
 def run_benchmark(
     benchmark: Benchmark,
     results: str | Path,
@@ -127,13 +132,20 @@ def largest_first(benchmark: Benchmark, batches: list[Batch]) -> list[Batch]:
     """The batches by their number of run-timestamp-values, largest first (ties keep their order):
     workers that take the long passes first finish together instead of one waiting on the last
     long pass. The streams are in the process's cache (:func:`check_data`)."""
+
     def work(batch: Batch) -> int:
-        return len(batch.epsilons) * benchmark.runs * sum(stream_data(benchmark.stream(name), benchmark.seed).size for name in batch.streams)
+        return (
+            len(batch.epsilons)
+            * benchmark.runs
+            * sum(stream_data(benchmark.stream(name), benchmark.seed).size for name in batch.streams)
+        )
 
     return sorted(batches, key=work, reverse=True)
 
 
-def _execute(benchmark: Benchmark, batches: list[Batch], jobs: int, scheduler: str | None) -> Iterable[list[CellResult]]:
+def _execute(
+    benchmark: Benchmark, batches: list[Batch], jobs: int, scheduler: str | None
+) -> Iterable[list[CellResult]]:
     if not batches:
         return
     if scheduler is not None:
@@ -154,7 +166,8 @@ def _execute(benchmark: Benchmark, batches: list[Batch], jobs: int, scheduler: s
 
 def _on_dask(benchmark: Benchmark, batches: list[Batch], scheduler: str) -> Iterable[list[CellResult]]:
     try:
-        from distributed import Client, as_completed as dask_completed
+        from distributed import Client
+        from distributed import as_completed as dask_completed
     except ImportError as error:
         raise DataUnavailable("--executor dask needs dask.distributed: pip install 'budgetcheck[dask]'") from error
     try:
@@ -190,14 +203,20 @@ class _LineBar:
 
     def __init__(self, total: int, already: int) -> None:
         self._total, self._done, self._next, self._start = total, 0, 1, time.perf_counter()
-        print(f"cells: {total} to run" + (f" ({already} stored before)" if already else ""), file=sys.stderr, flush=True)
+        print(
+            f"cells: {total} to run" + (f" ({already} stored before)" if already else ""), file=sys.stderr, flush=True
+        )
 
     def update(self, n: int = 1) -> object:
         self._done += n
         if self._total and self._done * 10 >= self._next * self._total:
             self._next = self._done * 10 // self._total + 1
-            print(f"cells: {self._done}/{self._total} ({100 * self._done // self._total}%) after "
-                  f"{time.perf_counter() - self._start:.0f} s", file=sys.stderr, flush=True)
+            print(
+                f"cells: {self._done}/{self._total} ({100 * self._done // self._total}%) after "
+                f"{time.perf_counter() - self._start:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
         return None
 
     def close(self) -> None:
@@ -211,6 +230,11 @@ def _bar(total: int, already: int, progress: bool) -> _Bar:
         return _LineBar(total, already)
     from tqdm import tqdm
 
-    bar: _Bar = tqdm(total=total, unit="cell", file=sys.stderr, dynamic_ncols=True,
-                     desc=f"cells ({already} stored before)" if already else "cells")
+    bar: _Bar = tqdm(
+        total=total,
+        unit="cell",
+        file=sys.stderr,
+        dynamic_ncols=True,
+        desc=f"cells ({already} stored before)" if already else "cells",
+    )
     return bar

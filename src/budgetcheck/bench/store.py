@@ -17,12 +17,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import attrs
-from attrs import AttrsInstance
 import numpy as np
+from attrs import AttrsInstance
 from numpy.typing import NDArray
 
-from budgetcheck.ledger.errors import DataUnavailable, InvalidArgument
 from budgetcheck.bench.config import Cell
+from budgetcheck.ledger.errors import DataUnavailable, InvalidArgument
 
 FloatArray = NDArray[np.float64]
 
@@ -75,9 +75,13 @@ class ResultStore:
             self._db.executescript(_SCHEMA)
             stored = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
         except sqlite3.DatabaseError as error:
-            raise InvalidArgument(f"results file {str(self._path)!r} is not a budgetcheck results database: {error}") from error
+            raise InvalidArgument(
+                f"results file {str(self._path)!r} is not a budgetcheck results database: {error}"
+            ) from error
         if stored.get("schema", SCHEMA_VERSION) != SCHEMA_VERSION:
-            raise InvalidArgument(f"results file {str(self._path)!r} has schema version {stored['schema']!r}; this version reads {SCHEMA_VERSION!r}")
+            raise InvalidArgument(
+                f"results file {str(self._path)!r} has schema version {stored['schema']!r}; this version reads {SCHEMA_VERSION!r}"
+            )
         if identity is not None:
             self._adopt(stored, {"schema": SCHEMA_VERSION, **identity})
 
@@ -87,7 +91,8 @@ class ResultStore:
                 written = f"{key}={stored[key]}" if key in stored else f"no {key}"
                 raise InvalidArgument(
                     f"results file {str(self._path)!r} was written with {written} but this benchmark has "
-                    f"{key}={value}; use another results file (results of different grids are never mixed)")
+                    f"{key}={value}; use another results file (results of different grids are never mixed)"
+                )
         with self._db:
             self._db.executemany("INSERT OR IGNORE INTO meta VALUES (?, ?)", identity.items())
 
@@ -119,11 +124,17 @@ class ResultStore:
             with self._db:
                 for result in results:
                     c = result.cell
-                    self._db.execute("INSERT INTO cells VALUES (?, ?, ?, ?, ?, ?, ?)",
-                                     (c.mechanism, c.stream, c.epsilon, c.w, len(result.mae), result.seconds, int(result.truncated)))
-                    self._db.executemany("INSERT INTO results VALUES (?, ?, ?, ?, ?, ?, ?)",
-                                         [(c.mechanism, c.stream, c.epsilon, c.w, run, mae, mre)
-                                          for run, (mae, mre) in enumerate(zip(result.mae.tolist(), result.mre.tolist(), strict=True))])
+                    self._db.execute(
+                        "INSERT INTO cells VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (c.mechanism, c.stream, c.epsilon, c.w, len(result.mae), result.seconds, int(result.truncated)),
+                    )
+                    self._db.executemany(
+                        "INSERT INTO results VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        [
+                            (c.mechanism, c.stream, c.epsilon, c.w, run, mae, mre)
+                            for run, (mae, mre) in enumerate(zip(result.mae.tolist(), result.mre.tolist(), strict=True))
+                        ],
+                    )
         except sqlite3.IntegrityError as error:
             stored = self.done()
             again = next((r.cell for r in results if r.cell in stored), results[0].cell)
@@ -131,7 +142,9 @@ class ResultStore:
 
     def rows(self) -> Iterator[tuple[str, str, float, int, int, float, float]]:
         """Every result row (mechanism, stream, epsilon, w, run, mae, mre), ordered by cell and run."""
-        yield from self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM results ORDER BY mechanism, stream, epsilon, w, run")
+        yield from self._db.execute(
+            f"SELECT {', '.join(COLUMNS)} FROM results ORDER BY mechanism, stream, epsilon, w, run"
+        )
 
     def cell_seconds(self) -> dict[Cell, float]:
         rows = self._db.execute("SELECT mechanism, stream, epsilon, w, seconds FROM cells").fetchall()

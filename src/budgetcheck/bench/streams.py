@@ -23,8 +23,9 @@ PAPER_GROWTH = 1.5
 HARNESS_GROWTH = 1.3
 
 
-def seasonal_stream(length: int, season: int, amplitude: float, *, growth: float = PAPER_GROWTH,
-                    rng: np.random.Generator) -> NDArray[np.float64]:
+def seasonal_stream(
+    length: int, season: int, amplitude: float, *, growth: float = PAPER_GROWTH, rng: np.random.Generator
+) -> NDArray[np.float64]:
     """Q(D_1..D_p) of Algorithm 2, shape (p, 1); max = amplitude, min > 0."""
     length = check_positive_int(length, "length")
     season = check_positive_int(season, "season")
@@ -38,6 +39,6 @@ def seasonal_stream(length: int, season: int, amplitude: float, *, growth: float
         minimum = max(1.0, float(rng.normal(8.0, 2.0)))
         rising = minimum * growth ** np.arange(half + 1)
         values.extend(rising)
-        values.extend(rising[-2::-1][: half])
+        values.extend(rising[-2::-1][:half])
     stream = np.asarray(values[:length], dtype=np.float64)
     return np.asarray(stream / stream.max() * amplitude, dtype=np.float64).reshape(length, 1)

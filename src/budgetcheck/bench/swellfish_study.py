@@ -33,18 +33,28 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck.ledger.errors import InvalidArgument
-from budgetcheck.mechanism.execute import execute, execute_swellfish
-from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
-from budgetcheck.mechanism.loading import load_mechanism
 from budgetcheck.bench.config import PAPER_MRE_BOUND, stable_seed
-from budgetcheck.bench.worker import start_worker
 from budgetcheck.bench.metrics import errors
 from budgetcheck.bench.real import load_packaged
+from budgetcheck.bench.worker import start_worker
+from budgetcheck.ledger.errors import InvalidArgument
+from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
+from budgetcheck.mechanism.execute import execute, execute_swellfish
+from budgetcheck.mechanism.loading import load_mechanism
 
 FloatArray = NDArray[np.float64]
 W_EVENT = ("Uniform", "Sample", "BD", "BA", "RescueDP")
-SWELLFISH = ("TSUniform", "TSSample", "TSBD", "TSBA", "TINARUniform", "TINARSample", "UnicornIS", "UnicornPS", "Unicorn")
+SWELLFISH = (
+    "TSUniform",
+    "TSSample",
+    "TSBD",
+    "TSBA",
+    "TINARUniform",
+    "TINARSample",
+    "UnicornIS",
+    "UnicornPS",
+    "Unicorn",
+)
 TEAS_PAIRS = (("Uniform", "TSUniform"), ("Sample", "TSSample"), ("BD", "TSBD"), ("BA", "TSBA"))
 TINAR_PAIRS = (("Uniform", "TINARUniform"), ("Sample", "TINARSample"))
 EXTRINSIC = ("UnicornIS", "UnicornPS", "Unicorn", "TSBD", "TSBA", "RescueDP")
@@ -61,16 +71,23 @@ class Appliance:
 
 
 APPLIANCES = (
-    Appliance("washing machine", 2.0, 4, 0.5), Appliance("dryer", 3.0, 3, 0.3), Appliance("dishwasher", 1.8, 3, 0.7),
-    Appliance("oven", 2.4, 2, 0.6), Appliance("kettle", 2.2, 1, 3.0), Appliance("television", 0.15, 6, 1.0),
-    Appliance("vacuum cleaner", 1.4, 1, 0.3), Appliance("electric vehicle", 7.4, 8, 0.2),
+    Appliance("washing machine", 2.0, 4, 0.5),
+    Appliance("dryer", 3.0, 3, 0.3),
+    Appliance("dishwasher", 1.8, 3, 0.7),
+    Appliance("oven", 2.4, 2, 0.6),
+    Appliance("kettle", 2.2, 1, 3.0),
+    Appliance("television", 0.15, 6, 1.0),
+    Appliance("vacuum cleaner", 1.4, 1, 0.3),
+    Appliance("electric vehicle", 7.4, 8, 0.2),
 )
 DAY = 48  # half-hours
 # Relative start-time weights over a day: low at night, peaks at 7-9h and 18-21h.
 _PROFILE = np.array([0.2] * 12 + [1.0] * 6 + [0.5] * 18 + [1.5] * 8 + [0.6] * 4)
 
 
-def household_policies(length: int, rng: np.random.Generator, appliances: Sequence[Appliance] = APPLIANCES) -> list[StreamPolicy]:
+def household_policies(
+    length: int, rng: np.random.Generator, appliances: Sequence[Appliance] = APPLIANCES
+) -> list[StreamPolicy]:
     """One household's policies over ``length`` timestamps (see the module docstring)."""
     policies = []
     profile = _PROFILE / _PROFILE.sum()
@@ -125,25 +142,41 @@ def run_unit(params: StudyParams, zone: float, household: int) -> list[Swellfish
     in any process, and after a resume."""
     global_sensitivity = sum(a.power for a in APPLIANCES)
     truth = zone_stream(zone, params.length)
-    policies = PolicyCollection(household_policies(params.length, np.random.default_rng(stable_seed(params.seed, "household", household))))
+    policies = PolicyCollection(
+        household_policies(params.length, np.random.default_rng(stable_seed(params.seed, "household", household)))
+    )
     w = policies.max_interval
     rows = []
     for name in params.mechanisms:
         mechanism = load_mechanism(name)
         cell_seed = stable_seed(params.seed, "swellfish", zone, household, name)
         if name in W_EVENT:
-            scaled = execute(mechanism, truth / global_sensitivity, epsilon=params.epsilon, w=w, runs=params.runs, seed=cell_seed)
+            scaled = execute(
+                mechanism, truth / global_sensitivity, epsilon=params.epsilon, w=w, runs=params.runs, seed=cell_seed
+            )
             releases = scaled.releases * global_sensitivity
         else:
-            releases = execute_swellfish(mechanism, policies, truth, epsilon=params.epsilon, runs=params.runs, seed=cell_seed).releases
+            releases = execute_swellfish(
+                mechanism, policies, truth, epsilon=params.epsilon, runs=params.runs, seed=cell_seed
+            ).releases
         mae, mre = errors(truth, releases, PAPER_MRE_BOUND)
         rows.append(SwellfishRow(zone, household, name, float(mae.mean()), float(mre.mean())))
     return rows
 
 
-def run_study(*, zones: Sequence[float] = (500.0, 5000.0, 50000.0), households: int = 5, length: int = 2000, runs: int = 20,
-              epsilon: float = 1.0, seed: int = 0, mechanisms: Sequence[str] = W_EVENT + SWELLFISH,
-              progress: Callable[[str], None] | None = None, jobs: int = 1, progress_file: str | Path | None = None) -> list[SwellfishRow]:
+def run_study(
+    *,
+    zones: Sequence[float] = (500.0, 5000.0, 50000.0),
+    households: int = 5,
+    length: int = 2000,
+    runs: int = 20,
+    epsilon: float = 1.0,
+    seed: int = 0,
+    mechanisms: Sequence[str] = W_EVENT + SWELLFISH,
+    progress: Callable[[str], None] | None = None,
+    jobs: int = 1,
+    progress_file: str | Path | None = None,
+) -> list[SwellfishRow]:
     """Mean MAE and MRE over ``runs`` of every mechanism, zone and household.
 
     ``jobs`` > 1 runs the (zone, household) units in local processes. ``progress_file`` (JSON
@@ -152,7 +185,9 @@ def run_study(*, zones: Sequence[float] = (500.0, 5000.0, 50000.0), households: 
     params = StudyParams(tuple(float(z) for z in zones), households, length, runs, epsilon, seed, tuple(mechanisms))
     log = _ProgressFile(Path(progress_file), params) if progress_file is not None else None
     done = {(r.zone, r.household) for r in (log.rows if log is not None else [])}
-    units = [(zone, household) for zone in params.zones for household in range(households) if (zone, household) not in done]
+    units = [
+        (zone, household) for zone in params.zones for household in range(households) if (zone, household) not in done
+    ]
     rows = list(log.rows) if log is not None else []
 
     def finished(unit_rows: list[SwellfishRow]) -> None:
@@ -161,8 +196,11 @@ def run_study(*, zones: Sequence[float] = (500.0, 5000.0, 50000.0), households: 
             log.append(unit_rows)
         if progress is not None:
             zone, household = unit_rows[0].zone, unit_rows[0].household
-            progress(f"zone {zone:g} kW household {household}: " + ", ".join(f"{r.mechanism} {r.mre:.3g}" for r in unit_rows)
-                     + f" (MRE; {len({(r.zone, r.household) for r in rows})}/{len(params.zones) * households} units)")
+            progress(
+                f"zone {zone:g} kW household {household}: "
+                + ", ".join(f"{r.mechanism} {r.mre:.3g}" for r in unit_rows)
+                + f" (MRE; {len({(r.zone, r.household) for r in rows})}/{len(params.zones) * households} units)"
+            )
 
     if jobs <= 1:
         for zone, household in units:
@@ -172,7 +210,12 @@ def run_study(*, zones: Sequence[float] = (500.0, 5000.0, 50000.0), households: 
             futures = [pool.submit(run_unit, params, zone, household) for zone, household in units]
             for future in as_completed(futures):
                 finished(future.result())
-    order = {(z, h, m): i for i, (z, h, m) in enumerate((z, h, m) for z in params.zones for h in range(households) for m in params.mechanisms)}
+    order = {
+        (z, h, m): i
+        for i, (z, h, m) in enumerate(
+            (z, h, m) for z in params.zones for h in range(households) for m in params.mechanisms
+        )
+    }
     return sorted(rows, key=lambda r: order[(r.zone, r.household, r.mechanism)])
 
 
@@ -187,12 +230,16 @@ class _ProgressFile:
             lines = path.read_text().splitlines()
             stored = json.loads(lines[0])
             if stored != json.loads(json.dumps(header)):
-                raise InvalidArgument(f"{path} holds a study with other parameters ({stored['params']}); use another --out or delete it")
+                raise InvalidArgument(
+                    f"{path} holds a study with other parameters ({stored['params']}); use another --out or delete it"
+                )
             rows = [SwellfishRow(**json.loads(line)) for line in lines[1:] if line.strip()]
             per_unit: dict[tuple[float, int], int] = {}
             for row in rows:
                 per_unit[(row.zone, row.household)] = per_unit.get((row.zone, row.household), 0) + 1
-            self.rows = [r for r in rows if per_unit[(r.zone, r.household)] == len(params.mechanisms)]  # whole units only
+            self.rows = [
+                r for r in rows if per_unit[(r.zone, r.household)] == len(params.mechanisms)
+            ]  # whole units only
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(header) + "\n")
@@ -208,14 +255,18 @@ def predicted_ratios(length: int, seed: int, household: int) -> tuple[float, flo
     and 6.2 predict from a household's policies (expected |Lap(b)| = b): mean_t Δ_Q^t / ΔQ, and
     mean_t of max_t' Δ_Q^t' · max_{φ∈Φ_t} δ(J) / (ΔQ · w), 0 where no policy is relevant (the
     true value is released there). ΔQ = all appliances' power (the w-event mechanisms' sensitivity)."""
-    policies = PolicyCollection(household_policies(length, np.random.default_rng(stable_seed(seed, "household", household))))
+    policies = PolicyCollection(
+        household_policies(length, np.random.default_rng(stable_seed(seed, "household", household)))
+    )
     appliances = sum(a.power for a in APPLIANCES)
     w, policy_sensitivity = policies.max_interval, policies.global_sensitivity()
     teas, tinar = [], []
     for t in range(1, length + 1):
         relevant = policies.relevant(t)
         teas.append(policies.temporal_sensitivity(t) / appliances)
-        tinar.append(policy_sensitivity * max(policies.delta(i) for i in relevant) / (appliances * w) if relevant else 0.0)
+        tinar.append(
+            policy_sensitivity * max(policies.delta(i) for i in relevant) / (appliances * w) if relevant else 0.0
+        )
     return float(np.mean(teas)), float(np.mean(tinar))
 
 
@@ -241,10 +292,19 @@ def study_table(rows: Sequence[SwellfishRow], *, length: int | None = None, seed
     households = sorted({r.household for r in rows})
     if length is not None and households:
         predicted = np.mean([predicted_ratios(length, seed, h) for h in households], axis=0)
-        lines += ["", f"MAE ratio measured vs predicted by Theorems 6.1 (TEAS) and 6.2 (TINAR) from the "
-                      f"{len(households)} households' policies", head + f"{'predicted':>16}"]
-        for (base, improved), value in ((("Uniform", "TSUniform")), predicted[0]), (("Uniform", "TINARUniform"), predicted[1]):
-            ratios = "".join(f"{_mean_of(rows, z, improved, 'mae') / _mean_of(rows, z, base, 'mae'):>16.3g}" for z in zones)
+        lines += [
+            "",
+            f"MAE ratio measured vs predicted by Theorems 6.1 (TEAS) and 6.2 (TINAR) from the "
+            f"{len(households)} households' policies",
+            head + f"{'predicted':>16}",
+        ]
+        for (base, improved), value in (
+            ((("Uniform", "TSUniform")), predicted[0]),
+            (("Uniform", "TINARUniform"), predicted[1]),
+        ):
+            ratios = "".join(
+                f"{_mean_of(rows, z, improved, 'mae') / _mean_of(rows, z, base, 'mae'):>16.3g}" for z in zones
+            )
             lines.append(f"{improved + ' / ' + base:<28}{ratios}{value:>16.3g}")
     lines += ["", "Extrinsic: mean MRE (cf. Figure 6)", head]
     for name in EXTRINSIC:
@@ -252,19 +312,28 @@ def study_table(rows: Sequence[SwellfishRow], *, length: int | None = None, seed
     return "\n".join(lines)
 
 
-def write_study(rows: Sequence[SwellfishRow], out: str | Path, *, length: int | None = None, seed: int = 0) -> list[Path]:
+def write_study(
+    rows: Sequence[SwellfishRow], out: str | Path, *, length: int | None = None, seed: int = 0
+) -> list[Path]:
     """swellfish.csv, swellfish.txt and the MRE figure (PNG, PDF) into ``out``."""
     from budgetcheck.bench.figures import study_curves
-
     from budgetcheck.bench.store import write_study_tables
 
     target = Path(out)
     files = write_study_tables(rows, study_table(rows, length=length, seed=seed), target, "swellfish")
     zones = sorted({r.zone for r in rows})
     points = []
-    for panel, names in (("TEAS", [m for pair in TEAS_PAIRS for m in pair]), ("TINAR", [m for pair in TINAR_PAIRS for m in pair]),
-                         ("extrinsic", list(EXTRINSIC))):
+    for panel, names in (
+        ("TEAS", [m for pair in TEAS_PAIRS for m in pair]),
+        ("TINAR", [m for pair in TINAR_PAIRS for m in pair]),
+        ("extrinsic", list(EXTRINSIC)),
+    ):
         points += [("MRE", panel, z, name, _mean_mre(rows, z, name)) for name in names for z in zones]
-    files += study_curves([p for p in points if np.isfinite(p[4])], target / "swellfish_mre", ylabel="mean MRE (log)",
-                          title="Swellfish case study: MRE vs zone average (kW) (cf. Tex et al., Figures 4-6)", xlog=True)
+    files += study_curves(
+        [p for p in points if np.isfinite(p[4])],
+        target / "swellfish_mre",
+        ylabel="mean MRE (log)",
+        title="Swellfish case study: MRE vs zone average (kW) (cf. Tex et al., Figures 4-6)",
+        xlog=True,
+    )
     return files

@@ -15,8 +15,8 @@ import gc
 
 import numpy as np
 
-from budgetcheck.ledger.noise import laplace_draws
 from budgetcheck.bench.memory import keep_freed_memory
+from budgetcheck.ledger.noise import laplace_draws
 
 
 def start_worker() -> None:

@@ -47,7 +47,10 @@ class _Commands(click.Group):
             raise
         except Exception:
             click.echo(traceback.format_exc(), err=True, nl=False)
-            click.echo("Error: an internal error of budgetcheck (exit 70); please report it with the traceback above.", err=True)
+            click.echo(
+                "Error: an internal error of budgetcheck (exit 70); please report it with the traceback above.",
+                err=True,
+            )
             sys.exit(EXIT_INTERNAL)
 
 
@@ -70,21 +73,45 @@ def main() -> None:
 @main.command()
 @click.argument("mechanism", nargs=-1)
 @click.option("--all", "verify_all", is_flag=True, help="Verify every built-in mechanism.")
-@click.option("--profile", type=click.Choice(sorted(PROFILES)), default="quick", show_default=True,
-              help="quick: 60 cases, exploration to w = 64 (T = 4w), proofs for w <= 12, 4,000 audit runs; "
-                   "thorough: 1,000, w = 128, 128, 40,000.")
-@click.option("--examples", default=None, type=click.IntRange(1), help="Generated cases per mechanism (overrides the profile).")
-@click.option("--stages", default=STAGES, show_default=True,
-              help="Stages to run: a replay, b secret access, c proof, d statistical audit, e exploration and rule conformance.")
-@click.option("--require", type=click.Choice(REQUIREMENTS), default="bounded", show_default=True,
-              help="What exits 0: bounded (proved, or verified to the bound printed) or proof (proved only).")
+@click.option(
+    "--profile",
+    type=click.Choice(sorted(PROFILES)),
+    default="quick",
+    show_default=True,
+    help="quick: 60 cases, exploration to w = 64 (T = 4w), proofs for w <= 12, 4,000 audit runs; "
+    "thorough: 1,000, w = 128, 128, 40,000.",
+)
+@click.option(
+    "--examples", default=None, type=click.IntRange(1), help="Generated cases per mechanism (overrides the profile)."
+)
+@click.option(
+    "--stages",
+    default=STAGES,
+    show_default=True,
+    help="Stages to run: a replay, b secret access, c proof, d statistical audit, e exploration and rule conformance.",
+)
+@click.option(
+    "--require",
+    type=click.Choice(REQUIREMENTS),
+    default="bounded",
+    show_default=True,
+    help="What exits 0: bounded (proved, or verified to the bound printed) or proof (proved only).",
+)
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="Seed (reproducible runs).")
 @click.option("--max-length", default=60, show_default=True, type=click.IntRange(1), help="Longest generated stream.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report instead of the table.")
-@click.option("--timings", is_flag=True, help="With --json: each stage's seconds (the report is then not reproducible).")
-@click.option("--junit-xml", type=FilePath(dir_okay=False, path_type=Path), default=None, help="Also write a JUnit XML report.")
-@click.option("--report", type=FilePath(dir_okay=False, path_type=Path), default=None,
-              help="Plot the window sums of the worst run found against ε (PNG, or HTML for .html); one mechanism only.")
+@click.option(
+    "--timings", is_flag=True, help="With --json: each stage's seconds (the report is then not reproducible)."
+)
+@click.option(
+    "--junit-xml", type=FilePath(dir_okay=False, path_type=Path), default=None, help="Also write a JUnit XML report."
+)
+@click.option(
+    "--report",
+    type=FilePath(dir_okay=False, path_type=Path),
+    default=None,
+    help="Plot the window sums of the worst run found against ε (PNG, or HTML for .html); one mechanism only.",
+)
 def verify(
     mechanism: tuple[str, ...],
     verify_all: bool,
@@ -128,14 +155,26 @@ def verify(
         _print_header()
     for reference in references:
         try:
-            result = verify_mechanism(reference, examples=examples, seed=seed, max_length=max_length, profile=profile, stages=stages)
+            result = verify_mechanism(
+                reference, examples=examples, seed=seed, max_length=max_length, profile=profile, stages=stages
+            )
         except InvalidArgument as exc:
             raise click.BadParameter(str(exc), param_hint="MECHANISM") from exc
         results.append(result)
         if not as_json:
             _print_row(result)  # as soon as it is decided
     if as_json:
-        click.echo(json.dumps({"version": 2, "profile": profile, "require": require, "results": [r.to_json(timings=timings) for r in results]}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "version": 2,
+                    "profile": profile,
+                    "require": require,
+                    "results": [r.to_json(timings=timings) for r in results],
+                },
+                indent=2,
+            )
+        )
     else:
         _print_details(results, require)
     if junit_xml is not None:
@@ -153,8 +192,10 @@ def verify(
 
 
 _COLUMNS = ("ledger replay", "secret access", "exploration", "rule conformance", "proof", "statistical audit")
-_HEADER = (f"{'mechanism':<22} {'examples':>8} {'runs':>6} {'worst window / ε':>17}  {'replay':<7} {'secret':<7} {'explore':<7} "
-           f"{'conform':<10} {'proof':<10} {'audit':<7} {'bound (w, T, runs explored)':<28} verdict")
+_HEADER = (
+    f"{'mechanism':<22} {'examples':>8} {'runs':>6} {'worst window / ε':>17}  {'replay':<7} {'secret':<7} {'explore':<7} "
+    f"{'conform':<10} {'proof':<10} {'audit':<7} {'bound (w, T, runs explored)':<28} verdict"
+)
 
 
 def _print_header() -> None:
@@ -167,8 +208,10 @@ def _print_row(r: VerifyResult) -> None:
     c = [by_stage.get(name, "-") for name in _COLUMNS]
     bound = f"{r.bound.w_max}, {r.bound.horizon}, {r.bound.runs_explored}" if r.bound is not None else "-"
     verdict = r.outcome.value if r.outcome in (Outcome.PROVED, Outcome.BOUNDED) else r.outcome.value.upper()
-    click.echo(f"{r.mechanism:<22} {r.examples:>8} {r.runs:>6} {_worst(r):>17}  {c[0]:<7} {c[1]:<7} {c[2]:<7} {c[3]:<10} {c[4]:<10} "
-               f"{c[5]:<7} {bound:<28} {verdict}")
+    click.echo(
+        f"{r.mechanism:<22} {r.examples:>8} {r.runs:>6} {_worst(r):>17}  {c[0]:<7} {c[1]:<7} {c[2]:<7} {c[3]:<10} {c[4]:<10} "
+        f"{c[5]:<7} {bound:<28} {verdict}"
+    )
 
 
 def _print_details(results: list[VerifyResult], require: str) -> None:
@@ -177,16 +220,20 @@ def _print_details(results: list[VerifyResult], require: str) -> None:
             short = " (does not meet --require proof)" if require == "proof" else ""
             click.echo(f"\n{r.mechanism}: verified to a bound: {r.bound.describe()}{short}")
         if r.vouched:
-            click.echo(f"\n{r.mechanism}: vouches for a sensitivity (ledger.measure): never proved; only the "
-                       "statistical audit checks those releases")
+            click.echo(
+                f"\n{r.mechanism}: vouches for a sensitivity (ledger.measure): never proved; only the "
+                "statistical audit checks those releases"
+            )
         for stage in r.stages:
             if stage.verdict != "pass":
                 click.echo(f"\n{r.mechanism} [{stage.stage}] {stage.verdict}: {stage.detail}")
         if r.counterexample is not None:
             ce = r.counterexample
             if isinstance(ce.case, VerificationCase):
-                click.echo(f"  shrunk case: kind={ce.case.kind} T={ce.case.data.shape[0]} d={ce.case.data.shape[1]} "
-                           f"epsilon={ce.case.epsilon!r} w={ce.case.w} runs={ce.case.runs} seed={ce.case.seed}")
+                click.echo(
+                    f"  shrunk case: kind={ce.case.kind} T={ce.case.data.shape[0]} d={ce.case.data.shape[1]} "
+                    f"epsilon={ce.case.epsilon!r} w={ce.case.w} runs={ce.case.runs} seed={ce.case.seed}"
+                )
             click.echo(f"  reproduce: {ce.call(r.reference)}")
 
 
@@ -200,20 +247,30 @@ def _junit(results: list[VerifyResult]) -> str:
         verdict = quoteattr(f"{r.mechanism}: verdict")
         if r.outcome is Outcome.VIOLATED:
             failures += 1
-            cases.append(f"  <testcase classname=\"budgetcheck.verify\" name={verdict}><failure message={quoteattr(r.outcome.value)}/></testcase>")
+            cases.append(
+                f'  <testcase classname="budgetcheck.verify" name={verdict}><failure message={quoteattr(r.outcome.value)}/></testcase>'
+            )
         elif r.outcome is Outcome.INCONCLUSIVE:
-            cases.append(f"  <testcase classname=\"budgetcheck.verify\" name={verdict}><skipped message={quoteattr(r.outcome.value)}/></testcase>")
+            cases.append(
+                f'  <testcase classname="budgetcheck.verify" name={verdict}><skipped message={quoteattr(r.outcome.value)}/></testcase>'
+            )
         else:
-            cases.append(f"  <testcase classname=\"budgetcheck.verify\" name={verdict}><system-out>{quoteattr(r.outcome.value + bound)[1:-1]}</system-out></testcase>")
+            cases.append(
+                f'  <testcase classname="budgetcheck.verify" name={verdict}><system-out>{quoteattr(r.outcome.value + bound)[1:-1]}</system-out></testcase>'
+            )
         for stage in r.stages:
             name = quoteattr(f"{r.mechanism}: {stage.stage}")
             if stage.verdict == "pass":
-                cases.append(f"  <testcase classname=\"budgetcheck.verify\" name={name}/>")
+                cases.append(f'  <testcase classname="budgetcheck.verify" name={name}/>')
             elif stage.verdict == "fail":
                 failures += 1
-                cases.append(f"  <testcase classname=\"budgetcheck.verify\" name={name}><failure message={quoteattr(stage.detail)}/></testcase>")
+                cases.append(
+                    f'  <testcase classname="budgetcheck.verify" name={name}><failure message={quoteattr(stage.detail)}/></testcase>'
+                )
             else:
-                cases.append(f"  <testcase classname=\"budgetcheck.verify\" name={name}><skipped message={quoteattr(stage.verdict + ': ' + stage.detail)}/></testcase>")
+                cases.append(
+                    f'  <testcase classname="budgetcheck.verify" name={name}><skipped message={quoteattr(stage.verdict + ": " + stage.detail)}/></testcase>'
+                )
     body = "\n".join(cases)
     return f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name="budgetcheck verify" tests="{len(cases)}" failures="{failures}">\n{body}\n</testsuite>\n'
 
@@ -222,7 +279,9 @@ def _junit(results: list[VerifyResult]) -> str:
 @click.argument("mechanism", nargs=-1)
 @click.option("--w-min", default=1, show_default=True, type=click.IntRange(1))
 @click.option("--w-max", default=128, show_default=True, type=click.IntRange(1))
-@click.option("--timeout", "timeout_s", default=60, show_default=True, type=click.IntRange(1), help="Seconds per solver query.")
+@click.option(
+    "--timeout", "timeout_s", default=60, show_default=True, type=click.IntRange(1), help="Seconds per solver query."
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.option("-q", "--quiet", is_flag=True, help="Only the table (no progress line, no details).")
 def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as_json: bool, quiet: bool) -> None:
@@ -258,9 +317,16 @@ def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as
             _prove_row(rows[-1], as_json, progress)
             continue
         found = prove_mechanism(target, range(w_min, w_max + 1), timeout_ms=timeout_s * 1000)
-        rows.append({"mechanism": target.name, "w": "-" if found.bounded else f"{w_min}..{w_max}", "method": found.method,
-                     "seconds": round(found.seconds, 3), "verdict": found.verdict,
-                     "detail": found.detail if found.verdict != "proved" or found.bounded else ""})
+        rows.append(
+            {
+                "mechanism": target.name,
+                "w": "-" if found.bounded else f"{w_min}..{w_max}",
+                "method": found.method,
+                "seconds": round(found.seconds, 3),
+                "verdict": found.verdict,
+                "detail": found.detail if found.verdict != "proved" or found.bounded else "",
+            }
+        )
         if rule is not None:
             proved[rule] = (target.name, rows[-1])
         _prove_row(rows[-1], as_json, progress)
@@ -272,7 +338,13 @@ def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as
             if row["detail"]:
                 click.echo(f"\n{row['mechanism']}: {row['detail']}")
     verdicts = {row["verdict"] for row in rows}
-    sys.exit(EXIT_VIOLATION if Verdict.REFUTED.value in verdicts else EXIT_OK if verdicts == {"proved"} else EXIT_INCONCLUSIVE)
+    sys.exit(
+        EXIT_VIOLATION
+        if Verdict.REFUTED.value in verdicts
+        else EXIT_OK
+        if verdicts == {"proved"}
+        else EXIT_INCONCLUSIVE
+    )
 
 
 def _worst(result: VerifyResult) -> str:
@@ -296,13 +368,19 @@ def _prove_row(row: dict[str, Any], as_json: bool, progress: Progress) -> None:
     """One decided row of ``prove``'s table, printed at once (JSON waits for the end)."""
     if not as_json:
         progress.clear()
-        click.echo(f"{row['mechanism']:<22} {row['w']:<10} {row['method']:<14} {row['seconds']:>8.1f}s  {row['verdict']}")
+        click.echo(
+            f"{row['mechanism']:<22} {row['w']:<10} {row['method']:<14} {row['seconds']:>8.1f}s  {row['verdict']}"
+        )
 
 
 @main.command()
 @click.argument("log", type=LedgerTarget(exists=True, dir_okay=False, path_type=Path))
-@click.option("--epsilon", type=float, default=None,
-              help="The ε to check the windows against (default: the log's header; w-event logs and files).")
+@click.option(
+    "--epsilon",
+    type=float,
+    default=None,
+    help="The ε to check the windows against (default: the log's header; w-event logs and files).",
+)
 @click.option("--w", type=int, default=None, help="The window length w to check against (default: the log's header).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report.")
 @click.option("--expect-head", default=None, help="Ledger files: the head hash you kept (detects a rolled-back file).")
@@ -330,20 +408,27 @@ def audit(log: Path | str, epsilon: float | None, w: int | None, as_json: bool, 
     except InvalidArgument as exc:
         raise InputError(f"{log}: {exc}") from exc
     if as_json:
-        click.echo(json.dumps({
-            "version": 1,
-            "ok": report.ok,
-            "epsilon": report.epsilon,
-            "w": report.w,
-            "runs": report.runs,
-            "records": report.records,
-            "windows_checked": report.windows_checked,
-            "worst_window_over_epsilon": float(report.worst_ratio),
-            "violations": [v.describe(report.epsilon) for v in report.violations],
-        }, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "version": 1,
+                    "ok": report.ok,
+                    "epsilon": report.epsilon,
+                    "w": report.w,
+                    "runs": report.runs,
+                    "records": report.records,
+                    "windows_checked": report.windows_checked,
+                    "worst_window_over_epsilon": float(report.worst_ratio),
+                    "violations": [v.describe(report.epsilon) for v in report.violations],
+                },
+                indent=2,
+            )
+        )
     else:
-        click.echo(f"{log}: {report.records} records, {report.runs} runs, {report.windows_checked} windows checked "
-                   f"against epsilon={report.epsilon!r}, w={report.w}")
+        click.echo(
+            f"{log}: {report.records} records, {report.runs} runs, {report.windows_checked} windows checked "
+            f"against epsilon={report.epsilon!r}, w={report.w}"
+        )
         if report.worst is not None:
             click.echo(f"worst: {report.worst.describe(report.epsilon)}")
         for violation in report.violations:
@@ -358,11 +443,25 @@ def _audit_notion(log: Path, header: LedgerHeader, records: list[SpendRecord], a
 
     result = audit_by_header(records, header)
     if as_json:
-        click.echo(json.dumps({"version": 1, "notion": header.notion, "ok": result.ok, "runs": header.runs, "records": len(records),
-                               "constraints_checked": result.checked, "worst_over_budget": float(result.worst_ratio),
-                               "violations": list(result.violations)}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "version": 1,
+                    "notion": header.notion,
+                    "ok": result.ok,
+                    "runs": header.runs,
+                    "records": len(records),
+                    "constraints_checked": result.checked,
+                    "worst_over_budget": float(result.worst_ratio),
+                    "violations": list(result.violations),
+                },
+                indent=2,
+            )
+        )
     else:
-        click.echo(f"{log}: {header.notion} ledger, {len(records)} records, {header.runs} runs, {result.checked} constraints checked")
+        click.echo(
+            f"{log}: {header.notion} ledger, {len(records)} records, {header.runs} runs, {result.checked} constraints checked"
+        )
         click.echo(f"worst: {float(result.worst_ratio):.6f} of the budget")
         for violation in result.violations:
             click.echo(f"VIOLATION {violation}")
@@ -396,32 +495,85 @@ def _plain(text: str) -> str:
 
 
 @main.group(invoke_without_command=True)
-@click.option("--quick", "grid", flag_value="quick", default=True, help="The small embedded grid (default; under a minute).")
+@click.option(
+    "--quick", "grid", flag_value="quick", default=True, help="The small embedded grid (default; under a minute)."
+)
 @click.option("--paper", "grid", flag_value="paper", help="The paper's full grid (Schäler et al. 2022, Table 4).")
-@click.option("--config", "config", type=FilePath(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="A benchmark TOML file (see examples/benchmark.toml).")
+@click.option(
+    "--config",
+    "config",
+    type=FilePath(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A benchmark TOML file (see examples/benchmark.toml).",
+)
 @click.option("--mechanism", multiple=True, help="Only these mechanisms (repeatable).")
 @click.option("--stream", multiple=True, help="Only these streams (repeatable).")
 @click.option("--epsilon", multiple=True, type=float, help="Only these ε (repeatable).")
 @click.option("--w", "ws", multiple=True, type=int, help="Only these w (repeatable).")
-@click.option("--runs", type=click.IntRange(1), default=None, help="Runs per cell (default: the grid's, 100 for --paper).")
-@click.option("--growth", type=float, default=1.5, show_default=True, help="Growth base of the artificial streams (--paper; 1.3 = the public harness).")
-@click.option("--mre-bound", type=float, default=0.001, show_default=True, help="MRE sanity bound γ_d as a fraction of Σ_t Q(D_t)[d] (--paper; 0.01 = the harness).")
-@click.option("--results", type=FilePath(dir_okay=False, path_type=Path), default=None,
-              help="Results database (SQLite); an existing one is resumed. Default: bench-<grid>.sqlite.")
+@click.option(
+    "--runs", type=click.IntRange(1), default=None, help="Runs per cell (default: the grid's, 100 for --paper)."
+)
+@click.option(
+    "--growth",
+    type=float,
+    default=1.5,
+    show_default=True,
+    help="Growth base of the artificial streams (--paper; 1.3 = the public harness).",
+)
+@click.option(
+    "--mre-bound",
+    type=float,
+    default=0.001,
+    show_default=True,
+    help="MRE sanity bound γ_d as a fraction of Σ_t Q(D_t)[d] (--paper; 0.01 = the harness).",
+)
+@click.option(
+    "--results",
+    type=FilePath(dir_okay=False, path_type=Path),
+    default=None,
+    help="Results database (SQLite); an existing one is resumed. Default: bench-<grid>.sqlite.",
+)
 @click.option("--jobs", type=click.IntRange(1), default=1, show_default=True, help="Local worker processes.")
 @click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True)
 @click.option("--scheduler", default=None, help="Dask scheduler address (with --executor dask), e.g. tcp://host:8786.")
-@click.option("--export", type=FilePath(dir_okay=False, path_type=Path), default=None, help="Also export the rows to .csv or .parquet.")
-@click.option("--report", "report_dir", type=FilePath(file_okay=False, path_type=Path), default=None,
-              help="Also write the report (tables, figures) into this directory.")
+@click.option(
+    "--export",
+    type=FilePath(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also export the rows to .csv or .parquet.",
+)
+@click.option(
+    "--report",
+    "report_dir",
+    type=FilePath(file_okay=False, path_type=Path),
+    default=None,
+    help="Also write the report (tables, figures) into this directory.",
+)
 @click.option("--progress/--no-progress", default=True, help="Progress bar on stderr.")
-@click.option("--json", "as_json", is_flag=True, help="Print the cells' summaries and findings as JSON instead of tables.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the cells' summaries and findings as JSON instead of tables."
+)
 @click.pass_context
-def bench(ctx: click.Context, grid: str, config: Path | None, mechanism: tuple[str, ...], stream: tuple[str, ...],
-          epsilon: tuple[float, ...], ws: tuple[int, ...], runs: int | None, growth: float, mre_bound: float,
-          results: Path | None, jobs: int, executor: str, scheduler: str | None, export: Path | None,
-          report_dir: Path | None, progress: bool, as_json: bool) -> None:
+def bench(
+    ctx: click.Context,
+    grid: str,
+    config: Path | None,
+    mechanism: tuple[str, ...],
+    stream: tuple[str, ...],
+    epsilon: tuple[float, ...],
+    ws: tuple[int, ...],
+    runs: int | None,
+    growth: float,
+    mre_bound: float,
+    results: Path | None,
+    jobs: int,
+    executor: str,
+    scheduler: str | None,
+    export: Path | None,
+    report_dir: Path | None,
+    progress: bool,
+    as_json: bool,
+) -> None:
     """Run the utility benchmark (Schäler, Hütter, Schäler 2022) and print its result tables.
 
     Every cell is stored as it finishes; run the same command again to resume.
@@ -471,20 +623,49 @@ def _bench_json(target: Path, ran: int, stored: int, uniform_ok: bool) -> dict[s
     with ResultStore(target) as store:
         summaries = summarize(store)
     return {
-        "version": 1, "results": str(target), "cells_run_now": ran, "cells_stored_before": stored, "uniform_ok": uniform_ok,
-        "cells": [{"mechanism": s.cell.mechanism, "stream": s.cell.stream, "epsilon": s.cell.epsilon, "w": s.cell.w,
-                   "runs": s.runs, "mae_mean": s.mae_mean, "mae_q95": s.mae_q95, "mre_mean": s.mre_mean, "mre_q95": s.mre_q95}
-                  for s in summaries],
-        "findings": [{"stream": f.stream, "epsilon": f.epsilon, "w": f.w, "best": f.best, "best_mae": f.best_mae,
-                      "baseline": f.baseline, "baseline_mae": f.baseline_mae, "baseline_supremacy": f.supremacy}
-                     for f in findings(summaries)],
+        "version": 1,
+        "results": str(target),
+        "cells_run_now": ran,
+        "cells_stored_before": stored,
+        "uniform_ok": uniform_ok,
+        "cells": [
+            {
+                "mechanism": s.cell.mechanism,
+                "stream": s.cell.stream,
+                "epsilon": s.cell.epsilon,
+                "w": s.cell.w,
+                "runs": s.runs,
+                "mae_mean": s.mae_mean,
+                "mae_q95": s.mae_q95,
+                "mre_mean": s.mre_mean,
+                "mre_q95": s.mre_q95,
+            }
+            for s in summaries
+        ],
+        "findings": [
+            {
+                "stream": f.stream,
+                "epsilon": f.epsilon,
+                "w": f.w,
+                "best": f.best,
+                "best_mae": f.best_mae,
+                "baseline": f.baseline,
+                "baseline_mae": f.baseline_mae,
+                "baseline_supremacy": f.supremacy,
+            }
+            for f in findings(summaries)
+        ],
     }
 
 
 @bench.command(name="report")
 @click.argument("results", type=FilePath(exists=True, dir_okay=False, path_type=Path))
-@click.option("--out", type=FilePath(file_okay=False, path_type=Path), default=None,
-              help="Directory for report.txt, summary.csv and the figures (default: RESULTS without suffix + -report).")
+@click.option(
+    "--out",
+    type=FilePath(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory for report.txt, summary.csv and the figures (default: RESULTS without suffix + -report).",
+)
 def bench_report(results: Path, out: Path | None) -> None:
     """Tables, the baseline-supremacy check and the figures of a results file."""
     from budgetcheck.bench import write_report
@@ -500,8 +681,12 @@ def bench_report(results: Path, out: Path | None) -> None:
 
 
 @bench.command(name="personalized")
-@click.option("--paper", is_flag=True, help="The paper's scale: 10,000 users, T = 1000, 10 runs, every point of Table 3.")
-@click.option("--out", type=FilePath(file_okay=False, path_type=Path), default=Path("personalized-study"), show_default=True)
+@click.option(
+    "--paper", is_flag=True, help="The paper's scale: 10,000 users, T = 1000, 10 runs, every point of Table 3."
+)
+@click.option(
+    "--out", type=FilePath(file_okay=False, path_type=Path), default=Path("personalized-study"), show_default=True
+)
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0))
 def bench_personalized(paper: bool, out: Path, seed: int) -> None:
     """The personalized w-event study (Du et al. 2025, §5): PBD, PBA vs BD, BA under the strictest requirement."""
@@ -511,7 +696,9 @@ def bench_personalized(paper: bool, out: Path, seed: int) -> None:
         rows = study.run_study(seed=seed, progress=lambda line: click.echo(line, err=True))
     else:
         points = study.experiments(1000, epsilons=(0.2, 1.0), ws=(40, 200), ratios=(0.1, 0.9))
-        rows = study.run_study(users=1000, length=300, runs=3, seed=seed, points=points, progress=lambda line: click.echo(line, err=True))
+        rows = study.run_study(
+            users=1000, length=300, runs=3, seed=seed, points=points, progress=lambda line: click.echo(line, err=True)
+        )
     files = study.write_study(rows, out)
     click.echo(study.study_table(rows))
     click.echo(f"wrote {', '.join(str(p) for p in files)}")
@@ -519,9 +706,17 @@ def bench_personalized(paper: bool, out: Path, seed: int) -> None:
 
 @bench.command(name="swellfish")
 @click.option("--paper", is_flag=True, help="The paper's scale: 55 households, 100 runs, T = 2000, three zones.")
-@click.option("--out", type=FilePath(file_okay=False, path_type=Path), default=Path("swellfish-study"), show_default=True)
+@click.option(
+    "--out", type=FilePath(file_okay=False, path_type=Path), default=Path("swellfish-study"), show_default=True
+)
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0))
-@click.option("--jobs", default=1, show_default=True, type=click.IntRange(1), help="Local worker processes (one household at a time each).")
+@click.option(
+    "--jobs",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Local worker processes (one household at a time each).",
+)
 def bench_swellfish(paper: bool, out: Path, seed: int, jobs: int) -> None:
     """The Swellfish case study (Tex et al., §5): TEAS and TINAR (intrinsic) and Unicorn vs TSBD, TSBA, RescueDP.
 
@@ -532,8 +727,14 @@ def bench_swellfish(paper: bool, out: Path, seed: int, jobs: int) -> None:
     length = 2000 if paper else 1000
     scale = dict(households=55, runs=100) if paper else dict(zones=(500.0, 50000.0), households=2, runs=5)
     try:
-        rows = study.run_study(**scale, length=length, seed=seed, jobs=jobs, progress_file=out / "progress.jsonl",
-                               progress=lambda line: click.echo(line, err=True))
+        rows = study.run_study(
+            **scale,
+            length=length,
+            seed=seed,
+            jobs=jobs,
+            progress_file=out / "progress.jsonl",
+            progress=lambda line: click.echo(line, err=True),
+        )
     except BudgetcheckError as exc:
         raise InputError(str(exc)) from exc
     files = study.write_study(rows, out, length=length, seed=seed)

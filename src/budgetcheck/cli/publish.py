@@ -35,40 +35,115 @@ def _finite(value: float) -> float:
 
 @click.command()
 @click.argument("mechanism")
-@click.option("--ledger", "ledger_path", required=True, type=LedgerTarget(dir_okay=False, path_type=Path),
-              help="The ledger file, or a shared ledger's postgresql://user@host:port/db[?ledger=name] URL (created if "
-                   "missing; a restart resumes from it).")
+@click.option(
+    "--ledger",
+    "ledger_path",
+    required=True,
+    type=LedgerTarget(dir_okay=False, path_type=Path),
+    help="The ledger file, or a shared ledger's postgresql://user@host:port/db[?ledger=name] URL (created if "
+    "missing; a restart resumes from it).",
+)
 @click.option("--epsilon", type=float, default=None, help="The budget ε (w-event and Swellfish mechanisms).")
 @click.option("--w", type=int, default=None, help="The window length w (w-event mechanisms).")
-@click.option("--requirements", "requirements_path", default=None, type=FilePath(exists=True, dir_okay=False, path_type=Path),
-              help="Personalized mechanisms: a file of user,w,epsilon lines (each user's w_i and ε_i).")
-@click.option("--policies", "policies_path", default=None, type=FilePath(exists=True, dir_okay=False, path_type=Path),
-              help="Swellfish mechanisms: a file of start,end,theta_1[,theta_2,...] lines (each policy's relevance interval "
-                   "and pattern thresholds); timestamps no policy covers are released exactly.")
-@click.option("-d", "--dimensions", type=int, default=1, show_default=True, help="Counts per row (w-event) or bins (personalized).")
-@click.option("--input", "input_path", default="-", type=FilePath(exists=True, dir_okay=False, allow_dash=True, path_type=Path),
-              help="w-event: rows t,c_1..c_d (CSV) or JSON lines {'t':..,'counts':[..]}. Personalized: rows t,user,bin "
-                   "or {'t':..,'user':..,'bin':..} (a row with only t closes t). '-' is stdin.")
-@click.option("--out", "out_path", default=None, type=FilePath(dir_okay=False, path_type=Path),
-              help="Append releases to this file (exactly once across restarts); default stdout.")
-@click.option("--format", "fmt", type=click.Choice(["csv", "jsonl"]), default="csv", show_default=True,
-              help="Input rows: csv (t,c_1,..,c_d) or jsonl ({\"t\": t, \"counts\": [..]}); also the output's unless "
-                   "--output-format is given.")
-@click.option("--output-format", "output_format", type=click.Choice(["csv", "jsonl"]), default=None,
-              help="Releases: csv (t,r_1,..,r_d) or jsonl ({\"t\": t, \"counts\": [..]}, the input's key). Default: --format.")
+@click.option(
+    "--requirements",
+    "requirements_path",
+    default=None,
+    type=FilePath(exists=True, dir_okay=False, path_type=Path),
+    help="Personalized mechanisms: a file of user,w,epsilon lines (each user's w_i and ε_i).",
+)
+@click.option(
+    "--policies",
+    "policies_path",
+    default=None,
+    type=FilePath(exists=True, dir_okay=False, path_type=Path),
+    help="Swellfish mechanisms: a file of start,end,theta_1[,theta_2,...] lines (each policy's relevance interval "
+    "and pattern thresholds); timestamps no policy covers are released exactly.",
+)
+@click.option(
+    "-d",
+    "--dimensions",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Counts per row (w-event) or bins (personalized).",
+)
+@click.option(
+    "--input",
+    "input_path",
+    default="-",
+    type=FilePath(exists=True, dir_okay=False, allow_dash=True, path_type=Path),
+    help="w-event: rows t,c_1..c_d (CSV) or JSON lines {'t':..,'counts':[..]}. Personalized: rows t,user,bin "
+    "or {'t':..,'user':..,'bin':..} (a row with only t closes t). '-' is stdin.",
+)
+@click.option(
+    "--out",
+    "out_path",
+    default=None,
+    type=FilePath(dir_okay=False, path_type=Path),
+    help="Append releases to this file (exactly once across restarts); default stdout.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["csv", "jsonl"]),
+    default="csv",
+    show_default=True,
+    help='Input rows: csv (t,c_1,..,c_d) or jsonl ({"t": t, "counts": [..]}); also the output\'s unless '
+    "--output-format is given.",
+)
+@click.option(
+    "--output-format",
+    "output_format",
+    type=click.Choice(["csv", "jsonl"]),
+    default=None,
+    help='Releases: csv (t,r_1,..,r_d) or jsonl ({"t": t, "counts": [..]}, the input\'s key). Default: --format.',
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the closing summary on stderr as JSON.")
-@click.option("--sampler", type=click.Choice(list(SAMPLERS)), default=DISCRETE, show_default=True,
-              help="discrete-laplace: exact, from the OS CSPRNG (integer counts). numpy-laplace is refused: its "
-                   "seeded noise could be subtracted from the releases.")
-@click.option("--durability", type=click.Choice(sorted(DURABILITY)), default="full", show_default=True,
-              help="full: fsync every commit (power loss); process: survives a killed process, faster.")
-@click.option("--lock-timeout", type=click.FloatRange(min=0, min_open=True, max=1e9), default=LOCK_TIMEOUT, show_default=True,
-              callback=lambda _ctx, _param, value: _finite(value),
-              help="Seconds to wait for another writer of the ledger before giving up with exit 5 (nothing charged).")
-@click.option("--skip-bad-rows", is_flag=True, help="Report malformed rows on stderr and go on (default: stop at the first).")
-def publish(mechanism: str, ledger_path: Path | str, epsilon: float | None, w: int | None, requirements_path: Path | None,
-            policies_path: Path | None, dimensions: int, input_path: Path, out_path: Path | None, fmt: str,
-            output_format: str | None, as_json: bool, sampler: str, durability: str, lock_timeout: float, skip_bad_rows: bool) -> None:
+@click.option(
+    "--sampler",
+    type=click.Choice(list(SAMPLERS)),
+    default=DISCRETE,
+    show_default=True,
+    help="discrete-laplace: exact, from the OS CSPRNG (integer counts). numpy-laplace is refused: its "
+    "seeded noise could be subtracted from the releases.",
+)
+@click.option(
+    "--durability",
+    type=click.Choice(sorted(DURABILITY)),
+    default="full",
+    show_default=True,
+    help="full: fsync every commit (power loss); process: survives a killed process, faster.",
+)
+@click.option(
+    "--lock-timeout",
+    type=click.FloatRange(min=0, min_open=True, max=1e9),
+    default=LOCK_TIMEOUT,
+    show_default=True,
+    callback=lambda _ctx, _param, value: _finite(value),
+    help="Seconds to wait for another writer of the ledger before giving up with exit 5 (nothing charged).",
+)
+@click.option(
+    "--skip-bad-rows", is_flag=True, help="Report malformed rows on stderr and go on (default: stop at the first)."
+)
+def publish(
+    mechanism: str,
+    ledger_path: Path | str,
+    epsilon: float | None,
+    w: int | None,
+    requirements_path: Path | None,
+    policies_path: Path | None,
+    dimensions: int,
+    input_path: Path,
+    out_path: Path | None,
+    fmt: str,
+    output_format: str | None,
+    as_json: bool,
+    sampler: str,
+    durability: str,
+    lock_timeout: float,
+    skip_bad_rows: bool,
+) -> None:
     """Publish a live stream through MECHANISM on a durable ledger, one timestamp at a time.
 
     Exit codes: 0 done; 1 a spend refused (nothing released for that timestamp); 2 usage or input
@@ -84,22 +159,42 @@ def publish(mechanism: str, ledger_path: Path | str, epsilon: float | None, w: i
         mech = load_mechanism(mechanism)
         requirements = None
         if requirements_path is not None:
-            requirements = load_requirements(read_text_lines(requirements_path, source=str(requirements_path)),
-                                             source=str(requirements_path))
+            requirements = load_requirements(
+                read_text_lines(requirements_path, source=str(requirements_path)), source=str(requirements_path)
+            )
         policies = None
         if policies_path is not None:
-            policies = load_policies(read_text_lines(policies_path, source=str(policies_path)), source=str(policies_path))
+            policies = load_policies(
+                read_text_lines(policies_path, source=str(policies_path)), source=str(policies_path)
+            )
         stdout = sys.stdout
         with click.open_file(str(input_path), "rb") as lines:  # bytes: a line that is not UTF-8 is a bad row
-            summary = run(mech, lines, ledger_path, epsilon=epsilon, w=w, requirements=requirements, policies=policies,
-                          dimensions=dimensions, out=None if out_path else stdout, out_path=out_path, fmt=fmt, output_format=output_format, sampler=sampler,
-                          durability=durability, lock_timeout=lock_timeout, skip_bad_rows=skip_bad_rows,
-                          on_reject=lambda message: click.echo(f"rejected {message}", err=True))
+            summary = run(
+                mech,
+                lines,
+                ledger_path,
+                epsilon=epsilon,
+                w=w,
+                requirements=requirements,
+                policies=policies,
+                dimensions=dimensions,
+                out=None if out_path else stdout,
+                out_path=out_path,
+                fmt=fmt,
+                output_format=output_format,
+                sampler=sampler,
+                durability=durability,
+                lock_timeout=lock_timeout,
+                skip_bad_rows=skip_bad_rows,
+                on_reject=lambda message: click.echo(f"rejected {message}", err=True),
+            )
     except LedgerCorrupt as exc:
         click.echo(f"Error: {_shown(ledger_path)}: {exc}", err=True)
         sys.exit(EXIT_CORRUPT)
     except (LedgerBusy, LedgerUnavailable) as exc:
-        click.echo(f"Error: {_shown(ledger_path)}: {exc} (nothing was charged or released for it; rerun to resume)", err=True)
+        click.echo(
+            f"Error: {_shown(ledger_path)}: {exc} (nothing was charged or released for it; rerun to resume)", err=True
+        )
         sys.exit(EXIT_BUSY)
     except BudgetExceeded as exc:
         click.echo(f"Error: refused, nothing released for this timestamp: {exc}", err=True)
@@ -108,11 +203,25 @@ def publish(mechanism: str, ledger_path: Path | str, epsilon: float | None, w: i
         click.echo(f"Error: {exc} (nothing was released for it; earlier releases are kept)", err=True)
         sys.exit(EXIT_USAGE)
     if as_json:
-        click.echo(json.dumps({"version": 1, "published": summary.published, "replayed": summary.replayed,
-                               "rewritten": summary.rewritten, "rejected": list(summary.rejected), "head": summary.head}), err=True)
+        click.echo(
+            json.dumps(
+                {
+                    "version": 1,
+                    "published": summary.published,
+                    "replayed": summary.replayed,
+                    "rewritten": summary.rewritten,
+                    "rejected": list(summary.rejected),
+                    "head": summary.head,
+                }
+            ),
+            err=True,
+        )
         return
-    click.echo(f"published {summary.published} timestamps (replayed {summary.replayed}, rewrote {summary.rewritten}, "
-               f"rejected {len(summary.rejected)}); ledger head {summary.head}", err=True)
+    click.echo(
+        f"published {summary.published} timestamps (replayed {summary.replayed}, rewrote {summary.rewritten}, "
+        f"rejected {len(summary.rejected)}); ledger head {summary.head}",
+        err=True,
+    )
 
 
 def _shown(target: Path | str) -> str:
@@ -126,8 +235,9 @@ def _shown(target: Path | str) -> str:
     return str(target)
 
 
-def audit_ledger_file(path: Path | str, expect_head: str | None, as_json: bool, epsilon: float | None = None,
-                      w: int | None = None) -> None:
+def audit_ledger_file(
+    path: Path | str, expect_head: str | None, as_json: bool, epsilon: float | None = None, w: int | None = None
+) -> None:
     """``budgetcheck audit`` on a ledger file: chain, head and composition (against the file's header,
     or a w-event file's windows against the given ε and w); exits."""
     try:
@@ -142,12 +252,29 @@ def audit_ledger_file(path: Path | str, expect_head: str | None, as_json: bool, 
         click.echo(f"Error: {_shown(path)}: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     if as_json:
-        click.echo(json.dumps({"version": 1, "notion": report.notion, "ok": report.ok, "records": report.records,
-                               "head": report.head, "chain_problem": report.problem, "constraints_checked": report.checked,
-                               "worst_over_budget": float(report.worst_ratio), "violations": list(report.violations),
-                               **({"epsilon": report.epsilon, "w": report.w} if report.notion == Notion.W_EVENT else {})}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "version": 1,
+                    "notion": report.notion,
+                    "ok": report.ok,
+                    "records": report.records,
+                    "head": report.head,
+                    "chain_problem": report.problem,
+                    "constraints_checked": report.checked,
+                    "worst_over_budget": float(report.worst_ratio),
+                    "violations": list(report.violations),
+                    **({"epsilon": report.epsilon, "w": report.w} if report.notion == Notion.W_EVENT else {}),
+                },
+                indent=2,
+            )
+        )
     else:
-        checked = f" (windows checked against epsilon={report.epsilon!r}, w={report.w})" if report.notion == Notion.W_EVENT else ""
+        checked = (
+            f" (windows checked against epsilon={report.epsilon!r}, w={report.w})"
+            if report.notion == Notion.W_EVENT
+            else ""
+        )
         click.echo(f"{report.path}: {report.notion} ledger file, {report.records} records, head {report.head}{checked}")
         click.echo(f"chain: {'ok' if report.problem is None else 'BROKEN: ' + report.problem}")
         click.echo(f"{report.checked} constraints checked; worst: {float(report.worst_ratio):.6f} of the budget")

@@ -68,8 +68,9 @@ class FileAudit:
 _PARALLEL_FROM = 200_000  # records; below this a second process costs more than it saves
 
 
-def verify_chain(path: str, after: int, upto: int, previous_hex: str, anchor_hex: str | None = None
-                 ) -> tuple[str | None, int, str, bool]:
+def verify_chain(
+    path: str, after: int, upto: int, previous_hex: str, anchor_hex: str | None = None
+) -> tuple[str | None, int, str, bool]:
     """Check rows after..upto continue the chain from ``previous_hex``: (first problem, last good seq,
     its hash, whether ``anchor_hex`` — an earlier head — is the hash of a row on the way). Rows up to
     ``upto`` are never changed by a writer (append-only), so any later read snapshot sees them."""
@@ -79,7 +80,9 @@ def verify_chain(path: str, after: int, upto: int, previous_hex: str, anchor_hex
     found = anchor == previous
     try:
         with db.guard("read records"):
-            cursor = db.execute(f"SELECT {ROW_COLUMNS} FROM records WHERE seq > ? AND seq <= ? ORDER BY seq", (after, upto))
+            cursor = db.execute(
+                f"SELECT {ROW_COLUMNS} FROM records WHERE seq > ? AND seq <= ? ORDER BY seq", (after, upto)
+            )
             for row in cursor:
                 problem = link_problem(row, seen + 1, previous)
                 if problem is not None:
@@ -98,7 +101,9 @@ class _Malformed(Exception):
         super().__init__(f"record {seq}: {message}")
 
 
-def _add_one_run(windows: StreamingWindows, rows: Iterable[tuple[Any, Any, Any]], to_units: Callable[[float], int]) -> None:
+def _add_one_run(
+    windows: StreamingWindows, rows: Iterable[tuple[Any, Any, Any]], to_units: Callable[[float], int]
+) -> None:
     """Feed one-run records to ``windows`` (:meth:`StreamingWindows.add` unrolled: the audit's hot loop)."""
     unpack = struct.Struct("<d").unpack
     totals, w, inf = windows.totals, windows.w, math.inf
@@ -122,8 +127,14 @@ def _add_one_run(windows: StreamingWindows, rows: Iterable[tuple[Any, Any, Any]]
                 windows._finalize(t - w)
 
 
-def audit_file(path: str | Path, *, expect_head: str | None = None, max_violations: int = 10, epsilon: float | None = None,
-               w: int | None = None) -> FileAudit:
+def audit_file(
+    path: str | Path,
+    *,
+    expect_head: str | None = None,
+    max_violations: int = 10,
+    epsilon: float | None = None,
+    w: int | None = None,
+) -> FileAudit:
     """Verify the chain of a ledger file and re-check its composition theorem; never raises for a
     broken chain (that is a finding), only for a file that is not a ledger file at all.
 
@@ -142,7 +153,9 @@ def audit_file(path: str | Path, *, expect_head: str | None = None, max_violatio
             if len(bytes.fromhex(expect_head)) != 32:
                 raise ValueError("not 32 bytes")
         except ValueError as exc:
-            raise InvalidArgument(f"expect_head={expect_head!r} must be a SHA-256 head in hex (64 digits): {exc}") from None
+            raise InvalidArgument(
+                f"expect_head={expect_head!r} must be a SHA-256 head in hex (64 digits): {exc}"
+            ) from None
     db = open_store(path)
     name = db.name  # a URL without its password
     try:
@@ -152,9 +165,13 @@ def audit_file(path: str | Path, *, expect_head: str | None = None, max_violatio
         checked = header
         if override:
             if header.notion != Notion.W_EVENT:
-                raise InvalidArgument(f"{', '.join(f'{k}={v!r}' for k, v in override.items())} applies to w-event ledger files; "
-                                      f"{name} is a {header.notion} file, whose budgets are in its header")
-            checked = attrs.evolve(header, epsilon=header.epsilon if epsilon is None else epsilon, w=header.w if w is None else w)
+                raise InvalidArgument(
+                    f"{', '.join(f'{k}={v!r}' for k, v in override.items())} applies to w-event ledger files; "
+                    f"{name} is a {header.notion} file, whose budgets are in its header"
+                )
+            checked = attrs.evolve(
+                header, epsilon=header.epsilon if epsilon is None else epsilon, w=header.w if w is None else w
+            )
         with db.guard("read the ledger"):
             return _audit(db, str(path), header, count, head, expect_head, max_violations, checked)
     except LedgerCorrupt as exc:
@@ -178,8 +195,14 @@ def _read_meta(db: Store, path: str) -> tuple[LedgerHeader, int, str]:
         raise LedgerCorrupt(f"{path}: file version {meta.get('version')!r} is not supported (expected {FILE_VERSION})")
     try:
         raw = json.loads(meta["header"])
-        header = LedgerHeader(notion=str(raw["notion"]), epsilon=float(raw["epsilon"]), w=int(raw["w"]), runs=int(raw["runs"]),
-                              classes=raw.get("classes", ()), policies=raw.get("policies", ()))
+        header = LedgerHeader(
+            notion=str(raw["notion"]),
+            epsilon=float(raw["epsilon"]),
+            w=int(raw["w"]),
+            runs=int(raw["runs"]),
+            classes=raw.get("classes", ()),
+            policies=raw.get("policies", ()),
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise LedgerCorrupt(f"{path}: malformed meta table: {exc}") from exc
     with db.guard("read the head"):
@@ -187,8 +210,16 @@ def _read_meta(db: Store, path: str) -> tuple[LedgerHeader, int, str]:
     return header, count, head.hex()
 
 
-def _audit(db: Store, path: str, header: LedgerHeader, count: int, head: str,
-           expect_head: str | None, max_violations: int, checked_against: LedgerHeader) -> FileAudit:
+def _audit(
+    db: Store,
+    path: str,
+    header: LedgerHeader,
+    count: int,
+    head: str,
+    expect_head: str | None,
+    max_violations: int,
+    checked_against: LedgerHeader,
+) -> FileAudit:
     """The chain from the file's own header; the composition against ``checked_against`` (the header,
     or the caller's stricter ε and w)."""
     streaming = header.notion == Notion.W_EVENT
@@ -198,8 +229,9 @@ def _audit(db: Store, path: str, header: LedgerHeader, count: int, head: str,
         problem, seen, last, found = verify_chain(path, 0, count, start, anchor)
         composition = _composition(db, checked_against, streaming, max_violations, upto=count)
     else:
-        problem, seen, last, found, composition = _audit_parallel(db, path, checked_against, start, count, anchor, streaming,
-                                                                  max_violations)
+        problem, seen, last, found, composition = _audit_parallel(
+            db, path, checked_against, start, count, anchor, streaming, max_violations
+        )
     if problem is None and (seen != count or last != head):
         problem = f"the file ends at record {seen}, but its head names record {count}: records were removed or the head was edited"
     if problem is None and anchor is not None and not found:
@@ -207,13 +239,30 @@ def _audit(db: Store, path: str, header: LedgerHeader, count: int, head: str,
     checked, worst, violations, broken = composition
     if problem is None and broken is not None:
         problem = broken
-    return FileAudit(path=db.name, notion=header.notion, records=seen, head=last, problem=problem,
-                     checked=checked, worst_ratio=worst, violations=violations, epsilon=checked_against.epsilon,
-                     w=checked_against.w)
+    return FileAudit(
+        path=db.name,
+        notion=header.notion,
+        records=seen,
+        head=last,
+        problem=problem,
+        checked=checked,
+        worst_ratio=worst,
+        violations=violations,
+        epsilon=checked_against.epsilon,
+        w=checked_against.w,
+    )
 
 
-def _audit_parallel(db: Store, path: str, header: LedgerHeader, start: str, count: int, anchor: str | None,
-                    streaming: bool, max_violations: int) -> tuple[str | None, int, str, bool, Composition]:
+def _audit_parallel(
+    db: Store,
+    path: str,
+    header: LedgerHeader,
+    start: str,
+    count: int,
+    anchor: str | None,
+    streaming: bool,
+    max_violations: int,
+) -> tuple[str | None, int, str, bool, Composition]:
     """The chain in two halves in two more processes while this one re-checks the composition.
 
     Each row's check needs only the stored hash of the row before it, so rows 1..m (from H_0) and
@@ -248,8 +297,9 @@ def _audit_parallel(db: Store, path: str, header: LedgerHeader, start: str, coun
 Composition = tuple[int, Fraction, tuple[str, ...], str | None]
 
 
-def _composition(db: Store, header: LedgerHeader, streaming: bool, max_violations: int, *,
-                 upto: int = 2**62) -> Composition:
+def _composition(
+    db: Store, header: LedgerHeader, streaming: bool, max_violations: int, *, upto: int = 2**62
+) -> Composition:
     """(constraints checked, worst sum / budget, violations, a malformed record) over every stored
     spend record up to row ``upto`` (releases charge nothing)."""
     if not streaming:

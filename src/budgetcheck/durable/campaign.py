@@ -21,11 +21,11 @@ from typing import Any
 import attrs
 
 from budgetcheck.durable.audit_file import _read_meta, audit_file
+from budgetcheck.durable.journal import ROW_COLUMNS, decode_row, is_url, open_store
 from budgetcheck.durable.ledger_file import open_ledger
 from budgetcheck.ledger.errors import BudgetExceeded, TimestampOrder
-from budgetcheck.durable.journal import ROW_COLUMNS, decode_row, is_url, open_store
-from budgetcheck.ledger.wevent import WindowLedger
 from budgetcheck.ledger.params import WEventParams
+from budgetcheck.ledger.wevent import WindowLedger
 
 _AMOUNTS = (0.05, 0.1, 0.15, 0.3, 1 / 3, 0.5)  # large enough that most windows fill and many spends are refused
 Spend = tuple[int, float, str]
@@ -74,16 +74,32 @@ class _Jittered:
         return cursor
 
 
-def _writer(path: str, durability: str, params: WEventParams, worker: int, spends: int, seed: int,
-            start: multiprocessing.synchronize.Event, results: multiprocessing.queues.Queue[Report]) -> None:
+def _writer(
+    path: str,
+    durability: str,
+    params: WEventParams,
+    worker: int,
+    spends: int,
+    seed: int,
+    start: multiprocessing.synchronize.Event,
+    results: multiprocessing.queues.Queue[Report],
+) -> None:
     try:
         _spend(path, durability, params, worker, spends, seed, start, results)
     except BaseException as exc:  # a writer that fails is a finding, not a hang
         results.put(([], 0, 0, f"writer {worker}: {type(exc).__name__}: {exc}"))
 
 
-def _spend(path: str, durability: str, params: WEventParams, worker: int, spends: int, seed: int,
-           start: multiprocessing.synchronize.Event, results: multiprocessing.queues.Queue[Report]) -> None:
+def _spend(
+    path: str,
+    durability: str,
+    params: WEventParams,
+    worker: int,
+    spends: int,
+    seed: int,
+    start: multiprocessing.synchronize.Event,
+    results: multiprocessing.queues.Queue[Report],
+) -> None:
     ledger = open_ledger(path, WindowLedger(params, sampler="numpy-laplace"), durability=durability)
     rng = random.Random(seed)
     journal = ledger.journal
@@ -106,8 +122,16 @@ def _spend(path: str, durability: str, params: WEventParams, worker: int, spends
     results.put((accepted, refused, stale, ""))
 
 
-def run_campaign(directory: str | Path, *, writers: int, durability: str = "process", runs: int = 1, spends: int = 40,
-                 params: WEventParams = WEventParams(epsilon=1.0, w=4), seed: int = 0) -> CampaignResult:
+def run_campaign(
+    directory: str | Path,
+    *,
+    writers: int,
+    durability: str = "process",
+    runs: int = 1,
+    spends: int = 40,
+    params: WEventParams = WEventParams(epsilon=1.0, w=4),
+    seed: int = 0,
+) -> CampaignResult:
     """``runs`` rounds of ``writers`` processes (forked) spending ``spends`` times each on a fresh
     ledger file in ``directory`` (or, given a ``postgresql://`` URL, a fresh ledger in that database);
     every ledger is audited and compared with what the writers were told."""
@@ -119,8 +143,13 @@ def run_campaign(directory: str | Path, *, writers: int, durability: str = "proc
         path = _fresh(directory, f"campaign-{writers}-{durability}-{run}")
         open_ledger(path, WindowLedger(params, sampler="numpy-laplace"), durability=durability).close()
         start, results = context.Event(), context.Queue()
-        workers = [context.Process(target=_writer, args=(path, durability, params, k, spends, seed * 1_000_003 + run * 101 + k,
-                                                         start, results)) for k in range(writers)]
+        workers = [
+            context.Process(
+                target=_writer,
+                args=(path, durability, params, k, spends, seed * 1_000_003 + run * 101 + k, start, results),
+            )
+            for k in range(writers)
+        ]
         for process in workers:
             process.start()
         start.set()
@@ -141,9 +170,19 @@ def run_campaign(directory: str | Path, *, writers: int, durability: str = "proc
         stored = Counter((r.t, float(r.amounts[0]), r.purpose) for r in _stored(path))
         totals["lost"] += sum((told - stored).values())
         totals["phantom"] += sum((stored - told).values())
-    return CampaignResult(runs=runs, writers=writers, durability=durability, accepted=totals["accepted"],
-                          refused=totals["refused"], stale=totals["stale"], worst_ratio=worst, failed_audits=totals["failed"],
-                          lost=totals["lost"], phantom=totals["phantom"], errors=tuple(errors))
+    return CampaignResult(
+        runs=runs,
+        writers=writers,
+        durability=durability,
+        accepted=totals["accepted"],
+        refused=totals["refused"],
+        stale=totals["stale"],
+        worst_ratio=worst,
+        failed_audits=totals["failed"],
+        lost=totals["lost"],
+        phantom=totals["phantom"],
+        errors=tuple(errors),
+    )
 
 
 def _fresh(store: str | Path, name: str) -> str:
@@ -160,6 +199,8 @@ def _stored(path: str) -> list[Any]:
     db = open_store(path)
     try:
         header = _read_meta(db, path)[0]
-        return [decode_row(row, header).record for row in db.execute(f"SELECT {ROW_COLUMNS} FROM records WHERE kind = 0")]
+        return [
+            decode_row(row, header).record for row in db.execute(f"SELECT {ROW_COLUMNS} FROM records WHERE kind = 0")
+        ]
     finally:
         db.close()

@@ -95,22 +95,46 @@ def canonical(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
-def row_hash(previous: bytes, version: int, kind: int, seq: int, op: int, t: int, amounts: bytes, detail: bytes,
-             output: bytes | None) -> bytes:
+def row_hash(
+    previous: bytes,
+    version: int,
+    kind: int,
+    seq: int,
+    op: int,
+    t: int,
+    amounts: bytes,
+    detail: bytes,
+    output: bytes | None,
+) -> bytes:
     """H_k = SHA-256(H_{k−1} ‖ version, kind, seq, op, t ‖ len-prefixed amounts, detail, output ‖ has-output)."""
     tail = b"\x00" if output is None else struct.pack("<q", len(output)) + output + b"\x01"
-    return hashlib.sha256(b"".join((previous, _HEAD.pack(version, kind, seq, op, t, len(amounts)), amounts,
-                                    struct.pack("<q", len(detail)), detail, tail))).digest()
+    return hashlib.sha256(
+        b"".join(
+            (
+                previous,
+                _HEAD.pack(version, kind, seq, op, t, len(amounts)),
+                amounts,
+                struct.pack("<q", len(detail)),
+                detail,
+                tail,
+            )
+        )
+    ).digest()
 
 
 def encode_detail(record: SpendRecord, operation: dict[str, str] | None = None) -> bytes:
     """The detail JSON of a spend row; an idempotent operation's first row also carries its id and call."""
-    if record.noise_scale is None and operation is None and not record.vouched:  # a plain spend: the same few details over and over
+    if (
+        record.noise_scale is None and operation is None and not record.vouched
+    ):  # a plain spend: the same few details over and over
         return _plain_detail(record.purpose, record.sensitivity, record.sampler)
     fields: dict[str, object] = {
-        "purpose": record.purpose, "sensitivity": record.sensitivity,
+        "purpose": record.purpose,
+        "sensitivity": record.sensitivity,
         "noise_scale": None if record.noise_scale is None else finite_or_none(record.noise_scale),
-        "sampler": record.sampler, **(operation or {})}
+        "sampler": record.sampler,
+        **(operation or {}),
+    }
     if record.vouched:  # only when true: every other record's detail (and hash) is what it always was
         fields["vouched"] = True
     return canonical(fields)
@@ -131,7 +155,7 @@ def decode_array(blob: bytes, where: str) -> FloatArray:
     try:
         (ndim,) = struct.unpack_from("<q", blob)
         shape = struct.unpack_from(f"<{ndim}q", blob, 8)
-        body = blob[8 + 8 * ndim:]
+        body = blob[8 + 8 * ndim :]
         values = np.frombuffer(body, dtype="<f8").reshape(shape).astype(np.float64)
     except (struct.error, ValueError) as exc:
         raise LedgerCorrupt(f"{where}: malformed array: {exc}") from exc
@@ -152,7 +176,8 @@ def decode_row(row: tuple[Any, ...], header: LedgerHeader) -> JournalRow:
         fields = json.loads(detail)
         scale = fields["noise_scale"]
         record = SpendRecord(
-            t=int(t), purpose=str(fields["purpose"]),
+            t=int(t),
+            purpose=str(fields["purpose"]),
             amounts=np.frombuffer(amounts, dtype="<f8").reshape(shape),
             sensitivity=None if fields["sensitivity"] is None else float(fields["sensitivity"]),
             noise_scale=None if scale is None else none_to_inf(scale),
@@ -161,7 +186,9 @@ def decode_row(row: tuple[Any, ...], header: LedgerHeader) -> JournalRow:
         )
     except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
         raise LedgerCorrupt(f"{where}: malformed record: {exc}") from exc
-    return JournalRow(seq=int(seq), op=int(op), record=record, output=None if output is None else decode_array(output, where))
+    return JournalRow(
+        seq=int(seq), op=int(op), record=record, output=None if output is None else decode_array(output, where)
+    )
 
 
 def is_journal(path: str | Path) -> bool:
@@ -180,7 +207,9 @@ def connect(path: str | Path, *, durability: str = "full", lock_timeout: float =
         raise InvalidArgument(f"ledger file {str(path)!r} does not exist")
     if path.is_dir() or not path.stat().st_size or not is_journal(path):
         what = "a directory" if path.is_dir() else "empty" if not path.stat().st_size else "no SQLite header"
-        raise LedgerCorrupt(f"{str(path)!r} is not a budgetcheck ledger file ({what}): it holds no ledger, and none is made over it")
+        raise LedgerCorrupt(
+            f"{str(path)!r} is not a budgetcheck ledger file ({what}): it holds no ledger, and none is made over it"
+        )
     try:
         db = sqlite3.connect(path, isolation_level=None, timeout=lock_timeout, check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
@@ -193,8 +222,12 @@ def connect(path: str | Path, *, durability: str = "full", lock_timeout: float =
 
 def initial_meta(header: LedgerHeader) -> list[tuple[str, str]]:
     """The meta table of a new ledger (either store)."""
-    return [("format", FORMAT), ("version", str(FILE_VERSION)), ("header", canonical(header.to_json()).decode()),
-            ("sessions", "0")]
+    return [
+        ("format", FORMAT),
+        ("version", str(FILE_VERSION)),
+        ("header", canonical(header.to_json()).decode()),
+        ("sessions", "0"),
+    ]
 
 
 def create(path: str | Path, header: LedgerHeader) -> None:
@@ -246,8 +279,13 @@ def link_problem(row: tuple[Any, ...], expected_seq: int, previous: bytes) -> st
         return f"record {seq}: record version {version!r} is not supported (expected {RECORD_VERSION})"
     if kind not in (SPEND, RELEASE):
         return f"record {seq}: record kind {kind!r} is not supported (0: a spend, 1: a release)"
-    if not (isinstance(detail, str) and isinstance(amounts, bytes) and isinstance(op, int) and isinstance(t, int)
-            and (output is None or isinstance(output, bytes))):
+    if not (
+        isinstance(detail, str)
+        and isinstance(amounts, bytes)
+        and isinstance(op, int)
+        and isinstance(t, int)
+        and (output is None or isinstance(output, bytes))
+    ):
         return f"record {seq}: a field has the wrong type (the record was edited)"
     if row_hash(previous, version, kind, seq, op, t, amounts, detail.encode(), output) != digest:
         return f"record {seq}: its hash does not match its contents (the record was edited)"
@@ -267,8 +305,13 @@ def is_url(target: str | Path) -> bool:
     return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
 
 
-def open_store(target: str | Path, *, durability: str = "full", lock_timeout: float = LOCK_TIMEOUT,
-               header: LedgerHeader | None = None) -> Store:
+def open_store(
+    target: str | Path,
+    *,
+    durability: str = "full",
+    lock_timeout: float = LOCK_TIMEOUT,
+    header: LedgerHeader | None = None,
+) -> Store:
     """A connection to the ledger store ``target`` (a file path or a ``postgresql://`` URL), made first
     (atomically, whole) from ``header`` if one is given and the store holds no ledger yet."""
     if durability not in DURABILITY:
@@ -288,8 +331,14 @@ class SqliteStore:
     __slots__ = ("_db", "_path", "_timeout")
     operation_key: Final = "json_extract(detail, '$.operation')"
 
-    def __init__(self, path: str | Path, *, durability: str = "full", lock_timeout: float = LOCK_TIMEOUT,
-                 create: tuple[list[tuple[str, str]], bytes] | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        durability: str = "full",
+        lock_timeout: float = LOCK_TIMEOUT,
+        create: tuple[list[tuple[str, str]], bytes] | None = None,
+    ) -> None:
         if create is not None:
             create_file(path, *create)
         self._path, self._timeout = str(path), lock_timeout
@@ -297,8 +346,10 @@ class SqliteStore:
         if create is not None:  # files made before operation ids: add their index (a no-op when there)
             try:
                 with self.guard("add the operation-id index"):
-                    self._db.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS operation_once ON records ({self.operation_key}) "
-                                     "WHERE kind = 0")
+                    self._db.execute(
+                        f"CREATE UNIQUE INDEX IF NOT EXISTS operation_once ON records ({self.operation_key}) "
+                        "WHERE kind = 0"
+                    )
             except BaseException:
                 self._db.close()
                 raise
@@ -348,8 +399,9 @@ class Journal:
 
     __slots__ = ("_begun", "_head", "_header", "_last", "_published", "_store", "session")
 
-    def __init__(self, path: str | Path, header: LedgerHeader, *, durability: str = "full",
-                 lock_timeout: float = LOCK_TIMEOUT) -> None:
+    def __init__(
+        self, path: str | Path, header: LedgerHeader, *, durability: str = "full", lock_timeout: float = LOCK_TIMEOUT
+    ) -> None:
         self._header = header
         self._store = open_store(path, durability=durability, lock_timeout=lock_timeout, header=header)
         try:
@@ -438,7 +490,9 @@ class Journal:
         self._last, self._head, known = self._begun
         del self._published[known:]
 
-    def append(self, records: list[SpendRecord], output: FloatArray | None, *, operation: dict[str, str] | None = None) -> None:
+    def append(
+        self, records: list[SpendRecord], output: FloatArray | None, *, operation: dict[str, str] | None = None
+    ) -> None:
         """Append one operation's records (inside :meth:`begin`/:meth:`commit`); the output goes on the
         last, ``operation`` (its id and call, see :meth:`find_operation`) in the first's detail."""
         if not records:
@@ -452,19 +506,23 @@ class Journal:
                 self._insert(SPEND, op, record.t, amounts, detail, blob)
             except LedgerCorrupt as exc:
                 if operation is not None and self._store.duplicate(exc.__cause__):
-                    raise InvalidArgument(f"operation_id={operation['operation']!r} is already stored in {self.path}") from exc
+                    raise InvalidArgument(
+                        f"operation_id={operation['operation']!r} is already stored in {self.path}"
+                    ) from exc
                 raise
 
     def find_operation(self, operation_id: str) -> tuple[str, FloatArray | None] | None:
         """(call, stored output) of the operation stored under ``operation_id`` (inside :meth:`begin`), or None."""
         with self._guard("look up an operation id"):
-            row = self._store.execute(f"SELECT seq, detail FROM records WHERE kind = 0 AND {self._store.operation_key} = ?",
-                                      (operation_id,)).fetchone()
+            row = self._store.execute(
+                f"SELECT seq, detail FROM records WHERE kind = 0 AND {self._store.operation_key} = ?", (operation_id,)
+            ).fetchone()
             if row is None:
                 return None
             seq, detail = row
-            last = self._store.execute("SELECT output FROM records WHERE op = ? AND kind = 0 ORDER BY seq DESC",
-                                       (seq,)).fetchone()
+            last = self._store.execute(
+                "SELECT output FROM records WHERE op = ? AND kind = 0 ORDER BY seq DESC", (seq,)
+            ).fetchone()
         try:
             call = str(json.loads(detail)["call"])
         except (KeyError, TypeError, ValueError) as exc:
@@ -503,7 +561,9 @@ class Journal:
     def rows(self, *, since_t: int = 0) -> Iterator[JournalRow]:
         """Every stored spend row with t >= since_t, in order (chain not re-verified: see the auditor)."""
         with self._guard("read records"):
-            cursor = self._store.execute(f"SELECT {ROW_COLUMNS} FROM records WHERE kind = 0 AND t >= ? ORDER BY seq", (since_t,))
+            cursor = self._store.execute(
+                f"SELECT {ROW_COLUMNS} FROM records WHERE kind = 0 AND t >= ? ORDER BY seq", (since_t,)
+            )
             for row in cursor:
                 yield decode_row(row, self._header)
 
@@ -512,8 +572,10 @@ class Journal:
         seq = self._last + 1
         digest = row_hash(self._head, RECORD_VERSION, kind, seq, op, t, amounts, detail, output)
         with self._guard("append a record"):
-            self._store.execute(f"INSERT INTO records ({ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                                (seq, RECORD_VERSION, kind, op, t, amounts, detail.decode(), output, digest))
+            self._store.execute(
+                f"INSERT INTO records ({ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (seq, RECORD_VERSION, kind, op, t, amounts, detail.decode(), output, digest),
+            )
         self._last, self._head = seq, digest
 
     def _catch_up(self) -> list[JournalRow]:
@@ -523,7 +585,9 @@ class Journal:
                 raise LedgerCorrupt(f"{self.path}: head hash changed under an unchanged count {count}")
             return []
         if count < self._last:
-            raise LedgerCorrupt(f"{self.path}: the file has {count} records, fewer than the {self._last} already seen (rolled back?)")
+            raise LedgerCorrupt(
+                f"{self.path}: the file has {count} records, fewer than the {self._last} already seen (rolled back?)"
+            )
         return self._verified(0)
 
     def _verified(self, since_t: int) -> list[JournalRow]:
@@ -534,8 +598,9 @@ class Journal:
         rows: list[JournalRow] = []
         seen = after
         with self._guard("read records"):
-            cursor = self._store.execute(f"SELECT {ROW_COLUMNS} FROM records WHERE seq > ? AND seq <= ? ORDER BY seq",
-                                         (after, count))
+            cursor = self._store.execute(
+                f"SELECT {ROW_COLUMNS} FROM records WHERE seq > ? AND seq <= ? ORDER BY seq", (after, count)
+            )
             for row in cursor:
                 problem = link_problem(row, seen + 1, previous)
                 if problem is not None:
@@ -564,7 +629,9 @@ class Journal:
         if self._meta("format") != FORMAT:
             raise LedgerCorrupt(f"{self.path}: format {self._meta('format')!r} is not {FORMAT!r}")
         if self._meta("version") != str(FILE_VERSION):
-            raise LedgerCorrupt(f"{self.path}: file version {self._meta('version')!r} is not supported (expected {FILE_VERSION})")
+            raise LedgerCorrupt(
+                f"{self.path}: file version {self._meta('version')!r} is not supported (expected {FILE_VERSION})"
+            )
         try:
             stored = json.loads(self._meta("header"))
         except json.JSONDecodeError as exc:
@@ -599,7 +666,9 @@ class _Guard:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc)):
-            raise LedgerBusy(f"{self._path}: cannot {self._what}: another process held the ledger's write lock for more "
-                             f"than lock_timeout={self._timeout} s; nothing was charged, try again") from exc
+            raise LedgerBusy(
+                f"{self._path}: cannot {self._what}: another process held the ledger's write lock for more "
+                f"than lock_timeout={self._timeout} s; nothing was charged, try again"
+            ) from exc
         if isinstance(exc, sqlite3.DatabaseError):
             raise LedgerCorrupt(f"{self._path}: cannot {self._what}: {exc}") from exc

@@ -14,9 +14,9 @@ import math
 from pathlib import Path
 from typing import TypeVar
 
+from budgetcheck.durable.journal import DURABILITY, LOCK_TIMEOUT, Journal
 from budgetcheck.ledger.core import LedgerCore
 from budgetcheck.ledger.errors import InvalidArgument
-from budgetcheck.durable.journal import DURABILITY, LOCK_TIMEOUT, Journal
 
 L = TypeVar("L", bound=LedgerCore)
 
@@ -58,7 +58,9 @@ def replay_ledger(path: str | Path, ledger: L, *, durability: str = "full", lock
 
 def _journal(path: str | Path, ledger: LedgerCore, durability: str, lock_timeout: float) -> Journal:
     if not isinstance(ledger, LedgerCore):
-        raise InvalidArgument(f"ledger must be a WindowLedger, PersonalizedLedger or SwellfishLedger, got {type(ledger).__name__}")
+        raise InvalidArgument(
+            f"ledger must be a WindowLedger, PersonalizedLedger or SwellfishLedger, got {type(ledger).__name__}"
+        )
     if durability not in DURABILITY:
         raise InvalidArgument(f"durability={durability!r} must be one of {sorted(DURABILITY)}")
     if ledger.t or ledger.journal is not None or ledger.refusals:

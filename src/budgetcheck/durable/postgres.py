@@ -63,8 +63,10 @@ def split_url(url: str) -> tuple[str, str, str]:
         raise InvalidArgument(f"ledger URL {redact(url)!r} names the ledger {len(names)} times")
     name = names[0] if names else DEFAULT_LEDGER
     if not _NAME.fullmatch(name):
-        raise InvalidArgument(f"ledger={name!r} in {redact(url)!r} must be 1 to 63 lower-case letters, digits or '_', "
-                              "not starting with a digit (it names the ledger's schema)")
+        raise InvalidArgument(
+            f"ledger={name!r} in {redact(url)!r} must be 1 to 63 lower-case letters, digits or '_', "
+            "not starting with a digit (it names the ledger's schema)"
+        )
     rest = urllib.parse.urlencode([(key, value) for key, value in query if key != "ledger"])
     return urllib.parse.urlunsplit(parts._replace(query=rest)), name, redact(url)
 
@@ -92,8 +94,9 @@ def _driver() -> Any:
     try:
         import psycopg
     except ImportError as exc:
-        raise LedgerUnavailable("a postgresql:// ledger needs the PostgreSQL driver: pip install 'budgetcheck[postgres]' "
-                                f"({exc})") from None
+        raise LedgerUnavailable(
+            f"a postgresql:// ledger needs the PostgreSQL driver: pip install 'budgetcheck[postgres]' ({exc})"
+        ) from None
     return psycopg
 
 
@@ -103,14 +106,22 @@ class PostgresStore:
 
     __slots__ = ("_db", "_errors", "_name", "_schema", "_timeout")
 
-    def __init__(self, url: str, *, durability: str = "full", lock_timeout: float = 60.0,
-                 create: tuple[list[tuple[str, str]], bytes] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        durability: str = "full",
+        lock_timeout: float = 60.0,
+        create: tuple[list[tuple[str, str]], bytes] | None = None,
+    ) -> None:
         driver = _driver()
         conninfo, self._schema, self._name = split_url(url)
         self._timeout = lock_timeout
         self._errors = driver.errors
         try:
-            self._db: Connection[Any] = driver.connect(conninfo, autocommit=True, connect_timeout=max(1, int(lock_timeout)))
+            self._db: Connection[Any] = driver.connect(
+                conninfo, autocommit=True, connect_timeout=max(1, int(lock_timeout))
+            )
         except driver.Error as exc:
             raise LedgerUnavailable(f"cannot connect to the ledger {self._name}: {_first_line(exc)}") from None
         try:
@@ -121,7 +132,9 @@ class PostgresStore:
                 if create is not None:
                     self._create(*create)
                 elif not self._exists():
-                    raise LedgerCorrupt(f"{self._name}: the database holds no budgetcheck ledger named {self._schema!r}")
+                    raise LedgerCorrupt(
+                        f"{self._name}: the database holds no budgetcheck ledger named {self._schema!r}"
+                    )
         except BaseException:
             self._db.close()
             raise
@@ -129,8 +142,9 @@ class PostgresStore:
     def _exists(self) -> bool:
         # a query of the catalog (in this statement's snapshot), not to_regclass (whose catalog cache may miss a table
         # another host committed while this one waited for the advisory lock)
-        found = self._db.execute("SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = %s AND tablename = 'meta'",
-                                 (self._schema,)).fetchone()
+        found = self._db.execute(
+            "SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = %s AND tablename = 'meta'", (self._schema,)
+        ).fetchone()
         return found is not None
 
     def _create(self, meta: list[tuple[str, str]], start: bytes) -> None:
@@ -219,10 +233,13 @@ class _Guard:
         errors = self._store._errors
         name = self._store.name
         if isinstance(exc, errors.LockNotAvailable):
-            raise LedgerBusy(f"{name}: cannot {self._what}: another writer held the ledger's lock for more than "
-                             f"lock_timeout={self._store._timeout} s; nothing was charged, try again") from exc
+            raise LedgerBusy(
+                f"{name}: cannot {self._what}: another writer held the ledger's lock for more than "
+                f"lock_timeout={self._store._timeout} s; nothing was charged, try again"
+            ) from exc
         if isinstance(exc, errors.OperationalError) and self._store._db.closed:
-            raise LedgerUnavailable(f"{name}: cannot {self._what}: the connection was lost: {_first_line(exc)}") from exc
+            raise LedgerUnavailable(
+                f"{name}: cannot {self._what}: the connection was lost: {_first_line(exc)}"
+            ) from exc
         if isinstance(exc, errors.Error):
             raise LedgerCorrupt(f"{name}: cannot {self._what}: {_first_line(exc)}") from exc
-

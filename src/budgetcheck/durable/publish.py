@@ -47,7 +47,9 @@ from budgetcheck.stream.events import (
 from budgetcheck.stream.live import LiveStream
 
 FloatArray = NDArray[np.float64]
-MAX_LIVE_W: Final = 1 << 20  # the largest w (and user w_i, policy |J|) a publisher takes: a live mechanism keeps O(w) state
+MAX_LIVE_W: Final = (
+    1 << 20
+)  # the largest w (and user w_i, policy |J|) a publisher takes: a live mechanism keeps O(w) state
 
 
 @attrs.frozen
@@ -61,7 +63,9 @@ class PublishSummary:
     head: str
 
 
-def parse_rows(lines: Iterable[str | bytes], *, fmt: str, dimensions: int, integers: bool) -> Iterator[tuple[int, int, FloatArray] | BadRow]:
+def parse_rows(
+    lines: Iterable[str | bytes], *, fmt: str, dimensions: int, integers: bool
+) -> Iterator[tuple[int, int, FloatArray] | BadRow]:
     """(line number, t, counts) per non-empty line, or the :class:`BadRow` error of a malformed one."""
     for number, text in content_lines(lines, fmt):
         try:
@@ -140,10 +144,14 @@ def publish(
     for another writer of the same file before LedgerBusy (nothing charged, nothing released).
     """
     if not callable(getattr(mechanism, "releases", None)):
-        raise InvalidArgument(f"mechanism {getattr(mechanism, 'name', mechanism)!r} cannot publish live: it has no releases(stream, ledger) generator")
+        raise InvalidArgument(
+            f"mechanism {getattr(mechanism, 'name', mechanism)!r} cannot publish live: it has no releases(stream, ledger) generator"
+        )
     if (out is None) == (out_path is None):
         raise InvalidArgument("give exactly one of out (a stream) and out_path (a file)")
-    out_fmt = fmt if output_format is None else output_format  # fmt: the input rows' format (and the output's by default)
+    out_fmt = (
+        fmt if output_format is None else output_format
+    )  # fmt: the input rows' format (and the output's by default)
     for name, given in (("fmt", fmt), ("output_format", out_fmt)):
         if given not in FORMATS:
             raise InvalidArgument(f"{name}={given!r} must be one of {list(FORMATS)}")
@@ -154,8 +162,11 @@ def publish(
     try:
         claim: dict[str, Any] = {"mechanism": str(mechanism.name), "dimensions": dimensions, "format": out_fmt}
         if requirements is not None:
-            claim["users"] = hashlib.sha256(canonical([[str(u), requirements.class_of(u).w, requirements.class_of(u).epsilon]
-                                                       for u in requirements.users])).hexdigest()
+            claim["users"] = hashlib.sha256(
+                canonical(
+                    [[str(u), requirements.class_of(u).w, requirements.class_of(u).epsilon] for u in requirements.users]
+                )
+            ).hexdigest()
         journal.claim("publisher", canonical(claim).decode())
         stored = journal.releases()
         rewritten = 0
@@ -186,10 +197,14 @@ def publish(
             last = stored[-1][0] if stored else 0
             replayed = [t for t, _ in stored]
             if requirements is None:
-                rows = _accepted(parse_rows(lines, fmt=fmt, dimensions=dimensions, integers=sampler == DISCRETE), last, skip)
+                rows = _accepted(
+                    parse_rows(lines, fmt=fmt, dimensions=dimensions, integers=sampler == DISCRETE), last, skip
+                )
                 stream = LiveStream(rows, dimensions=dimensions, replayed=replayed)
             else:
-                groups = timestamps(parse_events(lines, fmt=fmt), requirements, dimensions=dimensions, published=last, skip=skip)
+                groups = timestamps(
+                    parse_events(lines, fmt=fmt), requirements, dimensions=dimensions, published=last, skip=skip
+                )
                 stream = LiveStream(groups, dimensions=dimensions, classes=requirements.n_classes, replayed=replayed)
             ledger.bind(stream)
             published = 0
@@ -197,7 +212,9 @@ def publish(
                 row = np.asarray(value, dtype=np.float64)[0]
                 if index < len(stored):
                     if not np.array_equal(row, stored[index][1]):
-                        raise LedgerCorrupt(f"replaying t={stored[index][0]} gave {row.tolist()}, the file recorded {stored[index][1].tolist()}")
+                        raise LedgerCorrupt(
+                            f"replaying t={stored[index][0]} gave {row.tolist()}, the file recorded {stored[index][1].tolist()}"
+                        )
                     continue
                 ledger._store_release(stream.current, row)
                 _write(handle, stream.current, row, out_fmt, sampler)
@@ -206,40 +223,69 @@ def publish(
         finally:
             if out_path is not None:
                 handle.close()
-        return PublishSummary(replayed=len(stored), rewritten=rewritten, published=published, rejected=tuple(rejected),
-                              head=journal.head()[1])
+        return PublishSummary(
+            replayed=len(stored),
+            rewritten=rewritten,
+            published=published,
+            rejected=tuple(rejected),
+            head=journal.head()[1],
+        )
     finally:
         ledger.close()
 
 
-def _ledger(mechanism: Any, *, epsilon: float | None, w: int | None, requirements: RequirementSet | None,
-            policies: PolicyCollection | None, sampler: str) -> WindowLedger | PersonalizedLedger | SwellfishLedger:
+def _ledger(
+    mechanism: Any,
+    *,
+    epsilon: float | None,
+    w: int | None,
+    requirements: RequirementSet | None,
+    policies: PolicyCollection | None,
+    sampler: str,
+) -> WindowLedger | PersonalizedLedger | SwellfishLedger:
     """The in-memory ledger the file is replayed into, for the mechanism's notion; never one whose
     noise could be recomputed (a reproducible sampler is for experiments, not for publishing)."""
     if sampler == NUMPY:
-        raise InvalidArgument(f"sampler={sampler!r} is reproducible noise (a seeded generator): whoever learns the seed and the "
-                              f"session can subtract it from the releases and recover the true counts; a publisher draws from "
-                              f"the OS CSPRNG ({DISCRETE!r}, the default)")
+        raise InvalidArgument(
+            f"sampler={sampler!r} is reproducible noise (a seeded generator): whoever learns the seed and the "
+            f"session can subtract it from the releases and recover the true counts; a publisher draws from "
+            f"the OS CSPRNG ({DISCRETE!r}, the default)"
+        )
     _check_windows(w, requirements, policies)
     notion = getattr(mechanism, "notion", Notion.W_EVENT)
     if requirements is not None and policies is not None:
-        raise InvalidArgument("give requirements (a personalized publisher) or policies (a Swellfish publisher), not both")
-    wanted = Notion.PERSONALIZED if requirements is not None else Notion.SWELLFISH if policies is not None else Notion.W_EVENT
+        raise InvalidArgument(
+            "give requirements (a personalized publisher) or policies (a Swellfish publisher), not both"
+        )
+    wanted = (
+        Notion.PERSONALIZED
+        if requirements is not None
+        else Notion.SWELLFISH
+        if policies is not None
+        else Notion.W_EVENT
+    )
     if notion != wanted:
-        how = {Notion.PERSONALIZED: "requirements (per-user w and epsilon)", Notion.SWELLFISH: "epsilon and policies",
-               Notion.W_EVENT: "epsilon and w"}.get(notion, "its notion's parameters")
+        how = {
+            Notion.PERSONALIZED: "requirements (per-user w and epsilon)",
+            Notion.SWELLFISH: "epsilon and policies",
+            Notion.W_EVENT: "epsilon and w",
+        }.get(notion, "its notion's parameters")
         raise InvalidArgument(f"mechanism {mechanism.name!r} is a {notion} mechanism: give it {how}")
     if notion == Notion.SWELLFISH:
         assert policies is not None
         if epsilon is None or w is not None:
-            raise InvalidArgument(f"a Swellfish publisher needs epsilon and policies (w comes from them), got epsilon={epsilon!r}, w={w!r}")
+            raise InvalidArgument(
+                f"a Swellfish publisher needs epsilon and policies (w comes from them), got epsilon={epsilon!r}, w={w!r}"
+            )
         return SwellfishLedger(policies, epsilon=epsilon, runs=1, sampler=sampler)
     if requirements is None:
         if epsilon is None or w is None:
             raise InvalidArgument(f"a w-event publisher needs epsilon and w, got epsilon={epsilon!r}, w={w!r}")
         return WindowLedger(WEventParams(epsilon=epsilon, w=w), runs=1, sampler=sampler)
     if epsilon is not None or w is not None:
-        raise InvalidArgument(f"a personalized publisher takes w and epsilon per user from the requirements, not epsilon={epsilon!r}, w={w!r}")
+        raise InvalidArgument(
+            f"a personalized publisher takes w and epsilon per user from the requirements, not epsilon={epsilon!r}, w={w!r}"
+        )
     return PersonalizedLedger(requirements, runs=1, sampler=sampler)
 
 
@@ -252,12 +298,15 @@ def _check_windows(w: int | None, requirements: RequirementSet | None, policies:
     for name, value in found:
         if value > MAX_LIVE_W:
             shown = str(value) if value < 10**30 else f"{str(value)[:12]}... ({len(str(value))} digits)"
-            raise InvalidArgument(f"{name}={shown} is beyond the {MAX_LIVE_W:,} a live publisher takes (its mechanism "
-                                  "keeps state for every timestamp of a window)")
+            raise InvalidArgument(
+                f"{name}={shown} is beyond the {MAX_LIVE_W:,} a live publisher takes (its mechanism "
+                "keeps state for every timestamp of a window)"
+            )
 
 
-def _accepted(rows: Iterator[tuple[int, int, FloatArray] | BadRow], published: int,
-              skip: Callable[[BadRow], None]) -> Iterator[tuple[int, FloatArray]]:
+def _accepted(
+    rows: Iterator[tuple[int, int, FloatArray] | BadRow], published: int, skip: Callable[[BadRow], None]
+) -> Iterator[tuple[int, FloatArray]]:
     """Rows after the last published t; malformed or non-increasing rows go to ``skip`` (which may raise)."""
     previous = published
     for parsed in rows:
@@ -287,7 +336,9 @@ def _reconcile(path: Path, stored: int) -> int:
             handle.truncate(cut)
     lines = data[:cut].count(b"\n")
     if lines > stored:
-        raise LedgerCorrupt(f"{path} holds {lines} releases but the ledger file recorded only {stored}: not the output of this ledger")
+        raise LedgerCorrupt(
+            f"{path} holds {lines} releases but the ledger file recorded only {stored}: not the output of this ledger"
+        )
     return lines
 
 
@@ -306,4 +357,3 @@ def _flush(handle: IO[str], durability: str) -> None:
             os.fsync(handle.fileno())
         except (OSError, ValueError):  # a pipe or terminal: nothing to sync
             pass
-

@@ -115,8 +115,11 @@ class StreamingWindows:
                 history.append((position, units))
                 window = [s + a for s, a in zip(window, units, strict=True)]
                 index += 1
-            following = min(entering[index] if index < len(entering) else until + 1,
-                            history[0][0] + w if history else until + 1, until + 1)
+            following = min(
+                entering[index] if index < len(entering) else until + 1,
+                history[0][0] + w if history else until + 1,
+                until + 1,
+            )
             self._note(window, position, following - 1)
             position = following
         self.checked += self.runs * max(0, until - self.done)
@@ -127,8 +130,9 @@ class StreamingWindows:
         for run, total in enumerate(window):
             if total > self.worst_units:
                 self.worst_units = total
-                self.worst = WindowFinding(run=run, start=max(1, first - self.w + 1), end=first,
-                                           total=self.as_fraction(total))
+                self.worst = WindowFinding(
+                    run=run, start=max(1, first - self.w + 1), end=first, total=self.as_fraction(total)
+                )
         if max(window) <= self.eps_units:
             return
         for end in range(first, last + 1):
@@ -136,8 +140,9 @@ class StreamingWindows:
                 if len(self.violations) >= self.max_violations:
                     return
                 if total > self.eps_units:
-                    self.violations.append(WindowFinding(run=run, start=max(1, end - self.w + 1), end=end,
-                                                         total=self.as_fraction(total)))
+                    self.violations.append(
+                        WindowFinding(run=run, start=max(1, end - self.w + 1), end=end, total=self.as_fraction(total))
+                    )
 
 
 def audit_windows(
@@ -163,7 +168,9 @@ def audit_windows(
     )
 
 
-def audit_windows_per_epsilon(records: Sequence[SpendRecord], *, epsilons: Sequence[float], w: int) -> dict[float, AuditReport]:
+def audit_windows_per_epsilon(
+    records: Sequence[SpendRecord], *, epsilons: Sequence[float], w: int
+) -> dict[float, AuditReport]:
     """:func:`audit_windows` for a ledger of several ε (``WindowLedger.with_epsilons``): the runs
     held to each distinct ε, audited under it (each record restricted to those runs)."""
     budgets = np.array([check_epsilon(e, "epsilons") for e in epsilons], dtype=np.float64)

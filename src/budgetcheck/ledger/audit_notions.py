@@ -36,7 +36,9 @@ class NotionAudit:
         return not self.violations
 
 
-def audit_personalized(records: Sequence[SpendRecord], classes: Sequence[tuple[int, float]], *, runs: int) -> NotionAudit:
+def audit_personalized(
+    records: Sequence[SpendRecord], classes: Sequence[tuple[int, float]], *, runs: int
+) -> NotionAudit:
     """Σ over every window of w_c timestamps <= ε_c, for every class c and run, exactly."""
     checked, worst, violations = 0, Fraction(0), []
     for c, (w, eps) in enumerate(classes):
@@ -48,7 +50,9 @@ def audit_personalized(records: Sequence[SpendRecord], classes: Sequence[tuple[i
     return NotionAudit(checked=checked, worst_ratio=worst, violations=tuple(violations))
 
 
-def audit_swellfish(records: Sequence[SpendRecord], policies: PolicyCollection, *, epsilon: float, runs: int) -> NotionAudit:
+def audit_swellfish(
+    records: Sequence[SpendRecord], policies: PolicyCollection, *, epsilon: float, runs: int
+) -> NotionAudit:
     """For every policy and run: the worst goal-affected loss inside J <= ε, exactly."""
     eps = Fraction(epsilon)
     checked, worst, violations = 0, Fraction(0), []
@@ -61,7 +65,9 @@ def audit_swellfish(records: Sequence[SpendRecord], policies: PolicyCollection, 
             checked += 1
             worst = max(worst, loss / eps)
             if loss > eps:
-                violations.append(f"run {run}: policy {index} J=[{policy.start}, {policy.end}] loses {float(loss)!r} > epsilon={epsilon!r}")
+                violations.append(
+                    f"run {run}: policy {index} J=[{policy.start}, {policy.end}] loses {float(loss)!r} > epsilon={epsilon!r}"
+                )
     return NotionAudit(checked=checked, worst_ratio=worst, violations=tuple(violations))
 
 
@@ -81,4 +87,7 @@ def _worst_loss(policies: PolicyCollection, index: int, totals: dict[int, Fracti
     if placements(policies.policies, index) > _PLACEMENTS_LIMIT:
         inside = sorted((totals.get(t, Fraction(0)) for t in range(owner.start, owner.end + 1)), reverse=True)
         return sum(inside[: policies.delta(index)], Fraction(0))
-    return max(sum((totals.get(t, Fraction(0)) for t in touched), Fraction(0)) for touched in goal_affected_sets(policies.policies, index))
+    return max(
+        sum((totals.get(t, Fraction(0)) for t in touched), Fraction(0))
+        for touched in goal_affected_sets(policies.policies, index)
+    )

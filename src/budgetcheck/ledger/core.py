@@ -14,7 +14,6 @@ import functools
 import hashlib
 import json
 import secrets
-import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
@@ -22,16 +21,38 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from budgetcheck.stream.live import LiveStream
-from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument, LedgerCorrupt, MeasurementFailed, SecretAccess, TimestampOrder
-from budgetcheck.ledger.noise import DISCRETE, NUMPY, NoiseSource, make_noise
-from budgetcheck.ledger.records import LedgerHeader, SpendRecord, dump_lines
-from budgetcheck.stream.secret import Secret, charged, claim, is_placeholder, neighbours_of, stacked_rows
-from budgetcheck.stream.guarded import SecretSequence
-from budgetcheck.ledger.validation import check_amounts, check_bin_amounts, check_label, check_positive_int, check_sensitivity, check_timestamp
+from budgetcheck.ledger.errors import (
+    BudgetExceeded,
+    InvalidArgument,
+    LedgerCorrupt,
+    MeasurementFailed,
+    SecretAccess,
+    TimestampOrder,
+)
 from budgetcheck.ledger.isolation import FORK, SECRET_ACCESS, check_isolation, forked, in_process
-from budgetcheck.ledger.queries import (Identity, Query, Relation, check_query, derived_sensitivity, group_norms,
-                                        linear_sensitivity, resolve)
+from budgetcheck.ledger.noise import DISCRETE, NUMPY, NoiseSource, make_noise
+from budgetcheck.ledger.queries import (
+    Identity,
+    Query,
+    Relation,
+    check_query,
+    derived_sensitivity,
+    group_norms,
+    linear_sensitivity,
+    resolve,
+)
+from budgetcheck.ledger.records import LedgerHeader, SpendRecord, dump_lines
+from budgetcheck.ledger.validation import (
+    check_amounts,
+    check_bin_amounts,
+    check_label,
+    check_positive_int,
+    check_sensitivity,
+    check_timestamp,
+)
+from budgetcheck.stream.guarded import SecretSequence
+from budgetcheck.stream.live import LiveStream
+from budgetcheck.stream.secret import Secret, charged, claim, is_placeholder, neighbours_of, stacked_rows
 
 if TYPE_CHECKING:
     from budgetcheck.durable.journal import Journal, JournalRow
@@ -41,7 +62,9 @@ _SCALES_KEPT = 8  # noise scales remembered per ledger (LedgerCore._scale)
 # budget entries up to which they are: beyond a few thousand, hashing the key costs more than the
 # division it saves (12,000 entries: 33 us to key, 27 us to divide)
 _SCALE_MEMO_SIZE = 1 << 12
-SAMPLER = DISCRETE  # the ledgers' default: exact, from the OS CSPRNG; "numpy-laplace" is reproducible noise asked for by name
+SAMPLER = (
+    DISCRETE  # the ledgers' default: exact, from the OS CSPRNG; "numpy-laplace" is reproducible noise asked for by name
+)
 
 
 def generator(sampler: str, seed: int, session: int | None = None) -> np.random.Generator:
@@ -54,6 +77,8 @@ def generator(sampler: str, seed: int, session: int | None = None) -> np.random.
     if sampler == NUMPY:
         return np.random.default_rng(seed if session is None else [seed, session])
     return np.random.default_rng(secrets.randbits(256))
+
+
 F = TypeVar("F", bound=Callable[..., Any])
 C = TypeVar("C", bound="LedgerCore")
 
@@ -91,8 +116,28 @@ class LedgerCore(abc.ABC):
 
     _stacking = False  # whether it reads stacked streams (GuardedStream.stacked): the w-event ledger does
 
-    __slots__ = ("_applying", "_depth", "_journal", "_keep", "_noise", "_pending", "_records", "_refused_worst", "_refusals", "_repeated", "_replay", "_rng", "_runs", "_scale_memo",
-                 "_operation_id", "_seed", "_t", "_tap", "_tapping", "_vouched")
+    __slots__ = (
+        "_applying",
+        "_depth",
+        "_journal",
+        "_keep",
+        "_noise",
+        "_pending",
+        "_records",
+        "_refused_worst",
+        "_refusals",
+        "_repeated",
+        "_replay",
+        "_rng",
+        "_runs",
+        "_scale_memo",
+        "_operation_id",
+        "_seed",
+        "_t",
+        "_tap",
+        "_tapping",
+        "_vouched",
+    )
 
     def __init__(self, *, runs: int, seed: int, sampler: str = DISCRETE, keep_records: bool = False) -> None:
         if not isinstance(keep_records, bool):
@@ -134,9 +179,11 @@ class LedgerCore(abc.ABC):
         if self._journal is not None:
             return tuple(row.record for row in self._journal.rows())
         if not self._keep:
-            raise InvalidArgument(f"{type(self).__name__} keeps no records in memory (keep_records=False, the default, so that "
-                                  "its memory stays flat over any number of timestamps): construct it with keep_records=True "
-                                  "to read or export them, or keep it in a file (open_ledger)")
+            raise InvalidArgument(
+                f"{type(self).__name__} keeps no records in memory (keep_records=False, the default, so that "
+                "its memory stays flat over any number of timestamps): construct it with keep_records=True "
+                "to read or export them, or keep it in a file (open_ledger)"
+            )
         return tuple(self._records)
 
     @property
@@ -174,12 +221,16 @@ class LedgerCore(abc.ABC):
         charged again and the stored output is returned. The id is kept in the hash chain under a unique
         index; reusing it for another call (another method, timestamp, amount or purpose) is refused."""
         if self._journal is None:
-            raise InvalidArgument(f"idempotent(operation_id={operation_id!r}) needs a ledger kept in a store (open_ledger)")
+            raise InvalidArgument(
+                f"idempotent(operation_id={operation_id!r}) needs a ledger kept in a store (open_ledger)"
+            )
         if not isinstance(operation_id, str) or not 0 < len(operation_id) <= 256:
             raise InvalidArgument(f"operation_id={operation_id!r} must be a string of 1 to 256 characters")
         if self._operation_id is not None:
-            raise InvalidArgument(f"idempotent(operation_id={operation_id!r}) inside idempotent({self._operation_id[0]!r}): "
-                                  "one id names one operation")
+            raise InvalidArgument(
+                f"idempotent(operation_id={operation_id!r}) inside idempotent({self._operation_id[0]!r}): "
+                "one id names one operation"
+            )
         self._operation_id = [operation_id, False]
         try:
             yield
@@ -193,7 +244,9 @@ class LedgerCore(abc.ABC):
         this ledger's record; after binding, that raises :class:`SecretAccess`.
         """
         if not isinstance(stream, (SecretSequence, LiveStream)):
-            raise InvalidArgument(f"stream must be a GuardedStream, PersonalizedStream or LiveStream, got {type(stream).__name__}")
+            raise InvalidArgument(
+                f"stream must be a GuardedStream, PersonalizedStream or LiveStream, got {type(stream).__name__}"
+            )
         stream._bind(self, integral=self._noise.name == DISCRETE, runs=self._runs, stacking=self._stacking)
 
     @abc.abstractmethod
@@ -217,7 +270,9 @@ class LedgerCore(abc.ABC):
     def _check_t(self, t: object) -> int:
         t = check_timestamp(t, "t")
         if t < self._t:
-            raise TimestampOrder(f"t={t} is before the ledger's latest timestamp {self._t}: timestamps never go backwards")
+            raise TimestampOrder(
+                f"t={t} is before the ledger's latest timestamp {self._t}: timestamps never go backwards"
+            )
         return t
 
     def _check_secret(self, secret: object) -> int:
@@ -239,8 +294,16 @@ class LedgerCore(abc.ABC):
         elif self._keep:
             self._records.append(record)
 
-    def _noisy(self, values: FloatArray, budgets: FloatArray, scale: FloatArray, sensitivity: float, *, per_run: bool = False,
-               integral: bool = True) -> FloatArray:
+    def _noisy(
+        self,
+        values: FloatArray,
+        budgets: FloatArray,
+        scale: FloatArray,
+        sensitivity: float,
+        *,
+        per_run: bool = False,
+        integral: bool = True,
+    ) -> FloatArray:
         """values + Laplace noise for every run (values already per run if ``per_run``); NaN where unpaid.
 
         ``budgets``/``scale`` have shape (runs,) or (runs, bins). Noise is drawn for every entry, so
@@ -254,7 +317,9 @@ class LedgerCore(abc.ABC):
         full = values if values.shape == shape else np.broadcast_to(values, shape)
         if paid.all():
             return self._noise.perturb(full, scale.reshape(scale.shape + extra), sensitivity, integral=integral)
-        out = self._noise.perturb(full, np.where(paid, scale.reshape(scale.shape + extra), 0.0), sensitivity, integral=integral)
+        out = self._noise.perturb(
+            full, np.where(paid, scale.reshape(scale.shape + extra), 0.0), sensitivity, integral=integral
+        )
         return np.asarray(np.where(paid, out, np.nan), dtype=np.float64)  # a select: cheaper than a masked copy
 
     def close(self) -> None:
@@ -342,9 +407,11 @@ class LedgerCore(abc.ABC):
                 return self._replayed(fn, args, kwargs)
             self._replay = None
         for arg in (*args, *kwargs.values()):
-            for item in (arg if isinstance(arg, (list, tuple)) else (arg,)):
+            for item in arg if isinstance(arg, (list, tuple)) else (arg,):
                 if isinstance(item, Secret) and is_placeholder(item):
-                    raise LedgerCorrupt(f"{item!r} was replayed from the ledger file, but no stored operation is left to replay for it")
+                    raise LedgerCorrupt(
+                        f"{item!r} was replayed from the ledger file, but no stored operation is left to replay for it"
+                    )
         return self._journaled(fn, args, kwargs)
 
     def _journaled(self, method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -359,8 +426,10 @@ class LedgerCore(abc.ABC):
                 if stored is not None:
                     journal.rollback()
                     if stored[0] != operation["call"]:
-                        error = InvalidArgument(f"operation_id={operation['operation']!r} is stored for another call (another "
-                                                f"method, timestamp, amount or purpose): {_name_of(method)}() was not charged")
+                        error = InvalidArgument(
+                            f"operation_id={operation['operation']!r} is stored for another call (another "
+                            f"method, timestamp, amount or purpose): {_name_of(method)}() was not charged"
+                        )
                     else:  # a retry of a committed operation: charged once, the first attempt's output
                         result = stored[1]
                     return
@@ -384,14 +453,17 @@ class LedgerCore(abc.ABC):
             raise error
         return result
 
-    def _claim_operation_id(self, method: Callable[..., Any], args: tuple[Any, ...],
-                            kwargs: dict[str, Any]) -> dict[str, str] | None:
+    def _claim_operation_id(
+        self, method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> dict[str, str] | None:
         """The id (and call fingerprint) of this operation if it runs inside :meth:`idempotent`, once per block."""
         if self._operation_id is None:
             return None
         operation_id, used = self._operation_id
         if used:
-            raise InvalidArgument(f"operation_id={operation_id!r} already named an operation in this block: one id, one operation")
+            raise InvalidArgument(
+                f"operation_id={operation_id!r} already named an operation in this block: one id, one operation"
+            )
         self._operation_id[1] = True
         return {"operation": operation_id, "call": _call_key(method, args, kwargs)}
 
@@ -457,8 +529,9 @@ class LaplaceReleases(LedgerCore):
         self._charge(t, amounts, SpendRecord(t=t, purpose=purpose, amounts=amounts))
 
     @journaled
-    def laplace(self, secret: Secret, epsilon: ArrayLike, *, sensitivity: float | None = None,
-                purpose: str = "publication") -> FloatArray:
+    def laplace(
+        self, secret: Secret, epsilon: ArrayLike, *, sensitivity: float | None = None, purpose: str = "publication"
+    ) -> FloatArray:
         """Release the secret plus Laplace noise of scale Δ/ε (rounded up), per run.
 
         Δ is the identity's L1 sensitivity under the stream's neighbouring relation (1 for the
@@ -471,8 +544,9 @@ class LaplaceReleases(LedgerCore):
             return self._noisy(self._per_run(secret, values), amounts, scale, delta, per_run=True)
 
     @journaled
-    def laplace_bins(self, secret: Secret, epsilon: ArrayLike, *, sensitivity: float | None = None,
-                     purpose: str = "publication") -> FloatArray:
+    def laplace_bins(
+        self, secret: Secret, epsilon: ArrayLike, *, sensitivity: float | None = None, purpose: str = "publication"
+    ) -> FloatArray:
         """Release each bin of a histogram with its own budget; charge the maximum over bins.
 
         ``epsilon`` has shape (runs, d) (or (d,), the same for every run), d = secret.shape[-1].
@@ -490,8 +564,13 @@ class LaplaceReleases(LedgerCore):
 
     @journaled
     def laplace_groups(
-        self, secret: Secret, labels: ArrayLike, epsilon: ArrayLike, *, sensitivity: float | None = None,
-        purpose: str = "publication"
+        self,
+        secret: Secret,
+        labels: ArrayLike,
+        epsilon: ArrayLike,
+        *,
+        sensitivity: float | None = None,
+        purpose: str = "publication",
     ) -> FloatArray:
         """Noisy sums of groups of bins, each group with its own budget; charge the maximum over groups.
 
@@ -506,15 +585,21 @@ class LaplaceReleases(LedgerCore):
         self._check_secret(secret)
         bins = int(secret.shape[-1]) if secret.shape else 1
         if len(secret.shape) > 1:
-            raise InvalidArgument(f"laplace_groups needs a one-dimensional histogram, got a secret of shape {secret.shape}")
+            raise InvalidArgument(
+                f"laplace_groups needs a one-dimensional histogram, got a secret of shape {secret.shape}"
+            )
         raw = np.asarray(labels)
         if raw.dtype.kind not in "iu" or raw.shape not in ((bins,), (self._runs, bins)):
-            raise InvalidArgument(f"labels must be integers of shape ({bins},) or ({self._runs}, {bins}), got {raw.dtype} {raw.shape}")
+            raise InvalidArgument(
+                f"labels must be integers of shape ({bins},) or ({self._runs}, {bins}), got {raw.dtype} {raw.shape}"
+            )
         groups = np.broadcast_to(raw.astype(np.int64), (self._runs, bins))
         count = int(np.asarray(epsilon).shape[-1]) if np.ndim(epsilon) else 0
         budgets = check_bin_amounts(epsilon, self._runs, count)
         if groups.size and (groups.min() < -1 or groups.max() >= count):
-            raise InvalidArgument(f"labels must lie in [-1, {count}) for epsilon with {count} groups, got [{groups.min()}, {groups.max()}]")
+            raise InvalidArgument(
+                f"labels must lie in [-1, {count}) for epsilon with {count} groups, got [{groups.min()}, {groups.max()}]"
+            )
         relation = cast(Relation, neighbours_of(secret))
         derived = resolve(linear_sensitivity(group_norms(groups), relation), relation, sensitivity, "the group sums")
         scale, delta = self._reserve(secret, _frozen_max(budgets), budgets, derived, purpose)
@@ -526,8 +611,15 @@ class LaplaceReleases(LedgerCore):
             return self._noisy(sums, budgets, scale, delta, per_run=True)
 
     @journaled
-    def laplace_query(self, secret: Secret, query: Query, epsilon: ArrayLike, *, sensitivity: float | None = None,
-                      purpose: str = "publication") -> FloatArray:
+    def laplace_query(
+        self,
+        secret: Secret,
+        query: Query,
+        epsilon: ArrayLike,
+        *,
+        sensitivity: float | None = None,
+        purpose: str = "publication",
+    ) -> FloatArray:
         """Release ``query`` of the secret's histogram plus Laplace noise of scale Δ/ε (rounded up), per run.
 
         Δ is the query's L1 sensitivity, computed from the stream's neighbouring relation (see
@@ -553,7 +645,9 @@ class LaplaceReleases(LedgerCore):
         return derived_sensitivity(query, cast(Relation, neighbours_of(secret)), d, declared)
 
     @journaled
-    def dissimilarity(self, secret: Secret, last_release: ArrayLike, epsilon: ArrayLike, *, purpose: str = "dissimilarity") -> FloatArray:
+    def dissimilarity(
+        self, secret: Secret, last_release: ArrayLike, epsilon: ArrayLike, *, purpose: str = "dissimilarity"
+    ) -> FloatArray:
         """Noisy mean absolute difference between the secret and each run's last release.
 
         Kellaris et al. 2014, Figure 2 lines 3-4: sensitivity 1/d (k/d, or 2/d for replace-one, under
@@ -575,8 +669,15 @@ class LaplaceReleases(LedgerCore):
             return self._noisy(distance, amounts, scale, delta, per_run=True, integral=False)
 
     @journaled
-    def dissimilarity_groups(self, secret: Secret, last_release: ArrayLike, labels: ArrayLike, epsilon: ArrayLike, *,
-                             purpose: str = "dissimilarity") -> FloatArray:
+    def dissimilarity_groups(
+        self,
+        secret: Secret,
+        last_release: ArrayLike,
+        labels: ArrayLike,
+        epsilon: ArrayLike,
+        *,
+        purpose: str = "dissimilarity",
+    ) -> FloatArray:
         """Noisy mean absolute difference to each run's last release within each group of bins.
 
         Kellaris et al. 2014 §4.5 (column partitioning): one dissimilarity per group g of n_g bins,
@@ -590,18 +691,26 @@ class LaplaceReleases(LedgerCore):
         self._check_secret(secret)
         bins = int(secret.shape[-1]) if secret.shape else 1
         if len(secret.shape) > 1:
-            raise InvalidArgument(f"dissimilarity_groups needs a one-dimensional histogram, got a secret of shape {secret.shape}")
+            raise InvalidArgument(
+                f"dissimilarity_groups needs a one-dimensional histogram, got a secret of shape {secret.shape}"
+            )
         raw = np.asarray(labels)
         if raw.dtype.kind not in "iu" or raw.shape not in ((bins,), (self._runs, bins)):
-            raise InvalidArgument(f"labels must be integers of shape ({bins},) or ({self._runs}, {bins}), got {raw.dtype} {raw.shape}")
+            raise InvalidArgument(
+                f"labels must be integers of shape ({bins},) or ({self._runs}, {bins}), got {raw.dtype} {raw.shape}"
+            )
         groups = np.broadcast_to(raw.astype(np.int64), (self._runs, bins))
         count = int(np.asarray(epsilon).shape[-1]) if np.ndim(epsilon) else 0
         budgets = check_bin_amounts(epsilon, self._runs, count)
         if groups.size and (groups.min() < -1 or groups.max() >= count):
-            raise InvalidArgument(f"labels must lie in [-1, {count}) for epsilon with {count} groups, got [{groups.min()}, {groups.max()}]")
+            raise InvalidArgument(
+                f"labels must lie in [-1, {count}) for epsilon with {count} groups, got [{groups.min()}, {groups.max()}]"
+            )
         last = np.asarray(last_release, dtype=np.float64)
         if last.shape != (self._runs, bins) or not np.isfinite(last).all():
-            raise InvalidArgument(f"last_release must be finite with shape {(self._runs, bins)}, got shape {last.shape}")
+            raise InvalidArgument(
+                f"last_release must be finite with shape {(self._runs, bins)}, got shape {last.shape}"
+            )
         member = groups >= 0
         runs = np.broadcast_to(np.arange(self._runs)[:, None], groups.shape)
         sizes = np.zeros((self._runs, count))
@@ -674,7 +783,11 @@ class LaplaceReleases(LedgerCore):
         secret gives run r the row of its stream, r // (runs / streams)."""
         rows = stacked_rows(secret)
         if runs is None:
-            return np.repeat(values, self._runs // rows, axis=0) if rows else np.broadcast_to(values, (self._runs, *values.shape))
+            return (
+                np.repeat(values, self._runs // rows, axis=0)
+                if rows
+                else np.broadcast_to(values, (self._runs, *values.shape))
+            )
         if rows:
             return np.asarray(values[runs // (self._runs // rows)], dtype=np.float64)
         return np.broadcast_to(values, (len(runs), *values.shape))
@@ -694,7 +807,9 @@ class LaplaceReleases(LedgerCore):
                 self._scale_memo[key] = scale
         return scale
 
-    def _recurring(self, purpose: str, amounts: FloatArray, sensitivity: float, integral: bool) -> tuple[FloatArray, FloatArray]:
+    def _recurring(
+        self, purpose: str, amounts: FloatArray, sensitivity: float, integral: bool
+    ) -> tuple[FloatArray, FloatArray]:
         """Per-run budgets too large for the scale memo, with their noise scales: bit for bit the last
         ones of the same purpose (a mechanism's constant budgets, spent at every timestamp) give that
         array and its scales again, so the records share one copy instead of keeping one per
@@ -711,8 +826,17 @@ class LaplaceReleases(LedgerCore):
         self._repeated[purpose] = (amounts, sensitivity, integral, scale)
         return amounts, scale
 
-    def _reserve(self, secret: Secret, amounts: FloatArray, budgets: FloatArray, sensitivity: float, purpose: str, *,
-                 integral: bool = True, vouched: bool = False) -> tuple[FloatArray, float]:
+    def _reserve(
+        self,
+        secret: Secret,
+        amounts: FloatArray,
+        budgets: FloatArray,
+        sensitivity: float,
+        purpose: str,
+        *,
+        integral: bool = True,
+        vouched: bool = False,
+    ) -> tuple[FloatArray, float]:
         """Charge ``amounts`` at the secret's timestamp for a Laplace release at ``budgets``.
 
         Returns the noise scales (sensitivity/budget rounded up, by the noise source's rule for
@@ -725,8 +849,15 @@ class LaplaceReleases(LedgerCore):
             amounts, scale = self._recurring(purpose, amounts, sensitivity, integral)
         else:
             scale = self._scale(sensitivity, budgets, integral)
-        record = SpendRecord(t=t, purpose=purpose, amounts=amounts, sensitivity=sensitivity, noise_scale=scale,
-                             sampler=self._noise.name, vouched=vouched)
+        record = SpendRecord(
+            t=t,
+            purpose=purpose,
+            amounts=amounts,
+            sensitivity=sensitivity,
+            noise_scale=scale,
+            sampler=self._noise.name,
+            vouched=vouched,
+        )
         self._charge(t, amounts, record)
         self._vouched += vouched
         return scale, sensitivity
@@ -741,8 +872,9 @@ def _same_bits(a: FloatArray, b: FloatArray) -> bool:
     return bool(x[0] == y[0] and x[middle] == y[middle] and x[-1] == y[-1] and np.array_equal(x, y))
 
 
-def call_measured(fn: Callable[[FloatArray], ArrayLike], payloads: list[FloatArray],
-                  isolation: str) -> list[FloatArray] | str:
+def call_measured(
+    fn: Callable[[FloatArray], ArrayLike], payloads: list[FloatArray], isolation: str
+) -> list[FloatArray] | str:
     """fn on each payload (a forked child per call, or here if ``trusted``): its finite results of one shape,
     or why it failed — only the kind of failure, never its message, arguments, result or traceback (they
     may hold the data). The caller raises :func:`measurement_failed` once no local of its own holds the data."""
@@ -761,8 +893,10 @@ def measurement_failed(what: str, failure: str) -> MeasurementFailed | SecretAcc
     """The error of a failed measured function: SecretAccess (where it read) or MeasurementFailed."""
     if failure.startswith(SECRET_ACCESS):
         return SecretAccess(f"{what}: fn {failure}")
-    return MeasurementFailed(f"{what}: fn {failure}; its message, arguments and traceback are withheld (they may hold "
-                             "the data); the charge stands, since the data was read")
+    return MeasurementFailed(
+        f"{what}: fn {failure}; its message, arguments and traceback are withheld (they may hold "
+        "the data); the charge stands, since the data was read"
+    )
 
 
 class Replay:
@@ -784,7 +918,9 @@ class Replay:
         never released (the process died, or the operation failed after reading the data, and the
         restarted input goes on after that row) are charged as stored — never replayed, never
         forgotten — so a restart always continues, and every charge in the file still counts."""
-        while t is not None and self._unreleased <= self._next < len(self._rows) and self._rows[self._next].record.t < t:
+        while (
+            t is not None and self._unreleased <= self._next < len(self._rows) and self._rows[self._next].record.t < t
+        ):
             apply(self._rows[self._next].record)
             self._next += 1
 
@@ -796,10 +932,14 @@ class Replay:
 
     def match(self, record: SpendRecord) -> None:
         if self._next >= len(self._rows):
-            raise LedgerCorrupt(f"replay: the mechanism spends at t={record.t} ({record.purpose!r}) more than the ledger file recorded")
+            raise LedgerCorrupt(
+                f"replay: the mechanism spends at t={record.t} ({record.purpose!r}) more than the ledger file recorded"
+            )
         row = self._rows[self._next]
         stored = row.record
-        if (stored.t, stored.purpose) != (record.t, record.purpose) or not np.array_equal(stored.amounts, record.amounts):
+        if (stored.t, stored.purpose) != (record.t, record.purpose) or not np.array_equal(
+            stored.amounts, record.amounts
+        ):
             raise LedgerCorrupt(
                 f"replay diverged at record {row.seq}: the file has t={stored.t}, {stored.purpose!r}, amounts {stored.amounts.tolist()}; "
                 f"the mechanism spends t={record.t}, {record.purpose!r}, amounts {record.amounts.tolist()} "
@@ -809,13 +949,15 @@ class Replay:
 
     def finish(self) -> FloatArray | None:
         """The stored output of the operation just replayed (its records must be one whole stored operation)."""
-        matched = self._rows[self._start:self._next]
+        matched = self._rows[self._start : self._next]
         if not matched:
             return None
         op = matched[0].op
         whole = matched[0].seq == op and all(r.op == op for r in matched)
         if not whole or (self._next < len(self._rows) and self._rows[self._next].op == op):
-            raise LedgerCorrupt(f"replay diverged at record {matched[0].seq}: operation boundaries differ from the file's")
+            raise LedgerCorrupt(
+                f"replay diverged at record {matched[0].seq}: operation boundaries differ from the file's"
+            )
         return matched[-1].output
 
 
@@ -841,8 +983,12 @@ def _call_key(method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[st
             return value
         return repr(value)
 
-    text = json.dumps([_name_of(method), plain(list(args)), {key: plain(value) for key, value in kwargs.items()}], sort_keys=True,
-                      separators=(",", ":"), default=repr)
+    text = json.dumps(
+        [_name_of(method), plain(list(args)), {key: plain(value) for key, value in kwargs.items()}],
+        sort_keys=True,
+        separators=(",", ":"),
+        default=repr,
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -75,7 +75,7 @@ class ExactVector:
         base = min(part_base for _, part_base in parts)
         limbs = np.zeros((max(part_base + len(digits) for digits, part_base in parts) - base + 1, runs), dtype=np.int64)
         for (digits, part_base), group in zip(parts, groups, strict=True):
-            limbs[part_base - base:part_base - base + len(digits), slice(None) if group is None else group] = digits
+            limbs[part_base - base : part_base - base + len(digits), slice(None) if group is None else group] = digits
         # each column holds one value's normalised digits; zeros above a value >= 0 keep it normalised
         return _trimmed(limbs if min(values) >= 0 else _normalised(limbs), base, runs)
 

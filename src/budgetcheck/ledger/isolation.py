@@ -45,11 +45,14 @@ _OK, _FAILED = 0, 1
 
 def check_isolation(value: object) -> str:
     if value not in ISOLATIONS:
-        raise InvalidArgument(f"isolation={value!r} must be 'fork' (fn runs in a forked process per call, the default) "
-                              "or 'trusted' (fn runs in this process: only for code you trust)")
+        raise InvalidArgument(
+            f"isolation={value!r} must be 'fork' (fn runs in a forked process per call, the default) "
+            "or 'trusted' (fn runs in this process: only for code you trust)"
+        )
     if value == FORK and not hasattr(os, "fork"):
-        raise InvalidArgument("isolation='fork' needs os.fork (POSIX); on this platform pass isolation='trusted' "
-                              "knowingly")
+        raise InvalidArgument(
+            "isolation='fork' needs os.fork (POSIX); on this platform pass isolation='trusted' knowingly"
+        )
     return str(value)
 
 
@@ -128,7 +131,7 @@ def _send(fd: int, message: bytes) -> None:
     data = struct.pack("<q", len(message)) + message
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _receive(fd: int) -> bytes | None:
@@ -162,8 +165,12 @@ def _known_failure(text: str) -> str:
     if text in _FIXED:
         return text
     name = text.removeprefix("raised ")
-    if text.startswith("raised ") and name.isidentifier() and isinstance(getattr(builtins, name, None), type) \
-            and issubclass(getattr(builtins, name), BaseException):
+    if (
+        text.startswith("raised ")
+        and name.isidentifier()
+        and isinstance(getattr(builtins, name, None), type)
+        and issubclass(getattr(builtins, name), BaseException)
+    ):
         return text
     if text.startswith(SECRET_ACCESS):
         where = text.removeprefix(SECRET_ACCESS)
@@ -181,7 +188,7 @@ def _decode(message: bytes, count: int) -> list[FloatArray] | str:
         if status == _FAILED:
             if not n:
                 return "sent an answer too large to read"
-            return _known_failure(message[offset:offset + n].decode("utf-8", "replace"))
+            return _known_failure(message[offset : offset + n].decode("utf-8", "replace"))
         if status != _OK or n != count:
             return "sent a malformed answer"
         results = []

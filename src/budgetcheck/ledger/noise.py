@@ -22,8 +22,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import rounding
-from budgetcheck.ledger.errors import InvalidArgument
 from budgetcheck.kernels import compiled
+from budgetcheck.ledger.errors import InvalidArgument
 
 FloatArray = NDArray[np.float64]
 NUMPY: Final = "numpy-laplace"
@@ -82,8 +82,8 @@ def laplace_draws(rng: np.random.Generator, shape: int | tuple[int, ...], scale:
     while done < count:  # out[done] is a zero uniform, which numpy skips (probability 2**-53 each)
         rest = out[done:]
         kept = rest[rest != 0.0]
-        rest[:kept.size] = kept
-        rest[kept.size:] = rng.random(rest.size - kept.size)
+        rest[: kept.size] = kept
+        rest[kept.size :] = rng.random(rest.size - kept.size)
         done = _laplace_in_place(out, scale, done)
     return out.reshape(shape)
 
@@ -126,7 +126,9 @@ class DiscreteLaplace:
     def perturb(self, values: FloatArray, scale: FloatArray, sensitivity: float, *, integral: bool) -> FloatArray:
         gamma = granularity(sensitivity, integral=integral)
         if gamma == 1 and not np.array_equal(values, np.round(values)):  # bind() admits integral streams only
-            raise AssertionError("the discrete-laplace sampler was handed non-integer counts after bind() admitted the stream")
+            raise AssertionError(
+                "the discrete-laplace sampler was handed non-integer counts after bind() admitted the stream"
+            )
         scales = np.broadcast_to(scale, values.shape)
         out = np.empty(values.shape, dtype=np.float64)
         for index in np.ndindex(values.shape):

@@ -42,8 +42,15 @@ class PersonalizedLedger(LedgerCore):
 
     __slots__ = ("_counts", "_eps_bounds", "_eps_units", "_requirements", "_windows")
 
-    def __init__(self, requirements: RequirementSet, *, runs: int = 1, seed: int = 0, sampler: str = DISCRETE,
-                 keep_records: bool = False) -> None:
+    def __init__(
+        self,
+        requirements: RequirementSet,
+        *,
+        runs: int = 1,
+        seed: int = 0,
+        sampler: str = DISCRETE,
+        keep_records: bool = False,
+    ) -> None:
         if not isinstance(requirements, RequirementSet):
             raise InvalidArgument(f"requirements must be a RequirementSet, got {type(requirements).__name__}")
         super().__init__(runs=runs, seed=seed, sampler=sampler, keep_records=keep_records)
@@ -60,8 +67,10 @@ class PersonalizedLedger(LedgerCore):
     def remaining(self, t: int) -> FloatArray:
         """Shape (runs, classes): what every user of each class can still spend at t (rounded down)."""
         t = self._check_t(t)
-        columns = [rounding.units_to_float_down_array(eps - win.prospective(t)[0].to_object())
-                   for eps, win in zip(self._eps_units, self._windows, strict=True)]
+        columns = [
+            rounding.units_to_float_down_array(eps - win.prospective(t)[0].to_object())
+            for eps, win in zip(self._eps_units, self._windows, strict=True)
+        ]
         return np.stack(columns, axis=1)
 
     def window_sum(self, t: int) -> tuple[tuple[int, ...], ...]:
@@ -92,7 +101,9 @@ class PersonalizedLedger(LedgerCore):
         return self._noisy(sampled, theta, scale, 1.0, per_run=True)
 
     @journaled
-    def sample_dissimilarity(self, secret: Secret, last_release: ArrayLike, epsilon: ArrayLike, *, purpose: str = "dissimilarity") -> FloatArray:
+    def sample_dissimilarity(
+        self, secret: Secret, last_release: ArrayLike, epsilon: ArrayLike, *, purpose: str = "dissimilarity"
+    ) -> FloatArray:
         """Du et al. 2025, Algorithm 3: (1/d) Σ_j |c̃_t[j] − r_l[j]| + Lap(1/(d θ)), θ = OBS(ε_{·,t}).
 
         c̃_t are the Sampling Mechanism's counts at the per-user budgets. Returns shape (runs,).
@@ -114,11 +125,17 @@ class PersonalizedLedger(LedgerCore):
 
     def header(self) -> LedgerHeader:
         strict = self._requirements.strictest()
-        classes = tuple((r.w, r.epsilon, n) for r, n in zip(self._requirements.classes, self._requirements.counts, strict=True))
-        return LedgerHeader(notion=Notion.PERSONALIZED, epsilon=strict.epsilon, w=strict.w, runs=self._runs, classes=classes)
+        classes = tuple(
+            (r.w, r.epsilon, n) for r, n in zip(self._requirements.classes, self._requirements.counts, strict=True)
+        )
+        return LedgerHeader(
+            notion=Notion.PERSONALIZED, epsilon=strict.epsilon, w=strict.w, runs=self._runs, classes=classes
+        )
 
     def __repr__(self) -> str:
-        return f"PersonalizedLedger({self._requirements!r}, runs={self._runs}, t={self._t}, records={len(self._records)})"
+        return (
+            f"PersonalizedLedger({self._requirements!r}, runs={self._runs}, t={self._t}, records={len(self._records)})"
+        )
 
     # -- internals -----------------------------------------------------------------------------
     def _reset(self) -> None:
@@ -131,18 +148,29 @@ class PersonalizedLedger(LedgerCore):
         """Shape (runs, classes), (classes,) or a scalar; finite and >= 0."""
         return check_bin_amounts(value, self._runs, self._requirements.n_classes, scalar=True)
 
-    def _reserve_sampled(self, secret: Secret, epsilon: ArrayLike, sensitivity: float, purpose: str, *,
-                         integral: bool = True) -> tuple[FloatArray, FloatArray, SpendRecord]:
+    def _reserve_sampled(
+        self, secret: Secret, epsilon: ArrayLike, sensitivity: float, purpose: str, *, integral: bool = True
+    ) -> tuple[FloatArray, FloatArray, SpendRecord]:
         t = self._check_secret(secret)
         if secret.shape[:1] != (self._requirements.n_classes,):
             raise InvalidArgument(f"{secret!r} is not from a PersonalizedStream of this requirement set")
         amounts = self._check_amounts(epsilon)
         if not amounts.any():
-            raise InvalidArgument("a sampled release with epsilon=0 for every user and run would read the data without paying")
+            raise InvalidArgument(
+                "a sampled release with epsilon=0 for every user and run would read the data without paying"
+            )
         theta, _ = optimal_budget(amounts, self._counts, sensitivity=sensitivity)
-        scale = self._noise.scale(sensitivity, theta, integral=integral)  # numpy: Δ/θ rounded up; discrete: covers its grid
-        record = SpendRecord(t=t, purpose=check_label(purpose), amounts=amounts, sensitivity=sensitivity,
-                             noise_scale=scale, sampler=f"{SM_SAMPLER}+{self._noise.name}")
+        scale = self._noise.scale(
+            sensitivity, theta, integral=integral
+        )  # numpy: Δ/θ rounded up; discrete: covers its grid
+        record = SpendRecord(
+            t=t,
+            purpose=check_label(purpose),
+            amounts=amounts,
+            sensitivity=sensitivity,
+            noise_scale=scale,
+            sampler=f"{SM_SAMPLER}+{self._noise.name}",
+        )
         self._charge(t, amounts, record)
         return theta, scale, record
 
@@ -155,8 +183,10 @@ class PersonalizedLedger(LedgerCore):
 
     def _charge(self, t: int, amounts: FloatArray, record: SpendRecord) -> None:
         """Check every class's window [t−w_c+1, t] for every run exactly; commit all or nothing."""
-        quick = [win.quick_check(t, amounts[:, c], req.epsilon)
-                 for c, (win, req) in enumerate(zip(self._windows, self._requirements.classes, strict=True))]
+        quick = [
+            win.quick_check(t, amounts[:, c], req.epsilon)
+            for c, (win, req) in enumerate(zip(self._windows, self._requirements.classes, strict=True))
+        ]
         if all(q is not None for q in quick):  # every class certainly within its ε
             for c, (win, q) in enumerate(zip(self._windows, quick, strict=True)):
                 assert q is not None
@@ -174,13 +204,20 @@ class PersonalizedLedger(LedgerCore):
                 run = int(over[0])
                 req = self._requirements.classes[c]
                 raise window_exceeded(
-                    what=(f"spend of {float(amounts[run, c])!r} at t={t} for users with (w={req.w}, "
-                          f"epsilon={req.epsilon!r}) (purpose {record.purpose!r}, run {run})"),
-                    t=t, w=req.w, epsilon=req.epsilon, eps_units=eps, window=int(window[run]),
-                    proposed=int(proposed[run]), run=run, remaining_call=f"ledger.remaining({t})[{run}, {c}]",
+                    what=(
+                        f"spend of {float(amounts[run, c])!r} at t={t} for users with (w={req.w}, "
+                        f"epsilon={req.epsilon!r}) (purpose {record.purpose!r}, run {run})"
+                    ),
+                    t=t,
+                    w=req.w,
+                    epsilon=req.epsilon,
+                    eps_units=eps,
+                    window=int(window[run]),
+                    proposed=int(proposed[run]),
+                    run=run,
+                    remaining_call=f"ledger.remaining({t})[{run}, {c}]",
                 )
             staged.append((win, amounts[:, c], added, proposed, leaving))
         for win, column, added, proposed, leaving in staged:
             win.commit(t, column, added, proposed, leaving)
         self._commit(t, record)
-

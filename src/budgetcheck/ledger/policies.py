@@ -12,14 +12,14 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from fractions import Fraction
 from collections.abc import Iterable, Iterator, Sequence
+from fractions import Fraction
 from typing import final
 
 import attrs
+
 from budgetcheck.ledger.errors import InvalidArgument
 from budgetcheck.ledger.validation import check_positive_int
-
 
 _DIGITS = re.compile(r"[0-9]{1,19}")
 
@@ -107,7 +107,9 @@ class PolicyCollection:
                 relevant[t].append(i)
         self._relevant = tuple(tuple(r) for r in relevant)
         self._deltas = tuple(calc_delta_j(items, i) for i in range(len(items)))
-        self._sensitivity = tuple(_exact_sum_up([items[i].threshold_at(t) for i in rel]) for t, rel in enumerate(self._relevant))
+        self._sensitivity = tuple(
+            _exact_sum_up([items[i].threshold_at(t) for i in rel]) for t, rel in enumerate(self._relevant)
+        )
 
     @property
     def policies(self) -> tuple[StreamPolicy, ...]:
@@ -213,13 +215,19 @@ def load_policies(lines: Iterable[str], *, source: str = "policies") -> PolicyCo
             continue
         fields = [part.strip() for part in text.split(",")]
         if len(fields) < 3:
-            raise InvalidArgument(f"{source} line {number}: expected start,end,theta_1[,theta_2,...], got {text[:80]!r}")
+            raise InvalidArgument(
+                f"{source} line {number}: expected start,end,theta_1[,theta_2,...], got {text[:80]!r}"
+            )
         if not all(_DIGITS.fullmatch(field) for field in fields[:2]):
-            raise InvalidArgument(f"{source} line {number}: start={fields[0][:40]!r} and end={fields[1][:40]!r} must be integers")
+            raise InvalidArgument(
+                f"{source} line {number}: start={fields[0][:40]!r} and end={fields[1][:40]!r} must be integers"
+            )
         start, end = int(fields[0]), int(fields[1])
         if end > MAX_FILE_END or (end - start + 1) * (len(fields) - 2) > MAX_FILE_PATTERN:
-            raise InvalidArgument(f"{source} line {number}: policies of a file must end by t={MAX_FILE_END:,} and have "
-                                  f"|J|·T <= {MAX_FILE_PATTERN:,}, got J=[{start}, {end}] with T={len(fields) - 2}")
+            raise InvalidArgument(
+                f"{source} line {number}: policies of a file must end by t={MAX_FILE_END:,} and have "
+                f"|J|·T <= {MAX_FILE_PATTERN:,}, got J=[{start}, {end}] with T={len(fields) - 2}"
+            )
         try:
             policies.append(StreamPolicy(start, end, fields[2:]))
         except InvalidArgument as exc:

@@ -123,8 +123,9 @@ class Query(abc.ABC):
     def then(self, outer: LinearQuery) -> Composed:
         """``outer`` applied to this query's answers (a composition of maps)."""
         if not isinstance(self, LinearQuery):
-            raise InvalidArgument(f"then: only linear queries compose exactly, got {type(self).__name__} "
-                                  "as the inner map")
+            raise InvalidArgument(
+                f"then: only linear queries compose exactly, got {type(self).__name__} as the inner map"
+            )
         return Composed(outer=outer, inner=self)
 
 
@@ -176,8 +177,9 @@ class Total(LinearQuery):
 def _check_labels(value: object) -> NDArray[np.int64]:
     raw = np.asarray(value)
     if raw.dtype.kind not in "iu" or raw.ndim != 1 or (raw.size and raw.min() < -1):
-        raise InvalidArgument(f"labels must be a one-dimensional integer array of groups >= 0 or -1 (no group), "
-                              f"got {raw!r}")
+        raise InvalidArgument(
+            f"labels must be a one-dimensional integer array of groups >= 0 or -1 (no group), got {raw!r}"
+        )
     frozen = raw.astype(np.int64)
     frozen.setflags(write=False)
     return frozen
@@ -247,7 +249,7 @@ class Differences(LinearQuery):
     lag: int = 1
 
     def apply(self, values: FloatArray) -> FloatArray:
-        return np.asarray(values[..., self.lag:] - values[..., :-self.lag], dtype=np.float64)
+        return np.asarray(values[..., self.lag :] - values[..., : -self.lag], dtype=np.float64)
 
     def matrix(self, d: int) -> Any:
         if not 0 < self.lag < d:
@@ -401,10 +403,12 @@ def check_query(value: object) -> Query:
     """A query of the library's own vocabulary, all the way down: a subclass could read the values in
     its ``apply`` and state any sensitivity, so the vocabulary is closed (use ``measure`` instead)."""
     if type(value) not in _VOCABULARY:
-        raise InvalidArgument(f"query={value!r} must be one of budgetcheck's queries (Identity, Total, GroupSums, "
-                              "Differences, Smoothing, Linear, Composed, Clipped), not a subclass or another type: "
-                              "their sensitivity "
-                              "is derived by the library; for anything else use ledger.measure (a vouched sensitivity)")
+        raise InvalidArgument(
+            f"query={value!r} must be one of budgetcheck's queries (Identity, Total, GroupSums, "
+            "Differences, Smoothing, Linear, Composed, Clipped), not a subclass or another type: "
+            "their sensitivity "
+            "is derived by the library; for anything else use ledger.measure (a vouched sensitivity)"
+        )
     if isinstance(value, Composed):
         check_query(value.outer)
         check_query(value.inner)
@@ -422,9 +426,11 @@ def derived_sensitivity(query: Query, relation: Relation, d: int, declared: obje
     """
     computed = query.sensitivity(relation, d)
     if isinstance(query, Linear) and query.claimed is not None and not _same(query.claimed, computed):
-        raise InvalidArgument(f"Linear query: claimed sensitivity {query.claimed!r} differs from the computed "
-                              f"{computed!r} "
-                              f"under the stream's relation {relation}")
+        raise InvalidArgument(
+            f"Linear query: claimed sensitivity {query.claimed!r} differs from the computed "
+            f"{computed!r} "
+            f"under the stream's relation {relation}"
+        )
     return resolve(computed, relation, declared, type(query).__name__)
 
 
@@ -436,12 +442,18 @@ def resolve(computed: float, relation: Relation, declared: object, what: str) ->
         computed = float(relation.bound)
     if declared is None:
         return computed
-    if isinstance(declared, bool) or not isinstance(declared, (int, float)) or not math.isfinite(declared) \
-            or declared <= 0:
+    if (
+        isinstance(declared, bool)
+        or not isinstance(declared, (int, float))
+        or not math.isfinite(declared)
+        or declared <= 0
+    ):
         raise InvalidArgument(f"sensitivity={declared!r} must be a finite number > 0 (or None: the computed one)")
     if float(declared) < computed:
-        raise InvalidArgument(f"sensitivity={declared!r} is below {computed!r}, the L1 sensitivity of {what} under the "
-                              f"stream's relation {relation}: a mechanism may ask for more noise, never less")
+        raise InvalidArgument(
+            f"sensitivity={declared!r} is below {computed!r}, the L1 sensitivity of {what} under the "
+            f"stream's relation {relation}: a mechanism may ask for more noise, never less"
+        )
     return float(declared)
 
 

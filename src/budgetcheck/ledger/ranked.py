@@ -15,8 +15,8 @@ import attrs
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from budgetcheck.ledger.errors import InvalidArgument
 from budgetcheck.kernels import compiled
+from budgetcheck.ledger.errors import InvalidArgument
 from budgetcheck.ledger.validation import check_positive_int
 
 FloatArray = NDArray[np.float64]
@@ -82,7 +82,9 @@ class RankedRows:
 
 
 @compiled
-def _insert_rows(lines: FloatArray, sizes: IntArray, totals: FloatArray, values: FloatArray, restart: BoolArray) -> bool:
+def _insert_rows(
+    lines: FloatArray, sizes: IntArray, totals: FloatArray, values: FloatArray, restart: BoolArray
+) -> bool:
     """Insert ``values[row]`` into the ascending line of every row (after equal values), in place;
     a restarting row's group becomes that value alone. False, changing nothing, when a group that
     does not restart is already full."""

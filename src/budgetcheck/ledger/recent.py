@@ -42,13 +42,13 @@ class RecentRows:
 
     def keep_from(self, oldest: int) -> None:
         """Forget the rows of timestamps before ``oldest``."""
-        self._low += int(np.searchsorted(self._stamps[self._low:self._high], oldest))
+        self._low += int(np.searchsorted(self._stamps[self._low : self._high], oldest))
 
     def view(self) -> tuple[IntArray, FloatArray]:
         """(timestamps (L,), rows (L, *row shape)), oldest first; read-only views."""
         if self._values is None:
             raise ValueError("no rows yet")
-        stamps, values = self._stamps[self._low:self._high], self._values[self._low:self._high]
+        stamps, values = self._stamps[self._low : self._high], self._values[self._low : self._high]
         stamps.flags.writeable = False
         values.flags.writeable = False
         return stamps, values
@@ -58,5 +58,5 @@ class RecentRows:
         kept = self._high - self._low
         size = len(self._stamps) * 2 if 2 * kept > len(self._stamps) else len(self._stamps)
         values, stamps = np.empty((size, *self._values.shape[1:])), np.zeros(size, dtype=np.int64)
-        values[:kept], stamps[:kept] = self._values[self._low:self._high], self._stamps[self._low:self._high]
+        values[:kept], stamps[:kept] = self._values[self._low : self._high], self._stamps[self._low : self._high]
         self._values, self._stamps, self._low, self._high = values, stamps, 0, kept

@@ -99,8 +99,14 @@ class LedgerHeader:
     policies: tuple[tuple[int, int, tuple[float, ...]], ...] = attrs.field(default=(), converter=_policy_tuple)
 
     def to_json(self) -> dict[str, Any]:
-        head: dict[str, Any] = {"format": FORMAT, "version": VERSION, "notion": self.notion,
-                                "epsilon": self.epsilon, "w": self.w, "runs": self.runs}
+        head: dict[str, Any] = {
+            "format": FORMAT,
+            "version": VERSION,
+            "notion": self.notion,
+            "epsilon": self.epsilon,
+            "w": self.w,
+            "runs": self.runs,
+        }
         if self.classes:
             head["classes"] = [list(c) for c in self.classes]
         if self.policies:
@@ -129,8 +135,12 @@ def load_lines(lines: Iterable[str]) -> tuple[LedgerHeader, list[SpendRecord]]:
         raise InvalidArgument(f"line 1: version={head.get('version')!r} is not supported (expected {VERSION})")
     try:
         header = LedgerHeader(
-            notion=str(head["notion"]), epsilon=float(head["epsilon"]), w=int(head["w"]), runs=int(head["runs"]),
-            classes=head.get("classes", ()), policies=head.get("policies", ()),
+            notion=str(head["notion"]),
+            epsilon=float(head["epsilon"]),
+            w=int(head["w"]),
+            runs=int(head["runs"]),
+            classes=head.get("classes", ()),
+            policies=head.get("policies", ()),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidArgument(f"line 1: malformed header {first.strip()!r}: {exc}") from exc
@@ -154,7 +164,9 @@ def load_lines(lines: Iterable[str]) -> tuple[LedgerHeader, list[SpendRecord]]:
             raise InvalidArgument(f"line {number}: malformed record {line.strip()!r}: {exc}") from exc
         expected = (header.runs, len(header.classes)) if header.classes else (header.runs,)
         if record.amounts.shape != expected:
-            raise InvalidArgument(f"line {number}: amounts of shape {record.amounts.shape}, the header implies {expected}")
+            raise InvalidArgument(
+                f"line {number}: amounts of shape {record.amounts.shape}, the header implies {expected}"
+            )
         records.append(record)
     return header, records
 

@@ -60,7 +60,9 @@ class RequirementSet:
             ids = None
             pairs = [_as_requirement(r, f"requirements[{i}]") for i, r in enumerate(requirements)]
         else:
-            raise InvalidArgument(f"requirements={requirements!r} must be a sequence of (w, epsilon) or a mapping user -> (w, epsilon)")
+            raise InvalidArgument(
+                f"requirements={requirements!r} must be a sequence of (w, epsilon) or a mapping user -> (w, epsilon)"
+            )
         if not pairs:
             raise InvalidArgument("requirements is empty: a personalized ledger needs at least one user")
         classes = sorted(set(pairs))
@@ -138,5 +140,7 @@ class RequirementSet:
         return Requirement(w=max(r.w for r in self._classes), epsilon=min(r.epsilon for r in self._classes))
 
     def __repr__(self) -> str:
-        parts = ", ".join(f"(w={r.w}, epsilon={r.epsilon!r}) x {n}" for r, n in zip(self._classes, self._counts, strict=True))
+        parts = ", ".join(
+            f"(w={r.w}, epsilon={r.epsilon!r}) x {n}" for r, n in zip(self._classes, self._counts, strict=True)
+        )
         return f"RequirementSet({parts})"

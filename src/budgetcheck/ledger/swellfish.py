@@ -38,8 +38,16 @@ class SwellfishLedger(LaplaceReleases):
 
     __slots__ = ("_current", "_current_t", "_eps_units", "_epsilon", "_policies", "_sums", "_tops", "_top_times")
 
-    def __init__(self, policies: PolicyCollection, *, epsilon: float, runs: int = 1, seed: int = 0, sampler: str = DISCRETE,
-                 keep_records: bool = False) -> None:
+    def __init__(
+        self,
+        policies: PolicyCollection,
+        *,
+        epsilon: float,
+        runs: int = 1,
+        seed: int = 0,
+        sampler: str = DISCRETE,
+        keep_records: bool = False,
+    ) -> None:
         if not isinstance(policies, PolicyCollection):
             raise InvalidArgument(f"policies must be a PolicyCollection, got {type(policies).__name__}")
         super().__init__(runs=runs, seed=seed, sampler=sampler, keep_records=keep_records)
@@ -79,7 +87,9 @@ class SwellfishLedger(LaplaceReleases):
         for index in relevant:
             tops, times, total = self._tops[index], self._top_times[index], self._sums[index]
             present = (times == t).any(axis=1)
-            rooms.append(np.where(present, self._eps_units - total, self._eps_units - total + tops.min(axis=1) - current))
+            rooms.append(
+                np.where(present, self._eps_units - total, self._eps_units - total + tops.min(axis=1) - current)
+            )
         room = np.min(np.stack(rooms), axis=0)
         return rounding.units_to_float_down_array(np.maximum(room, 0).astype(object))
 
@@ -89,8 +99,11 @@ class SwellfishLedger(LaplaceReleases):
             raise InvalidArgument(f"index={index!r} must be a policy index in [0, {len(self._policies)})")
         if not 0 <= run < self._runs:
             raise InvalidArgument(f"run={run!r} must be in [0, {self._runs})")
-        pairs = [(int(t), rounding.units_to_float_near(int(u)))
-                 for u, t in zip(self._tops[index][run].tolist(), self._top_times[index][run].tolist(), strict=True) if u > 0]
+        pairs = [
+            (int(t), rounding.units_to_float_near(int(u)))
+            for u, t in zip(self._tops[index][run].tolist(), self._top_times[index][run].tolist(), strict=True)
+            if u > 0
+        ]
         return tuple(sorted(pairs, key=lambda p: (-p[1], p[0])))
 
     def top_sum(self, index: int) -> tuple[int, ...]:
@@ -107,14 +120,25 @@ class SwellfishLedger(LaplaceReleases):
                 f"(temporal sensitivity {self._policies.temporal_sensitivity(t)!r}); only t with sensitivity 0 is free"
             )
         amounts = np.zeros(self._runs)
-        self._charge(t, amounts, SpendRecord(t=t, purpose=purpose, amounts=amounts, sensitivity=0.0,
-                                             noise_scale=np.zeros(self._runs), sampler="none"))
+        self._charge(
+            t,
+            amounts,
+            SpendRecord(
+                t=t, purpose=purpose, amounts=amounts, sensitivity=0.0, noise_scale=np.zeros(self._runs), sampler="none"
+            ),
+        )
         with charged(secret) as values:
             return np.broadcast_to(values, (self._runs, *values.shape)).copy()
 
     def header(self) -> LedgerHeader:
         policies = tuple((p.start, p.end, p.thresholds) for p in self._policies.policies)
-        return LedgerHeader(notion=Notion.SWELLFISH, epsilon=self._epsilon, w=self._policies.max_interval, runs=self._runs, policies=policies)
+        return LedgerHeader(
+            notion=Notion.SWELLFISH,
+            epsilon=self._epsilon,
+            w=self._policies.max_interval,
+            runs=self._runs,
+            policies=policies,
+        )
 
     def __repr__(self) -> str:
         return f"SwellfishLedger({self._policies!r}, epsilon={self._epsilon!r}, runs={self._runs}, t={self._t})"
@@ -163,7 +187,10 @@ class SwellfishLedger(LaplaceReleases):
             f"spend of {float(amounts[run])!r} at t={t}{run_text} would make the {self._policies.delta(index)} largest "
             f"budgets in J=[{policy.start}, {policy.end}] of policy {index} sum to {total!r} > epsilon={self._epsilon!r}; "
             f"ledger.remaining({t}) is {float(self.remaining(t)[run])!r}",
-            run=run, window=(policy.start, policy.end), window_sum=total, epsilon=self._epsilon,
+            run=run,
+            window=(policy.start, policy.end),
+            window_sum=total,
+            epsilon=self._epsilon,
         )
 
 

@@ -25,15 +25,15 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck import rounding
+from budgetcheck.kernels import compiled
 from budgetcheck.ledger.errors import InvalidArgument
 from budgetcheck.ledger.noise import DISCRETE, discrete_laplace, granularity, laplace_draws
+from budgetcheck.ledger.queries import Identity, Relation
 from budgetcheck.ledger.ranked import RankedRows
 from budgetcheck.ledger.recent import RecentRows
 from budgetcheck.ledger.records import SpendRecord
-from budgetcheck.stream.secret import Secret, charged, is_placeholder, neighbours_of, stacked_rows
-from budgetcheck.kernels import compiled
 from budgetcheck.ledger.validation import check_label, check_positive_int, check_query_epsilon, check_sensitivity
-from budgetcheck.ledger.queries import Identity, Relation
+from budgetcheck.stream.secret import Secret, charged, is_placeholder, neighbours_of, stacked_rows
 
 if TYPE_CHECKING:
     from budgetcheck.ledger.wevent import WindowLedger
@@ -67,9 +67,11 @@ def _check_deviation_sensitivity(declared: float, secret: Secret) -> None:
     identity's under the stream's relation (2 for one person in one bin), as a release's is."""
     identity = Identity().sensitivity(cast(Relation, neighbours_of(secret)), 2)
     if declared < 2 * identity:
-        raise InvalidArgument(f"sensitivity={declared!r} is below {2 * identity!r}, the L1 sensitivity of deviation over "
-                              f"the cells under the stream's relation {neighbours_of(secret)}: a mechanism may ask for "
-                              "more noise, never less")
+        raise InvalidArgument(
+            f"sensitivity={declared!r} is below {2 * identity!r}, the L1 sensitivity of deviation over "
+            f"the cells under the stream's relation {neighbours_of(secret)}: a mechanism may ask for "
+            "more noise, never less"
+        )
 
 
 @final
@@ -80,18 +82,42 @@ class ThresholdTest:
     that would read more timestamps is closed (a public decision) and a new one opens at t.
     """
 
-    __slots__ = ("_amounts", "_cells", "_epsilon", "_grid", "_groups", "_last_t", "_ledger", "_max", "_offset_scale", "_offsets", "_purpose",
-                 "_query_scale", "_recent", "_restarted", "_sensitivity", "_starts")
+    __slots__ = (
+        "_amounts",
+        "_cells",
+        "_epsilon",
+        "_grid",
+        "_groups",
+        "_last_t",
+        "_ledger",
+        "_max",
+        "_offset_scale",
+        "_offsets",
+        "_purpose",
+        "_query_scale",
+        "_recent",
+        "_restarted",
+        "_sensitivity",
+        "_starts",
+    )
 
     def __init__(
-        self, ledger: WindowLedger, *, epsilon: float | FloatArray, sensitivity: float, cells: tuple[int, ...], max_footprint: int | None,
-        purpose: str
+        self,
+        ledger: WindowLedger,
+        *,
+        epsilon: float | FloatArray,
+        sensitivity: float,
+        cells: tuple[int, ...],
+        max_footprint: int | None,
+        purpose: str,
     ) -> None:
         self._ledger = ledger
         self._epsilon = check_query_epsilon(epsilon, ledger.runs)
         self._sensitivity = check_sensitivity(sensitivity)
         if not isinstance(cells, tuple) or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in cells):
-            raise InvalidArgument(f"cells={cells!r} must be a tuple of positive ints (the shape of one timestamp's cells)")
+            raise InvalidArgument(
+                f"cells={cells!r} must be a tuple of positive ints (the shape of one timestamp's cells)"
+            )
         self._cells = cells
         self._max = None if max_footprint is None else check_positive_int(max_footprint, "max_footprint")
         self._purpose = check_label(purpose)
@@ -105,12 +131,16 @@ class ThresholdTest:
         # Every query charges ε (per run) with the same noise scales: computed once, read-only.
         self._amounts = np.array(np.broadcast_to(self._epsilon, (ledger.runs,)), dtype=np.float64)
         # The discrete test works on the grid γ·Z (see _answer_on_grid): its noise covers Δ + γ.
-        self._grid: Fraction | None = granularity(self._sensitivity, integral=False) if ledger.sampler == DISCRETE else None
+        self._grid: Fraction | None = (
+            granularity(self._sensitivity, integral=False) if ledger.sampler == DISCRETE else None
+        )
         covered = self._sensitivity if self._grid is None else float(Fraction(self._sensitivity) + self._grid)
         self._query_scale = rounding.scale_up(covered * 4.0, self._amounts)
         self._offset_scale: float | FloatArray = (
-            float(rounding.scale_up(covered * 2.0, np.array([self._epsilon]))[0]) if isinstance(self._epsilon, float)
-            else rounding.scale_up(covered * 2.0, self._amounts).reshape((-1,) + (1,) * len(cells)))
+            float(rounding.scale_up(covered * 2.0, np.array([self._epsilon]))[0])
+            if isinstance(self._epsilon, float)
+            else rounding.scale_up(covered * 2.0, self._amounts).reshape((-1,) + (1,) * len(cells))
+        )
         self._amounts.setflags(write=False)
         self._query_scale.setflags(write=False)
 
@@ -124,7 +154,9 @@ class ThresholdTest:
         """The first timestamp of each cell's open instance (0 where none is open); a copy."""
         return self._starts.copy()
 
-    def query(self, secret: Secret, statistic: Callable[[FloatArray], ArrayLike], thresholds: ArrayLike) -> ThresholdAnswer:
+    def query(
+        self, secret: Secret, statistic: Callable[[FloatArray], ArrayLike], thresholds: ArrayLike
+    ) -> ThresholdAnswer:
         """Charge ε at the secret's t and test (one charged operation of the ledger; see :meth:`_query`)."""
         outcome = np.asarray(self._ledger._operation(self._query, secret, statistic, thresholds))
         self._starts = outcome[2].astype(np.int64)  # the instances that go with the answer
@@ -155,12 +187,18 @@ class ThresholdTest:
         if tuple(secret.shape) != self._cells:
             raise InvalidArgument(f"secret of shape {secret.shape} does not match cells={self._cells}")
         if secret.t <= self._last_t:
-            raise InvalidArgument(f"query at t={secret.t} after a query at t={self._last_t}: one query per timestamp, in order")
+            raise InvalidArgument(
+                f"query at t={secret.t} after a query at t={self._last_t}: one query per timestamp, in order"
+            )
         if self._groups is not None and statistic is not deviation:
-            raise InvalidArgument("this test keeps its footprints as sorted groups (its first query was deviation): query it with deviation")
+            raise InvalidArgument(
+                "this test keeps its footprints as sorted groups (its first query was deviation): query it with deviation"
+            )
         shape = (ledger.runs, *self._cells)
         given = np.asarray(thresholds, dtype=np.float64)
-        theta = (given if given.shape == shape or given.ndim == 0 else np.broadcast_to(given, shape)).reshape(-1)  # raises unless they broadcast
+        theta = (given if given.shape == shape or given.ndim == 0 else np.broadcast_to(given, shape)).reshape(
+            -1
+        )  # raises unless they broadcast
         if not np.isfinite(given).all():
             raise InvalidArgument(f"thresholds must be finite, got {np.asarray(thresholds)!r}")
         t = secret.t
@@ -168,8 +206,15 @@ class ThresholdTest:
         if not vouched:
             _check_deviation_sensitivity(self._sensitivity, secret)
         amounts, query_scale = self._amounts, self._query_scale
-        record = SpendRecord(t=t, purpose=self._purpose, amounts=amounts, sensitivity=self._sensitivity,
-                             noise_scale=query_scale, sampler=ledger.sampler, vouched=vouched)
+        record = SpendRecord(
+            t=t,
+            purpose=self._purpose,
+            amounts=amounts,
+            sensitivity=self._sensitivity,
+            noise_scale=query_scale,
+            sampler=ledger.sampler,
+            vouched=vouched,
+        )
         ledger._check_secret(secret)
         ledger._charge(t, amounts, record)  # raises, changing nothing, before anything is read
         ledger._vouched += vouched
@@ -181,7 +226,9 @@ class ThresholdTest:
             return np.zeros((3, *shape))
         rng = ledger._rng
         opened = np.empty(shape, dtype=np.bool_)
-        fresh, tested_cells = _open_instances(self._starts.reshape(-1), t, self._max or 0, self._restarted, opened.reshape(-1))
+        fresh, tested_cells = _open_instances(
+            self._starts.reshape(-1), t, self._max or 0, self._restarted, opened.reshape(-1)
+        )
         self._restarted = False  # the first live query after a replay opened every instance afresh
         with charged(secret) as values:
             if self._groups is not None:  # the groups are the footprints
@@ -201,15 +248,31 @@ class ThresholdTest:
                 lengths = np.where(tested, t - self._starts + 1, 0).reshape(ledger.runs, -1).max(axis=1)
                 for rows, width in _buckets(lengths):
                     masked = self._footprints(secret, tested, rows, width)
-                    result[rows] = np.broadcast_to(np.asarray(statistic(masked), dtype=np.float64), (len(rows), *self._cells))
+                    result[rows] = np.broadcast_to(
+                        np.asarray(statistic(masked), dtype=np.float64), (len(rows), *self._cells)
+                    )
             if not np.isfinite(result).all() and not np.isfinite(result.reshape(shape)[tested]).all():
                 raise InvalidArgument("statistic returned non-finite values for tested cells")
             if self._grid is None:
-                _answer(opened.reshape(-1), np.ascontiguousarray(result).reshape(-1), laplace_draws(rng, shape).reshape(-1),
-                        query_scale, theta, self._offsets.reshape(-1), flat[0])
+                _answer(
+                    opened.reshape(-1),
+                    np.ascontiguousarray(result).reshape(-1),
+                    laplace_draws(rng, shape).reshape(-1),
+                    query_scale,
+                    theta,
+                    self._offsets.reshape(-1),
+                    flat[0],
+                )
             else:
-                _answer_on_grid(opened.reshape(-1), np.ascontiguousarray(result).reshape(-1), query_scale, theta,
-                                self._offsets.reshape(-1), flat[0], self._grid)
+                _answer_on_grid(
+                    opened.reshape(-1),
+                    np.ascontiguousarray(result).reshape(-1),
+                    query_scale,
+                    theta,
+                    self._offsets.reshape(-1),
+                    flat[0],
+                    self._grid,
+                )
         else:
             flat[0] = 0.0
         if self._grid is not None:  # the offsets ρ on the grid, already scaled
@@ -218,7 +281,9 @@ class ThresholdTest:
             draws, scales = laplace_draws(rng, fresh, self._offset_scale), _NO_SCALES
         else:  # one scale per run
             draws, scales = laplace_draws(rng, fresh), self._offset_scale.reshape(-1)
-        _close_instances(opened.reshape(-1), t, draws, scales, self._starts.reshape(-1), self._offsets.reshape(-1), flat)
+        _close_instances(
+            opened.reshape(-1), t, draws, scales, self._starts.reshape(-1), self._offsets.reshape(-1), flat
+        )
         return outcome
 
     def _footprints(self, secret: Secret, tested: BoolArray, rows: IntArray, width: int) -> FloatArray:
@@ -250,7 +315,9 @@ _NO_SCALES = np.empty(0)
 
 
 @compiled
-def _open_instances(starts: IntArray, t: int, max_footprint: int, restart_all: bool, opened: BoolArray) -> tuple[int, int]:
+def _open_instances(
+    starts: IntArray, t: int, max_footprint: int, restart_all: bool, opened: BoolArray
+) -> tuple[int, int]:
     """opened[i]: cell i has no open instance, or (``restart_all``, after a replay) it has one, or
     its footprint would grow beyond ``max_footprint`` (0: no cap), so it opens anew at t.
     Returns how many cells open and how many are tested."""
@@ -264,17 +331,33 @@ def _open_instances(starts: IntArray, t: int, max_footprint: int, restart_all: b
 
 
 @compiled
-def _answer(opened: BoolArray, result: FloatArray, noise: FloatArray, scale: FloatArray, theta: FloatArray, offsets: FloatArray,
-            above: FloatArray) -> None:
+def _answer(
+    opened: BoolArray,
+    result: FloatArray,
+    noise: FloatArray,
+    scale: FloatArray,
+    theta: FloatArray,
+    offsets: FloatArray,
+    above: FloatArray,
+) -> None:
     """above[i] (1.0 or 0.0): a tested cell's q + ν >= θ + ρ, ν = noise · the run's scale, in numpy's
     order of operations (``scale`` has one entry per run; ``theta`` one per cell or a single value)."""
     per_run = opened.size // scale.size
     for i in range(opened.size):
-        above[i] = (not opened[i]) and result[i] + noise[i] * scale[i // per_run] >= theta[i if theta.size > 1 else 0] + offsets[i]
+        above[i] = (not opened[i]) and result[i] + noise[i] * scale[i // per_run] >= theta[
+            i if theta.size > 1 else 0
+        ] + offsets[i]
 
 
-def _answer_on_grid(opened: BoolArray, result: FloatArray, scale: FloatArray, theta: FloatArray, offsets: FloatArray,
-                    above: FloatArray, grid: Fraction) -> None:
+def _answer_on_grid(
+    opened: BoolArray,
+    result: FloatArray,
+    scale: FloatArray,
+    theta: FloatArray,
+    offsets: FloatArray,
+    above: FloatArray,
+    grid: Fraction,
+) -> None:
     """:func:`_answer` with the exact discrete Laplace (Canonne, Kamath, Steinke 2020) on the grid γ·Z,
     noise from the OS CSPRNG: q and θ are rounded to the grid, ν_k has scale 4(Δ+γ)/ε, the offset ρ
     2(Δ+γ)/ε (drawn by :func:`_grid_offsets`), and q + ν >= θ + ρ is decided in exact integers.
@@ -304,8 +387,15 @@ def _grid_offsets(opened: BoolArray, offset_scale: float | FloatArray, runs: int
 
 
 @compiled
-def _close_instances(opened: BoolArray, t: int, draws: FloatArray, scales: FloatArray, starts: IntArray, offsets: FloatArray,
-                     outcome: FloatArray) -> None:
+def _close_instances(
+    opened: BoolArray,
+    t: int,
+    draws: FloatArray,
+    scales: FloatArray,
+    starts: IntArray,
+    offsets: FloatArray,
+    outcome: FloatArray,
+) -> None:
     """Open the instances of the ``opened`` cells at t (their offsets ρ the next ``draws``, times the
     run's scale when ``scales`` has one per run), close those that answered above (outcome[0]), and
     write opened and the starts into outcome[1] and outcome[2]."""

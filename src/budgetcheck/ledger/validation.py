@@ -72,7 +72,9 @@ def check_amounts(value: object, runs: int, name: str = "epsilon") -> FloatArray
     if arr.ndim == 0:
         arr = np.full(runs, float(arr))
     if arr.shape != (runs,):
-        raise InvalidArgument(f"{name} has shape {arr.shape}; the ledger accounts for {runs} runs, so it must be a scalar or have shape ({runs},)")
+        raise InvalidArgument(
+            f"{name} has shape {arr.shape}; the ledger accounts for {runs} runs, so it must be a scalar or have shape ({runs},)"
+        )
     return _finite_nonnegative(arr, name)
 
 
@@ -84,12 +86,16 @@ def check_amount_rows(value: object, rows: int, runs: int, name: str = "epsilon"
     if arr.shape == (rows,):
         arr = arr.reshape(rows, 1).copy()  # its own base, so records can share read-only views of it
     if arr.shape not in ((rows, 1), (rows, runs)):
-        raise InvalidArgument(f"{name} has shape {arr.shape}; expected ({rows},) or ({rows}, {runs}) for {rows} spends and {runs} runs")
+        raise InvalidArgument(
+            f"{name} has shape {arr.shape}; expected ({rows},) or ({rows}, {runs}) for {rows} spends and {runs} runs"
+        )
     one_column = arr.shape[1] == 1 and runs != 1  # named by the spend alone, as it was given
     return _finite_nonnegative(arr, name, (lambda index: index[:1]) if one_column else None)
 
 
-def check_bin_amounts(value: object, runs: int, bins: int, name: str = "epsilon", *, scalar: bool = False) -> FloatArray:
+def check_bin_amounts(
+    value: object, runs: int, bins: int, name: str = "epsilon", *, scalar: bool = False
+) -> FloatArray:
     """Per-run, per-bin (or per-class) budgets: shape (runs, bins) or (bins,) (or a scalar if
     ``scalar``), each finite and >= 0 (read-only)."""
     arr = _float_array(value, name, "an array of finite numbers >= 0")
@@ -121,7 +127,9 @@ def _float_array(value: object, name: str, expected: str) -> FloatArray:
         raise InvalidArgument(f"{name}={value!r} must be {expected}") from exc
 
 
-def _finite_nonnegative(arr: FloatArray, name: str, shown: Callable[[tuple[int, ...]], tuple[int, ...]] | None = None) -> FloatArray:
+def _finite_nonnegative(
+    arr: FloatArray, name: str, shown: Callable[[tuple[int, ...]], tuple[int, ...]] | None = None
+) -> FloatArray:
     """``arr``, read-only, when every entry is finite and >= 0; else the first bad entry, by its index
     (``shown`` picks the part of the index to print)."""
     if arr.size and arr.min() >= 0.0 and arr.max() < math.inf:  # a NaN fails both tests: the search below names it
@@ -156,9 +164,7 @@ def check_stream(data: object, name: str = "data") -> FloatArray:
         widths = [_row_width(row) for row in rows]
         for index, width in enumerate(widths):
             if width != widths[0]:
-                raise InvalidArgument(
-                    f"{name} is ragged: row {index + 1} has {width} values, row 1 has {widths[0]}"
-                )
+                raise InvalidArgument(f"{name} is ragged: row {index + 1} has {width} values, row 1 has {widths[0]}")
     try:
         arr = np.array(rows, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -172,8 +178,10 @@ def check_stream(data: object, name: str = "data") -> FloatArray:
     bad = ~(np.abs(arr) <= MAX_VALUE)  # NaN and infinities fail too
     if bad.any():
         t, d = (int(i) for i in np.argwhere(bad)[0])
-        raise InvalidArgument(f"{name} has {float(arr[t, d])!r} at timestamp t={t + 1}, dimension {d}: values must be finite "
-                              f"and at most 2^53 in size")
+        raise InvalidArgument(
+            f"{name} has {float(arr[t, d])!r} at timestamp t={t + 1}, dimension {d}: values must be finite "
+            f"and at most 2^53 in size"
+        )
     arr.setflags(write=False)
     return arr
 
@@ -200,7 +208,9 @@ def check_epsilons(epsilons: object) -> FloatArray:
     values = np.asarray(epsilons, dtype=object)  # the values as given: True is refused, not read as 1.0
     if values.ndim != 1 or values.size == 0:
         raise InvalidArgument(f"epsilons={epsilons!r} must be a non-empty 1-d sequence of budgets, one per run")
-    return np.array([check_epsilon(value, f"epsilons[{r}]") for r, value in enumerate(values.tolist())], dtype=np.float64)
+    return np.array(
+        [check_epsilon(value, f"epsilons[{r}]") for r, value in enumerate(values.tolist())], dtype=np.float64
+    )
 
 
 def check_query_epsilon(epsilon: object, runs: int) -> float | FloatArray:
@@ -209,7 +219,9 @@ def check_query_epsilon(epsilon: object, runs: int) -> float | FloatArray:
     if not isinstance(epsilon, np.ndarray) or epsilon.ndim == 0:
         return check_epsilon(epsilon.item() if isinstance(epsilon, np.ndarray) else epsilon)
     if epsilon.shape != (runs,) or epsilon.dtype.kind not in "fiu" or not (np.isfinite(epsilon) & (epsilon > 0)).all():
-        raise InvalidArgument(f"epsilon={epsilon!r} must be a finite number > 0 or an array of {runs} of them (one per run)")
+        raise InvalidArgument(
+            f"epsilon={epsilon!r} must be a finite number > 0 or an array of {runs} of them (one per run)"
+        )
     budgets = np.array(epsilon, dtype=np.float64)
     budgets.setflags(write=False)
     return budgets

@@ -28,7 +28,7 @@ from budgetcheck.ledger.core import (
 from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument, LedgerCorrupt
 from budgetcheck.ledger.exact import ExactVector
 from budgetcheck.ledger.isolation import FORK, check_isolation
-from budgetcheck.ledger.noise import DISCRETE, NUMPY
+from budgetcheck.ledger.noise import DISCRETE
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.params import WEventParams
 from budgetcheck.ledger.queries import Identity
@@ -60,11 +60,22 @@ class WindowLedger(LaplaceReleases):
     __slots__ = ("_eps_bound", "_eps_units", "_epsilon", "_params", "_windows")
     _stacking = True
 
-    def __init__(self, params: WEventParams | None = None, *, epsilon: float | None = None, w: int | None = None, runs: int = 1,
-                 seed: int = 0, sampler: str = DISCRETE, keep_records: bool = False) -> None:
+    def __init__(
+        self,
+        params: WEventParams | None = None,
+        *,
+        epsilon: float | None = None,
+        w: int | None = None,
+        runs: int = 1,
+        seed: int = 0,
+        sampler: str = DISCRETE,
+        keep_records: bool = False,
+    ) -> None:
         if params is None:  # WindowLedger(epsilon=1.0, w=3), as one would write it
             if epsilon is None or w is None:
-                raise InvalidArgument(f"give epsilon and w (got epsilon={epsilon!r}, w={w!r}) or params=WEventParams(epsilon, w)")
+                raise InvalidArgument(
+                    f"give epsilon and w (got epsilon={epsilon!r}, w={w!r}) or params=WEventParams(epsilon, w)"
+                )
             params = WEventParams(epsilon, w)
         elif epsilon is not None or w is not None:
             raise InvalidArgument(f"give either params={params!r} or epsilon and w, not both")
@@ -78,14 +89,21 @@ class WindowLedger(LaplaceReleases):
         self._windows = ExactWindows(params.w, self._runs)
 
     @classmethod
-    def with_epsilons(cls, epsilons: ArrayLike, w: int, *, seed: int = 0, sampler: str = DISCRETE,
-                      keep_records: bool = False) -> WindowLedger:
+    def with_epsilons(
+        cls, epsilons: ArrayLike, w: int, *, seed: int = 0, sampler: str = DISCRETE, keep_records: bool = False
+    ) -> WindowLedger:
         """A ledger of ``len(epsilons)`` runs in which run r is held to w-event ``epsilons[r]``-privacy
         (the benchmark runs the ε of several settings in one pass). Every check is the same as
         for one ε, run by run; :attr:`epsilon` is then the per-run array (a float when all agree).
         """
         budgets = check_epsilons(epsilons)
-        ledger = cls(WEventParams(float(budgets.max()), w), runs=budgets.size, seed=seed, sampler=sampler, keep_records=keep_records)
+        ledger = cls(
+            WEventParams(float(budgets.max()), w),
+            runs=budgets.size,
+            seed=seed,
+            sampler=sampler,
+            keep_records=keep_records,
+        )
         if (budgets != budgets[0]).any():
             budgets.setflags(write=False)
             ledger._epsilon = budgets
@@ -99,7 +117,8 @@ class WindowLedger(LaplaceReleases):
         if not isinstance(self._epsilon, float):
             raise InvalidArgument(
                 f"params: this ledger holds its runs to different budgets {sorted(set(self._epsilon.tolist()))}; "
-                "read ledger.epsilon (one per run) and ledger.w")
+                "read ledger.epsilon (one per run) and ledger.w"
+            )
         return self._params
 
     @property
@@ -122,8 +141,14 @@ class WindowLedger(LaplaceReleases):
         return tuple(window.tolist())
 
     @journaled
-    def laplace_series(self, secrets: Sequence[Secret], epsilon: ArrayLike, *, sensitivity: float | None = None,
-                       purpose: str = "publication") -> FloatArray:
+    def laplace_series(
+        self,
+        secrets: Sequence[Secret],
+        epsilon: ArrayLike,
+        *,
+        sensitivity: float | None = None,
+        purpose: str = "publication",
+    ) -> FloatArray:
         """Release several timestamps in one operation: secret k plus Laplace noise of scale Δ/ε_k
         (rounded up), per run — what k calls of :meth:`laplace` in timestamp order release, bit for bit.
 
@@ -138,10 +163,14 @@ class WindowLedger(LaplaceReleases):
         if not secrets:
             raise InvalidArgument("secrets must name at least one timestamp, got none")
         if not all(isinstance(secret, Secret) for secret in secrets):
-            raise InvalidArgument(f"secrets must be Secrets from a guarded stream, got {sorted({type(x).__name__ for x in secrets})}")
+            raise InvalidArgument(
+                f"secrets must be Secrets from a guarded stream, got {sorted({type(x).__name__ for x in secrets})}"
+            )
         stamps = [secret.t for secret in secrets]
         if any(later <= earlier for earlier, later in zip(stamps, stamps[1:])):
-            raise InvalidArgument(f"secrets must have increasing timestamps, got {stamps if len(stamps) <= 10 else stamps[:10] + ['...']}")
+            raise InvalidArgument(
+                f"secrets must have increasing timestamps, got {stamps if len(stamps) <= 10 else stamps[:10] + ['...']}"
+            )
         if len({(tuple(secret.shape), stacked_rows(secret)) for secret in secrets}) != 1:
             raise InvalidArgument("secrets must come from one stream (one shape)")
         budgets = check_amount_rows(epsilon, len(secrets), self._runs)  # (k, 1) or (k, runs)
@@ -153,8 +182,17 @@ class WindowLedger(LaplaceReleases):
         scales.setflags(write=False)
         amounts = np.broadcast_to(budgets, (len(secrets), self._runs))  # read-only views, shared by the records
         noise_scales = np.broadcast_to(scales, (len(secrets), self._runs))
-        records = [SpendRecord(t=t, purpose=purpose, amounts=amounts[k], sensitivity=sensitivity, noise_scale=noise_scales[k],
-                               sampler=self._noise.name) for k, t in enumerate(stamps)]
+        records = [
+            SpendRecord(
+                t=t,
+                purpose=purpose,
+                amounts=amounts[k],
+                sensitivity=sensitivity,
+                noise_scale=noise_scales[k],
+                sampler=self._noise.name,
+            )
+            for k, t in enumerate(stamps)
+        ]
         self._charge_each(stamps, amounts, records)
         with contextlib.ExitStack() as stack:
             payloads = np.stack([stack.enter_context(charged(secret)) for secret in secrets])
@@ -198,7 +236,9 @@ class WindowLedger(LaplaceReleases):
         if values.size > _MOST_GROUPS:
             return None
         groups = [np.flatnonzero(index == g) for g in range(values.size)]
-        if any(amounts.strides[1:]) and not all(bool((amounts[:, runs] == amounts[:, runs[:1]]).all()) for runs in groups):
+        if any(amounts.strides[1:]) and not all(
+            bool((amounts[:, runs] == amounts[:, runs[:1]]).all()) for runs in groups
+        ):
             return None
         return list[IntArray | None](groups)  # a list of the wider type (lists are invariant)
 
@@ -212,8 +252,14 @@ class WindowLedger(LaplaceReleases):
             totals.append(kept)
         return totals
 
-    def _charge_shared(self, stamps: list[int], amounts: FloatArray, records: list[SpendRecord],
-                       groups: list[IntArray | None], totals: list[dict[int, int]]) -> None:
+    def _charge_shared(
+        self,
+        stamps: list[int],
+        amounts: FloatArray,
+        records: list[SpendRecord],
+        groups: list[IntArray | None],
+        totals: list[dict[int, int]],
+    ) -> None:
         """:meth:`_charge_each` when, within each group of runs (one ε), the spends and every kept total
         are the same in every run: the window [s−w+1, s] of every stamp s is summed exactly from the
         group's totals, then all are committed. A refusal names the earliest stamp that breaks a
@@ -240,7 +286,14 @@ class WindowLedger(LaplaceReleases):
             k = stamps.index(s)
             spent = rounding.to_units(float(amounts[k, run]))
             self._refusals += 1
-            self._refuse(s, np.array(amounts[k]), ExactVector.from_int(window - spent), ExactVector.from_int(window), run, records[k].purpose)
+            self._refuse(
+                s,
+                np.array(amounts[k]),
+                ExactVector.from_int(window - spent),
+                ExactVector.from_int(window),
+                run,
+                records[k].purpose,
+            )
         self._windows.replace(stamps[-1], totals, groups)
         for stamp, record in zip(stamps, records, strict=True):
             self._commit(stamp, record)
@@ -272,9 +325,13 @@ class WindowLedger(LaplaceReleases):
         amounts = self._measurement_amounts(fn, epsilon, "measure_footprint")
         isolation = check_isolation(isolation)
         if not all(isinstance(secret, Secret) for secret in secrets):
-            raise InvalidArgument(f"secrets must be Secrets from a guarded stream, got {[type(x).__name__ for x in secrets]}")
+            raise InvalidArgument(
+                f"secrets must be Secrets from a guarded stream, got {[type(x).__name__ for x in secrets]}"
+            )
         if any(stacked_rows(secret) for secret in secrets):
-            raise InvalidArgument("measure_footprint does not read stacked streams (GuardedStream.stacked); run each stream alone")
+            raise InvalidArgument(
+                "measure_footprint does not read stacked streams (GuardedStream.stacked); run each stream alone"
+            )
         stamps = [secret.t for secret in secrets]
         t = self._check_t(max(stamps))
         for secret in secrets:
@@ -295,14 +352,30 @@ class WindowLedger(LaplaceReleases):
                 run = int(over[0])
                 raise window_exceeded(
                     what=f"footprint measurement of {float(amounts[run])!r} at each of t={sorted(stamps)} (purpose {purpose!r}{_run_text(run, self._runs)})",
-                    t=end, w=w, epsilon=self._run_epsilon(run), eps_units=self._run_units(run), window=int(before[run]),
-                    proposed=int(after[run]), run=run, remaining_call="what that window had left",
+                    t=end,
+                    w=w,
+                    epsilon=self._run_epsilon(run),
+                    eps_units=self._run_units(run),
+                    window=int(before[run]),
+                    proposed=int(after[run]),
+                    run=run,
+                    remaining_call="what that window had left",
                 )
         scale = self._noise.scale(sensitivity, amounts, integral=False)
         self._windows.commit_footprint(t, added)
         for s in sorted(stamps):
-            self._commit(t, SpendRecord(t=s, purpose=f"{purpose} (read at t={t})", amounts=amounts, sensitivity=sensitivity,
-                                        noise_scale=scale, sampler=self._noise.name, vouched=True))
+            self._commit(
+                t,
+                SpendRecord(
+                    t=s,
+                    purpose=f"{purpose} (read at t={t})",
+                    amounts=amounts,
+                    sensitivity=sensitivity,
+                    noise_scale=scale,
+                    sampler=self._noise.name,
+                    vouched=True,
+                ),
+            )
             self._vouched += 1
         with contextlib.ExitStack() as stack:
             payload = np.stack([stack.enter_context(charged(secret)) for secret in secrets])
@@ -327,13 +400,17 @@ class WindowLedger(LaplaceReleases):
         each open instance adds to its footprint); ``epsilon`` is a float or one per run. Under
         ``discrete-laplace`` the test runs on the discrete grid with noise from the OS CSPRNG.
         """
-        return ThresholdTest(self, epsilon=epsilon, sensitivity=sensitivity, cells=cells, max_footprint=max_footprint, purpose=purpose)
+        return ThresholdTest(
+            self, epsilon=epsilon, sensitivity=sensitivity, cells=cells, max_footprint=max_footprint, purpose=purpose
+        )
 
     def header(self) -> LedgerHeader:
         """The stored ledger's first line; a ledger of several ε has no file format and is refused."""
         if not isinstance(self._epsilon, float):
-            raise InvalidArgument(f"{self!r} holds its runs to different budgets; a ledger file or dump holds one epsilon: "
-                                  "store one WindowLedger per epsilon")
+            raise InvalidArgument(
+                f"{self!r} holds its runs to different budgets; a ledger file or dump holds one epsilon: "
+                "store one WindowLedger per epsilon"
+            )
         return LedgerHeader(notion=Notion.W_EVENT, epsilon=self._epsilon, w=self._params.w, runs=self._runs)
 
     def __repr__(self) -> str:
@@ -381,10 +458,18 @@ class WindowLedger(LaplaceReleases):
         self._windows.commit(t, amounts, added, proposed, leaving)
         self._commit(t, record)
 
-    def _refuse(self, t: int, amounts: FloatArray, window: ExactVector, proposed: ExactVector, run: int, purpose: str) -> None:
+    def _refuse(
+        self, t: int, amounts: FloatArray, window: ExactVector, proposed: ExactVector, run: int, purpose: str
+    ) -> None:
         raise window_exceeded(
             what=f"spend of {float(amounts[run])!r} at t={t} (purpose {purpose!r}{_run_text(run, self._runs)})",
-            t=t, w=self._params.w, epsilon=self._run_epsilon(run), eps_units=self._run_units(run), window=int(window[run]), proposed=int(proposed[run]), run=run,
+            t=t,
+            w=self._params.w,
+            epsilon=self._run_epsilon(run),
+            eps_units=self._run_units(run),
+            window=int(window[run]),
+            proposed=int(proposed[run]),
+            run=run,
             remaining_call=f"ledger.remaining({t})",
         )
 
@@ -394,7 +479,16 @@ def _run_text(run: int, runs: int) -> str:
 
 
 def window_exceeded(
-    *, what: str, t: int, w: int, epsilon: float, eps_units: int, window: int, proposed: int, run: int, remaining_call: str
+    *,
+    what: str,
+    t: int,
+    w: int,
+    epsilon: float,
+    eps_units: int,
+    window: int,
+    proposed: int,
+    run: int,
+    remaining_call: str,
 ) -> BudgetExceeded:
     """The error for a spend that would push window [t−w+1, t] over ε (names window, sum, excess, remaining)."""
     start = max(1, t - w + 1)

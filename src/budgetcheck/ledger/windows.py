@@ -23,8 +23,8 @@ from typing import final
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck.ledger.exact import ExactVector
 from budgetcheck.kernels import compiled
+from budgetcheck.ledger.exact import ExactVector
 from budgetcheck.rounding import next_down
 
 FloatArray = NDArray[np.float64]
@@ -40,7 +40,9 @@ class _Entry:
 
     __slots__ = ("_exact", "_low", "base", "parts", "t")
 
-    def __init__(self, t: int, parts: list[FloatArray], exact: ExactVector | None, *, base: ExactVector | None = None) -> None:
+    def __init__(
+        self, t: int, parts: list[FloatArray], exact: ExactVector | None, *, base: ExactVector | None = None
+    ) -> None:
         self.t = t
         self.base = base
         self.parts = parts
@@ -214,7 +216,9 @@ class ExactWindows:
         every run of the group; None: every run), with t the latest timestamp (what
         :meth:`shared_totals` and a checked series of spends give)."""
         stamps = sorted({s for kept in totals for s in kept if s > t - 2 * self._w + 1})  # what _rebuild keeps
-        self._rebuild(t, {s: ExactVector.from_groups([kept.get(s, 0) for kept in totals], groups, self._runs) for s in stamps})
+        self._rebuild(
+            t, {s: ExactVector.from_groups([kept.get(s, 0) for kept in totals], groups, self._runs) for s in stamps}
+        )
 
     def _rebuild(self, t: int, totals: dict[int, ExactVector]) -> None:
         """The state of exact per-timestamp totals with t the latest: the window (t − w, t] and the

@@ -85,7 +85,9 @@ def max_stacked_runs(mechanism: object) -> int:
     """
     value = getattr(mechanism, "max_stacked_runs", 0)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidArgument(f"{getattr(mechanism, 'name', mechanism)!r} declares max_stacked_runs={value!r}; it must be an int >= 0")
+        raise InvalidArgument(
+            f"{getattr(mechanism, 'name', mechanism)!r} declares max_stacked_runs={value!r}; it must be an int >= 0"
+        )
     return value
 
 
@@ -113,7 +115,9 @@ def _run(mechanism: Any, stream: GuardedStream | PersonalizedStream, ledger: L) 
     out = np.asarray(mechanism.run(stream, ledger), dtype=np.float64)
     expected = (ledger.runs, stream.length, stream.dimensions)
     if out.shape != expected:
-        raise MechanismContractError(f"{mechanism.name}.run returned shape {out.shape}, expected (runs, T, d) = {expected}")
+        raise MechanismContractError(
+            f"{mechanism.name}.run returned shape {out.shape}, expected (runs, T, d) = {expected}"
+        )
     if not np.isfinite(out).all():
         raise MechanismContractError(f"{mechanism.name}.run returned non-finite releases")
     out.setflags(write=False)
@@ -137,7 +141,11 @@ def execute(
     unless ``sampler`` names another; to publish, use a ledger file (:func:`budgetcheck.publish`)."""
     stream = data if isinstance(data, GuardedStream) else GuardedStream(data)
     if np.ndim(epsilon) == 0:
-        return _run(mechanism, stream, WindowLedger(WEventParams(epsilon=epsilon, w=w), runs=runs, seed=seed, sampler=sampler, keep_records=True))
+        return _run(
+            mechanism,
+            stream,
+            WindowLedger(WEventParams(epsilon=epsilon, w=w), runs=runs, seed=seed, sampler=sampler, keep_records=True),
+        )
     ledger = WindowLedger.with_epsilons(epsilon, w, seed=seed, sampler=sampler, keep_records=True)
     if ledger.runs != runs:
         raise InvalidArgument(f"epsilon has {ledger.runs} budgets but runs={runs!r}; give one ε per run")
@@ -157,7 +165,9 @@ def execute_personalized(
     """Run a personalized mechanism on per-user ``bins`` (shape (T, n)) under ``requirements``
     (an experiment: reproducible noise from ``seed``, as :func:`execute`)."""
     stream = PersonalizedStream(requirements, bins, dimensions=dimensions)
-    return _run(mechanism, stream, PersonalizedLedger(requirements, runs=runs, seed=seed, sampler=sampler, keep_records=True))
+    return _run(
+        mechanism, stream, PersonalizedLedger(requirements, runs=runs, seed=seed, sampler=sampler, keep_records=True)
+    )
 
 
 def execute_swellfish(
@@ -172,4 +182,8 @@ def execute_swellfish(
 ) -> Execution[SwellfishLedger]:
     """Run a Swellfish mechanism on ``data`` (shape (T, d)) under (ε, Φ) (an experiment: reproducible
     noise from ``seed``, as :func:`execute`)."""
-    return _run(mechanism, GuardedStream(data), SwellfishLedger(policies, epsilon=epsilon, runs=runs, seed=seed, sampler=sampler, keep_records=True))
+    return _run(
+        mechanism,
+        GuardedStream(data),
+        SwellfishLedger(policies, epsilon=epsilon, runs=runs, seed=seed, sampler=sampler, keep_records=True),
+    )

@@ -11,7 +11,6 @@ import traceback
 from typing import Any
 
 from budgetcheck.ledger.errors import InvalidArgument
-
 from budgetcheck.mechanism.execute import (
     PersonalizedMechanism,
     StreamMechanism,
@@ -26,20 +25,28 @@ def load_mechanism(reference: str) -> Any:
         module_name, _, attr = reference.partition(":")
         target: object = getattr(_import_user_module(reference, module_name), attr, _MISSING)
         if target is _MISSING:
-            raise InvalidArgument(f"mechanism={reference!r} cannot be loaded: module {module_name!r} has no attribute {attr!r}")
+            raise InvalidArgument(
+                f"mechanism={reference!r} cannot be loaded: module {module_name!r} has no attribute {attr!r}"
+            )
     else:
         from mechanisms import BUILTIN
 
         if reference not in BUILTIN:
-            raise InvalidArgument(f"mechanism={reference!r} is not built in; choose one of {sorted(BUILTIN)} or use module:attr")
+            raise InvalidArgument(
+                f"mechanism={reference!r} is not built in; choose one of {sorted(BUILTIN)} or use module:attr"
+            )
         target = BUILTIN[reference]
     if isinstance(target, type) or (not isinstance(target, StreamMechanism) and callable(target)):
         try:
             target = target()
         except TypeError as exc:
-            raise InvalidArgument(f"mechanism={reference!r} is not a StreamMechanism and cannot be built without arguments: {exc}") from exc
+            raise InvalidArgument(
+                f"mechanism={reference!r} is not a StreamMechanism and cannot be built without arguments: {exc}"
+            ) from exc
     if not isinstance(target, (StreamMechanism, PersonalizedMechanism, SwellfishMechanism)):
-        raise InvalidArgument(f"mechanism={reference!r} is not a StreamMechanism (needs .name and .run(stream, ledger))")
+        raise InvalidArgument(
+            f"mechanism={reference!r} is not a StreamMechanism (needs .name and .run(stream, ledger))"
+        )
     try:
         notion_of(target)
     except InvalidArgument as exc:
@@ -58,11 +65,14 @@ def _import_user_module(reference: str, module_name: str) -> Any:
     try:
         return importlib.import_module(module_name)
     except SyntaxError as exc:
-        raise InvalidArgument(f"mechanism={reference!r} cannot be loaded: {exc.filename}, line {exc.lineno}: "
-                              f"{exc.msg}") from None
+        raise InvalidArgument(
+            f"mechanism={reference!r} cannot be loaded: {exc.filename}, line {exc.lineno}: {exc.msg}"
+        ) from None
     except ImportError as exc:
         raise InvalidArgument(f"mechanism={reference!r} cannot be loaded: {exc}") from None
     except Exception as exc:  # the module's own code failed while importing: name where
         frame = traceback.extract_tb(exc.__traceback__)[-1]
-        raise InvalidArgument(f"mechanism={reference!r} cannot be loaded: {frame.filename}, line {frame.lineno}: "
-                              f"{type(exc).__name__}: {exc}") from None
+        raise InvalidArgument(
+            f"mechanism={reference!r} cannot be loaded: {frame.filename}, line {frame.lineno}: "
+            f"{type(exc).__name__}: {exc}"
+        ) from None

@@ -12,10 +12,9 @@ User ids are compared as strings.
 from __future__ import annotations
 
 import json
-import math
 import re
-from pathlib import Path
 from collections.abc import Callable, Hashable, Iterable, Iterator
+from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
@@ -82,7 +81,7 @@ class Undecodable(str):
 
 def _undecodable(raw: bytes, exc: UnicodeDecodeError) -> Undecodable:
     text = Undecodable(raw.decode("utf-8", errors="replace").strip())
-    text.reason = f"byte {raw[exc.start:exc.start + 1]!r} at position {exc.start + 1} ({exc.reason})"
+    text.reason = f"byte {raw[exc.start : exc.start + 1]!r} at position {exc.start + 1} ({exc.reason})"
     return text
 
 
@@ -132,8 +131,9 @@ def load_requirements(lines: Iterable[str], *, source: str = "requirements") -> 
         try:
             pairs[user] = (int(w), float(epsilon))
         except ValueError:
-            raise InvalidArgument(f"{source} line {number}: w={w[:40]!r} must be an integer and epsilon={epsilon[:40]!r} "
-                                  "a number") from None
+            raise InvalidArgument(
+                f"{source} line {number}: w={w[:40]!r} must be an integer and epsilon={epsilon[:40]!r} a number"
+            ) from None
         try:
             Requirement(*pairs[user])
         except InvalidArgument as exc:
@@ -151,8 +151,11 @@ def content_lines(lines: Iterable[str | bytes], fmt: str) -> Iterator[tuple[int,
     ``fmt`` must be one of :data:`FORMATS` (checked before the first line is read)."""
     if fmt not in FORMATS:
         raise InvalidArgument(f"format={fmt!r} must be one of {list(FORMATS)}")
-    return ((number, line if isinstance(line, Undecodable) else line.strip())
-            for number, line in enumerate(decoded_lines(lines), start=1) if line.strip() and not line.strip().startswith("#"))
+    return (
+        (number, line if isinstance(line, Undecodable) else line.strip())
+        for number, line in enumerate(decoded_lines(lines), start=1)
+        if line.strip() and not line.strip().startswith("#")
+    )
 
 
 def parse_events(lines: Iterable[str | bytes], *, fmt: str) -> Iterator[Event | BadRow]:
@@ -165,7 +168,11 @@ def parse_events(lines: Iterable[str | bytes], *, fmt: str) -> Iterator[Event | 
                 yield number, t, None, -1
                 continue
             user, raw_bin = fields[1:]
-            if isinstance(raw_bin, bool) or not isinstance(raw_bin, (int, str)) or not _BIN_TEXT.fullmatch(str(raw_bin).strip()):
+            if (
+                isinstance(raw_bin, bool)
+                or not isinstance(raw_bin, (int, str))
+                or not _BIN_TEXT.fullmatch(str(raw_bin).strip())
+            ):
                 raise BadRow(f"bin={str(raw_bin)[:40]!r} must be a non-negative integer", row=number)
             yield number, t, str(user), int(str(raw_bin).strip())
         except BadRow as exc:
@@ -178,16 +185,30 @@ def _fields(text: str, fmt: str, number: int) -> list[Any]:
         fields = [part.strip() for part in text.split(",")]
     else:
         obj = json_row(text, number)
-        if not isinstance(obj, dict) or set(obj) not in ({"t"}, {"t", "user", "bin"}) or isinstance(obj.get("user"), (dict, list)):
-            raise BadRow(f'expected {{"t": ..., "user": ..., "bin": ...}} or {{"t": ...}}, got {text[:80]!r}', row=number)
+        if (
+            not isinstance(obj, dict)
+            or set(obj) not in ({"t"}, {"t", "user", "bin"})
+            or isinstance(obj.get("user"), (dict, list))
+        ):
+            raise BadRow(
+                f'expected {{"t": ..., "user": ..., "bin": ...}} or {{"t": ...}}, got {text[:80]!r}', row=number
+            )
         fields = [obj["t"]] if len(obj) == 1 else [obj["t"], obj["user"], obj["bin"]]
     if len(fields) not in (1, 3):
-        raise BadRow(f"expected t,user,bin (or t alone to close t), got {len(fields)} fields: {text[:80]!r}", row=number)
+        raise BadRow(
+            f"expected t,user,bin (or t alone to close t), got {len(fields)} fields: {text[:80]!r}", row=number
+        )
     return fields
 
 
-def timestamps(events: Iterator[Event | BadRow], requirements: RequirementSet, *, dimensions: int, published: int,
-               skip: Callable[[BadRow], None]) -> Iterator[tuple[int, FloatArray]]:
+def timestamps(
+    events: Iterator[Event | BadRow],
+    requirements: RequirementSet,
+    *,
+    dimensions: int,
+    published: int,
+    skip: Callable[[BadRow], None],
+) -> Iterator[tuple[int, FloatArray]]:
     """Group events into (t, counts per class and bin), for t after ``published``.
 
     ``skip(error)`` decides a malformed event: return to drop it and go on, or raise to stop. An

@@ -15,9 +15,9 @@ from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck.ledger.errors import InvalidArgument, SecretAccess
 from budgetcheck.ledger.requirements import RequirementSet
-from budgetcheck.stream.secret import Secret
 from budgetcheck.ledger.validation import check_positive_int, check_stream
 from budgetcheck.stream.neighbours import DEFAULT, Neighbours, check_neighbours
+from budgetcheck.stream.secret import Secret
 
 
 class SecretSequence:
@@ -31,8 +31,9 @@ class SecretSequence:
         self._claim: list[object] = []
         self._rows = rows
         self._neighbours = check_neighbours(neighbours)
-        self._secrets = tuple(Secret(t + 1, payloads[t], self._claim, rows=rows, neighbours=self._neighbours)
-                              for t in range(self._length))
+        self._secrets = tuple(
+            Secret(t + 1, payloads[t], self._claim, rows=rows, neighbours=self._neighbours) for t in range(self._length)
+        )
 
     @property
     def length(self) -> int:
@@ -60,12 +61,18 @@ class SecretSequence:
         """Bind every secret of this stream to ``ledger`` (``integral``: its sampler publishes integer counts only;
         ``stacking``: it reads stacked streams, run r from stream r // (runs / streams))."""
         if self._rows and not stacking:
-            raise InvalidArgument(f"{self!r} is stacked: only a WindowLedger reads stacked streams, not a {type(ledger).__name__}")
+            raise InvalidArgument(
+                f"{self!r} is stacked: only a WindowLedger reads stacked streams, not a {type(ledger).__name__}"
+            )
         if self._rows and runs % self._rows:
-            raise InvalidArgument(f"{self!r} stacks {self._rows} streams: the ledger's runs={runs} must be a multiple of {self._rows}")
+            raise InvalidArgument(
+                f"{self!r} stacks {self._rows} streams: the ledger's runs={runs} must be a multiple of {self._rows}"
+            )
         if integral and not self._integral:
-            raise InvalidArgument(f"{self!r} holds values that are not integers: the discrete-laplace sampler publishes "
-                                  "integer counts (use sampler='numpy-laplace', or round the stream first)")
+            raise InvalidArgument(
+                f"{self!r} holds values that are not integers: the discrete-laplace sampler publishes "
+                "integer counts (use sampler='numpy-laplace', or round the stream first)"
+            )
         if not self._claim:
             self._claim.append(ledger)
         elif self._claim[0] is not ledger:
@@ -183,8 +190,9 @@ class PersonalizedStream(SecretSequence):
         return f"PersonalizedStream(length={self._length}, dimensions={self._dimensions}, users={r.n_users}, classes={r.n_classes})"
 
 
-def class_counts(user_classes: NDArray[np.int64], bins: NDArray[np.integer[Any]], classes: int,
-                 d: int) -> NDArray[np.float64]:
+def class_counts(
+    user_classes: NDArray[np.int64], bins: NDArray[np.integer[Any]], classes: int, d: int
+) -> NDArray[np.float64]:
     """Counts per (timestamp, class, bin), shape (T, classes, d), of checked ``bins`` (T, n) in [-1, d).
 
     Row by row, one ``np.bincount`` over the combined index class·(d + 1) + bin + 1: the absent

@@ -16,9 +16,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from budgetcheck.ledger.errors import InvalidArgument, SecretAccess, TimestampOrder
-from budgetcheck.stream.secret import Secret
 from budgetcheck.ledger.validation import MAX_VALUE, check_positive_int, check_timestamp
 from budgetcheck.stream.neighbours import DEFAULT, Neighbours, check_neighbours
+from budgetcheck.stream.secret import Secret
 
 
 @final
@@ -29,13 +29,31 @@ class LiveStream:
     :class:`PersonalizedStream`'s secrets do (for a live personalized publisher).
     """
 
-    __slots__ = ("_claim", "_current", "_dimensions", "_integral", "_neighbours", "_replayed", "_rows", "_shape",
-                 "_used")
+    __slots__ = (
+        "_claim",
+        "_current",
+        "_dimensions",
+        "_integral",
+        "_neighbours",
+        "_replayed",
+        "_rows",
+        "_shape",
+        "_used",
+    )
 
-    def __init__(self, rows: Iterable[tuple[int, ArrayLike]], *, dimensions: int, classes: int | None = None,
-                 replayed: Sequence[int] = (), neighbours: Neighbours = DEFAULT) -> None:
+    def __init__(
+        self,
+        rows: Iterable[tuple[int, ArrayLike]],
+        *,
+        dimensions: int,
+        classes: int | None = None,
+        replayed: Sequence[int] = (),
+        neighbours: Neighbours = DEFAULT,
+    ) -> None:
         self._dimensions = check_positive_int(dimensions, "dimensions")
-        self._shape = (self._dimensions,) if classes is None else (check_positive_int(classes, "classes"), self._dimensions)
+        self._shape = (
+            (self._dimensions,) if classes is None else (check_positive_int(classes, "classes"), self._dimensions)
+        )
         self._rows = rows
         self._neighbours = check_neighbours(neighbours)  # the relation every sensitivity is derived from
         self._replayed = tuple(replayed)
@@ -76,9 +94,13 @@ class LiveStream:
             last = self._check_t(t, last)
             row = np.asarray(values, dtype=np.float64)
             if row.shape != self._shape or not (np.abs(row) <= MAX_VALUE).all():
-                raise InvalidArgument(f"row t={t} must hold finite values of at most 2^53 in shape {self._shape}, got {row.tolist()!r}")
+                raise InvalidArgument(
+                    f"row t={t} must hold finite values of at most 2^53 in shape {self._shape}, got {row.tolist()!r}"
+                )
             if self._integral and not np.array_equal(row, np.round(row)):
-                raise InvalidArgument(f"row t={t} must hold integer counts (the discrete-laplace sampler), got {row.tolist()!r}")
+                raise InvalidArgument(
+                    f"row t={t} must hold integer counts (the discrete-laplace sampler), got {row.tolist()!r}"
+                )
             self._current = t
             yield Secret(t, row, self._claim, neighbours=self._neighbours)
 

@@ -106,6 +106,7 @@ DEFAULT = Neighbours.one_bin()
 def check_neighbours(value: object) -> Neighbours:
     """A stream's ``neighbours=`` argument."""
     if not isinstance(value, Neighbours):
-        raise InvalidArgument(f"neighbours={value!r} must be a Neighbours (Neighbours.one_bin(), .across_bins(k), "
-                              ".replace_one())")
+        raise InvalidArgument(
+            f"neighbours={value!r} must be a Neighbours (Neighbours.one_bin(), .across_bins(k), .replace_one())"
+        )
     return value

@@ -36,7 +36,6 @@ from budgetcheck.ledger.errors import SecretAccess
 from budgetcheck.stream.neighbours import DEFAULT
 
 
-
 def _vault() -> Generator[NDArray[np.float64] | None, tuple[str, int, NDArray[np.float64] | None], None]:
     """The payloads, keyed by id() (a Secret refuses ==, so it cannot be a dict key itself), held
     as a local of this generator: ("put", id, payload), ("get", id, None), ("drop", id, None)."""
@@ -77,6 +76,8 @@ def _payload(secret: Secret) -> NDArray[np.float64]:
     payload = _send(("get", id(secret), None))
     assert payload is not None
     return payload
+
+
 # ids of stand-ins: secrets of timestamps a restarted publisher replays from its ledger file.
 _STAND_INS: set[int] = set()
 # ids of the secrets whose charge has passed and whose values are being read right now.
@@ -96,8 +97,16 @@ class Secret:
 
     __slots__ = ("__weakref__", "_claim", "_neighbours", "_rows", "_shape", "_t")
 
-    def __init__(self, t: int, values: NDArray[np.float64], claim: list[object] | None = None, *, stand_in: bool = False,
-                 rows: int = 0, neighbours: object = None) -> None:
+    def __init__(
+        self,
+        t: int,
+        values: NDArray[np.float64],
+        claim: list[object] | None = None,
+        *,
+        stand_in: bool = False,
+        rows: int = 0,
+        neighbours: object = None,
+    ) -> None:
         frozen = np.array(values, dtype=np.float64)
         frozen.setflags(write=False)
         self._t = t

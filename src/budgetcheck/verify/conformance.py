@@ -78,8 +78,9 @@ def departure(rule: AllocationRule, env: RuleEnv, spent: dict[int, dict[str, flo
     return _departure(rule, env, spent, length, prefer_skip=False)
 
 
-def _departure(rule: AllocationRule, env: RuleEnv, spent: dict[int, dict[str, float]], length: int, *,
-               prefer_skip: bool) -> str | None:
+def _departure(
+    rule: AllocationRule, env: RuleEnv, spent: dict[int, dict[str, float]], length: int, *, prefer_skip: bool
+) -> str | None:
     purposes = tuple(rule.purposes)
     states: list[Any] = [per_run(rule.initial(FLOAT, env), 1)]
     for t in range(1, length + 1):
@@ -103,11 +104,14 @@ def _departure(rule: AllocationRule, env: RuleEnv, spent: dict[int, dict[str, fl
             within = [(d, state) for d, state in within if not d]
         found = _distinct([state for _, state in exact or within])
         if not found:
-            rule_text = "; ".join(f"decision {d}: {dict(zip(purposes, c, strict=True))}"
-                                  for d, c in sorted(allowed.items()))
+            rule_text = "; ".join(
+                f"decision {d}: {dict(zip(purposes, c, strict=True))}" for d, c in sorted(allowed.items())
+            )
             among = f", from the first of {len(states)} states" if len(states) > 1 else ""
-            return (f"t={t}: the mechanism charged {dict(zip(purposes, x, strict=True))}, more than the rule allows "
-                    f"for any decision ({rule_text}{among})")
+            return (
+                f"t={t}: the mechanism charged {dict(zip(purposes, x, strict=True))}, more than the rule allows "
+                f"for any decision ({rule_text}{among})"
+            )
         if len(found) > STATES_KEPT:
             return UNDECIDED  # too many explanations to follow: no verdict, never a false alarm
         states = found

@@ -81,18 +81,29 @@ class Setting:
         return f"epsilon={self.epsilon}, w={self.w}, T={self.length}, d={self.dimensions}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"notion": self.notion.value, "length": self.length, "dimensions": self.dimensions, "epsilon": self.epsilon,
-                "w": self.w, "classes": [list(c) for c in self.classes],
-                "policies": [[s, e, list(th)] for s, e, th in self.policies], "seed": self.seed}
+        return {
+            "notion": self.notion.value,
+            "length": self.length,
+            "dimensions": self.dimensions,
+            "epsilon": self.epsilon,
+            "w": self.w,
+            "classes": [list(c) for c in self.classes],
+            "policies": [[s, e, list(th)] for s, e, th in self.policies],
+            "seed": self.seed,
+        }
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> Setting:
-        return cls(notion=str(value["notion"]), length=int(value["length"]), dimensions=int(value["dimensions"]),
-                   epsilon=float(value.get("epsilon", 1.0)), w=int(value.get("w", 1)),
-                   classes=tuple((int(w), float(e), int(n)) for w, e, n in value.get("classes", ())),
-                   policies=tuple((int(s), int(e), tuple(float(x) for x in th))
-                                  for s, e, th in value.get("policies", ())),
-                   seed=int(value.get("seed", 1)))
+        return cls(
+            notion=str(value["notion"]),
+            length=int(value["length"]),
+            dimensions=int(value["dimensions"]),
+            epsilon=float(value.get("epsilon", 1.0)),
+            w=int(value.get("w", 1)),
+            classes=tuple((int(w), float(e), int(n)) for w, e, n in value.get("classes", ())),
+            policies=tuple((int(s), int(e), tuple(float(x) for x in th)) for s, e, th in value.get("policies", ())),
+            seed=int(value.get("seed", 1)),
+        )
 
     def requirements(self) -> RequirementSet:
         return RequirementSet([(w, eps) for w, eps, users in self.classes for _ in range(users)])
@@ -151,8 +162,10 @@ class Run:
     def call(self, reference: str) -> str:
         """Python that replays this run through the real ledger (paste it into a session)."""
         outputs = [_plain(o) if o is not None else None for o in self.outputs]
-        return (f"from budgetcheck.verify.explore import replay_outputs; "
-                f"replay_outputs({reference!r}, {self.setting.to_json()!r}, {outputs!r})")
+        return (
+            f"from budgetcheck.verify.explore import replay_outputs; "
+            f"replay_outputs({reference!r}, {self.setting.to_json()!r}, {outputs!r})"
+        )
 
 
 def _plain(output: FloatArray) -> Any:
@@ -214,13 +227,21 @@ def run_plan(mechanism: Any, setting: Setting, plan: Plan) -> Run:
     except Exception as exc:  # a failure on outputs the ledger can produce: reported, not a violation
         error = f"{type(exc).__name__}: {exc}"
     if refused is None and ledger.refusals:
-        refused = (f"the mechanism asked for more than a window allows {ledger.refusals} time(s) "
-                   "and swallowed the refusal")
+        refused = (
+            f"the mechanism asked for more than a window allows {ledger.refusals} time(s) and swallowed the refusal"
+        )
         attempted = Fraction(ledger.worst_refused_ratio)
     records = ledger.records
     ratio, violations = setting.audit(records)
-    return Run(setting=setting, outputs=tuple(chooser.outputs), records=records, ratio=max(ratio, attempted),
-               refused=refused, violations=violations, error=error)
+    return Run(
+        setting=setting,
+        outputs=tuple(chooser.outputs),
+        records=records,
+        ratio=max(ratio, attempted),
+        refused=refused,
+        violations=violations,
+        error=error,
+    )
 
 
 def replay_outputs(reference: Any, setting: dict[str, Any] | Setting, outputs: Sequence[Any]) -> Run:
@@ -242,6 +263,7 @@ def replay_outputs(reference: Any, setting: dict[str, Any] | Setting, outputs: S
 
 
 # -- plans ----------------------------------------------------------------------------------------
+
 
 def bits_plan(bits: Sequence[bool]) -> Plan:
     """Every entry of operation k far above if bits[k] else far below (far below after the bits)."""
@@ -272,6 +294,7 @@ def codes_plan(codes: NDArray[np.int64]) -> Plan:
 
 # -- the search -----------------------------------------------------------------------------------
 
+
 @attrs.frozen
 class Budget:
     """How much exploring a profile does: exhaustive depth, then guided runs per (w, d)."""
@@ -290,8 +313,9 @@ class Budget:
 # 16), at the same cost per run for every built-in (their work is vectorised over d).
 BUDGETS = {
     "quick": Budget(tree_depth=5, guided=((5, 1, 12), (24, 3, 6), (64, 32, 4))),
-    "thorough": Budget(tree_depth=10, beam=4,
-                       guided=((5, 1, 60), (17, 3, 40), (41, 8, 30), (64, 32, 30), (128, 32, 20), (128, 3, 10))),
+    "thorough": Budget(
+        tree_depth=10, beam=4, guided=((5, 1, 60), (17, 3, 40), (41, 8, 30), (64, 32, 30), (128, 32, 20), (128, 3, 10))
+    ),
 }
 
 
@@ -334,7 +358,9 @@ def large_settings(notion: str, guided: Sequence[tuple[int, int, int]]) -> Itera
         if notion == Notion.PERSONALIZED:
             yield Setting(Notion.PERSONALIZED, length, d, classes=((max(1, w // 4), 0.5, 1), (w, 1.0, 1)))
         elif notion == Notion.SWELLFISH:
-            yield Setting(Notion.SWELLFISH, length, d, policies=((w, 2 * w - 1, (2.0, 1.0)), (1, max(1, w // 3), (1.0,))))
+            yield Setting(
+                Notion.SWELLFISH, length, d, policies=((w, 2 * w - 1, (2.0, 1.0)), (1, max(1, w // 3), (1.0,)))
+            )
         else:
             yield Setting(Notion.W_EVENT, length, d, w=w, epsilon=0.5 if w == guided[0][0] else 1.0)
 
@@ -378,12 +404,20 @@ def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any 
     def finish(violation: Run | None) -> Exploration:
         departure = state.get("departure")
         nondeterministic = _nondeterministic(mechanism, [violation or state["worst"], state["longest"]])
-        return Exploration(runs=state["runs"], w_max=state["w"], horizon=state["T"], worst=state["worst"],
-                           violation=violation if violation is not None and violation.violated else None,
-                           conformance=departure[0] if departure else None,
-                           conformance_run=departure[1] if departure else None,
-                           errors=tuple(state["errors"]), checked_rule=rule is not None, undecided=state["undecided"],
-                           seconds=time.perf_counter() - start, nondeterministic=nondeterministic)
+        return Exploration(
+            runs=state["runs"],
+            w_max=state["w"],
+            horizon=state["T"],
+            worst=state["worst"],
+            violation=violation if violation is not None and violation.violated else None,
+            conformance=departure[0] if departure else None,
+            conformance_run=departure[1] if departure else None,
+            errors=tuple(state["errors"]),
+            checked_rule=rule is not None,
+            undecided=state["undecided"],
+            seconds=time.perf_counter() - start,
+            nondeterministic=nondeterministic,
+        )
 
     for setting in small_settings(notion):
         for run in _tree(mechanism, setting, budget.tree_depth):
@@ -408,8 +442,10 @@ def _nondeterministic(mechanism: Any, runs: Sequence[Run | None]) -> str | None:
         except Exception as exc:
             return f"replaying its own outputs failed ({run.setting.describe()}): {type(exc).__name__}: {exc}"
         if _charges(again.records) != _charges(run.records) or again.ratio != run.ratio:
-            return (f"the same charged outputs gave other charges on a second run ({run.setting.describe()}; "
-                    f"worst window {float(again.ratio):.6f} of epsilon, {float(run.ratio):.6f} on the first)")
+            return (
+                f"the same charged outputs gave other charges on a second run ({run.setting.describe()}; "
+                f"worst window {float(again.ratio):.6f} of epsilon, {float(run.ratio):.6f} on the first)"
+            )
     return None
 
 
@@ -468,17 +504,17 @@ def _mutate(codes: NDArray[np.int64], setting: Setting, rng: np.random.Generator
     start = int(rng.integers(0, rows))
     length = int(rng.integers(1, max(2, 2 * setting.window)))
     if kind == 0:
-        child[start:start + length] = rng.integers(0, len(VALUES), size=child[start:start + length].shape)
+        child[start : start + length] = rng.integers(0, len(VALUES), size=child[start : start + length].shape)
     elif kind == 1:
         j = int(rng.integers(0, columns))
-        child[start:start + length, j] = HIGH + LOW - child[start:start + length, j].clip(LOW, HIGH)
+        child[start : start + length, j] = HIGH + LOW - child[start : start + length, j].clip(LOW, HIGH)
     elif kind == 2:  # a column held steady
         j = int(rng.integers(0, columns))
-        child[start:start + length, j] = child[start, j]
+        child[start : start + length, j] = child[start, j]
     else:
         source = int(rng.integers(0, rows))
-        block = child[source:source + length].copy()
-        child[start:start + len(block)] = block[: rows - start]
+        block = child[source : source + length].copy()
+        child[start : start + len(block)] = block[: rows - start]
     return child
 
 

@@ -68,9 +68,12 @@ def _settings(notion: str) -> Iterator[_Setting]:
         requirements = RequirementSet([(2, 0.5)] * 3 + [(3, 1.0)] * 3)
         low = rng.integers(0, 2, size=(length, requirements.n_users))
         high = 1 - low
-        yield _Setting("6 users in two classes, 2 bins", lambda: PersonalizedLedger(requirements, runs=3, seed=1, sampler="numpy-laplace", keep_records=True),
-                       lambda: PersonalizedStream(requirements, low, dimensions=2),
-                       lambda: PersonalizedStream(requirements, high, dimensions=2))
+        yield _Setting(
+            "6 users in two classes, 2 bins",
+            lambda: PersonalizedLedger(requirements, runs=3, seed=1, sampler="numpy-laplace", keep_records=True),
+            lambda: PersonalizedStream(requirements, low, dimensions=2),
+            lambda: PersonalizedStream(requirements, high, dimensions=2),
+        )
         return
     small = rng.poisson(3.0, size=(length, 3)).astype(np.float64)
     large = rng.poisson(40.0, size=(length, 3)).astype(np.float64)
@@ -78,13 +81,27 @@ def _settings(notion: str) -> Iterator[_Setting]:
         from budgetcheck.ledger.swellfish import SwellfishLedger
 
         policies = PolicyCollection([StreamPolicy(4, 8, (2.0, 1.0)), StreamPolicy(2, 3, (1.0,))])
-        yield _Setting("epsilon=1, J=[4, 8] and [2, 3]", lambda: SwellfishLedger(policies, epsilon=1.0, runs=3, seed=1, sampler="numpy-laplace", keep_records=True),
-                       lambda: GuardedStream(small), lambda: GuardedStream(large))
+        yield _Setting(
+            "epsilon=1, J=[4, 8] and [2, 3]",
+            lambda: SwellfishLedger(policies, epsilon=1.0, runs=3, seed=1, sampler="numpy-laplace", keep_records=True),
+            lambda: GuardedStream(small),
+            lambda: GuardedStream(large),
+        )
         return
     for epsilon, w in ((1.0, 3), (0.5, 1), (2.0, 8)):
-        yield _Setting(f"epsilon={epsilon}, w={w}", functools.partial(WindowLedger, WEventParams(epsilon=epsilon, w=w), runs=3, seed=1,
-                                                                   sampler="numpy-laplace", keep_records=True),
-                       lambda: GuardedStream(small), lambda: GuardedStream(large))
+        yield _Setting(
+            f"epsilon={epsilon}, w={w}",
+            functools.partial(
+                WindowLedger,
+                WEventParams(epsilon=epsilon, w=w),
+                runs=3,
+                seed=1,
+                sampler="numpy-laplace",
+                keep_records=True,
+            ),
+            lambda: GuardedStream(small),
+            lambda: GuardedStream(large),
+        )
 
 
 def _charges(ledger: LedgerCore) -> list[tuple[int, str, tuple[float, ...]]]:
@@ -140,8 +157,11 @@ def _check(mechanism: Any, setting: _Setting) -> Flow | str | None:
     for kind, stream in (("nondeterministic", setting.first), ("leak", setting.second)):
         found = _replayed_difference(mechanism, setting, stream, outputs, first_ledger, first)
         if found is not None:
-            return Flow(kind, f"{setting.label}: with every charged output held equal, {found}"
-                        + (" on a second run of the same stream" if kind == "nondeterministic" else ""))
+            return Flow(
+                kind,
+                f"{setting.label}: with every charged output held equal, {found}"
+                + (" on a second run of the same stream" if kind == "nondeterministic" else ""),
+            )
     return None
 
 
@@ -155,11 +175,13 @@ def _setting_of(pair: StreamPair) -> _Setting:
         requirements = pair.requirements
         assert requirements is not None
         classes = [((r.w, r.epsilon), n) for r, n in zip(requirements.classes, requirements.counts, strict=True)]
-        return _Setting(f"generated pair: RequirementSet.from_counts({classes!r}), dimensions={pair.dimensions}, "
-                        f"bins {pair.first.tolist()!r} against {pair.second.tolist()!r}",
-                        lambda: PersonalizedLedger(requirements, runs=2, seed=1, sampler="numpy-laplace", keep_records=True),
-                        lambda: PersonalizedStream(requirements, pair.first, dimensions=pair.dimensions),
-                        lambda: PersonalizedStream(requirements, pair.second, dimensions=pair.dimensions))
+        return _Setting(
+            f"generated pair: RequirementSet.from_counts({classes!r}), dimensions={pair.dimensions}, "
+            f"bins {pair.first.tolist()!r} against {pair.second.tolist()!r}",
+            lambda: PersonalizedLedger(requirements, runs=2, seed=1, sampler="numpy-laplace", keep_records=True),
+            lambda: PersonalizedStream(requirements, pair.first, dimensions=pair.dimensions),
+            lambda: PersonalizedStream(requirements, pair.second, dimensions=pair.dimensions),
+        )
     streams = f"stream {pair.first.astype(np.int64).tolist()!r} against {pair.second.astype(np.int64).tolist()!r}"
     if pair.notion == Notion.SWELLFISH:
         from budgetcheck.ledger.swellfish import SwellfishLedger
@@ -167,14 +189,27 @@ def _setting_of(pair: StreamPair) -> _Setting:
         policies = pair.policies
         assert policies is not None
         listed = ", ".join(f"StreamPolicy({p.start}, {p.end}, {list(p.thresholds)!r})" for p in policies.policies)
-        return _Setting(f"generated pair: epsilon={pair.epsilon!r}, PolicyCollection([{listed}]), {streams}",
-                        lambda: SwellfishLedger(policies, epsilon=pair.epsilon, runs=2, seed=1, sampler="numpy-laplace",
-                                                keep_records=True),
-                        lambda: GuardedStream(pair.first), lambda: GuardedStream(pair.second))
-    return _Setting(f"generated pair: epsilon={pair.epsilon!r}, w={pair.w}, {streams}",
-                    functools.partial(WindowLedger, WEventParams(epsilon=pair.epsilon, w=pair.w), runs=2, seed=1,
-                                      sampler="numpy-laplace", keep_records=True),
-                    lambda: GuardedStream(pair.first), lambda: GuardedStream(pair.second))
+        return _Setting(
+            f"generated pair: epsilon={pair.epsilon!r}, PolicyCollection([{listed}]), {streams}",
+            lambda: SwellfishLedger(
+                policies, epsilon=pair.epsilon, runs=2, seed=1, sampler="numpy-laplace", keep_records=True
+            ),
+            lambda: GuardedStream(pair.first),
+            lambda: GuardedStream(pair.second),
+        )
+    return _Setting(
+        f"generated pair: epsilon={pair.epsilon!r}, w={pair.w}, {streams}",
+        functools.partial(
+            WindowLedger,
+            WEventParams(epsilon=pair.epsilon, w=pair.w),
+            runs=2,
+            seed=1,
+            sampler="numpy-laplace",
+            keep_records=True,
+        ),
+        lambda: GuardedStream(pair.first),
+        lambda: GuardedStream(pair.second),
+    )
 
 
 def _generated(mechanism: Any, notion: str, *, examples: int, seed: int) -> Flow | None:
@@ -192,9 +227,15 @@ def _generated(mechanism: Any, notion: str, *, examples: int, seed: int) -> Flow
             found.append(flow)
             raise _Found(flow.detail)
 
-    runner: Any = settings(max_examples=examples, database=None, deadline=None, verbosity=Verbosity.quiet,
-                           suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
-                           phases=[Phase.generate, Phase.shrink])(given(stream_pairs(notion))(check))
+    runner: Any = settings(
+        max_examples=examples,
+        database=None,
+        deadline=None,
+        verbosity=Verbosity.quiet,
+        suppress_health_check=list(HealthCheck),
+        report_multiple_bugs=False,
+        phases=[Phase.generate, Phase.shrink],
+    )(given(stream_pairs(notion))(check))
     try:
         hypothesis_seed(seed)(runner)()
     except _Found:
@@ -202,8 +243,14 @@ def _generated(mechanism: Any, notion: str, *, examples: int, seed: int) -> Flow
     return found[-1] if found else None  # Hypothesis replays the minimal pair last
 
 
-def _replayed_difference(mechanism: Any, setting: _Setting, stream: Callable[[], GuardedStream | PersonalizedStream],
-                         outputs: list[Any], first_ledger: LedgerCore, first: FloatArray) -> str | None:
+def _replayed_difference(
+    mechanism: Any,
+    setting: _Setting,
+    stream: Callable[[], GuardedStream | PersonalizedStream],
+    outputs: list[Any],
+    first_ledger: LedgerCore,
+    first: FloatArray,
+) -> str | None:
     """Run on ``stream`` while the ledger hands back ``outputs`` in order; how the run differs from the first."""
     stored = iter(outputs)
 
@@ -227,7 +274,9 @@ def _replayed_difference(mechanism: Any, setting: _Setting, stream: Callable[[],
     return found
 
 
-def _difference(first_charges: list[Any], second_charges: list[Any], first: FloatArray, second: FloatArray) -> str | None:
+def _difference(
+    first_charges: list[Any], second_charges: list[Any], first: FloatArray, second: FloatArray
+) -> str | None:
     for one, other in zip(first_charges, second_charges, strict=False):
         if one != other:
             return f"the charges differ: {one} in the first run, {other} in this one"

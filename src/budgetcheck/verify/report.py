@@ -9,9 +9,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 import attrs
+import numpy as np
 
 from budgetcheck.ledger.core import LedgerCore
 from budgetcheck.ledger.errors import BudgetExceeded, SecretAccess
@@ -20,8 +19,8 @@ from budgetcheck.ledger.personalized import PersonalizedLedger
 from budgetcheck.ledger.swellfish import SwellfishLedger
 from budgetcheck.ledger.wevent import WindowLedger
 from budgetcheck.mechanism.loading import load_mechanism
-from budgetcheck.stream.guarded import GuardedStream, PersonalizedStream
 from budgetcheck.strategies import PersonalizedCase, SwellfishCase, VerificationCase
+from budgetcheck.stream.guarded import GuardedStream, PersonalizedStream
 from budgetcheck.verify.stages import AnyCase, VerifyResult
 
 if TYPE_CHECKING:
@@ -58,15 +57,22 @@ def _curves(ledger: LedgerCore, case: AnyCase, run: int) -> list[_Curve]:
     if isinstance(case, PersonalizedCase):
         classes = case.requirements.classes
         per_class = _totals(ledger, run, len(classes))
-        return [_Curve(f"users with w = {r.w}, ε = {r.epsilon:g}: spent in their last {r.w} timestamps / their ε",
-                       _windows(per_class[c], r.w, r.epsilon)) for c, r in enumerate(classes)]
+        return [
+            _Curve(
+                f"users with w = {r.w}, ε = {r.epsilon:g}: spent in their last {r.w} timestamps / their ε",
+                _windows(per_class[c], r.w, r.epsilon),
+            )
+            for c, r in enumerate(classes)
+        ]
     if isinstance(case, SwellfishCase):
         (totals,) = _totals(ledger, run, 1)
         curves = []
         for index, policy in enumerate(case.policies.policies):
             delta, end = case.policies.delta(index), min(policy.end, len(totals) - 1)
-            ratios = tuple(float(sum(sorted(totals[policy.start : t + 1], reverse=True)[:delta])
-                                 / Fraction(case.epsilon)) for t in range(policy.start, end + 1))
+            ratios = tuple(
+                float(sum(sorted(totals[policy.start : t + 1], reverse=True)[:delta]) / Fraction(case.epsilon))
+                for t in range(policy.start, end + 1)
+            )
             largest = "largest spend" if delta == 1 else f"{delta} largest spends"
             label = f"pattern in timestamps {policy.start}–{policy.end}: its {largest} so far"
             curves.append(_Curve(label, ratios, policy.start))
@@ -81,16 +87,28 @@ def _replay(result: VerifyResult, case: AnyCase) -> tuple[LedgerCore, BudgetExce
     ledger: LedgerCore
     stream: GuardedStream | PersonalizedStream
     if isinstance(case, PersonalizedCase):
-        ledger = PersonalizedLedger(case.requirements, runs=case.runs, seed=case.seed, sampler="numpy-laplace",
-                                    keep_records=True)
+        ledger = PersonalizedLedger(
+            case.requirements, runs=case.runs, seed=case.seed, sampler="numpy-laplace", keep_records=True
+        )
         stream = PersonalizedStream(case.requirements, case.bins, dimensions=case.dimensions)
     elif isinstance(case, SwellfishCase):
-        ledger = SwellfishLedger(case.policies, epsilon=case.epsilon, runs=case.runs, seed=case.seed,
-                                 sampler="numpy-laplace", keep_records=True)
+        ledger = SwellfishLedger(
+            case.policies,
+            epsilon=case.epsilon,
+            runs=case.runs,
+            seed=case.seed,
+            sampler="numpy-laplace",
+            keep_records=True,
+        )
         stream = GuardedStream(case.data)
     else:
-        ledger = WindowLedger(WEventParams(case.epsilon, case.w), runs=case.runs, seed=case.seed,
-                              sampler="numpy-laplace", keep_records=True)
+        ledger = WindowLedger(
+            WEventParams(case.epsilon, case.w),
+            runs=case.runs,
+            seed=case.seed,
+            sampler="numpy-laplace",
+            keep_records=True,
+        )
         stream = GuardedStream(case.data)
     ledger.bind(stream)
     try:
@@ -134,12 +152,16 @@ def _describe(case: AnyCase, run: int) -> str:
     which = f"run {run + 1} of {case.runs}" if case.runs > 1 else "one run"
     if isinstance(case, PersonalizedCase):
         classes, users = case.requirements.n_classes, case.requirements.n_users
-        return (f"{which}: {classes} {'class' if classes == 1 else 'classes'}, "
-                f"{users} {'user' if users == 1 else 'users'}, T = {_length(case)} timestamps")
+        return (
+            f"{which}: {classes} {'class' if classes == 1 else 'classes'}, "
+            f"{users} {'user' if users == 1 else 'users'}, T = {_length(case)} timestamps"
+        )
     if isinstance(case, SwellfishCase):
         return f"{which}: {len(case.policies.policies)} patterns, ε = {case.epsilon:g}, T = {_length(case)} timestamps"
-    return (f"{which}: ε = {case.epsilon:g}, w = {case.w}, T = {_length(case)} timestamps, {case.kind} stream, "
-            f"{case.data.shape[1]} {'count' if case.data.shape[1] == 1 else 'counts'} per timestamp")
+    return (
+        f"{which}: ε = {case.epsilon:g}, w = {case.w}, T = {_length(case)} timestamps, {case.kind} stream, "
+        f"{case.data.shape[1]} {'count' if case.data.shape[1] == 1 else 'counts'} per timestamp"
+    )
 
 
 def draw_report(result: VerifyResult, case: AnyCase) -> tuple[Figure, AnyCase]:
@@ -168,8 +190,10 @@ def draw_report(result: VerifyResult, case: AnyCase) -> tuple[Figure, AnyCase]:
         times = range(curve.first, curve.first + len(curve.ratios))
         axes.plot(times, [r * scale for r in curve.ratios], marker="o", markersize=3, linewidth=1.8, label=curve.label)
     bound = "each class's ε" if shares else f"ε = {scale:g}"
-    limit = {VerificationCase: f": the most any {getattr(shown, 'w', 0)} consecutive timestamps may spend",
-             SwellfishCase: ": the most a pattern's largest spends may sum to"}.get(type(shown), "")
+    limit = {
+        VerificationCase: f": the most any {getattr(shown, 'w', 0)} consecutive timestamps may spend",
+        SwellfishCase: ": the most a pattern's largest spends may sum to",
+    }.get(type(shown), "")
     axes.axhline(scale, color="black", linestyle="--", linewidth=1.2, label=bound + limit)
     top = max([1.0, *(max(c.ratios, default=0.0) for c in per_run[run])])
     if refusal is not None:
@@ -177,16 +201,29 @@ def draw_report(result: VerifyResult, case: AnyCase) -> tuple[Figure, AnyCase]:
         top = max(top, ratio)
         at = refusal.window[1]
         axes.plot([at, at], [scale, ratio * scale], color="red", linestyle=":", linewidth=1.5)
-        axes.plot([at], [ratio * scale], marker="X", markersize=13, color="red", linestyle="none",
-                  label="refused by the ledger: the overspend the mechanism attempted")
-        axes.annotate(f"refused at t = {at}: timestamps {refusal.window[0]}–{at} would have spent "
-                      f"{ratio * scale:.4g} {'of their ε' if shares else f'> ε = {scale:g}'}",
-                      (at, ratio * scale), textcoords="offset points",
-                      xytext=(12, 8) if at < 0.6 * length else (-12, 8), ha="left" if at < 0.6 * length else "right",
-                      color="red", fontsize=9)
+        axes.plot(
+            [at],
+            [ratio * scale],
+            marker="X",
+            markersize=13,
+            color="red",
+            linestyle="none",
+            label="refused by the ledger: the overspend the mechanism attempted",
+        )
+        axes.annotate(
+            f"refused at t = {at}: timestamps {refusal.window[0]}–{at} would have spent "
+            f"{ratio * scale:.4g} {'of their ε' if shares else f'> ε = {scale:g}'}",
+            (at, ratio * scale),
+            textcoords="offset points",
+            xytext=(12, 8) if at < 0.6 * length else (-12, 8),
+            ha="left" if at < 0.6 * length else "right",
+            color="red",
+            fontsize=9,
+        )
         if at < length:
-            axes.axvspan(at + 0.5, length + 0.5, color="red", alpha=0.06,
-                         label="not run: the mechanism stopped at the refusal")
+            axes.axvspan(
+                at + 0.5, length + 0.5, color="red", alpha=0.06, label="not run: the mechanism stopped at the refusal"
+            )
     axes.set_xlim(0.5, length + 0.5)
     axes.set_ylim(0, 1.3 * top * scale)
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -206,7 +243,10 @@ def write_report(result: VerifyResult, case: AnyCase, path: Path) -> None:
     if path.suffix.lower() == ".html":
         encoded = base64.b64encode(buffer.getvalue()).decode("ascii")
         stages = "".join(f"<li><b>{s.stage}</b>: {s.verdict} — {s.detail}</li>" for s in result.stages)
-        path.write_text(f"<!doctype html><title>budgetcheck verify</title><h1>{result.reference}: {result.verdict}</h1>"
-                        f"<ul>{stages}</ul><img src='data:image/png;base64,{encoded}'>", encoding="utf-8")
+        path.write_text(
+            f"<!doctype html><title>budgetcheck verify</title><h1>{result.reference}: {result.verdict}</h1>"
+            f"<ul>{stages}</ul><img src='data:image/png;base64,{encoded}'>",
+            encoding="utf-8",
+        )
     else:
         path.write_bytes(buffer.getvalue())

@@ -12,9 +12,6 @@ crashed. Failures are shrunk by Hypothesis to a minimal case and reported as a r
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -69,17 +66,27 @@ class Counterexample:
         """Python that reproduces the failure."""
         case, mech = self.case, f"budgetcheck.load_mechanism({reference!r})"
         if isinstance(case, PersonalizedCase):
-            classes = [((r.w, r.epsilon), n) for r, n in zip(case.requirements.classes, case.requirements.counts, strict=True)]
-            return (f"budgetcheck.execute_personalized({mech}, budgetcheck.RequirementSet.from_counts({classes!r}), "
-                    f"{case.bins.tolist()!r}, dimensions={case.dimensions}, runs={case.runs}, seed={case.seed})")
+            classes = [
+                ((r.w, r.epsilon), n) for r, n in zip(case.requirements.classes, case.requirements.counts, strict=True)
+            ]
+            return (
+                f"budgetcheck.execute_personalized({mech}, budgetcheck.RequirementSet.from_counts({classes!r}), "
+                f"{case.bins.tolist()!r}, dimensions={case.dimensions}, runs={case.runs}, seed={case.seed})"
+            )
         data = np.round(case.data, 6).tolist()
         if isinstance(case, SwellfishCase):
-            policies = ", ".join(f"budgetcheck.StreamPolicy({p.start}, {p.end}, {list(p.thresholds)!r})" for p in case.policies.policies)
-            return (f"budgetcheck.execute_swellfish({mech}, budgetcheck.PolicyCollection([{policies}]), {data!r}, "
-                    f"epsilon={case.epsilon!r}, runs={case.runs}, seed={case.seed})")
+            policies = ", ".join(
+                f"budgetcheck.StreamPolicy({p.start}, {p.end}, {list(p.thresholds)!r})" for p in case.policies.policies
+            )
+            return (
+                f"budgetcheck.execute_swellfish({mech}, budgetcheck.PolicyCollection([{policies}]), {data!r}, "
+                f"epsilon={case.epsilon!r}, runs={case.runs}, seed={case.seed})"
+            )
         if self.several_epsilons:
-            return (f"budgetcheck.execute({mech}, {data!r}, epsilon=[{case.epsilon!r}] * {case.runs} + [{case.epsilon / 3!r}] * "
-                    f"{case.runs}, w={case.w}, runs={2 * case.runs}, seed={case.seed})")
+            return (
+                f"budgetcheck.execute({mech}, {data!r}, epsilon=[{case.epsilon!r}] * {case.runs} + [{case.epsilon / 3!r}] * "
+                f"{case.runs}, w={case.w}, runs={2 * case.runs}, seed={case.seed})"
+            )
         return f"budgetcheck.execute({mech}, {data!r}, epsilon={case.epsilon!r}, w={case.w}, runs={case.runs}, seed={case.seed})"
 
 
@@ -138,8 +145,11 @@ class VerifyResult:
     @property
     def outcome(self) -> Outcome:
         """The verdict a user acts on: proved, verified to a bound, violated or inconclusive."""
-        return outcome(((stage.stage, stage.verdict) for stage in self.stages), violated=self.counterexample is not None,
-                       vouched=self.vouched)
+        return outcome(
+            ((stage.stage, stage.verdict) for stage in self.stages),
+            violated=self.counterexample is not None,
+            vouched=self.vouched,
+        )
 
     def meets(self, require: str = "bounded") -> bool:
         """Whether the verdict satisfies ``--require`` (bounded, the default, or proof)."""
@@ -175,8 +185,13 @@ class VerifyResult:
         report["notion"] = self.notion
         if self.counterexample is not None:
             ce = self.counterexample
-            found: dict[str, object] = {"reason": ce.reason, "detail": ce.detail, "runs": ce.case.runs,
-                                        "seed": ce.case.seed, "call": ce.call(self.reference)}
+            found: dict[str, object] = {
+                "reason": ce.reason,
+                "detail": ce.detail,
+                "runs": ce.case.runs,
+                "seed": ce.case.seed,
+                "call": ce.call(self.reference),
+            }
             if isinstance(ce.case, VerificationCase):
                 found.update(epsilon=ce.case.epsilon, w=ce.case.w, stream=ce.case.data.tolist())
             report["counterexample"] = found
@@ -235,28 +250,45 @@ def verify_mechanism(
     chosen = PROFILES[profile]
     examples = chosen.examples if examples is None else examples
     started = time.perf_counter()
-    replay = _replay(reference, examples=examples, seed=seed, max_length=max_length) if "a" in stages or "b" in stages else None
+    replay = (
+        _replay(reference, examples=examples, seed=seed, max_length=max_length)
+        if "a" in stages or "b" in stages
+        else None
+    )
     replay_seconds = time.perf_counter() - started
     mechanism = load_mechanism(reference)
     results: list[StageResult] = []
     counterexample = replay.counterexample if replay is not None else None
-    bound = Bound(w_max=max_length if replay is not None else 0, horizon=max_length if replay is not None else 0, runs_explored=0)
+    bound = Bound(
+        w_max=max_length if replay is not None else 0, horizon=max_length if replay is not None else 0, runs_explored=0
+    )
     if replay is not None:
         secret = counterexample is not None and counterexample.reason == "secret access"
         other = counterexample is not None and not secret
         if "a" in stages:
-            results.append(StageResult("ledger replay", FAIL if other else PASS,
-                                       f"{counterexample.reason}: {counterexample.detail}" if other and counterexample else
-                                       f"{replay.examples} streams, {replay.runs} runs, worst window {replay.worst_ratio:.6f} of epsilon"
-                                       + (" (an attempted spend, refused)" if replay.worst_refused else ""), replay_seconds))
+            results.append(
+                StageResult(
+                    "ledger replay",
+                    FAIL if other else PASS,
+                    f"{counterexample.reason}: {counterexample.detail}"
+                    if other and counterexample
+                    else f"{replay.examples} streams, {replay.runs} runs, worst window {replay.worst_ratio:.6f} of epsilon"
+                    + (" (an attempted spend, refused)" if replay.worst_refused else ""),
+                    replay_seconds,
+                )
+            )
         if "b" in stages:
-            results.append(_timed(lambda: _secret_stage(mechanism, counterexample.detail if secret and counterexample else None)))
+            results.append(
+                _timed(lambda: _secret_stage(mechanism, counterexample.detail if secret and counterexample else None))
+            )
         bound = Bound(w_max=_replay_w_max(notion_of(mechanism), max_length), horizon=max_length, runs_explored=0)
     notion = notion_of(mechanism)
     if "e" in stages:
         explored, found = _exploration_stages(reference, mechanism, chosen.explore, seed)
         results += explored
-        bound = Bound(w_max=max(bound.w_max, found.w_max), horizon=max(bound.horizon, found.horizon), runs_explored=found.runs)
+        bound = Bound(
+            w_max=max(bound.w_max, found.w_max), horizon=max(bound.horizon, found.horizon), runs_explored=found.runs
+        )
     if "c" in stages:
         results.append(_timed(lambda: _proof_stage(mechanism, chosen.w_max)))
     if "d" in stages:
@@ -288,7 +320,9 @@ def _replay_w_max(notion: Notion, max_length: int) -> int:
     return min({Notion.W_EVENT: 40, Notion.PERSONALIZED: 12}.get(notion, 24), max_length)
 
 
-def _exploration_stages(reference: str, mechanism: AnyMechanism, budget: str, seed: int) -> tuple[list[StageResult], Any]:
+def _exploration_stages(
+    reference: str, mechanism: AnyMechanism, budget: str, seed: int
+) -> tuple[list[StageResult], Any]:
     """Stage (e): output-driven exploration and, for a mechanism with a rule, conformance to it."""
     from budgetcheck.proving import rule_of
     from budgetcheck.verify.explore import explore
@@ -301,32 +335,67 @@ def _exploration_stages(reference: str, mechanism: AnyMechanism, budget: str, se
         run = found.violation
         what = run.refused if run.refused is not None else run.violations[0]
         kind = "overspend refused by the ledger" if run.refused is not None else "window over epsilon"
-        detail = (f"{kind} at {run.setting.describe()}: {what} (window sum {float(run.ratio):.6f} of epsilon); "
-                  f"replay: {run.call(reference)}")
+        detail = (
+            f"{kind} at {run.setting.describe()}: {what} (window sum {float(run.ratio):.6f} of epsilon); "
+            f"replay: {run.call(reference)}"
+        )
         exploration = StageResult("exploration", FAIL, detail, found.seconds)
     elif found.nondeterministic is not None:
-        exploration = StageResult("exploration", INCONCLUSIVE, f"the mechanism is not a function of its charged outputs and seed: "
-                                                               f"{found.nondeterministic}", found.seconds)
+        exploration = StageResult(
+            "exploration",
+            INCONCLUSIVE,
+            f"the mechanism is not a function of its charged outputs and seed: {found.nondeterministic}",
+            found.seconds,
+        )
     elif worst is None or worst.error is not None and found.runs == len(found.errors):
-        exploration = StageResult("exploration", INCONCLUSIVE, f"no run completed: {'; '.join(found.errors)}", found.seconds)
+        exploration = StageResult(
+            "exploration", INCONCLUSIVE, f"no run completed: {'; '.join(found.errors)}", found.seconds
+        )
     else:
-        failed = f"; the mechanism failed on {len(found.errors)}+ output sequences (e.g. {found.errors[0]})" if found.errors else ""
-        exploration = StageResult("exploration", PASS, f"{scope}, worst window {float(worst.ratio):.6f} of epsilon "
-                                                       f"({worst.setting.describe()}){failed}", found.seconds)
+        failed = (
+            f"; the mechanism failed on {len(found.errors)}+ output sequences (e.g. {found.errors[0]})"
+            if found.errors
+            else ""
+        )
+        exploration = StageResult(
+            "exploration",
+            PASS,
+            f"{scope}, worst window {float(worst.ratio):.6f} of epsilon ({worst.setting.describe()}){failed}",
+            found.seconds,
+        )
     stages = [exploration]
     if rule is not None:
         if found.conformance is not None and found.conformance_run is not None:
             run = found.conformance_run
-            stages.append(StageResult("rule conformance", FAIL, f"{run.setting.describe()}: {found.conformance}; "
-                                                                f"replay: {run.call(reference)}"))
+            stages.append(
+                StageResult(
+                    "rule conformance",
+                    FAIL,
+                    f"{run.setting.describe()}: {found.conformance}; replay: {run.call(reference)}",
+                )
+            )
         elif found.violation is not None:
-            stages.append(StageResult("rule conformance", NOT_PROVED, "not judged: exploration found a violation first"))
+            stages.append(
+                StageResult("rule conformance", NOT_PROVED, "not judged: exploration found a violation first")
+            )
         elif found.undecided:
-            stages.append(StageResult("rule conformance", NOT_PROVED, f"the charges of {found.undecided} of {found.runs} explored "
-                                                                      f"runs have too many explanations to follow"))
+            stages.append(
+                StageResult(
+                    "rule conformance",
+                    NOT_PROVED,
+                    f"the charges of {found.undecided} of {found.runs} explored "
+                    f"runs have too many explanations to follow",
+                )
+            )
         else:
-            stages.append(StageResult("rule conformance", PASS, f"the charges of all {found.runs} explored runs ({scope}) are "
-                                                                "ones the allocation rule allows for some decision sequence"))
+            stages.append(
+                StageResult(
+                    "rule conformance",
+                    PASS,
+                    f"the charges of all {found.runs} explored runs ({scope}) are "
+                    "ones the allocation rule allows for some decision sequence",
+                )
+            )
     return stages, found
 
 
@@ -339,15 +408,29 @@ def _secret_stage(mechanism: AnyMechanism, read: str | None) -> StageResult:
         return StageResult("secret access", FAIL, read)
     flow = interference(mechanism, notion_of(mechanism), examples=_PAIRS, seed=0)
     if flow is not None and flow.kind == "leak":
-        return StageResult("secret access", FAIL, f"the true values reached the mechanism outside the charged outputs: {flow.detail}")
+        return StageResult(
+            "secret access", FAIL, f"the true values reached the mechanism outside the charged outputs: {flow.detail}"
+        )
     if flow is not None and flow.kind == "nondeterministic":
-        return StageResult("secret access", INCONCLUSIVE, f"no read outside a charged operation, but the flow check cannot "
-                                                          f"judge a mechanism that is not deterministic given its seed: {flow.detail}")
+        return StageResult(
+            "secret access",
+            INCONCLUSIVE,
+            f"no read outside a charged operation, but the flow check cannot "
+            f"judge a mechanism that is not deterministic given its seed: {flow.detail}",
+        )
     if flow is not None:
-        return StageResult("secret access", INCONCLUSIVE, f"no read outside a charged operation; the flow check did not run: {flow.detail}")
-    return StageResult("secret access", PASS, "no read outside a charged ledger operation; releases and spends "
-                                              f"unchanged on a second stream with the charged outputs held equal "
-                                              f"(3 fixed and {_PAIRS} generated pairs)")
+        return StageResult(
+            "secret access",
+            INCONCLUSIVE,
+            f"no read outside a charged operation; the flow check did not run: {flow.detail}",
+        )
+    return StageResult(
+        "secret access",
+        PASS,
+        "no read outside a charged ledger operation; releases and spends "
+        f"unchanged on a second stream with the charged outputs held equal "
+        f"(3 fixed and {_PAIRS} generated pairs)",
+    )
 
 
 # generated non-interference pairs per mechanism: three runs of it each (runs = 2, T <= 40, d <= 64)
@@ -362,11 +445,17 @@ def _proof_stage(mechanism: AnyMechanism, w_max: int) -> StageResult:
         return StageResult("proof", NOT_PROVED, "the mechanism exposes no allocation_rule(); nothing was proved")
     if found.bounded:
         if found.verdict == Verdict.PROVED.value:
-            return StageResult("proof", PASS, "exhaustive exact check of every decision sequence "
-                                              f"({found.method} policy collections, a bounded family)")
+            return StageResult(
+                "proof",
+                PASS,
+                "exhaustive exact check of every decision sequence "
+                f"({found.method} policy collections, a bounded family)",
+            )
         return StageResult("proof", FAIL, f"bounded check refuted: {found.detail}")
-    scope = {Notion.PERSONALIZED: "every requirement class with w_c",
-             Notion.SWELLFISH: "w = max |J| (Theorem 4.3)"}.get(notion_of(mechanism), "w")
+    scope = {
+        Notion.PERSONALIZED: "every requirement class with w_c",
+        Notion.SWELLFISH: "w = max |J| (Theorem 4.3)",
+    }.get(notion_of(mechanism), "w")
     if found.verdict == Verdict.PROVED.value:
         return StageResult("proof", PASS, f"proved for {scope} in 1..{w_max} ({found.method}, {found.seconds:.1f}s)")
     return StageResult("proof", FAIL if found.verdict == Verdict.REFUTED.value else INCONCLUSIVE, found.detail)
@@ -385,13 +474,18 @@ def _statistical_stage(mechanism: AnyMechanism, notion: str, runs: int, seed: in
         elif notion == Notion.SWELLFISH:
             findings = [swellfish_audit(cast(SwellfishMechanism, mechanism), runs=runs, seed=seed)]
         else:  # the mechanism declares its notion (``notion_of``); the protocols look alike
-            findings = [statistical_audit(cast(StreamMechanism, mechanism), epsilon=1.0, w=w, runs=runs, seed=seed) for w in (1, 3)]
+            findings = [
+                statistical_audit(cast(StreamMechanism, mechanism), epsilon=1.0, w=w, runs=runs, seed=seed)
+                for w in (1, 3)
+            ]
     except Exception as exc:  # the mechanism's own failure is stage (a)'s to report
         return StageResult("statistical audit", INCONCLUSIVE, f"could not run: {type(exc).__name__}: {exc}")
     worst = max(findings, key=lambda f: f.lower_bound / f.epsilon)
     where = worst.position if notion != Notion.W_EVENT else f"w={worst.w}, {worst.position}"
-    detail = (f"loss lower bound {worst.lower_bound:.3f} vs epsilon={worst.epsilon} "
-              f"({where}, {worst.runs} runs per input, 95% confidence)")
+    detail = (
+        f"loss lower bound {worst.lower_bound:.3f} vs epsilon={worst.epsilon} "
+        f"({where}, {worst.runs} runs per input, 95% confidence)"
+    )
     return StageResult("statistical audit", FAIL if worst.violates else PASS, detail)
 
 
@@ -414,8 +508,11 @@ def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Re
     worst_case: list[AnyCase] = []
     failures: list[Counterexample] = []
     notion = notion_of(mechanism)
-    strategy: SearchStrategy[Any] = {Notion.W_EVENT: cases(max_length=max_length), Notion.PERSONALIZED: personalized_cases(),
-                     Notion.SWELLFISH: swellfish_cases()}[notion]
+    strategy: SearchStrategy[Any] = {
+        Notion.W_EVENT: cases(max_length=max_length),
+        Notion.PERSONALIZED: personalized_cases(),
+        Notion.SWELLFISH: swellfish_cases(),
+    }[notion]
 
     def check(case: Any) -> None:
         tally["examples"] += 1
@@ -426,8 +523,14 @@ def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Re
             if worst[0] > before or not worst_case:
                 worst_case[:] = [case]
         except _Violation as violation:
-            failures.append(Counterexample(reason=violation.reason, detail=violation.detail, case=case,
-                                           several_epsilons=violation.several_epsilons))
+            failures.append(
+                Counterexample(
+                    reason=violation.reason,
+                    detail=violation.detail,
+                    case=case,
+                    several_epsilons=violation.several_epsilons,
+                )
+            )
             raise
 
     runner: Any = settings(
@@ -459,12 +562,16 @@ def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Re
 def _run_case(mechanism: Any, case: AnyCase) -> tuple[Any, Fraction, tuple[str, ...]]:
     """Execute one case through the right ledger; return (ledger, worst ratio, violations) from the auditor."""
     if isinstance(case, PersonalizedCase):
-        pex = execute_personalized(mechanism, case.requirements, case.bins, dimensions=case.dimensions, runs=case.runs, seed=case.seed)
+        pex = execute_personalized(
+            mechanism, case.requirements, case.bins, dimensions=case.dimensions, runs=case.runs, seed=case.seed
+        )
         classes = [(r.w, r.epsilon) for r in case.requirements.classes]
         audit = audit_personalized(pex.ledger.records, classes, runs=case.runs)
         return pex.ledger, audit.worst_ratio, audit.violations
     if isinstance(case, SwellfishCase):
-        sex = execute_swellfish(mechanism, case.policies, case.data, epsilon=case.epsilon, runs=case.runs, seed=case.seed)
+        sex = execute_swellfish(
+            mechanism, case.policies, case.data, epsilon=case.epsilon, runs=case.runs, seed=case.seed
+        )
         audit = audit_swellfish(sex.ledger.records, case.policies, epsilon=case.epsilon, runs=case.runs)
         return sex.ledger, audit.worst_ratio, audit.violations
     ex = execute(mechanism, case.data, epsilon=case.epsilon, w=case.w, runs=case.runs, seed=case.seed)
@@ -480,8 +587,11 @@ def _run_several_epsilons(mechanism: Any, case: VerificationCase) -> tuple[Any, 
     ex = execute(mechanism, case.data, epsilon=epsilons, w=case.w, runs=2 * case.runs, seed=case.seed)
     reports = audit_windows_per_epsilon(ex.ledger.records, epsilons=epsilons, w=case.w)
     ratio = max(report.worst_ratio for report in reports.values())
-    violations = [f"on a ledger of several ε (runs under ε = {epsilon!r}): {v.describe(epsilon)}"
-                  for epsilon, report in reports.items() for v in report.violations]
+    violations = [
+        f"on a ledger of several ε (runs under ε = {epsilon!r}): {v.describe(epsilon)}"
+        for epsilon, report in reports.items()
+        for v in report.violations
+    ]
     return ex.ledger, ratio, tuple(violations)
 
 
@@ -503,7 +613,9 @@ def _check_case(mechanism: Any, case: AnyCase, worst: list[Fraction]) -> int:
         except SecretAccess as exc:
             raise _Violation("secret access", _located(exc), several_epsilons=several) from exc
         except Exception as exc:  # a crash is a finding, with its location
-            raise _Violation(f"crash{where}", f"{type(exc).__name__}: {exc} ({_located(exc)})", several_epsilons=several) from exc
+            raise _Violation(
+                f"crash{where}", f"{type(exc).__name__}: {exc} ({_located(exc)})", several_epsilons=several
+            ) from exc
         if ledger.refusals:
             _note_refused(worst, Fraction(ledger.worst_refused_ratio))
             raise _Violation(

@@ -50,6 +50,8 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.stats import beta
 
+from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
+from budgetcheck.ledger.requirements import RequirementSet
 from budgetcheck.mechanism.execute import (
     PersonalizedMechanism,
     StreamMechanism,
@@ -58,8 +60,6 @@ from budgetcheck.mechanism.execute import (
     execute_personalized,
     execute_swellfish,
 )
-from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
-from budgetcheck.ledger.requirements import RequirementSet
 
 FloatArray = NDArray[np.float64]
 Run = Callable[[FloatArray, int], FloatArray]  # (input, seed) -> releases (runs, T, d)
@@ -168,8 +168,9 @@ def _audit(run: Run, pairs: Sequence[NeighbourPair], *, runs: int, alpha: float,
     """The pair whose bound is largest relative to its ε (Bonferroni over every pair and event)."""
     corrected = alpha / (len(pairs) * _EVENTS_PER_PAIR)
     cached = _once_per_input(run)
-    findings = [_pair_bound(cached, pair, runs=runs, seed=seed + 2 * i, alpha=corrected, w=w)
-                for i, pair in enumerate(pairs)]
+    findings = [
+        _pair_bound(cached, pair, runs=runs, seed=seed + 2 * i, alpha=corrected, w=w) for i, pair in enumerate(pairs)
+    ]
     return max(findings, key=lambda f: f.lower_bound / f.epsilon)
 
 
@@ -198,6 +199,7 @@ def decision_flip(run: Run, base: FloatArray, position: int, *, seed: int, top: 
     """The spike height h at ``position`` where the share of runs that publish there crosses 1/2:
     h publishes in fewer than half the runs, h + 1 in at least half (bisection on integers).
     None when the share does not cross 1/2 between 0 and ``top`` (no data-dependent decision)."""
+
     def rate(height: int) -> float:
         data = base.copy()
         data[position] += height
@@ -213,8 +215,14 @@ def decision_flip(run: Run, base: FloatArray, position: int, *, seed: int, top: 
 
 
 def statistical_audit(
-    mechanism: StreamMechanism, *, epsilon: float = 1.0, w: int = 3, runs: int = 4000, alpha: float = 0.05,
-    seed: int = 0, pilot_runs: int = 400,
+    mechanism: StreamMechanism,
+    *,
+    epsilon: float = 1.0,
+    w: int = 3,
+    runs: int = 4000,
+    alpha: float = 0.05,
+    seed: int = 0,
+    pilot_runs: int = 400,
 ) -> StatFinding:
     """w-event: the largest confident lower bound on the loss over the neighbour pairs and events."""
     length = 3 * w
@@ -229,23 +237,42 @@ def statistical_audit(
     pairs = []
     # t = 1, where every built-in publishes (a mechanism that then only predicts, such as RescueDP on a
     # steady stream, releases nothing that depends on a later change); then one window on
-    places = {0: "first timestamp", w: "start of a window", w + w // 2: "middle of a window",
-              2 * w - 1: "end of a window"}
+    places = {
+        0: "first timestamp",
+        w: "start of a window",
+        w + w // 2: "middle of a window",
+        2 * w - 1: "end of a window",
+    }
     for position, name in places.items():  # one pair per distinct position (w = 1: start = middle = end)
         for direction in (1.0, -1.0):
             neighbour = base.copy()
             neighbour[position, 0] += direction
             what = "added to" if direction > 0 else "removed from"
-            pairs.append(NeighbourPair(f"{name}, one individual {what} bin 0", base, neighbour, (position,),
-                                       direction, 0, epsilon))
+            pairs.append(
+                NeighbourPair(
+                    f"{name}, one individual {what} bin 0", base, neighbour, (position,), direction, 0, epsilon
+                )
+            )
         moved = base.copy()
         moved[position] += (-1.0, 1.0)  # two add/remove steps: group privacy gives 2ε
-        pairs.append(NeighbourPair(f"{name}, one individual moved from bin 0 to bin 1", base, moved, (position,),
-                                   1.0, 1, 2 * epsilon))
+        pairs.append(
+            NeighbourPair(
+                f"{name}, one individual moved from bin 0 to bin 1", base, moved, (position,), 1.0, 1, 2 * epsilon
+            )
+        )
     group = base.copy()  # k individuals in bin 0 over the first window, where every built-in publishes
     group[:w, 0] += _GROUP
-    pairs.append(NeighbourPair(f"first window, a group of {_GROUP} individuals added to bin 0 (group privacy: "
-                               f"{_GROUP} epsilon)", base, group, tuple(range(w)), 1.0, 0, _GROUP * epsilon))
+    pairs.append(
+        NeighbourPair(
+            f"first window, a group of {_GROUP} individuals added to bin 0 (group privacy: {_GROUP} epsilon)",
+            base,
+            group,
+            tuple(range(w)),
+            1.0,
+            0,
+            _GROUP * epsilon,
+        )
+    )
     # decision flips: at t = 1 of a zero stream (the mechanism's state is known there) and in the
     # middle of a window of the constant stream
     for where, level, position in (("at t=1", 0.0, 0), ("mid-window", _BASE_LEVEL, w + w // 2)):
@@ -258,13 +285,17 @@ def statistical_audit(
             spike[position] += low  # the height decision_flip found, then one individual more in bin 0
             higher = spike.copy()
             higher[position, 0] += 1.0
-            pairs.append(NeighbourPair(f"decision flip {where} (spike {low} vs {low + 1})", spike, higher, (position,),
-                                       1.0, 0, epsilon))
+            pairs.append(
+                NeighbourPair(
+                    f"decision flip {where} (spike {low} vs {low + 1})", spike, higher, (position,), 1.0, 0, epsilon
+                )
+            )
     return _audit(run, pairs, runs=runs, alpha=alpha, seed=seed, w=w)
 
 
-def personalized_audit(mechanism: PersonalizedMechanism, *, runs: int = 4000, alpha: float = 0.05, seed: int = 0,
-                       pilot_runs: int = 400) -> StatFinding:
+def personalized_audit(
+    mechanism: PersonalizedMechanism, *, runs: int = 4000, alpha: float = 0.05, seed: int = 0, pilot_runs: int = 400
+) -> StatFinding:
     """Personalized: one user of each class moves from bin 0 to bin 1 at one timestamp; and at t = 2,
     where the shared publish decision flips, k users of a class already moved against k + 1."""
     requirements = RequirementSet([(2, 0.5)] * _CLASS_SIZE + [(3, 1.0)] * _CLASS_SIZE)
@@ -273,8 +304,10 @@ def personalized_audit(mechanism: PersonalizedMechanism, *, runs: int = 4000, al
 
     def runner(count: int) -> Run:
         def run(bins: FloatArray, run_seed: int) -> FloatArray:
-            return execute_personalized(mechanism, requirements, bins.astype(np.int64), dimensions=2, runs=count,
-                                        seed=run_seed).releases
+            return execute_personalized(
+                mechanism, requirements, bins.astype(np.int64), dimensions=2, runs=count, seed=run_seed
+            ).releases
+
         return run
 
     pairs = []
@@ -284,14 +317,32 @@ def personalized_audit(mechanism: PersonalizedMechanism, *, runs: int = 4000, al
         for position, name in {0: "first timestamp", w: "start", w + w // 2: "middle", 2 * w - 1: "end"}.items():
             moved = base.copy()
             moved[position, user] = 1
-            pairs.append(NeighbourPair(f"user {user} (w={requirement.w}, epsilon={requirement.epsilon}) at the {name}",
-                                       base, moved, (position,), 1.0, 1, requirement.epsilon))
+            pairs.append(
+                NeighbourPair(
+                    f"user {user} (w={requirement.w}, epsilon={requirement.epsilon}) at the {name}",
+                    base,
+                    moved,
+                    (position,),
+                    1.0,
+                    1,
+                    requirement.epsilon,
+                )
+            )
         members = np.flatnonzero(requirements.user_classes == requirements.user_classes[user])[:_GROUP]
         group = base.copy()  # k users of the class moved over their first window (t = 1 always publishes)
         group[:w, members] = 1
-        pairs.append(NeighbourPair(f"a group of {members.size} users (w={w}, epsilon={requirement.epsilon}) moved over "
-                                   f"their first window (group privacy: {members.size} epsilon)", base, group,
-                                   tuple(range(w)), 1.0, 1, members.size * requirement.epsilon))
+        pairs.append(
+            NeighbourPair(
+                f"a group of {members.size} users (w={w}, epsilon={requirement.epsilon}) moved over "
+                f"their first window (group privacy: {members.size} epsilon)",
+                base,
+                group,
+                tuple(range(w)),
+                1.0,
+                1,
+                members.size * requirement.epsilon,
+            )
+        )
     for user in (0, requirements.n_users - 1):  # the flip, among the users of each class
         requirement = requirements.classes[int(requirements.user_classes[user])]
         members = np.flatnonzero(requirements.user_classes == requirements.user_classes[user])
@@ -303,9 +354,18 @@ def personalized_audit(mechanism: PersonalizedMechanism, *, runs: int = 4000, al
             before[1, members[:k]] = 1
             after = before.copy()
             after[1, members[k]] = 1
-            pairs.append(NeighbourPair(f"decision flip at t=2 ({k} vs {k + 1} users of (w={requirement.w}, "
-                                       f"epsilon={requirement.epsilon}) in bin 1)", before, after, (1,), 1.0, 1,
-                                       requirement.epsilon))
+            pairs.append(
+                NeighbourPair(
+                    f"decision flip at t=2 ({k} vs {k + 1} users of (w={requirement.w}, "
+                    f"epsilon={requirement.epsilon}) in bin 1)",
+                    before,
+                    after,
+                    (1,),
+                    1.0,
+                    1,
+                    requirement.epsilon,
+                )
+            )
     return _audit(runner(runs), pairs, runs=runs, alpha=alpha, seed=seed, w=max(r.w for r in requirements.classes))
 
 
@@ -315,6 +375,7 @@ _CLASS_SIZE = 24  # users per requirement class: enough for the shared decision 
 def _users_flip(run: Run, base: FloatArray, members: NDArray[np.int64], *, seed: int) -> int | None:
     """k such that with the first k of ``members`` in bin 1 at t = 2 (t = 1 always publishes) fewer
     than half the runs publish there and with k + 1 at least half; None if the share does not cross 1/2 (bisection)."""
+
     def rate(k: int) -> float:
         bins = base.copy()
         bins[1, members[:k]] = 1
@@ -329,8 +390,9 @@ def _users_flip(run: Run, base: FloatArray, members: NDArray[np.int64], *, seed:
     return low
 
 
-def swellfish_audit(mechanism: SwellfishMechanism, *, epsilon: float = 1.0, runs: int = 4000, alpha: float = 0.05,
-                    seed: int = 0) -> StatFinding:
+def swellfish_audit(
+    mechanism: SwellfishMechanism, *, epsilon: float = 1.0, runs: int = 4000, alpha: float = 0.05, seed: int = 0
+) -> StatFinding:
     """Swellfish: a pattern of the policy (θ at each of its timestamps) placed inside J."""
     policy = StreamPolicy(4, 8, (2.0, 1.0))
     policies = PolicyCollection([policy, StreamPolicy(2, 3, (1.0,))])
@@ -346,11 +408,30 @@ def swellfish_audit(mechanism: SwellfishMechanism, *, epsilon: float = 1.0, runs
         for direction in (1.0, -1.0):
             pattern = base.copy()
             pattern[list(changed), 0] += direction * np.array(policy.thresholds)
-            pairs.append(NeighbourPair(f"pattern at t={start} of J=[{policy.start}, {policy.end}]", base, pattern,
-                                       changed, direction, 0, epsilon))
+            pairs.append(
+                NeighbourPair(
+                    f"pattern at t={start} of J=[{policy.start}, {policy.end}]",
+                    base,
+                    pattern,
+                    changed,
+                    direction,
+                    0,
+                    epsilon,
+                )
+            )
     changed = tuple(policy.start - 1 + k for k in range(len(policy.thresholds)))
     group = base.copy()  # k patterns stacked at the start of J (a chain of k neighbours: group privacy)
     group[list(changed), 0] += _GROUP * np.array(policy.thresholds)
-    pairs.append(NeighbourPair(f"{_GROUP} patterns stacked at t={policy.start} of J=[{policy.start}, {policy.end}] "
-                               f"(group privacy: {_GROUP} epsilon)", base, group, changed, 1.0, 0, _GROUP * epsilon))
+    pairs.append(
+        NeighbourPair(
+            f"{_GROUP} patterns stacked at t={policy.start} of J=[{policy.start}, {policy.end}] "
+            f"(group privacy: {_GROUP} epsilon)",
+            base,
+            group,
+            changed,
+            1.0,
+            0,
+            _GROUP * epsilon,
+        )
+    )
     return _audit(run, pairs, runs=runs, alpha=alpha, seed=seed, w=policy.length)

@@ -7,8 +7,8 @@ as such and is never a pass.
 from __future__ import annotations
 
 import enum
-from fractions import Fraction
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 import z3
@@ -72,7 +72,9 @@ def check(constraints: Sequence[Any], *, timeout_ms: int) -> tuple[Answer, Any]:
 
 _HOMOGENEOUS, _CONSTANT, _ZERO, _INVARIANT = "homogeneous", "constant", "zero", "invariant"
 _COMPARISONS = frozenset({z3.Z3_OP_LE, z3.Z3_OP_LT, z3.Z3_OP_GE, z3.Z3_OP_GT, z3.Z3_OP_EQ, z3.Z3_OP_DISTINCT})
-_CONNECTIVES = frozenset({z3.Z3_OP_AND, z3.Z3_OP_OR, z3.Z3_OP_NOT, z3.Z3_OP_IMPLIES, z3.Z3_OP_XOR, z3.Z3_OP_TRUE, z3.Z3_OP_FALSE})
+_CONNECTIVES = frozenset(
+    {z3.Z3_OP_AND, z3.Z3_OP_OR, z3.Z3_OP_NOT, z3.Z3_OP_IMPLIES, z3.Z3_OP_XOR, z3.Z3_OP_TRUE, z3.Z3_OP_FALSE}
+)
 
 
 def _combined(kinds: Sequence[str | None]) -> str | None:
