@@ -18,7 +18,16 @@ def test_corpus_is_large_enough() -> None:
 LETTERS = {"ledger replay": "a", "secret access": "ab", "exploration": "e", "proof": "c", "statistical audit": "d"}
 
 
-@pytest.mark.parametrize(("mutant", "stage"), CORPUS, ids=[m.__name__ for m, _ in CORPUS])
+# the two slowest mutants (about a minute each on CI's cores) run under slow; their stages are
+# exercised on every run by the other mutants of the same stage
+SLOWEST = {"BDDissimilarityOverPopulation", "AdaPubRereadsClusters"}
+EACH = [
+    pytest.param(m, stage, id=m.__name__, marks=[pytest.mark.slow] if m.__name__ in SLOWEST else [])
+    for m, stage in CORPUS
+]
+
+
+@pytest.mark.parametrize(("mutant", "stage"), EACH)
 def test_every_mutant_is_rejected_at_its_stage(mutant: type, stage: str) -> None:
     """The stage named catches the mutant on its own (the other stages need not run for that)."""
     result = verify_mechanism(f"broken.mutants:{mutant.__name__}", examples=60, stages=LETTERS[stage])
