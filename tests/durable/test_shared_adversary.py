@@ -779,12 +779,6 @@ def test_a_history_spliced_from_a_twin_ledger_is_found_by_an_anchor(
 # --- hostile URLs and ledger names -----------------------------------------------------------
 
 
-RESERVED = pytest.mark.xfail(
-    strict=True,
-    reason="a reserved schema name reaches PostgreSQL: pg_* is LedgerCorrupt, information_schema gets the tables",
-)
-
-
 @pytest.mark.parametrize(
     "name",
     [
@@ -799,10 +793,10 @@ RESERVED = pytest.mark.xfail(
         "1starts_with_digit",
         "n" * 64,
         "n" * 10_000,
-        pytest.param("pg_catalog", marks=RESERVED),
-        pytest.param("pg_toast", marks=RESERVED),
-        pytest.param("pg_anything", marks=RESERVED),
-        pytest.param("information_schema", marks=RESERVED),
+        "pg_catalog",
+        "pg_toast",
+        "pg_anything",
+        "information_schema",
     ],
 )
 def test_a_hostile_ledger_name_is_refused_by_name_and_creates_nothing(
