@@ -506,10 +506,6 @@ def test_concurrent_retries_of_one_id_charge_once_and_agree(
     check.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an id with NUL reaches PostgreSQL and comes back as LedgerCorrupt",
-)
 def test_ids_are_checked_and_never_blamed_on_the_ledger(url: str) -> None:
     ledger = open_writer(url)
     s = stream()

@@ -175,8 +175,9 @@ class LedgerCore(abc.ABC):
         index; reusing it for another call (another method, timestamp, amount or purpose) is refused."""
         if self._journal is None:
             raise InvalidArgument(f"idempotent(operation_id={operation_id!r}) needs a ledger kept in a store (open_ledger)")
-        if not isinstance(operation_id, str) or not 0 < len(operation_id) <= 256:
-            raise InvalidArgument(f"operation_id={operation_id!r} must be a string of 1 to 256 characters")
+        if not isinstance(operation_id, str) or not 0 < len(operation_id) <= 256 or "\x00" in operation_id:
+            raise InvalidArgument(f"operation_id={operation_id!r} must be a string of 1 to 256 characters, without NUL "
+                                  "(a PostgreSQL text field cannot hold it)")
         if self._operation_id is not None:
             raise InvalidArgument(f"idempotent(operation_id={operation_id!r}) inside idempotent({self._operation_id[0]!r}): "
                                   "one id names one operation")
