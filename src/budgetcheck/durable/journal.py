@@ -426,6 +426,21 @@ class Journal:
         self._begun = (self._last, self._head, len(self._published))
         return rows
 
+    def peek(self) -> list[JournalRow]:
+        """The spend rows other writers committed since we last looked, read in one snapshot without
+        taking the write lock (for reads such as ``remaining``: a later charge re-checks under the lock).
+        An unchanged head (one statement, outside a transaction) is the common case and reads nothing more."""
+        if self._stored_head() == (self._last, self._head):
+            return []
+        with self._guard("begin a read"):
+            self._store.begin_read()
+        try:
+            rows = self._catch_up()
+        finally:
+            self._store.rollback()  # read only: ends the snapshot
+        self._begun = (self._last, self._head, len(self._published))
+        return rows
+
     def commit(self) -> None:
         """COMMIT (durable before anything is released); the trigger has moved the head along."""
         with self._guard("commit"):

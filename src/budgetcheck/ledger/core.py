@@ -293,6 +293,20 @@ class LedgerCore(abc.ABC):
         for row in self._journal.load(self._lookback()):
             self._apply_row(row.record)
 
+    def _refresh(self) -> None:
+        """Before a read (``remaining``, ``window_sum``) of a durable ledger, outside an operation or a
+        replay: apply what other writers have committed, so the answer counts every commit made before
+        the call (a charge still re-checks under the lock)."""
+        if self._journal is None or self._depth or self._replay is not None:
+            return
+        caught = self._journal.peek()
+        try:
+            for row in caught:
+                self._apply_row(row.record)
+        except BaseException:
+            self._load()  # memory may be ahead of the file: rebuild from what is on disk
+            raise
+
     def _apply_row(self, record: SpendRecord) -> None:
         """Account for a record already checked and committed (by us earlier, or another writer)."""
         self._applying = True
