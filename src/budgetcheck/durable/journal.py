@@ -478,6 +478,21 @@ class Journal:
         self._begun = (self._last, self._head, len(self._published))
         return rows
 
+    def peek(self) -> list[JournalRow]:
+        """The spend rows other writers committed since we last looked, read in one snapshot without
+        taking the write lock (for reads such as ``remaining``: a later charge re-checks under the lock).
+        An unchanged head (one statement, outside a transaction) is the common case and reads nothing more."""
+        if self._stored_head() == (self._last, self._head):
+            return []
+        with self._guard("begin a read"):
+            self._store.begin_read()
+        try:
+            rows = self._catch_up()
+        finally:
+            self._store.rollback()  # read only: ends the snapshot
+        self._begun = (self._last, self._head, len(self._published))
+        return rows
+
     def commit(self) -> None:
         """COMMIT (durable before anything is released); the trigger has moved the head along."""
         with self._guard("commit"):
@@ -640,11 +655,29 @@ class Journal:
         if not isinstance(stored, dict):
             raise LedgerCorrupt(f"{self.path}: the stored header is not a JSON object: {stored!r}")
         if stored != wanted:
+            if not self._chain_starts_at(stored):
+                raise LedgerCorrupt(
+                    f"{self.path}: the stored header {stored!r} does not begin the hash chain (the header was edited)"
+                )
             differ = sorted(k for k in set(stored) | set(wanted) if stored.get(k) != wanted.get(k))
             raise InvalidArgument(
                 f"ledger file {self.path!r} was kept under {', '.join(f'{k}={stored.get(k)!r}' for k in differ)}, "
                 f"not {', '.join(f'{k}={wanted.get(k)!r}' for k in differ)}"
             )
+
+    def _chain_starts_at(self, header: dict[str, Any]) -> bool:
+        """Whether H_0 of the stored ``header`` begins the chain (record 1's link, or the head of an
+        empty ledger): a header that differs from the opener's is then a real one, else an edit."""
+        try:
+            start = hashlib.sha256(canonical(header)).digest()
+        except (TypeError, ValueError):
+            return False
+        count, head = self._stored_head()
+        if count == 0:
+            return head == start
+        with self._guard("read records"):
+            first = self._store.execute(f"SELECT {ROW_COLUMNS} FROM records WHERE seq = 1").fetchone()
+        return first is not None and link_problem(first, 1, start) is None
 
     def _guard(self, what: str) -> contextlib.AbstractContextManager[None]:
         return self._store.guard(what)

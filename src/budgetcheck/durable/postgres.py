@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 DEFAULT_LEDGER: Final = "budgetcheck"
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+# PostgreSQL reserves the pg_ prefix for system schemas and keeps the SQL standard's catalog views in
+# information_schema: a ledger there would fail as "damaged" or put its tables among the catalog's
+_RESERVED = re.compile(r"pg_.*|information_schema")
 
 _SCHEMA = """
 CREATE TABLE {s}.meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -66,6 +69,11 @@ def split_url(url: str) -> tuple[str, str, str]:
         raise InvalidArgument(
             f"ledger={name!r} in {redact(url)!r} must be 1 to 63 lower-case letters, digits or '_', "
             "not starting with a digit (it names the ledger's schema)"
+        )
+    if _RESERVED.fullmatch(name):
+        raise InvalidArgument(
+            f"ledger={name!r} in {redact(url)!r} is a PostgreSQL system schema (pg_* and "
+            "information_schema are reserved); name the ledger otherwise"
         )
     rest = urllib.parse.urlencode([(key, value) for key, value in query if key != "ledger"])
     return urllib.parse.urlunsplit(parts._replace(query=rest)), name, redact(url)

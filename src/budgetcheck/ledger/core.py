@@ -224,8 +224,11 @@ class LedgerCore(abc.ABC):
             raise InvalidArgument(
                 f"idempotent(operation_id={operation_id!r}) needs a ledger kept in a store (open_ledger)"
             )
-        if not isinstance(operation_id, str) or not 0 < len(operation_id) <= 256:
-            raise InvalidArgument(f"operation_id={operation_id!r} must be a string of 1 to 256 characters")
+        if not isinstance(operation_id, str) or not 0 < len(operation_id) <= 256 or "\x00" in operation_id:
+            raise InvalidArgument(
+                f"operation_id={operation_id!r} must be a string of 1 to 256 characters, without NUL "
+                "(a PostgreSQL text field cannot hold it)"
+            )
         if self._operation_id is not None:
             raise InvalidArgument(
                 f"idempotent(operation_id={operation_id!r}) inside idempotent({self._operation_id[0]!r}): "
@@ -356,6 +359,20 @@ class LedgerCore(abc.ABC):
         self._t = 0
         for row in self._journal.load(self._lookback()):
             self._apply_row(row.record)
+
+    def _refresh(self) -> None:
+        """Before a read (``remaining``, ``window_sum``) of a durable ledger, outside an operation or a
+        replay: apply what other writers have committed, so the answer counts every commit made before
+        the call (a charge still re-checks under the lock)."""
+        if self._journal is None or self._depth or self._replay is not None:
+            return
+        caught = self._journal.peek()
+        try:
+            for row in caught:
+                self._apply_row(row.record)
+        except BaseException:
+            self._load()  # memory may be ahead of the file: rebuild from what is on disk
+            raise
 
     def _apply_row(self, record: SpendRecord) -> None:
         """Account for a record already checked and committed (by us earlier, or another writer)."""

@@ -66,6 +66,7 @@ class PersonalizedLedger(LedgerCore):
 
     def remaining(self, t: int) -> FloatArray:
         """Shape (runs, classes): what every user of each class can still spend at t (rounded down)."""
+        self._refresh()
         t = self._check_t(t)
         columns = [
             rounding.units_to_float_down_array(eps - win.prospective(t)[0].to_object())
@@ -75,6 +76,7 @@ class PersonalizedLedger(LedgerCore):
 
     def window_sum(self, t: int) -> tuple[tuple[int, ...], ...]:
         """Per class, the exact sums of [t−w_c+1, t] per run, in units of 2**-1127 (for auditors)."""
+        self._refresh()
         t = self._check_t(t)
         return tuple(tuple(win.prospective(t)[0].tolist()) for win in self._windows)
 

@@ -78,6 +78,7 @@ class SwellfishLedger(LaplaceReleases):
 
     def remaining(self, t: int) -> FloatArray:
         """What each run can still spend at t, rounded down; inf where no policy is relevant."""
+        self._refresh()
         t = self._check_t(t)
         relevant = self._policies.relevant(t)
         if not relevant:

@@ -132,11 +132,13 @@ class WindowLedger(LaplaceReleases):
 
     def remaining(self, t: int) -> FloatArray:
         """What each run can still spend at timestamp t, rounded down (safe to spend in full)."""
+        self._refresh()
         window, _ = self._windows.prospective(self._check_t(t))
         return rounding.units_to_float_down_array(self._eps_units - window.to_object())
 
     def window_sum(self, t: int) -> tuple[int, ...]:
         """The exact sum of window [t-w+1, t] per run, in units of 2**-1127 (for auditors)."""
+        self._refresh()
         window, _ = self._windows.prospective(self._check_t(t))
         return tuple(window.tolist())
 
