@@ -668,6 +668,86 @@ def test_a_rewound_chain_with_a_consistent_head_is_found_by_an_anchor(url: str, 
     assert not bc.audit_file(url, expect_head=heads[3]).ok
 
 
+@pytest.mark.parametrize("amount", [0.9, 0.1])
+def test_a_forged_row_with_a_recomputed_hash_cannot_open_a_window(
+    url: str, pg_server: str, amount: float
+) -> None:
+    """The chain's format is public (H_k = SHA-256(H_{k-1} ‖ fields)): an INSERT, which no trigger
+    refuses, of a row whose hash is recomputed passes the chain check. Over ε it must still be found
+    by the composition check (audit and reopening); within ε it is a charge like any other."""
+    from budgetcheck.durable.journal import RECORD_VERSION, row_hash
+
+    schema, _ = spent_ledger(url)  # 0.2 at t = 1, 2, 3
+    detail, output, previous = sql(
+        pg_server,
+        f"SELECT detail, output, hash FROM {schema}.records WHERE seq = 3",
+    )[0]
+    forged_amounts = np.array([amount], dtype="<f8").tobytes()
+    forged_detail = detail.replace('"operation":"op-3"', '"operation":"forged"')
+    digest = row_hash(
+        bytes(previous),
+        RECORD_VERSION,
+        0,
+        4,
+        4,
+        3,
+        forged_amounts,
+        forged_detail.encode(),
+        bytes(output),
+    )
+    sql(
+        pg_server,
+        f"INSERT INTO {schema}.records VALUES (4, {RECORD_VERSION}, 0, 4, 3, "
+        f"'\\x{forged_amounts.hex()}'::bytea, $${forged_detail}$$, '\\x{bytes(output).hex()}'::bytea, "
+        f"'\\x{digest.hex()}'::bytea)",
+    )
+    audit = bc.audit_file(url)
+    assert (
+        audit.problem is None
+    )  # the chain checks out: the forgery is only visible in the sums
+    if amount == 0.9:  # 0.2 + 0.2 + 0.2 + 0.9 in the window ending at 3
+        assert not audit.ok
+        assert audit.violations
+        assert cli_audit(url).returncode in (1, 4)
+        with pytest.raises(bc.LedgerCorrupt):
+            open_writer(url).close()
+    else:
+        assert audit.ok
+        ledger = open_writer(url)
+        assert len(ledger.records) == 4
+        assert float(ledger.remaining(3)[0]) == pytest.approx(
+            0.3, abs=1e-12
+        )  # the forged charge counts
+        ledger.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the session number of SeedSequence([seed, session]) lives in the unguarded meta table: "
+    "resetting it makes a numpy-laplace ledger draw the same noise again (needs a design decision: "
+    "reproducible noise vs a seed an editor of the database cannot steer)",
+)
+def test_resetting_the_session_counter_never_repeats_numpy_noise(
+    url: str, pg_server: str
+) -> None:
+    """Same noise at two timestamps of a zero stream would reveal x_5 - x_1 exactly on real data."""
+
+    def release(t: int) -> np.ndarray:
+        ledger = bc.open_ledger(
+            url, bc.WindowLedger(epsilon=EPSILON, w=W, sampler="numpy-laplace", seed=3)
+        )
+        ledger.bind(s := stream(0.0, d=3))
+        out = ledger.laplace(s.secret(t), 0.1)
+        ledger.close()
+        return out
+
+    first = release(1)
+    schema = url.rsplit("ledger=", 1)[1]
+    sql(pg_server, f"UPDATE {schema}.meta SET value = '0' WHERE key = 'sessions'")
+    second = release(5)
+    assert not np.array_equal(first, second)
+
+
 def test_a_history_spliced_from_a_twin_ledger_is_found_by_an_anchor(
     pg_server: str,
 ) -> None:
