@@ -669,9 +669,7 @@ def test_a_rewound_chain_with_a_consistent_head_is_found_by_an_anchor(url: str, 
 
 
 @pytest.mark.parametrize("amount", [0.9, 0.1])
-def test_a_forged_row_with_a_recomputed_hash_cannot_open_a_window(
-    url: str, pg_server: str, amount: float
-) -> None:
+def test_a_forged_row_with_a_recomputed_hash_cannot_open_a_window(url: str, pg_server: str, amount: float) -> None:
     """The chain's format is public (H_k = SHA-256(H_{k-1} ‖ fields)): an INSERT, which no trigger
     refuses, of a row whose hash is recomputed passes the chain check. Over ε it must still be found
     by the composition check (audit and reopening); within ε it is a charge like any other."""
@@ -702,9 +700,7 @@ def test_a_forged_row_with_a_recomputed_hash_cannot_open_a_window(
         f"'\\x{digest.hex()}'::bytea)",
     )
     audit = bc.audit_file(url)
-    assert (
-        audit.problem is None
-    )  # the chain checks out: the forgery is only visible in the sums
+    assert audit.problem is None  # the chain checks out: the forgery is only visible in the sums
     if amount == 0.9:  # 0.2 + 0.2 + 0.2 + 0.9 in the window ending at 3
         assert not audit.ok
         assert audit.violations
@@ -715,9 +711,7 @@ def test_a_forged_row_with_a_recomputed_hash_cannot_open_a_window(
         assert audit.ok
         ledger = open_writer(url)
         assert len(ledger.records) == 4
-        assert float(ledger.remaining(3)[0]) == pytest.approx(
-            0.3, abs=1e-12
-        )  # the forged charge counts
+        assert float(ledger.remaining(3)[0]) == pytest.approx(0.3, abs=1e-12)  # the forged charge counts
         ledger.close()
 
 
@@ -727,15 +721,11 @@ def test_a_forged_row_with_a_recomputed_hash_cannot_open_a_window(
     "resetting it makes a numpy-laplace ledger draw the same noise again (needs a design decision: "
     "reproducible noise vs a seed an editor of the database cannot steer)",
 )
-def test_resetting_the_session_counter_never_repeats_numpy_noise(
-    url: str, pg_server: str
-) -> None:
+def test_resetting_the_session_counter_never_repeats_numpy_noise(url: str, pg_server: str) -> None:
     """Same noise at two timestamps of a zero stream would reveal x_5 - x_1 exactly on real data."""
 
     def release(t: int) -> np.ndarray:
-        ledger = bc.open_ledger(
-            url, bc.WindowLedger(epsilon=EPSILON, w=W, sampler="numpy-laplace", seed=3)
-        )
+        ledger = bc.open_ledger(url, bc.WindowLedger(epsilon=EPSILON, w=W, sampler="numpy-laplace", seed=3))
         ledger.bind(s := stream(0.0, d=3))
         out = ledger.laplace(s.secret(t), 0.1)
         ledger.close()
