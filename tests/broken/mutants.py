@@ -427,7 +427,9 @@ class MeasureTinySensitivity:
         budget = rounding.share(ledger.params.epsilon, ledger.params.w)
         out = np.zeros((ledger.runs, stream.length, stream.dimensions))
         for secret in stream:
-            out[:, secret.t - 1] = ledger.measure(lambda v: v, secret, sensitivity=0.01, epsilon=budget)
+            out[:, secret.t - 1] = ledger.measure(
+                lambda v: v, secret, sensitivity=0.01, epsilon=budget, isolation="trusted"
+            )
         return out
 
 
