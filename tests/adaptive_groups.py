@@ -1,12 +1,17 @@
-"""Generated sequences of growing groups, shared by the AboveThreshold and smoothing tests."""
+"""Shared by the data-adaptive tests: the mechanisms under test, a bound ledger, the brute-force
+window sums, and generated sequences of growing groups (AboveThreshold and smoothing)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
+
+from budgetcheck import GuardedStream, WEventParams, WindowLedger
+from mechanisms import AdaPub, DSATw, FASTw, PeGaSus, RescueDP
 
 
 def growing_groups(
@@ -30,3 +35,46 @@ def growing_groups(
             groups[row] = [new[row]] if restart[row] else [*group, new[row]]
         width = max(len(g) for g in groups)
         yield new, restart, groups, np.array([[np.nan] * (width - len(g)) + g for g in groups])
+
+
+ADAPTIVE = [
+    FASTw(),
+    FASTw(sampling_ratio=0.075),
+    DSATw(),
+    DSATw(sample_rate=0.15),
+    RescueDP(),
+    RescueDP(grouping=False),
+    AdaPub(),
+    AdaPub(grouping=False),
+    PeGaSus(),
+    PeGaSus(smoother="james-stein"),
+]
+
+
+def bound_ledger(
+    epsilon: float = 1.0, w: int = 4, runs: int = 1, data: object = None
+) -> tuple[WindowLedger, list[object]]:
+    ledger = WindowLedger(WEventParams(epsilon, w), runs=runs, seed=3, sampler="numpy-laplace", keep_records=True)
+    stream = GuardedStream(np.arange(24.0).reshape(8, 3) if data is None else data)
+    ledger.bind(stream)
+    return ledger, list(stream)
+
+
+def window_sums(records: object, w: int, runs: int) -> list[Fraction]:
+    """The largest window sum per run, brute force over every window."""
+    totals: dict[int, list[Fraction]] = {}
+    for record in records:  # type: ignore[attr-defined]
+        row = totals.setdefault(record.t, [Fraction(0)] * runs)
+        for r in range(runs):
+            row[r] += Fraction(float(record.amounts[r]))
+    horizon = max(totals, default=0)
+    return [
+        max(
+            (
+                sum((totals.get(s, [Fraction(0)] * runs)[r] for s in range(e - w + 1, e + 1)), Fraction(0))
+                for e in range(1, horizon + 1)
+            ),
+            default=Fraction(0),
+        )
+        for r in range(runs)
+    ]

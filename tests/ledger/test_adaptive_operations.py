@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adaptive_groups import growing_groups
+from adaptive_groups import bound_ledger, growing_groups, window_sums
 from budgetcheck import (
     BudgetExceeded,
     GuardedStream,
@@ -24,53 +24,12 @@ from budgetcheck import (
     rounding,
 )
 from budgetcheck.ledger.noise import laplace_draws
-from mechanisms import AdaPub, DSATw, FASTw, PeGaSus, RescueDP
 from mechanisms._smoothing import smooth
-
-ADAPTIVE = [
-    FASTw(),
-    FASTw(sampling_ratio=0.075),
-    DSATw(),
-    DSATw(sample_rate=0.15),
-    RescueDP(),
-    RescueDP(grouping=False),
-    AdaPub(),
-    AdaPub(grouping=False),
-    PeGaSus(),
-    PeGaSus(smoother="james-stein"),
-]
-
-
-def _ledger(epsilon: float = 1.0, w: int = 4, runs: int = 1, data: object = None) -> tuple[WindowLedger, list[object]]:
-    ledger = WindowLedger(WEventParams(epsilon, w), runs=runs, seed=3, sampler="numpy-laplace", keep_records=True)
-    stream = GuardedStream(np.arange(24.0).reshape(8, 3) if data is None else data)
-    ledger.bind(stream)
-    return ledger, list(stream)
-
-
-def _windows(records: object, w: int, runs: int) -> list[Fraction]:
-    """The largest window sum per run, brute force over every window."""
-    totals: dict[int, list[Fraction]] = {}
-    for record in records:  # type: ignore[attr-defined]
-        row = totals.setdefault(record.t, [Fraction(0)] * runs)
-        for r in range(runs):
-            row[r] += Fraction(float(record.amounts[r]))
-    horizon = max(totals, default=0)
-    return [
-        max(
-            (
-                sum((totals.get(s, [Fraction(0)] * runs)[r] for s in range(e - w + 1, e + 1)), Fraction(0))
-                for e in range(1, horizon + 1)
-            ),
-            default=Fraction(0),
-        )
-        for r in range(runs)
-    ]
 
 
 # -- footprint measurements ---------------------------------------------------------------------
 def test_footprint_charges_every_timestamp_it_reads_and_rechecks_old_windows() -> None:
-    ledger, secrets = _ledger(w=4)
+    ledger, secrets = bound_ledger(w=4)
     out = ledger.measure_footprint(lambda v: v.sum(axis=0), secrets[0:3], sensitivity=3.0, epsilon=0.25)
     assert out.shape == (1, 3)
     assert [r.t for r in ledger.records] == [1, 2, 3] and all(float(r.amounts[0]) == 0.25 for r in ledger.records)
@@ -81,7 +40,7 @@ def test_footprint_charges_every_timestamp_it_reads_and_rechecks_old_windows() -
     assert (len(ledger.records), ledger.remaining(3).tolist(), ledger.t) == before
     assert ledger.refusals == 1
     ledger.measure_footprint(lambda v: v.sum(axis=0), secrets[3:4], sensitivity=3.0, epsilon=0.25)
-    assert _windows(ledger.records, 4, 1) == [Fraction(1)]
+    assert window_sums(ledger.records, 4, 1) == [Fraction(1)]
 
 
 @pytest.mark.parametrize(
@@ -93,7 +52,7 @@ def test_footprint_charges_every_timestamp_it_reads_and_rechecks_old_windows() -
     ],
 )
 def test_footprint_bad_inputs_name_the_problem(pick: object, message: str) -> None:
-    ledger, secrets = _ledger(w=4)
+    ledger, secrets = bound_ledger(w=4)
     with pytest.raises(InvalidArgument, match=message):
         ledger.measure_footprint(np.sum, pick(secrets), sensitivity=1.0, epsilon=0.1)  # type: ignore[operator]
     with pytest.raises(InvalidArgument, match="epsilon=0"):
@@ -102,7 +61,7 @@ def test_footprint_bad_inputs_name_the_problem(pick: object, message: str) -> No
 
 
 def test_footprint_cannot_end_before_the_ledger_clock() -> None:
-    ledger, secrets = _ledger(w=3)
+    ledger, secrets = bound_ledger(w=3)
     ledger.spend(6, 0.1, purpose="x")
     with pytest.raises(TimestampOrder):
         ledger.measure_footprint(np.sum, [secrets[3], secrets[4]], sensitivity=1.0, epsilon=0.1)
@@ -126,7 +85,7 @@ def test_footprint_and_plain_spends_agree_with_a_brute_force_oracle(
     w: int, steps: list[tuple[bool, int, set[int], float]]
 ) -> None:
     """Accepted iff every window of the resulting per-timestamp totals is <= ε (exact), else unchanged."""
-    ledger, secrets = _ledger(epsilon=1.0, w=w, data=np.zeros((40, 1)))
+    ledger, secrets = bound_ledger(epsilon=1.0, w=w, data=np.zeros((40, 1)))
     t, totals = 1, {}
     for footprint, advance, back, amount in steps:
         t += advance
@@ -153,12 +112,12 @@ def test_footprint_and_plain_spends_agree_with_a_brute_force_oracle(
             continue
         assert ok
         totals = proposed
-    assert _windows(ledger.records, w, 1)[0] <= 1
+    assert window_sums(ledger.records, w, 1)[0] <= 1
 
 
 # -- grouped releases -----------------------------------------------------------------------------
 def test_laplace_groups_sums_groups_and_charges_the_largest_group_budget() -> None:
-    ledger, secrets = _ledger(epsilon=1e9, w=2, runs=2, data=np.array([[1.0, 2.0, 4.0, 8.0]] * 3))
+    ledger, secrets = bound_ledger(epsilon=1e9, w=2, runs=2, data=np.array([[1.0, 2.0, 4.0, 8.0]] * 3))
     labels = np.array([[0, 0, 1, -1], [1, 1, 1, 1]])
     out = ledger.laplace_groups(secrets[0], labels, np.array([[4e8, 1e8], [0.0, 2e8]]))
     np.testing.assert_allclose(out[0], [3.0, 4.0], atol=1e-6)
@@ -174,7 +133,7 @@ def test_laplace_groups_sums_groups_and_charges_the_largest_group_budget() -> No
 # -- AboveThreshold -------------------------------------------------------------------------------
 def test_above_threshold_opens_tests_closes_and_charges_each_query_once() -> None:
     data = np.array([[0.0, 0.0], [0.0, 10.0], [0.0, 10.0], [0.0, 0.0], [0.0, 0.0]])
-    ledger, secrets = _ledger(epsilon=1e12, w=5, data=data)
+    ledger, secrets = bound_ledger(epsilon=1e12, w=5, data=data)
     test = ledger.above_threshold(epsilon=1e9, sensitivity=2.0, cells=(2,))
     first = test.query(secrets[0], deviation, 4.0)
     assert first.opened.tolist() == [[True, True]] and not first.above.any()
@@ -189,7 +148,7 @@ def test_above_threshold_opens_tests_closes_and_charges_each_query_once() -> Non
 
 
 def test_above_threshold_caps_footprints_and_is_refused_atomically() -> None:
-    ledger, secrets = _ledger(epsilon=1.0, w=3, data=np.zeros((8, 1)))
+    ledger, secrets = bound_ledger(epsilon=1.0, w=3, data=np.zeros((8, 1)))
     test = ledger.above_threshold(epsilon=0.5, sensitivity=2.0, cells=(1,), max_footprint=2)
     assert test.query(secrets[0], deviation, 1e9).opened.all()
     assert not test.query(secrets[1], deviation, 1e9).opened.any()
@@ -291,7 +250,7 @@ def test_above_threshold_is_the_whole_array_reference_draw_for_draw(
 def test_a_test_keeping_sorted_groups_refuses_another_statistic_before_charging() -> None:
     """A capped test whose first query is a deviation keeps only the sorted groups: a later query
     with another statistic is refused with nothing charged (it has no footprints to read)."""
-    ledger, secrets = _ledger(epsilon=10.0)
+    ledger, secrets = bound_ledger(epsilon=10.0)
     test = ledger.above_threshold(epsilon=0.1, sensitivity=2.0, cells=(3,), max_footprint=3)
     test.query(secrets[0], deviation, 1.0)
     spent = list(ledger.records)
@@ -345,7 +304,7 @@ def test_ranked_rows_bad_inputs() -> None:
 
 
 def test_above_threshold_bad_inputs() -> None:
-    ledger, secrets = _ledger()
+    ledger, secrets = bound_ledger()
     with pytest.raises(InvalidArgument, match="epsilon"):
         ledger.above_threshold(epsilon=0.0, sensitivity=1.0, cells=(3,))
     with pytest.raises(InvalidArgument, match="cells"):

@@ -2,60 +2,12 @@
 
 from __future__ import annotations
 
-from fractions import Fraction
 from typing import Any
 
-import numpy as np
 import pytest
 
-from budgetcheck import (
-    GuardedStream,
-    WEventParams,
-    WindowLedger,
-)
 from budgetcheck.proving import Verdict, prove_range
-from mechanisms import AdaPub, DSATw, FASTw, PeGaSus, RescueDP
 from mechanisms.rules import BlockRule, DistanceTestRule, RemainingFractionRule, SplitUniformRule
-
-ADAPTIVE = [
-    FASTw(),
-    FASTw(sampling_ratio=0.075),
-    DSATw(),
-    DSATw(sample_rate=0.15),
-    RescueDP(),
-    RescueDP(grouping=False),
-    AdaPub(),
-    AdaPub(grouping=False),
-    PeGaSus(),
-    PeGaSus(smoother="james-stein"),
-]
-
-
-def _ledger(epsilon: float = 1.0, w: int = 4, runs: int = 1, data: object = None) -> tuple[WindowLedger, list[object]]:
-    ledger = WindowLedger(WEventParams(epsilon, w), runs=runs, seed=3, sampler="numpy-laplace", keep_records=True)
-    stream = GuardedStream(np.arange(24.0).reshape(8, 3) if data is None else data)
-    ledger.bind(stream)
-    return ledger, list(stream)
-
-
-def _windows(records: object, w: int, runs: int) -> list[Fraction]:
-    """The largest window sum per run, brute force over every window."""
-    totals: dict[int, list[Fraction]] = {}
-    for record in records:  # type: ignore[attr-defined]
-        row = totals.setdefault(record.t, [Fraction(0)] * runs)
-        for r in range(runs):
-            row[r] += Fraction(float(record.amounts[r]))
-    horizon = max(totals, default=0)
-    return [
-        max(
-            (
-                sum((totals.get(s, [Fraction(0)] * runs)[r] for s in range(e - w + 1, e + 1)), Fraction(0))
-                for e in range(1, horizon + 1)
-            ),
-            default=Fraction(0),
-        )
-        for r in range(runs)
-    ]
 
 
 # -- rules ---------------------------------------------------------------------------------------
