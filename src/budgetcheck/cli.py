@@ -417,6 +417,9 @@ def _plain(text: str) -> str:
 @click.option("--epsilon", multiple=True, type=float, help="Only these ε (repeatable).")
 @click.option("--w", "ws", multiple=True, type=int, help="Only these w (repeatable).")
 @click.option("--runs", type=click.IntRange(1), default=None, help="Runs per cell (default: the grid's, 100 for --paper).")
+@click.option("--streams-per-cell", type=click.IntRange(1), default=None,
+              help="Random streams per artificial cell, each run --runs times (default: the grid's; "
+                   "4 for --quick, 1 for --paper).")
 @click.option("--growth", type=float, default=1.5, show_default=True, help="Growth base of the artificial streams (--paper; 1.3 = the public harness).")
 @click.option("--mre-bound", type=float, default=0.001, show_default=True, help="MRE sanity bound γ_d as a fraction of Σ_t Q(D_t)[d] (--paper; 0.01 = the harness).")
 @click.option("--results", type=FilePath(dir_okay=False, path_type=Path), default=None,
@@ -431,7 +434,8 @@ def _plain(text: str) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the cells' summaries and findings as JSON instead of tables.")
 @click.pass_context
 def bench(ctx: click.Context, grid: str, config: Path | None, mechanism: tuple[str, ...], stream: tuple[str, ...],
-          epsilon: tuple[float, ...], ws: tuple[int, ...], runs: int | None, growth: float, mre_bound: float,
+          epsilon: tuple[float, ...], ws: tuple[int, ...], runs: int | None, streams_per_cell: int | None,
+          growth: float, mre_bound: float,
           results: Path | None, jobs: int, executor: str, scheduler: str | None, export: Path | None,
           report_dir: Path | None, progress: bool, as_json: bool) -> None:
     """Run the utility benchmark (Schäler, Hütter, Schäler 2022) and print its result tables.
@@ -455,7 +459,8 @@ def bench(ctx: click.Context, grid: str, config: Path | None, mechanism: tuple[s
             base, name = Benchmark.paper(growth=growth, mre_bound=mre_bound), "paper"
         else:
             base, name = Benchmark.quick(), "quick"
-        chosen = base.select(mechanisms=mechanism, streams=stream, epsilons=epsilon, ws=ws, runs=runs)
+        chosen = base.select(mechanisms=mechanism, streams=stream, epsilons=epsilon, ws=ws, runs=runs,
+                             streams_per_cell=streams_per_cell)
         target = results or Path(f"bench-{name}.sqlite")
         ran, stored = run_benchmark(chosen, target, jobs=jobs, scheduler=scheduler, progress=progress)
         text, uniform_ok = text_report(target)
@@ -485,7 +490,10 @@ def _bench_json(target: Path, ran: int, stored: int, uniform_ok: bool) -> dict[s
     return {
         "version": 1, "results": str(target), "cells_run_now": ran, "cells_stored_before": stored, "uniform_ok": uniform_ok,
         "cells": [{"mechanism": s.cell.mechanism, "stream": s.cell.stream, "epsilon": s.cell.epsilon, "w": s.cell.w,
-                   "runs": s.runs, "mae_mean": s.mae_mean, "mae_q95": s.mae_q95, "mre_mean": s.mre_mean, "mre_q95": s.mre_q95}
+                   "runs": s.runs, "mae_mean": s.mae_mean, "mae_q95": s.mae_q95, "mre_mean": s.mre_mean,
+                   "mre_q95": s.mre_q95,
+                   "streams": s.streams, "stream_mae_std": s.stream_mae_std, "stream_mae_min": s.stream_mae_min,
+                   "stream_mae_max": s.stream_mae_max}
                   for s in summaries],
         "findings": [{"stream": f.stream, "epsilon": f.epsilon, "w": f.w, "best": f.best, "best_mae": f.best_mae,
                       "baseline": f.baseline, "baseline_mae": f.baseline_mae, "baseline_supremacy": f.supremacy}

@@ -11,8 +11,8 @@ from budgetcheck._errors import InvalidArgument
 from budgetcheck.bench import figures
 from budgetcheck.bench.config import ArtificialStream, Cell
 from budgetcheck.bench.report import (
-    BASELINES, CellSummary, findings, deteriorations, mae_table, rebuild, stored_benchmark, summarize, supremacy_table,
-    uniform_checks, uniform_table, write_summary_csv,
+    BASELINES, CellSummary, findings, deteriorations, mae_table, rebuild, spread_table, stored_benchmark, summarize,
+    supremacy_table, uniform_checks, uniform_table, write_summary_csv,
 )
 from budgetcheck.bench.runner import run_releases, stream_data
 from budgetcheck.bench.store import ResultStore
@@ -41,6 +41,8 @@ def text_report(results: str | Path) -> tuple[str, bool]:
     text = "\n\n".join(["Mean MAE (* best of the row)", mae_table(summaries),
                         "Baseline supremacy (is Uniform or Sample within 10% of the best?)", supremacy_table(findings(summaries)),
                         uniform_table(checks)])
+    if any(s.streams > 1 for s in summaries):
+        text += "\n\nSpread of the mean MAE over each cell's streams\n" + spread_table(summaries)
     return text, all(c.ok for c in checks)
 
 
