@@ -42,7 +42,9 @@ def _ratio(value: object) -> float:
 class FASTw(StepByStep):
     """FAST_w with a shared per-block sample budget (see the module docstring).
 
-    ``sampling_ratio``: 0.15 (the FAST paper, the default) or 0.075 (the benchmark harness).
+    ``sampling_ratio``: 0.15 (the FAST paper and the benchmark paper's M-R5, the default) or 0.075
+    (the benchmark harness). The ratio alone explains our ≈2× MAE over the harness on small amplitudes:
+    M doubles the Laplace scale 2M/ε (tests/bench/test_paper_numbers.py).
     Kalman: P₀ = 100, Q = 10^5, R = 10^6; PID: C_p, C_i, C_d = 0.9, 0.1, 0, T_i = 5, θ = 5, ξ = 0.1.
     """
 

@@ -10,6 +10,7 @@ class (vectorised over runs), with :class:`mechanisms.rules.BDRule` / :class:`BA
 Decisions where the paper is silent or ambiguous:
 - the last release before t = 1 is the all-zero vector (as in the public artifact);
 - publish iff dis > √err_opt, err_opt = OBS's error on the publication budgets (sensitivity 1);
+  the BD/BA baselines keep Kellaris's test dis > λ = 1/ε_{t,2} (:func:`publication_threshold`);
 - PBA: the nullification bound is the *maximum* t_{i,N} over users (Algorithm 5 line 6; the
   artifact's 'minimum' and 'average' variants overspend). A class not nullified itself but inside
   another class's nullified span skips, which for that class is a BA skip decision: so each class
@@ -58,6 +59,20 @@ def step_budgets(
     return dissimilarity, candidate
 
 
+def publication_threshold(ledger: PersonalizedLedger, candidate: FloatArray, *, strictest: bool) -> FloatArray:
+    """The dissimilarity a run must exceed to publish, from public budgets only, shape (runs,).
+
+    PBD/PBA (Du et al. 2025, Algorithm 4 line 7): √err_opt of OBS on the candidate budgets (≥ √2/θ).
+    The BD/BA baseline (``strictest``): Kellaris et al. 2014 (Figure 2 lines 7-8, Figure 4 line 10)
+    compare with the noise scale λ = 1/ε_{t,2}; everyone has the strictest budget, so θ = ε_{t,2}.
+    """
+    theta, error = ledger.reporting_error(candidate)
+    if not strictest:
+        return np.asarray(np.sqrt(error), dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        return np.asarray(np.where(theta > 0.0, 1.0 / np.where(theta > 0.0, theta, 1.0), np.inf), dtype=np.float64)
+
+
 def run_personalized(
     rule: AllocationRule, stream: PersonalizedStream, ledger: PersonalizedLedger, *, strictest: bool, filtering: bool
 ) -> FloatArray:
@@ -89,8 +104,7 @@ def personalized_releases(
     for secret in stream:
         dissimilarity, candidate = step_budgets(rule, envs, states, runs)
         dis = ledger.sample_dissimilarity(secret, last, dissimilarity)
-        _, error = ledger.reporting_error(candidate)
-        publish = (candidate.max(axis=1) > 0.0) & (dis > np.sqrt(error))
+        publish = (candidate.max(axis=1) > 0.0) & (dis > publication_threshold(ledger, candidate, strictest=strictest))
         spent = np.where(publish[:, None], candidate, 0.0)
         if publish.any():
             noisy = ledger.sample_release(secret, spent)

@@ -458,7 +458,8 @@ def test_cli_bench_runs_resumes_and_reports(tmp_path: Path) -> None:
     assert first.exit_code == 0, first.output
     assert "6 cells run now, 0 stored before" in first.output and "Baseline supremacy" in first.output
     again = runner.invoke(main, args + ["--export", str(tmp_path / "r.csv")])
-    assert "0 cells run now, 6 stored before" in again.output and "exported 18 rows" in again.output
+    # --runs is per stream: 6 cells × 4 streams (the quick grid's) × 3 runs
+    assert "0 cells run now, 6 stored before" in again.output and "exported 72 rows" in again.output
     report = runner.invoke(main, ["bench", "report", str(tmp_path / "r.sqlite"), "--out", str(tmp_path / "rep")])
     assert report.exit_code == 0, report.output
     for name in (

@@ -89,5 +89,8 @@ def test_bench_json_gives_every_cell_and_finding(tmp_path: Path) -> None:
     report = json.loads(result.output)
     assert report["cells_run_now"] == 6 and len(report["cells"]) == 6
     assert {cell["mechanism"] for cell in report["cells"]} == {"Uniform", "Sample"}
-    assert all(cell["mae_mean"] > 0 and cell["runs"] == 2 for cell in report["cells"])
+    assert all(cell["mae_mean"] > 0 and cell["runs"] == 4 * 2 and cell["streams"] == 4 for cell in report["cells"])
+    for cell in report["cells"]:  # equal runs per stream: the cell's mean is the mean of the stream means
+        assert cell["stream_mae_min"] <= cell["mae_mean"] <= cell["stream_mae_max"]
+        assert cell["stream_mae_min"] < cell["stream_mae_max"] and cell["stream_mae_std"] > 0
     assert len(report["findings"]) == 3 and all(f["best"] in ("Uniform", "Sample") for f in report["findings"])

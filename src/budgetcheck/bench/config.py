@@ -64,6 +64,10 @@ def _runs(value: object) -> int:
     return check_positive_int(value, "runs")
 
 
+def _streams_per_cell(value: object) -> int:
+    return check_positive_int(value, "streams_per_cell")
+
+
 def _seed(value: object) -> int:
     return check_positive_int(value, "seed", minimum=0)
 
@@ -118,8 +122,12 @@ class ArtificialStream:
         """Releases are not truncated on artificial streams (the paper, §4.2 Level)."""
         return False
 
-    def data(self, seed: int) -> FloatArray:
-        rng = np.random.default_rng(stable_seed(seed, "stream", self.name))
+    def data(self, seed: int, draw: int = 0) -> FloatArray:
+        """The ``draw``-th random stream of this (s, a) cell; draw 0 is the one a cell had before
+        cells drew several (so ``streams_per_cell = 1`` keeps every earlier number)."""
+        draw = check_positive_int(draw, "draw", minimum=0)
+        parts = (seed, "stream", self.name) + ((draw,) if draw else ())
+        rng = np.random.default_rng(stable_seed(*parts))
         return seasonal_stream(self.length, self.season, self.amplitude, growth=self.growth, rng=rng)
 
 
@@ -143,7 +151,8 @@ class RealStream:
     def truncated(self) -> bool:
         return True
 
-    def data(self, seed: int) -> FloatArray:
+    def data(self, seed: int, draw: int = 0) -> FloatArray:
+        """A real stream is one stream: every ``draw`` is the same data."""
         return load_packaged(self.name) if self.path is None else load_paper_stream(self.name, self.path)
 
 
@@ -237,7 +246,13 @@ def _nonempty(values: tuple[Any, ...], name: str) -> tuple[Any, ...]:
 
 @attrs.frozen
 class Benchmark:
-    """(M, S, P, E): mechanisms, streams, privacy settings, runs and the MRE sanity bound γ."""
+    """(M, S, P, E): mechanisms, streams, privacy settings, runs and the MRE sanity bound γ.
+
+    ``streams_per_cell``: how many random streams each artificial (s, a) cell draws (Algorithm 2 is
+    random; one stream per cell lets the seed move a cell's MAE 1.1-3.1×). Every stream runs
+    ``runs`` runs; a cell's MAE is the mean over all of them and its spread is reported per stream.
+    Real streams are one stream.
+    """
 
     mechanisms: tuple[str, ...] = attrs.field(converter=_mechanisms)
     streams: tuple[StreamSpec, ...] = attrs.field(converter=_streams)
@@ -245,6 +260,7 @@ class Benchmark:
     runs: int = attrs.field(default=100, converter=_runs)
     mre_bound: float = attrs.field(default=PAPER_MRE_BOUND, converter=_mre_bound)
     seed: int = attrs.field(default=0, converter=_seed)
+    streams_per_cell: int = attrs.field(default=1, converter=_streams_per_cell, kw_only=True)
     # The streams batches are formed from (empty: ``streams``). ``select`` keeps its parent's, so a
     # cell run in any sub-grid shares its batch, seed and numbers with the full grid.
     pool: tuple[StreamSpec, ...] = attrs.field(default=(), converter=_pool)
@@ -286,12 +302,14 @@ class Benchmark:
         return cls(PAPER_MECHANISMS, streams, settings, runs, mre_bound, seed)
 
     @classmethod
-    def quick(cls, *, seed: int = 0) -> Benchmark:
+    def quick(cls, *, seed: int = 0, streams_per_cell: int = 4) -> Benchmark:
         """A small grid (under a minute): every built-in w-event mechanism on four short seasonal
-        streams, ε ∈ {0.5, 1} at w = 40 and w = 80 at ε = 1, 20 runs."""
+        cells, ε ∈ {0.5, 1} at w = 40 and w = 80 at ε = 1; 4 streams per cell × 5 runs (the 20
+        runs per cell of one stream before, so about as fast)."""
         streams = [ArtificialStream(s, a, 300) for a in (10.0, 1000.0) for s in (40, 80)]
         settings = [Setting(0.5, 40), Setting(1.0, 40), Setting(1.0, 80)]
-        return cls(builtin_w_event(), streams, settings, runs=20, seed=seed)
+        runs = max(1, 20 // check_positive_int(streams_per_cell, "streams_per_cell"))
+        return cls(builtin_w_event(), streams, settings, runs=runs, seed=seed, streams_per_cell=streams_per_cell)
 
     @classmethod
     def from_toml(cls, path: str | Path) -> Benchmark:
@@ -307,8 +325,19 @@ class Benchmark:
     def from_mapping(cls, table: Mapping[str, Any]) -> Benchmark:
         """The TOML layout as a dict: top-level runs, seed, mre_bound, mechanisms (default: all
         built-in w-event), real (packaged names); tables artificial, files (name = path),
-        vary_epsilon and vary_w."""
-        known = {"runs", "seed", "mre_bound", "mechanisms", "real", "artificial", "files", "vary_epsilon", "vary_w"}
+        vary_epsilon and vary_w; streams_per_cell (default 1)."""
+        known = {
+            "runs",
+            "seed",
+            "mre_bound",
+            "mechanisms",
+            "real",
+            "artificial",
+            "files",
+            "vary_epsilon",
+            "vary_w",
+            "streams_per_cell",
+        }
         unknown = sorted(set(table) - known)
         if unknown:
             raise InvalidArgument(f"unknown benchmark keys {unknown}; known: {sorted(known)}")
@@ -340,6 +369,7 @@ class Benchmark:
             table.get("runs", 100),
             table.get("mre_bound", PAPER_MRE_BOUND),
             table.get("seed", 0),
+            streams_per_cell=table.get("streams_per_cell", 1),
         )
 
     # -- use ------------------------------------------------------------------------------------
@@ -351,6 +381,7 @@ class Benchmark:
         epsilons: Sequence[float] = (),
         ws: Sequence[int] = (),
         runs: int | None = None,
+        streams_per_cell: int | None = None,
     ) -> Benchmark:
         """The sub-grid of the named mechanisms/streams/ε/w (an empty filter keeps everything)."""
         for given, present, name in (
@@ -370,6 +401,7 @@ class Benchmark:
             streams=[s for s in self.streams if not streams or s.name in streams],
             settings=[s for s in self.settings if (not epsilons or s.epsilon in epsilons) and (not ws or s.w in ws)],
             runs=self.runs if runs is None else runs,
+            streams_per_cell=self.streams_per_cell if streams_per_cell is None else streams_per_cell,
             pool=self.batch_pool,
             settings_pool=self.settings_pool or self.settings,
         )
@@ -387,6 +419,10 @@ class Benchmark:
             if stream.name == name:
                 return stream
         raise InvalidArgument(f"stream={name!r} is not in this benchmark")
+
+    def draws(self, stream: StreamSpec) -> int:
+        """The number of random streams a cell on ``stream`` runs on (1 for a real stream)."""
+        return self.streams_per_cell if isinstance(stream, ArtificialStream) else 1
 
     def cells(self) -> list[Cell]:
         """Every cell, grouped by stream and setting (so the mechanisms of one column finish together)."""
@@ -410,7 +446,8 @@ class Benchmark:
         else:
             members = (cell.stream,)
         pooled = sorted({s.epsilon for s in self.settings_pool or self.settings if s.w == cell.w})
-        per_pass = max(1, _max_stacked_runs(cell.mechanism) // (len(members) * self.runs))  # ε in one pass
+        stacked = len(members) * self.draws(spec) * self.runs
+        per_pass = max(1, _max_stacked_runs(cell.mechanism) // stacked)  # ε in one pass
         chunks = [tuple(pooled[i : i + per_pass]) for i in range(0, len(pooled), per_pass)]
         epsilons = next(chunk for chunk in chunks if cell.epsilon in chunk)
         seed = stable_seed(self.seed, "batch", cell.mechanism, cell.w, *map(repr, epsilons), *members)
@@ -425,6 +462,8 @@ class Benchmark:
             "mre_bound": repr(self.mre_bound),
             "batches": "streams-and-epsilons",
         }
+        if self.streams_per_cell != 1:  # absent for one stream: files written before stay comparable
+            out["streams_per_cell"] = str(self.streams_per_cell)
         for stream in self.streams:
             out[f"stream:{stream.name}"] = json.dumps(attrs.asdict(stream), sort_keys=True)
         return out

@@ -16,6 +16,7 @@ from budgetcheck.bench.report import (
     findings,
     mae_table,
     rebuild,
+    spread_table,
     stored_benchmark,
     summarize,
     supremacy_table,
@@ -57,6 +58,8 @@ def text_report(results: str | Path) -> tuple[str, bool]:
             uniform_table(checks),
         ]
     )
+    if any(s.streams > 1 for s in summaries):
+        text += "\n\nSpread of the mean MAE over each cell's streams\n" + spread_table(summaries)
     return text, all(c.ok for c in checks)
 
 

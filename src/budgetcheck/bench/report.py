@@ -29,7 +29,8 @@ SUPREMACY_MARGIN = 0.10
 
 @attrs.frozen
 class CellSummary:
-    """Mean and 0.95-quantile of MAE and MRE over a cell's runs."""
+    """Mean and 0.95-quantile of MAE and MRE over a cell's runs, and the spread of the cell's
+    per-stream mean MAE over its ``streams`` random streams (std with ddof = 1; 0 for one stream)."""
 
     cell: Cell
     runs: int
@@ -37,6 +38,10 @@ class CellSummary:
     mae_q95: float
     mre_mean: float
     mre_q95: float
+    streams: int = 1
+    stream_mae_std: float = 0.0
+    stream_mae_min: float = math.nan
+    stream_mae_max: float = math.nan
 
 
 @attrs.frozen
@@ -76,10 +81,13 @@ def summarize(store: ResultStore) -> list[CellSummary]:
     per_cell: dict[Cell, list[tuple[float, float]]] = defaultdict(list)
     for mechanism, stream, epsilon, w, _run, run_mae, run_mre in store.rows():
         per_cell[Cell(mechanism, stream, epsilon, w)].append((run_mae, run_mre))
+    per_stream = store.stream_maes()
     out = []
     for cell in sorted(per_cell):
         values = np.array(per_cell[cell])
         mae, mre = values[:, 0].astype(np.float64), values[:, 1].astype(np.float64)
+        streams = per_stream.get(cell, np.array([mae.mean()]))
+        spread = float(streams.std(ddof=1)) if streams.size > 1 else 0.0
         out.append(
             CellSummary(
                 cell,
@@ -88,6 +96,10 @@ def summarize(store: ResultStore) -> list[CellSummary]:
                 float(np.quantile(mae, 0.95)),
                 float(mre.mean()),
                 float(np.quantile(mre, 0.95)),
+                int(streams.size),
+                spread,
+                float(streams.min()),
+                float(streams.max()),
             )
         )
     return out
@@ -163,9 +175,9 @@ def rebuild(store: ResultStore, mechanisms: Iterable[str]) -> Benchmark:
     """A benchmark that re-runs stored cells exactly (same streams, runs, seed and γ)."""
     streams, runs, seed, bound = stored_benchmark(store)
     settings = {(c.epsilon, c.w) for c in store.done()}
-    return Benchmark(
-        tuple(mechanisms), tuple(streams.values()), [Setting(e, w) for e, w in settings], runs, bound, seed
-    )
+    draws = int(store.meta().get("streams_per_cell", "1"))
+    grid = [Setting(e, w) for e, w in settings]
+    return Benchmark(tuple(mechanisms), tuple(streams.values()), grid, runs, bound, seed, streams_per_cell=draws)
 
 
 # -- text ------------------------------------------------------------------------------------------
@@ -188,6 +200,23 @@ def mae_table(summaries: Sequence[CellSummary]) -> str:
             mark = "*" if value == best else " "
             cells.append(f"{_fmt(value) + mark:>{width}}")
         lines.append(f"{stream:<16}{epsilon:>5g}{w:>5}  " + "".join(cells))
+    return "\n".join(lines)
+
+
+def spread_table(summaries: Sequence[CellSummary]) -> str:
+    """One line per cell run on several streams: its per-stream mean MAE's std, min, max and max/min."""
+    lines = [
+        f"{'mechanism':<12}{'stream':<16}{'eps':>5}{'w':>5}{'streams':>8}{'MAE':>10}{'std':>10}{'min':>10}"
+        f"{'max':>10}{'max/min':>9}"
+    ]
+    for s in summaries:
+        if s.streams < 2:
+            continue
+        c = s.cell
+        ratio = s.stream_mae_max / s.stream_mae_min if s.stream_mae_min > 0 else math.inf
+        spread = f"{_fmt(s.stream_mae_std):>10}{_fmt(s.stream_mae_min):>10}{_fmt(s.stream_mae_max):>10}{ratio:>9.2f}"
+        head = f"{c.mechanism:<12}{c.stream:<16}{c.epsilon:>5g}{c.w:>5}{s.streams:>8}{_fmt(s.mae_mean):>10}"
+        lines.append(head + spread)
     return "\n".join(lines)
 
 

@@ -34,41 +34,53 @@ FloatArray = NDArray[np.float64]
 
 
 @functools.lru_cache(maxsize=64)
-def stream_data(stream: StreamSpec, seed: int) -> FloatArray:
-    """The true stream of a spec (cached per process; read-only)."""
-    data = np.array(stream.data(seed), dtype=np.float64)
+def stream_data(stream: StreamSpec, seed: int, draw: int = 0) -> FloatArray:
+    """The ``draw``-th true stream of a spec (cached per process; read-only)."""
+    data = np.array(stream.data(seed, draw), dtype=np.float64)
     data.setflags(write=False)
     return data
 
 
-def batch_releases(benchmark: Benchmark, batch: Batch) -> list[FloatArray]:
-    """The releases of every cell of a batch (in ``batch.cells()`` order), each (runs, T, d),
-    truncated on real streams.
+def batch_truths(benchmark: Benchmark, batch: Batch) -> list[list[FloatArray]]:
+    """The true streams of a batch: per stream of ``batch.streams``, its ``benchmark.draws`` draws."""
+    specs = [benchmark.stream(name) for name in batch.streams]
+    return [[stream_data(spec, benchmark.seed, k) for k in range(benchmark.draws(spec))] for spec in specs]
 
-    The batch's S streams run stacked through one ``WindowLedger`` of S × E × runs runs, E the
-    batch's ε: stream s owns runs [s·E·runs, (s+1)·E·runs), and within them ε_e the block
-    [e·runs, (e+1)·runs) (``WindowLedger.with_epsilons``), so Python's per-timestamp cost is
+
+def batch_releases(benchmark: Benchmark, batch: Batch) -> list[FloatArray]:
+    """The releases of every cell of a batch (in ``batch.cells()`` order), each (N·runs, T, d) for N
+    draws of the cell's stream (draw-major: draw k owns runs [k·runs, (k+1)·runs)), truncated on
+    real streams.
+
+    The batch's S·N streams run stacked through one ``WindowLedger`` of S × N × E × runs runs, E the
+    batch's ε: stream s, draw k owns the (s·N + k)-th block of E·runs runs, and within it ε_e the
+    block [e·runs, (e+1)·runs) (``WindowLedger.with_epsilons``), so Python's per-timestamp cost is
     paid once per batch.
     """
     specs = [benchmark.stream(name) for name in batch.streams]
-    data = [stream_data(spec, benchmark.seed) for spec in specs]
+    truths = batch_truths(benchmark, batch)
+    data = [truth for per_spec in truths for truth in per_spec]
+    draws = len(truths[0])  # the streams of a batch are all artificial or one real stream
     stream = GuardedStream(data[0]) if len(data) == 1 else GuardedStream.stacked(data)
     epsilons = np.tile(np.repeat(batch.epsilons, benchmark.runs), len(data))
     execution = execute(
         load_mechanism(batch.mechanism), stream, epsilon=epsilons, w=batch.w, runs=epsilons.size, seed=batch.seed
     )
-    blocks = execution.releases.reshape(len(data), len(batch.epsilons), benchmark.runs, *execution.releases.shape[1:])
-    return [
-        truncate(block) if spec.truncated else block
-        for spec, per_stream in zip(specs, blocks, strict=True)
-        for block in per_stream
-    ]
+    shape = execution.releases.shape[1:]
+    blocks = execution.releases.reshape(len(specs), draws, len(batch.epsilons), benchmark.runs, *shape)
+    out = []
+    for spec, per_stream in zip(specs, blocks, strict=True):
+        for e in range(len(batch.epsilons)):
+            block = per_stream[:, e].reshape(draws * benchmark.runs, *shape)
+            out.append(truncate(block) if spec.truncated else block)
+    return out
 
 
 def run_releases(benchmark: Benchmark, cell: Cell) -> FloatArray:
-    """The releases of one cell, shape (runs, T, d) (its batch runs; the others' are dropped)."""
+    """The releases of one cell on its first stream (draw 0), shape (runs, T, d) (its batch runs;
+    the others' are dropped)."""
     batch = benchmark.batch(cell)
-    return batch_releases(benchmark, batch)[batch.cells().index(cell)]
+    return batch_releases(benchmark, batch)[batch.cells().index(cell)][: benchmark.runs]
 
 
 def run_batch(benchmark: Benchmark, batch: Batch) -> list[CellResult]:
@@ -80,11 +92,17 @@ def run_batch(benchmark: Benchmark, batch: Batch) -> list[CellResult]:
     start = time.perf_counter()
     releases = batch_releases(benchmark, batch)
     seconds = (time.perf_counter() - start) / len(releases)
+    truths = dict(zip(batch.streams, batch_truths(benchmark, batch), strict=True))
     results = []
     for cell, block in zip(batch.cells(), releases, strict=True):
         stream = benchmark.stream(cell.stream)
-        mae, mre = errors(stream_data(stream, benchmark.seed), block, benchmark.mre_bound)
-        results.append(CellResult(cell, mae, mre, seconds, stream.truncated))
+        per_draw = [
+            errors(truth, block[k * benchmark.runs : (k + 1) * benchmark.runs], benchmark.mre_bound)
+            for k, truth in enumerate(truths[cell.stream])
+        ]
+        mae = np.concatenate([m for m, _ in per_draw])
+        mre = np.concatenate([r for _, r in per_draw])
+        results.append(CellResult(cell, mae, mre, seconds, stream.truncated, draws=len(per_draw)))
     return results
 
 
@@ -134,11 +152,9 @@ def largest_first(benchmark: Benchmark, batches: list[Batch]) -> list[Batch]:
     long pass. The streams are in the process's cache (:func:`check_data`)."""
 
     def work(batch: Batch) -> int:
-        return (
-            len(batch.epsilons)
-            * benchmark.runs
-            * sum(stream_data(benchmark.stream(name), benchmark.seed).size for name in batch.streams)
-        )
+        specs = [benchmark.stream(name) for name in batch.streams]
+        values = sum(benchmark.draws(s) * stream_data(s, benchmark.seed).size for s in specs)
+        return len(batch.epsilons) * benchmark.runs * values
 
     return sorted(batches, key=work, reverse=True)
 

@@ -36,19 +36,33 @@ CREATE TABLE IF NOT EXISTS cells (
 CREATE TABLE IF NOT EXISTS results (
     mechanism TEXT NOT NULL, stream TEXT NOT NULL, epsilon REAL NOT NULL, w INTEGER NOT NULL,
     run INTEGER NOT NULL, mae REAL NOT NULL, mre REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS streams (
+    mechanism TEXT NOT NULL, stream TEXT NOT NULL, epsilon REAL NOT NULL, w INTEGER NOT NULL,
+    draw INTEGER NOT NULL, runs INTEGER NOT NULL, mae REAL NOT NULL, mre REAL NOT NULL);
 """
 COLUMNS = ("mechanism", "stream", "epsilon", "w", "run", "mae", "mre")
 
 
 @attrs.frozen
 class CellResult:
-    """The per-run errors of one cell and the seconds it took (mechanism and metrics)."""
+    """The per-run errors of one cell and the seconds it took (mechanism and metrics).
+
+    The runs are ``draws`` equal blocks, one per random stream of the cell (draw-major)."""
 
     cell: Cell
     mae: FloatArray
     mre: FloatArray
     seconds: float
     truncated: bool
+    draws: int = 1
+
+    def __attrs_post_init__(self) -> None:
+        if self.draws < 1 or len(self.mae) % self.draws:
+            raise InvalidArgument(f"draws={self.draws!r} must be >= 1 and divide the {len(self.mae)} runs")
+
+    def per_stream(self) -> tuple[FloatArray, FloatArray]:
+        """(MAE, MRE) of each stream of the cell: the mean over its runs, shape (draws,)."""
+        return self.mae.reshape(self.draws, -1).mean(axis=1), self.mre.reshape(self.draws, -1).mean(axis=1)
 
 
 def write_study_tables(rows: Sequence[AttrsInstance], text: str, out: str | Path, stem: str) -> list[Path]:
@@ -135,6 +149,13 @@ class ResultStore:
                             for run, (mae, mre) in enumerate(zip(result.mae.tolist(), result.mre.tolist(), strict=True))
                         ],
                     )
+                    stream_mae, stream_mre = result.per_stream()
+                    each = len(result.mae) // result.draws
+                    pairs = enumerate(zip(stream_mae.tolist(), stream_mre.tolist(), strict=True))
+                    self._db.executemany(
+                        "INSERT INTO streams VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        [(c.mechanism, c.stream, c.epsilon, c.w, k, each, m, r) for k, (m, r) in pairs],
+                    )
         except sqlite3.IntegrityError as error:
             stored = self.done()
             again = next((r.cell for r in results if r.cell in stored), results[0].cell)
@@ -145,6 +166,16 @@ class ResultStore:
         yield from self._db.execute(
             f"SELECT {', '.join(COLUMNS)} FROM results ORDER BY mechanism, stream, epsilon, w, run"
         )
+
+    def stream_maes(self) -> dict[Cell, FloatArray]:
+        """Each stored cell's per-stream mean MAE, in draw order (files from before the ``streams``
+        table have none: their cells ran on one stream)."""
+        out: dict[Cell, list[float]] = {}
+        for *key, mae in self._db.execute(
+            "SELECT mechanism, stream, epsilon, w, mae FROM streams ORDER BY mechanism, stream, epsilon, w, draw"
+        ):
+            out.setdefault(Cell(*key), []).append(float(mae))
+        return {cell: np.array(values) for cell, values in out.items()}
 
     def cell_seconds(self) -> dict[Cell, float]:
         rows = self._db.execute("SELECT mechanism, stream, epsilon, w, seconds FROM cells").fetchall()

@@ -514,6 +514,13 @@ def _plain(text: str) -> str:
     "--runs", type=click.IntRange(1), default=None, help="Runs per cell (default: the grid's, 100 for --paper)."
 )
 @click.option(
+    "--streams-per-cell",
+    type=click.IntRange(1),
+    default=None,
+    help="Random streams per artificial cell, each run --runs times (default: the grid's; "
+    "4 for --quick, 1 for --paper).",
+)
+@click.option(
     "--growth",
     type=float,
     default=1.5,
@@ -563,6 +570,7 @@ def bench(
     epsilon: tuple[float, ...],
     ws: tuple[int, ...],
     runs: int | None,
+    streams_per_cell: int | None,
     growth: float,
     mre_bound: float,
     results: Path | None,
@@ -595,7 +603,9 @@ def bench(
             base, name = Benchmark.paper(growth=growth, mre_bound=mre_bound), "paper"
         else:
             base, name = Benchmark.quick(), "quick"
-        chosen = base.select(mechanisms=mechanism, streams=stream, epsilons=epsilon, ws=ws, runs=runs)
+        chosen = base.select(
+            mechanisms=mechanism, streams=stream, epsilons=epsilon, ws=ws, runs=runs, streams_per_cell=streams_per_cell
+        )
         target = results or Path(f"bench-{name}.sqlite")
         ran, stored = run_benchmark(chosen, target, jobs=jobs, scheduler=scheduler, progress=progress)
         text, uniform_ok = text_report(target)
@@ -639,6 +649,10 @@ def _bench_json(target: Path, ran: int, stored: int, uniform_ok: bool) -> dict[s
                 "mae_q95": s.mae_q95,
                 "mre_mean": s.mre_mean,
                 "mre_q95": s.mre_q95,
+                "streams": s.streams,
+                "stream_mae_std": s.stream_mae_std,
+                "stream_mae_min": s.stream_mae_min,
+                "stream_mae_max": s.stream_mae_max,
             }
             for s in summaries
         ],
