@@ -26,7 +26,6 @@ u > 0 with n·u <= ε.
 
 from __future__ import annotations
 
-import enum
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -40,6 +39,7 @@ from budgetcheck.ledger.validation import check_positive_int
 from budgetcheck.ledger.wevent import WindowLedger
 from budgetcheck.ops import FLOAT, Ops
 from budgetcheck.verify import z3_adapter as _z3
+from budgetcheck.verify.verdict import NOT_PROVED, Verdict
 
 State = tuple[Any, ...]
 
@@ -91,12 +91,6 @@ class AllocationRule(Protocol):
     def invariant(self, ops: Ops, env: RuleEnv, state: State, recent: Sequence[Any]) -> Any:
         """The strengthened invariant (a Boolean term)."""
         ...
-
-
-class Verdict(enum.Enum):
-    PROVED = "proved"
-    REFUTED = "refuted"
-    UNKNOWN = "unknown"
 
 
 @attrs.frozen
@@ -312,18 +306,15 @@ def rule_of(mechanism: object) -> AllocationRule | None:
     return rule if isinstance(rule, AllocationRule) else None
 
 
-NOT_PROVED = "not proved"  # the mechanism exposes no rule: nothing to prove
-
-
 @attrs.frozen
 class MechanismProof:
     """What ``budgetcheck prove`` and verify's proof stage report for one mechanism.
 
-    ``verdict``: "proved", "refuted", "unknown" (:class:`Verdict` values) or :data:`NOT_PROVED`;
+    ``verdict``: :class:`Verdict` PROVED, REFUTED, UNKNOWN, or NOT_PROVED (no rule, no bounded proof);
     ``method``: the solver methods, ``exhaustive(N)`` for a bounded family, or "-"; ``detail``: the
     first refutation or unknown in words (empty when proved by Z3)."""
 
-    verdict: str
+    verdict: Verdict
     method: str
     seconds: float
     detail: str
@@ -342,7 +333,7 @@ def prove_mechanism(mechanism: object, ws: Sequence[int], *, timeout_ms: int = 6
             f"Theorem 4.2 on {count} collections (<= 2 policies, horizon 5), every decision sequence, exact"
         )
         return MechanismProof(
-            Verdict.PROVED.value if holds else Verdict.REFUTED.value,
+            Verdict.PROVED if holds else Verdict.REFUTED,
             f"exhaustive({count})",
             time.perf_counter() - started,
             detail,
@@ -351,4 +342,4 @@ def prove_mechanism(mechanism: object, ws: Sequence[int], *, timeout_ms: int = 6
     if rule is None:
         return MechanismProof(NOT_PROVED, "-", 0.0, "no allocation_rule()")
     verdict = prove_range(rule, ws, timeout_ms=timeout_ms)
-    return MechanismProof(verdict.verdict.value, verdict.methods, verdict.seconds, explain_failure(rule, verdict))
+    return MechanismProof(verdict.verdict, verdict.methods, verdict.seconds, explain_failure(rule, verdict))

@@ -23,6 +23,7 @@ from budgetcheck import (
     execute,
     rounding,
 )
+from budgetcheck.verify.tap import install_tap
 from mechanisms import (
     BA,
     BD,
@@ -241,7 +242,7 @@ def test_grouping_is_recomputed_only_from_the_releases(monkeypatch: pytest.Monke
         ledger = WindowLedger(
             WEventParams(epsilon=1.0, w=4), runs=2, seed=1, sampler="numpy-laplace", keep_records=True
         )
-        ledger._tap = tap
+        install_tap(ledger, tap)
         return BDPartitioned(groups=2).run(GuardedStream(data), ledger)
 
     def keep(result: Any) -> Any:

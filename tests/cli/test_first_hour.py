@@ -50,8 +50,10 @@ def test_a_ledger_file_closes_at_the_end_of_a_with_block(tmp_path: Path) -> None
 def _closed(ledger: bc.WindowLedger) -> bool:
     journal = ledger.journal
     assert journal is not None
+    connections: list[sqlite3.Connection] = []
+    journal.interpose(lambda db: connections.append(db) or db)  # the driver's own connection, as it is
     try:
-        journal._db.execute("SELECT 1")
+        connections[0].execute("SELECT 1")
     except sqlite3.ProgrammingError:  # "Cannot operate on a closed database."
         return True
     return False

@@ -164,15 +164,12 @@ def test_the_campaign_finds_the_race_it_was_written_for(tmp_path: Path, monkeypa
     """Power: with the old rollback (the head re-read after ROLLBACK, outside the lock, so another writer's
     commit is marked seen but never applied) the same campaign ends with a window over ε or a writer
     refusing a file that over-spent."""
-    import contextlib
 
     from budgetcheck.durable.journal import Journal
 
     def rollback_reading_the_head_after_the_lock(self: Journal) -> None:
-        with contextlib.suppress(sqlite3.Error):
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
-        count, head = self._db.execute("SELECT count, hash FROM head WHERE id = 1").fetchone()
+        self._store.rollback()
+        count, head = self._store.execute("SELECT count, hash FROM head WHERE id = 1").fetchone()
         self._last, self._head = count, bytes(head)
         del self._published[self._begun[2] :]
 

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 import budgetcheck as bc
 from budgetcheck.cli import main
+from budgetcheck.durable.transaction import store_release
 
 PARAMS = bc.WEventParams(epsilon=1.0, w=3)
 
@@ -115,9 +116,9 @@ def test_an_edited_release_breaks_the_chain_and_a_restart_writes_nothing(tmp_pat
 
 def test_a_release_is_stored_once_per_timestamp(tmp_path: Path) -> None:
     ledger = fresh(tmp_path / "l.db")
-    ledger._store_release(1, np.array([1.0, 2.0]))
+    store_release(ledger, 1, np.array([1.0, 2.0]))
     with pytest.raises(bc.LedgerCorrupt, match="timestamp 1 was already published"):
-        ledger._store_release(1, np.array([3.0, 4.0]))
+        store_release(ledger, 1, np.array([3.0, 4.0]))
     ledger.spend(1, 0.5, purpose="after a refused release")  # the ledger is still usable
     assert ledger.journal is not None and [t for t, _ in ledger.journal.releases()] == [1]
     ledger.close()
@@ -188,7 +189,7 @@ def test_the_audit_reads_one_snapshot_while_a_publisher_writes(tmp_path: Path) -
         t = 1
         while not stop.is_set():
             writer.spend(t, 0.1, purpose="live")
-            writer._store_release(t, np.array([float(t)]))
+            store_release(writer, t, np.array([float(t)]))
             started.set()
             t += 1
 

@@ -49,7 +49,7 @@ def test_a_commit_in_the_gap_after_a_refusal_or_commit_is_applied_before_the_nex
     a.spend(1, 0.5, purpose="a")
     journal = a.journal
     assert journal is not None
-    journal._db = _Interleaved(journal._db, gap, lambda: b.spend(1, 0.4, purpose="b"))  # type: ignore[assignment]
+    journal.interpose(lambda db: _Interleaved(db, gap, lambda: b.spend(1, 0.4, purpose="b")))
     if gap == "ROLLBACK":
         with pytest.raises(bc.BudgetExceeded):
             a.spend(1, 0.6, purpose="refused")  # 0.5 + 0.6 > 1: refused; B commits 0.4 in the gap

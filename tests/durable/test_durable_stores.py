@@ -24,6 +24,7 @@ from budgetcheck.cli import main
 from budgetcheck.durable.campaign import run_campaign
 from budgetcheck.durable.journal import ROW_COLUMNS, is_url, open_store
 from budgetcheck.durable.postgres import redact, with_ledger
+from budgetcheck.durable.transaction import store_release
 
 PARAMS = bc.WEventParams(epsilon=1.0, w=4)
 
@@ -151,7 +152,7 @@ def test_a_commit_in_the_gap_after_a_refusal_is_applied_before_the_next_check(st
     a.spend(1, 0.5, purpose="a")
     journal = a.journal
     assert journal is not None
-    journal._db = _Interleaved(journal._db, "ROLLBACK", lambda: b.spend(1, 0.4, purpose="b"))
+    journal.interpose(lambda db: _Interleaved(db, "ROLLBACK", lambda: b.spend(1, 0.4, purpose="b")))
     with pytest.raises(bc.BudgetExceeded):
         a.spend(1, 0.6, purpose="refused")  # 0.5 + 0.6 > 1: refused; B commits 0.4 in the gap
     with pytest.raises(bc.BudgetExceeded):
@@ -278,7 +279,7 @@ def test_a_chain_copied_to_postgres_row_by_row_ends_at_the_same_head(tmp_path: P
     ledger.bind(data)
     for secret in data:
         ledger.laplace(secret, 0.2)
-    ledger._store_release(5, np.array([1.5]))
+    store_release(ledger, 5, np.array([1.5]))
     ledger.close()
     target = with_ledger(pg_server, f"copy_{uuid.uuid4().hex[:12]}")
     writer(target).close()  # the same header and genesis

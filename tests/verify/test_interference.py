@@ -10,6 +10,7 @@ import pytest
 
 from budgetcheck import GuardedStream, WEventParams, WindowLedger, execute, load_mechanism, rounding, verify_mechanism
 from budgetcheck.verify.interference import interference
+from budgetcheck.verify.tap import install_tap
 
 
 @attrs.frozen
@@ -77,7 +78,7 @@ def test_the_tap_does_not_change_what_an_ordinary_run_returns() -> None:
     plain = execute(load_mechanism("BD"), data, epsilon=1.0, w=3, runs=2, seed=5)
     ledger = WindowLedger(WEventParams(epsilon=1.0, w=3), runs=2, seed=5, sampler="numpy-laplace", keep_records=True)
     seen: list[Any] = []
-    ledger._tap = lambda result: seen.append(result) or result
+    install_tap(ledger, lambda result: seen.append(result) or result)
     tapped = load_mechanism("BD").run(GuardedStream(data), ledger)
     assert np.array_equal(plain.releases, tapped) and len(seen) == len(plain.ledger.records) > 0
 

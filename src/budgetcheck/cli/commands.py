@@ -31,7 +31,7 @@ from budgetcheck.verify.stages import (
     load_mechanism,
     verify_mechanism,
 )
-from budgetcheck.verify.verdict import REQUIREMENTS, Outcome, exit_code
+from budgetcheck.verify.verdict import REQUIREMENTS, Outcome, Verdict, exit_code
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERNAL = 0, 1, 2, 3, 70
 
@@ -225,7 +225,7 @@ def _print_details(results: list[VerifyResult], require: str) -> None:
                 "statistical audit checks those releases"
             )
         for stage in r.stages:
-            if stage.verdict != "pass":
+            if stage.verdict is not Verdict.PASS:
                 click.echo(f"\n{r.mechanism} [{stage.stage}] {stage.verdict}: {stage.detail}")
         if r.counterexample is not None:
             ce = r.counterexample
@@ -260,9 +260,9 @@ def _junit(results: list[VerifyResult]) -> str:
             )
         for stage in r.stages:
             name = quoteattr(f"{r.mechanism}: {stage.stage}")
-            if stage.verdict == "pass":
+            if stage.verdict is Verdict.PASS:
                 cases.append(f'  <testcase classname="budgetcheck.verify" name={name}/>')
-            elif stage.verdict == "fail":
+            elif stage.verdict is Verdict.FAIL:
                 failures += 1
                 cases.append(
                     f'  <testcase classname="budgetcheck.verify" name={name}><failure message={quoteattr(stage.detail)}/></testcase>'
@@ -290,7 +290,7 @@ def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as
     Default: every built-in mechanism. Each row is printed as soon as it is decided (with a progress
     line on a terminal). Exit codes: 0 all proved, 1 refuted, 3 unknown/not proved.
     """
-    from budgetcheck.proving import Verdict, prove_mechanism, rule_of
+    from budgetcheck.proving import prove_mechanism, rule_of
 
     references = list(mechanism)
     if not references:
@@ -324,7 +324,7 @@ def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as
                 "method": found.method,
                 "seconds": round(found.seconds, 3),
                 "verdict": found.verdict,
-                "detail": found.detail if found.verdict != "proved" or found.bounded else "",
+                "detail": found.detail if found.verdict is not Verdict.PROVED or found.bounded else "",
             }
         )
         if rule is not None:
@@ -340,9 +340,9 @@ def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as
     verdicts = {row["verdict"] for row in rows}
     sys.exit(
         EXIT_VIOLATION
-        if Verdict.REFUTED.value in verdicts
+        if Verdict.REFUTED in verdicts
         else EXIT_OK
-        if verdicts == {"proved"}
+        if verdicts == {Verdict.PROVED}
         else EXIT_INCONCLUSIVE
     )
 

@@ -104,7 +104,7 @@ def _spend(
     rng = random.Random(seed)
     journal = ledger.journal
     assert journal is not None
-    journal._db = _Jittered(journal._db, rng)
+    journal.interpose(lambda db: _Jittered(db, rng))
     accepted: list[Spend] = []
     refused = stale = 0
     start.wait()

@@ -28,7 +28,7 @@ import os
 import sqlite3
 import struct
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -328,7 +328,7 @@ def open_store(
 class SqliteStore:
     """An SQLite ledger file in WAL mode: ``BEGIN IMMEDIATE`` is the write lock, ``BEGIN`` a read snapshot."""
 
-    __slots__ = ("_db", "_path", "_timeout")
+    __slots__ = ("_closed", "_db", "_path", "_timeout")
     operation_key: Final = "json_extract(detail, '$.operation')"
 
     def __init__(
@@ -343,6 +343,7 @@ class SqliteStore:
             create_file(path, *create)
         self._path, self._timeout = str(path), lock_timeout
         self._db = connect(path, durability=durability, lock_timeout=lock_timeout)
+        self._closed = False
         if create is not None:  # files made before operation ids: add their index (a no-op when there)
             try:
                 with self.guard("add the operation-id index"):
@@ -386,6 +387,14 @@ class SqliteStore:
 
     def close(self) -> None:
         self._db.close()
+        self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def interpose(self, wrap: Callable[[Any], Any]) -> None:
+        self._db = wrap(self._db)
 
 
 @final
@@ -432,13 +441,13 @@ class Journal:
         return self._store.name
 
     @property
-    def _db(self) -> Any:
-        """The store's own connection (tests and the campaign wrap it to interleave other writers)."""
-        return self._store._db  # type: ignore[attr-defined]
+    def closed(self) -> bool:
+        """Whether the store's connection is closed."""
+        return self._store.closed
 
-    @_db.setter
-    def _db(self, db: Any) -> None:
-        self._store._db = db  # type: ignore[attr-defined]
+    def interpose(self, wrap: Callable[[Any], Any]) -> None:
+        """See :meth:`budgetcheck.durable.store.Store.interpose`."""
+        self._store.interpose(wrap)
 
     def head(self) -> tuple[int, str]:
         """(records committed, head hash in hex): publish it to anchor the file against rollback."""

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from budgetcheck.durable.journal import DURABILITY, LOCK_TIMEOUT, Journal
+from budgetcheck.durable.transaction import attach
 from budgetcheck.ledger.core import LedgerCore
 from budgetcheck.ledger.errors import InvalidArgument
 
@@ -35,10 +36,9 @@ def open_ledger(path: str | Path, ledger: L, *, durability: str = "full", lock_t
     """
     journal = _journal(path, ledger, durability, lock_timeout)
     try:
-        ledger._attach(journal)
+        attach(ledger, journal)
     except BaseException:
         journal.close()
-        ledger._journal = None
         raise
     return ledger
 
@@ -52,7 +52,11 @@ def replay_ledger(path: str | Path, ledger: L, *, durability: str = "full", lock
     except BaseException:
         journal.close()
         raise
-    ledger._attach(journal, replay=rows)
+    try:
+        attach(ledger, journal, replay=rows)
+    except BaseException:
+        journal.close()
+        raise
     return ledger
 
 

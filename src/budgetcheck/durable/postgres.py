@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import urllib.parse
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, final
 
 from budgetcheck.ledger.errors import InvalidArgument, LedgerBusy, LedgerCorrupt, LedgerUnavailable
@@ -211,6 +211,13 @@ class PostgresStore:
 
     def close(self) -> None:
         self._db.close()
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._db.closed)
+
+    def interpose(self, wrap: Callable[[Any], Any]) -> None:
+        self._db = wrap(self._db)
 
 
 def _placeholders(sql: str, _cache: dict[str, str] = {}) -> str:  # noqa: B006 — a cache on purpose

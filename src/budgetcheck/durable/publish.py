@@ -25,6 +25,7 @@ from numpy.typing import NDArray
 
 from budgetcheck.durable.journal import LOCK_TIMEOUT, canonical
 from budgetcheck.durable.ledger_file import replay_ledger
+from budgetcheck.durable.transaction import store_release
 from budgetcheck.ledger.errors import BadRow, InvalidArgument, LedgerCorrupt
 from budgetcheck.ledger.noise import DISCRETE, NUMPY
 from budgetcheck.ledger.notion import Notion
@@ -216,7 +217,7 @@ def publish(
                             f"replaying t={stored[index][0]} gave {row.tolist()}, the file recorded {stored[index][1].tolist()}"
                         )
                     continue
-                ledger._store_release(stream.current, row)
+                store_release(ledger, stream.current, row)
                 _write(handle, stream.current, row, out_fmt, sampler)
                 _flush(handle, durability)
                 published += 1

@@ -11,7 +11,7 @@ a chain copied row by row from one to the other ends at the same head.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -61,3 +61,12 @@ class Store(Protocol):
         """Whether ``exc`` is a unique-index violation (a timestamp published twice, an operation id reused)."""
 
     def close(self) -> None: ...
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has been called (or the connection was lost)."""
+
+    def interpose(self, wrap: Callable[[Any], Any]) -> None:
+        """Replace the driver connection with ``wrap(connection)``, which must offer the methods the store
+        calls (``execute``, ...): the load campaign and the concurrency tests let other writers commit
+        between the store's statements this way."""

@@ -11,10 +11,8 @@ from __future__ import annotations
 import abc
 import contextlib
 import functools
-import hashlib
-import json
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
@@ -29,6 +27,7 @@ from budgetcheck.ledger.errors import (
     SecretAccess,
     TimestampOrder,
 )
+from budgetcheck.ledger.hooks import OperationHook
 from budgetcheck.ledger.isolation import FORK, SECRET_ACCESS, check_isolation, forked, in_process
 from budgetcheck.ledger.noise import DISCRETE, NUMPY, NoiseSource, make_noise
 from budgetcheck.ledger.queries import (
@@ -52,12 +51,13 @@ from budgetcheck.ledger.validation import (
 )
 from budgetcheck.stream.guarded import SecretSequence
 from budgetcheck.stream.live import LiveStream
-from budgetcheck.stream.secret import Secret, charged, claim, is_placeholder, neighbours_of, stacked_rows
+from budgetcheck.stream.secret import Secret, charged, claim, neighbours_of, stacked_rows
 
 if TYPE_CHECKING:
-    from budgetcheck.durable.journal import Journal, JournalRow
+    from budgetcheck.durable.journal import Journal
 
 FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
 _SCALES_KEPT = 8  # noise scales remembered per ledger (LedgerCore._scale)
 # budget entries up to which they are: beyond a few thousand, hashing the key costs more than the
 # division it saves (12,000 entries: 33 us to key, 27 us to divide)
@@ -84,24 +84,15 @@ C = TypeVar("C", bound="LedgerCore")
 
 
 def journaled(method: F) -> F:
-    """Make a charged operation one transaction of the ledger's journal, if it has one.
-
-    Without a journal the method runs as is. With one (:func:`budgetcheck.open_ledger`): begin
-    (BEGIN IMMEDIATE), apply the spends other writers committed, run the method (check, commit in
-    memory, draw the noise), append its records and output, commit — and only then return the
-    value. A refusal appends nothing. If the method fails after charging (its data was read), the
-    charge is still recorded. If the journal fails, the in-memory state is rebuilt from the file.
-    """
+    """Make a method one charged operation of its ledger (:meth:`LedgerCore._run_operation`): it runs
+    through the ledger's hooks, if any are installed — a durable ledger's transaction (lock, catch up,
+    check, append, commit, and only then return the value; a refusal appends nothing) and the
+    verifier's tap (see :mod:`budgetcheck.ledger.hooks`)."""
 
     @functools.wraps(method)
     def wrapper(self: LedgerCore, *args: Any, **kwargs: Any) -> Any:
         try:
-            if self._journal is None and self._tap is None:
-                return method(self, *args, **kwargs)
-            return self._operation(functools.partial(method, self), *args, **kwargs)
-        except BudgetExceeded as exc:
-            self._refused_worst = max(self._refused_worst, exc.window_sum / exc.epsilon)
-            raise
+            return self._run_operation(functools.partial(method, self), args, kwargs)
         except TypeError as exc:  # a call that does not fit the signature names the public class, not a base
             inner = f"{method.__qualname__}()"
             if str(exc).startswith(inner):
@@ -118,24 +109,18 @@ class LedgerCore(abc.ABC):
 
     __slots__ = (
         "_applying",
-        "_depth",
-        "_journal",
+        "_hook",
         "_keep",
         "_noise",
-        "_pending",
         "_records",
         "_refused_worst",
         "_refusals",
         "_repeated",
-        "_replay",
         "_rng",
         "_runs",
         "_scale_memo",
-        "_operation_id",
         "_seed",
         "_t",
-        "_tap",
-        "_tapping",
         "_vouched",
     )
 
@@ -152,15 +137,9 @@ class LedgerCore(abc.ABC):
         self._refusals = 0
         self._refused_worst = 0.0  # the largest window sum / ε a refused spend would have made
         self._vouched = 0  # charges whose sensitivity the caller vouched for (measure, measure_footprint)
-        self._journal: Journal | None = None
-        self._operation_id: list[Any] | None = None  # [id, used] inside idempotent()
-        self._depth = 0
-        self._pending: list[SpendRecord] = []
-        self._applying = False
-        self._replay: Replay | None = None
-        # The verifier's non-interference check sees (and may replace) every charged operation's output.
-        self._tap: Callable[[Any], Any] | None = None
-        self._tapping = False
+        self._applying = False  # accounting for a stored record (see _apply_row): not a new spend
+        # the durable transaction and the verifier's tap, installed by their layers (ledger.hooks)
+        self._hook: OperationHook | None = None
         self._scale_memo: dict[tuple[float, bool, tuple[int, ...], bytes], FloatArray] = {}  # see _scale
         self._repeated: dict[str, tuple[FloatArray, float, bool, FloatArray]] = {}  # see _recurring
 
@@ -176,8 +155,9 @@ class LedgerCore(abc.ABC):
     @property
     def records(self) -> tuple[SpendRecord, ...]:
         """Every accepted spend, in order (immutable records; read from the file if durable)."""
-        if self._journal is not None:
-            return tuple(row.record for row in self._journal.rows())
+        stored = self._hook.stored_records() if self._hook is not None else None
+        if stored is not None:
+            return stored
         if not self._keep:
             raise InvalidArgument(
                 f"{type(self).__name__} keeps no records in memory (keep_records=False, the default, so that "
@@ -194,7 +174,7 @@ class LedgerCore(abc.ABC):
     @property
     def journal(self) -> Journal | None:
         """The durable file behind this ledger (see :func:`budgetcheck.open_ledger`), if any."""
-        return self._journal
+        return cast("Journal | None", self._hook.store if self._hook is not None else None)
 
     @property
     def worst_refused_ratio(self) -> float:
@@ -213,32 +193,17 @@ class LedgerCore(abc.ABC):
         """How many spends this ledger refused (each left the ledger unchanged otherwise)."""
         return self._refusals
 
-    @contextlib.contextmanager
-    def idempotent(self, operation_id: str) -> Iterator[None]:
+    def idempotent(self, operation_id: str) -> contextlib.AbstractContextManager[None]:
         """``with ledger.idempotent("request-42"): out = ledger.laplace(...)`` — the one charged operation in
         the block is stored under ``operation_id`` (durable ledgers). A client that retries after a timeout,
         not knowing whether the first attempt committed, sends the same id: if it is stored, nothing is
         charged again and the stored output is returned. The id is kept in the hash chain under a unique
         index; reusing it for another call (another method, timestamp, amount or purpose) is refused."""
-        if self._journal is None:
+        if self._hook is None:
             raise InvalidArgument(
                 f"idempotent(operation_id={operation_id!r}) needs a ledger kept in a store (open_ledger)"
             )
-        if not isinstance(operation_id, str) or not 0 < len(operation_id) <= 256 or "\x00" in operation_id:
-            raise InvalidArgument(
-                f"operation_id={operation_id!r} must be a string of 1 to 256 characters, without NUL "
-                "(a PostgreSQL text field cannot hold it)"
-            )
-        if self._operation_id is not None:
-            raise InvalidArgument(
-                f"idempotent(operation_id={operation_id!r}) inside idempotent({self._operation_id[0]!r}): "
-                "one id names one operation"
-            )
-        self._operation_id = [operation_id, False]
-        try:
-            yield
-        finally:
-            self._operation_id = None
+        return self._hook.idempotent(operation_id)
 
     def bind(self, stream: object) -> None:
         """Make this ledger the only one that may read ``stream`` (``execute`` does this first).
@@ -288,13 +253,9 @@ class LedgerCore(abc.ABC):
 
     def _commit(self, t: int, record: SpendRecord) -> None:
         self._t = max(self._t, t)
-        if self._applying:
+        if self._applying or (self._hook is not None and self._hook.take(record)):
             return
-        if self._replay is not None:
-            self._replay.match(record)
-        elif self._journal is not None:
-            self._pending.append(record)
-        elif self._keep:
+        if self._keep:
             self._records.append(record)
 
     def _noisy(
@@ -313,8 +274,8 @@ class LedgerCore(abc.ABC):
         a run's noise does not depend on what the other runs paid.
         """
         shape = values.shape if per_run else (self._runs, *values.shape)
-        if self._replay is not None:
-            return np.zeros(shape)  # replaced by the stored output (see _replayed)
+        if self._hook is not None and self._hook.replaying:
+            return np.zeros(shape)  # replaced by the stored output (durable.transaction)
         extra = (1,) * (len(shape) - budgets.ndim)
         paid = (budgets > 0.0).reshape(budgets.shape + extra)
         full = values if values.shape == shape else np.broadcast_to(values, shape)
@@ -327,8 +288,8 @@ class LedgerCore(abc.ABC):
 
     def close(self) -> None:
         """Close the ledger file, if this ledger has one (every committed spend is already on disk)."""
-        if self._journal is not None:
-            self._journal.close()
+        if self._hook is not None:
+            self._hook.close()
 
     def __enter__(self: C) -> C:
         """``with open_ledger(path, ledger) as ledger:`` closes the file at the end of the block."""
@@ -337,42 +298,42 @@ class LedgerCore(abc.ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- the journal (durable ledgers) -----------------------------------------------------------
-    def _attach(self, journal: Journal, *, replay: list[JournalRow] | None = None) -> None:
-        """Load the file's state (or queue it for replay) and keep every later spend in it."""
-        if self._t or self._records or self._refusals:
-            raise InvalidArgument(f"{self!r} has already been used: open a ledger file with a fresh ledger")
-        journal.claim("sampler", self._noise.name)  # a file keeps the noise source it was opened with
-        self._journal = journal
-        self._rng = generator(self._noise.name, self._seed, journal.session)  # never the same noise twice
-        self._noise = make_noise(self._noise.name, self._rng)
-        if replay is None:
-            self._load()
-        else:
-            self._replay = Replay(replay, released={t for t, _ in journal.releases()})
-
-    def _load(self) -> None:
-        """Rebuild the accounting from the file (its whole chain verified): the records that can still
-        matter (see ``_lookback``)."""
-        assert self._journal is not None
-        self._reset()
-        self._t = 0
-        for row in self._journal.load(self._lookback()):
-            self._apply_row(row.record)
+    # -- what the hooks and operations outside the class use (see ledger.access) --------------
+    def _run_operation(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run one charged operation ``fn(*args, **kwargs)`` through the hooks, if any; a refusal's
+        window sum / ε is remembered (:attr:`worst_refused_ratio`)."""
+        try:
+            return fn(*args, **kwargs) if self._hook is None else self._hook.run(fn, args, kwargs)
+        except BudgetExceeded as exc:
+            self._refused_worst = max(self._refused_worst, exc.window_sum / exc.epsilon)
+            raise
 
     def _refresh(self) -> None:
-        """Before a read (``remaining``, ``window_sum``) of a durable ledger, outside an operation or a
-        replay: apply what other writers have committed, so the answer counts every commit made before
-        the call (a charge still re-checks under the lock)."""
-        if self._journal is None or self._depth or self._replay is not None:
-            return
-        caught = self._journal.peek()
-        try:
-            for row in caught:
-                self._apply_row(row.record)
-        except BaseException:
-            self._load()  # memory may be ahead of the file: rebuild from what is on disk
-            raise
+        """Before a read (``remaining``, ``window_sum``): the hooks catch up with spends committed elsewhere."""
+        if self._hook is not None:
+            self._hook.refresh()
+
+    def _kept_mark(self) -> tuple[int, int]:
+        """Where the kept spends stand (in memory, in a hook), for :meth:`_rollback_kept`."""
+        return len(self._records), self._hook.mark() if self._hook is not None else 0
+
+    def _rollback_kept(self, mark: tuple[int, int]) -> None:
+        """Forget the spends kept since ``mark`` (a series refused part way, all or nothing)."""
+        del self._records[mark[0] :]
+        if self._hook is not None:
+            self._hook.rollback_to(mark[1])
+
+    def _reseed(self, session: int) -> None:
+        """Draw from a generator of its own for a store's session (a reopened file never reuses noise)."""
+        self._rng = generator(self._noise.name, self._seed, session)
+        self._noise = make_noise(self._noise.name, self._rng)
+
+    def _rebuild(self, records: Iterable[SpendRecord]) -> None:
+        """Forget all accounting and account for ``records`` (stored, already checked), in order."""
+        self._reset()
+        self._t = 0
+        for record in records:
+            self._apply_row(record)
 
     def _apply_row(self, record: SpendRecord) -> None:
         """Account for a record already checked and committed (by us earlier, or another writer)."""
@@ -398,134 +359,6 @@ class LedgerCore(abc.ABC):
     def _lookback(self) -> int:
         """How far before the latest timestamp a stored record can still affect a check."""
         return 0
-
-    def _operation(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run one charged operation ``fn(*args, **kwargs)`` (see :func:`journaled`); its output
-        passes the tap, if one is set, once (an operation called inside another is not tapped)."""
-        try:
-            if self._tap is None or self._tapping:
-                return self._untapped(fn, *args, **kwargs)
-            self._tapping = True
-            try:
-                result = self._untapped(fn, *args, **kwargs)
-            finally:
-                self._tapping = False
-        except BudgetExceeded as exc:
-            self._refused_worst = max(self._refused_worst, exc.window_sum / exc.epsilon)
-            raise
-        return self._tap(result)
-
-    def _untapped(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if self._journal is None or self._depth:
-            return fn(*args, **kwargs)
-        if self._replay is not None:
-            self._replay.charge_unreleased_before(_timestamp_of(args, kwargs), self._apply_row)
-            if self._replay:
-                return self._replayed(fn, args, kwargs)
-            self._replay = None
-        for arg in (*args, *kwargs.values()):
-            for item in arg if isinstance(arg, (list, tuple)) else (arg,):
-                if isinstance(item, Secret) and is_placeholder(item):
-                    raise LedgerCorrupt(
-                        f"{item!r} was replayed from the ledger file, but no stored operation is left to replay for it"
-                    )
-        return self._journaled(fn, args, kwargs)
-
-    def _journaled(self, method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        result: Any = None
-        error: BaseException | None = None
-        operation = self._claim_operation_id(method, args, kwargs)
-
-        def charge(journal: Journal) -> None:
-            nonlocal result, error
-            if operation is not None:
-                stored = journal.find_operation(operation["operation"])  # read under the lock, after the catch-up
-                if stored is not None:
-                    journal.rollback()
-                    if stored[0] != operation["call"]:
-                        error = InvalidArgument(
-                            f"operation_id={operation['operation']!r} is stored for another call (another "
-                            f"method, timestamp, amount or purpose): {_name_of(method)}() was not charged"
-                        )
-                    else:  # a retry of a committed operation: charged once, the first attempt's output
-                        result = stored[1]
-                    return
-            try:
-                result = method(*args, **kwargs)  # a refusal raises here, before anything is read
-            except BaseException as exc:  # recorded below if it had charged (the data was read)
-                error = exc
-            if self._pending:
-                journal.append(self._pending, result if isinstance(result, np.ndarray) else None, operation=operation)
-                journal.commit()
-            else:  # refused (or nothing charged): nothing to write
-                journal.rollback()
-
-        self._depth = 1
-        try:
-            self._locked(charge)
-        finally:
-            self._pending = []
-            self._depth = 0
-        if error is not None:
-            raise error
-        return result
-
-    def _claim_operation_id(
-        self, method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> dict[str, str] | None:
-        """The id (and call fingerprint) of this operation if it runs inside :meth:`idempotent`, once per block."""
-        if self._operation_id is None:
-            return None
-        operation_id, used = self._operation_id
-        if used:
-            raise InvalidArgument(
-                f"operation_id={operation_id!r} already named an operation in this block: one id, one operation"
-            )
-        self._operation_id[1] = True
-        return {"operation": operation_id, "call": _call_key(method, args, kwargs)}
-
-    def _store_release(self, t: int, values: FloatArray) -> None:
-        """Append to the ledger file that ``values`` was published for t (a publisher's release, in
-        the file's hash chain; once per t), in a transaction of its own."""
-        if self._journal is None:
-            raise InvalidArgument("only a ledger kept in a file (open_ledger) stores its releases")
-
-        def store(journal: Journal) -> None:
-            journal.append_release(t, values)
-            journal.commit()
-
-        self._locked(store)
-
-    def _locked(self, work: Callable[[Journal], None]) -> None:
-        """One write transaction: take the lock, apply what other writers committed, then ``work``
-        (which commits or rolls back). Everything ``work`` decides on is read under the lock, and a
-        rollback returns the journal to exactly what the lock showed. If anything fails after the
-        lock was taken, the in-memory state is rebuilt from what the file holds."""
-        journal = self._journal
-        assert journal is not None
-        caught = journal.begin()  # raises with nothing changed (e.g. LedgerBusy)
-        try:
-            for row in caught:
-                self._apply_row(row.record)
-            work(journal)
-        except BaseException:
-            journal.rollback()
-            self._pending = []
-            self._load()  # memory may be ahead of (or behind) the file: rebuild from what is on disk
-            raise
-
-    def _replayed(self, method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        assert self._replay is not None
-        self._depth = 1
-        try:
-            self._replay.start()
-            result = method(*args, **kwargs)
-            stored = self._replay.finish()
-        except BudgetExceeded as exc:
-            raise LedgerCorrupt(f"replaying the ledger file: {exc}") from exc
-        finally:
-            self._depth = 0
-        return result if stored is None else stored
 
 
 class LaplaceReleases(LedgerCore):
@@ -599,24 +432,8 @@ class LaplaceReleases(LedgerCore):
         sensitivity under the stream's relation (:class:`~budgetcheck.ledger.queries.GroupSums`, the
         largest over runs); ``sensitivity`` may ask for more, never less.
         """
-        self._check_secret(secret)
-        bins = int(secret.shape[-1]) if secret.shape else 1
-        if len(secret.shape) > 1:
-            raise InvalidArgument(
-                f"laplace_groups needs a one-dimensional histogram, got a secret of shape {secret.shape}"
-            )
-        raw = np.asarray(labels)
-        if raw.dtype.kind not in "iu" or raw.shape not in ((bins,), (self._runs, bins)):
-            raise InvalidArgument(
-                f"labels must be integers of shape ({bins},) or ({self._runs}, {bins}), got {raw.dtype} {raw.shape}"
-            )
-        groups = np.broadcast_to(raw.astype(np.int64), (self._runs, bins))
-        count = int(np.asarray(epsilon).shape[-1]) if np.ndim(epsilon) else 0
-        budgets = check_bin_amounts(epsilon, self._runs, count)
-        if groups.size and (groups.min() < -1 or groups.max() >= count):
-            raise InvalidArgument(
-                f"labels must lie in [-1, {count}) for epsilon with {count} groups, got [{groups.min()}, {groups.max()}]"
-            )
+        groups, budgets = self._groups_of(secret, labels, epsilon, "laplace_groups")
+        count = budgets.shape[1]
         relation = cast(Relation, neighbours_of(secret))
         derived = resolve(linear_sensitivity(group_norms(groups), relation), relation, sensitivity, "the group sums")
         scale, delta = self._reserve(secret, _frozen_max(budgets), budgets, derived, purpose)
@@ -705,24 +522,8 @@ class LaplaceReleases(LedgerCore):
         labels[j] in [0, G) or none (−1); ``epsilon`` has shape (G,) or (runs, G). Every group a run
         pays for must hold a bin. Returns (runs, G); NaN where ε_g = 0.
         """
-        self._check_secret(secret)
-        bins = int(secret.shape[-1]) if secret.shape else 1
-        if len(secret.shape) > 1:
-            raise InvalidArgument(
-                f"dissimilarity_groups needs a one-dimensional histogram, got a secret of shape {secret.shape}"
-            )
-        raw = np.asarray(labels)
-        if raw.dtype.kind not in "iu" or raw.shape not in ((bins,), (self._runs, bins)):
-            raise InvalidArgument(
-                f"labels must be integers of shape ({bins},) or ({self._runs}, {bins}), got {raw.dtype} {raw.shape}"
-            )
-        groups = np.broadcast_to(raw.astype(np.int64), (self._runs, bins))
-        count = int(np.asarray(epsilon).shape[-1]) if np.ndim(epsilon) else 0
-        budgets = check_bin_amounts(epsilon, self._runs, count)
-        if groups.size and (groups.min() < -1 or groups.max() >= count):
-            raise InvalidArgument(
-                f"labels must lie in [-1, {count}) for epsilon with {count} groups, got [{groups.min()}, {groups.max()}]"
-            )
+        groups, budgets = self._groups_of(secret, labels, epsilon, "dissimilarity_groups")
+        bins, count = groups.shape[1], budgets.shape[1]
         last = np.asarray(last_release, dtype=np.float64)
         if last.shape != (self._runs, bins) or not np.isfinite(last).all():
             raise InvalidArgument(
@@ -781,6 +582,30 @@ class LaplaceReleases(LedgerCore):
         return self._noisy(result, amounts, scale, delta, per_run=stacked, integral=False)
 
     # -- hooks and internals ------------------------------------------------------------------
+    def _groups_of(
+        self, secret: Secret, labels: ArrayLike, epsilon: ArrayLike, what: str
+    ) -> tuple[IntArray, FloatArray]:
+        """The checked group labels (runs, d) in [-1, G) and per-group budgets (runs, G) of a grouped
+        operation on a one-dimensional histogram (its secret checked first)."""
+        self._check_secret(secret)
+        bins = int(secret.shape[-1]) if secret.shape else 1
+        if len(secret.shape) > 1:
+            raise InvalidArgument(f"{what} needs a one-dimensional histogram, got a secret of shape {secret.shape}")
+        raw = np.asarray(labels)
+        if raw.dtype.kind not in "iu" or raw.shape not in ((bins,), (self._runs, bins)):
+            raise InvalidArgument(
+                f"labels must be integers of shape ({bins},) or ({self._runs}, {bins}), got {raw.dtype} {raw.shape}"
+            )
+        groups = np.broadcast_to(raw.astype(np.int64), (self._runs, bins))
+        count = int(np.asarray(epsilon).shape[-1]) if np.ndim(epsilon) else 0
+        budgets = check_bin_amounts(epsilon, self._runs, count)
+        if groups.size and (groups.min() < -1 or groups.max() >= count):
+            raise InvalidArgument(
+                f"labels must lie in [-1, {count}) for epsilon with {count} groups, "
+                f"got [{groups.min()}, {groups.max()}]"
+            )
+        return groups, budgets
+
     def _measurement_amounts(self, fn: object, epsilon: ArrayLike, what: str) -> FloatArray:
         """The per-run budgets of a measurement, refused before any charge if fn is not callable
         or no run pays (fn would read the data for free)."""
@@ -914,108 +739,6 @@ def measurement_failed(what: str, failure: str) -> MeasurementFailed | SecretAcc
         f"{what}: fn {failure}; its message, arguments and traceback are withheld (they may hold "
         "the data); the charge stands, since the data was read"
     )
-
-
-class Replay:
-    """The stored operations a restarted publisher replays: its mechanism must spend them again,
-    in order and exactly; each call gets the stored output instead of fresh noise."""
-
-    __slots__ = ("_next", "_rows", "_start", "_unreleased")
-
-    def __init__(self, rows: list[JournalRow], *, released: set[int] | frozenset[int] = frozenset()) -> None:
-        self._rows = rows
-        self._next = 0
-        self._start = 0
-        self._unreleased = len(rows)  # rows from here on are of timestamps after the last release
-        while self._unreleased and rows[self._unreleased - 1].record.t not in released:
-            self._unreleased -= 1
-
-    def charge_unreleased_before(self, t: int | None, apply: Callable[[SpendRecord], None]) -> None:
-        """Before a live operation at t: stored operations of earlier timestamps that were charged but
-        never released (the process died, or the operation failed after reading the data, and the
-        restarted input goes on after that row) are charged as stored — never replayed, never
-        forgotten — so a restart always continues, and every charge in the file still counts."""
-        while (
-            t is not None and self._unreleased <= self._next < len(self._rows) and self._rows[self._next].record.t < t
-        ):
-            apply(self._rows[self._next].record)
-            self._next += 1
-
-    def __bool__(self) -> bool:
-        return self._next < len(self._rows)
-
-    def start(self) -> None:
-        self._start = self._next
-
-    def match(self, record: SpendRecord) -> None:
-        if self._next >= len(self._rows):
-            raise LedgerCorrupt(
-                f"replay: the mechanism spends at t={record.t} ({record.purpose!r}) more than the ledger file recorded"
-            )
-        row = self._rows[self._next]
-        stored = row.record
-        if (stored.t, stored.purpose) != (record.t, record.purpose) or not np.array_equal(
-            stored.amounts, record.amounts
-        ):
-            raise LedgerCorrupt(
-                f"replay diverged at record {row.seq}: the file has t={stored.t}, {stored.purpose!r}, amounts {stored.amounts.tolist()}; "
-                f"the mechanism spends t={record.t}, {record.purpose!r}, amounts {record.amounts.tolist()} "
-                "(was the file written by another mechanism or other parameters?)"
-            )
-        self._next += 1
-
-    def finish(self) -> FloatArray | None:
-        """The stored output of the operation just replayed (its records must be one whole stored operation)."""
-        matched = self._rows[self._start : self._next]
-        if not matched:
-            return None
-        op = matched[0].op
-        whole = matched[0].seq == op and all(r.op == op for r in matched)
-        if not whole or (self._next < len(self._rows) and self._rows[self._next].op == op):
-            raise LedgerCorrupt(
-                f"replay diverged at record {matched[0].seq}: operation boundaries differ from the file's"
-            )
-        return matched[-1].output
-
-
-def _name_of(method: Callable[..., Any]) -> str:
-    """A charged method's name (it arrives as a partial bound to the ledger)."""
-    return str(getattr(method, "__name__", None) or getattr(getattr(method, "func", None), "__name__", "operation"))
-
-
-def _call_key(method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    """A fingerprint of a charged call that never reads data: the method, and its arguments with each
-    secret as its timestamp, arrays as lists and functions by name (SHA-256, hex)."""
-
-    def plain(value: Any) -> Any:
-        if isinstance(value, Secret):
-            return {"secret": value.t}
-        if isinstance(value, np.ndarray):
-            return value.tolist()
-        if isinstance(value, (list, tuple)):
-            return [plain(item) for item in value]
-        if callable(value):
-            return f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', type(value).__name__)}"
-        if value is None or isinstance(value, (str, int, float, bool)):
-            return value
-        return repr(value)
-
-    text = json.dumps(
-        [_name_of(method), plain(list(args)), {key: plain(value) for key, value in kwargs.items()}],
-        sort_keys=True,
-        separators=(",", ":"),
-        default=repr,
-    )
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _timestamp_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
-    """The timestamp an operation is for: its secret's, or a spend's ``t`` (None if it names none)."""
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, Secret):
-            return value.t
-    first = kwargs.get("t", args[0] if args else None)
-    return first if isinstance(first, int) and not isinstance(first, bool) else None
 
 
 def _frozen_max(budgets: FloatArray) -> FloatArray:

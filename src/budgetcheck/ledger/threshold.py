@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from fractions import Fraction
-from typing import TYPE_CHECKING, cast, final
+from typing import cast, final
 
 import attrs
 import numpy as np
@@ -26,6 +26,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck import rounding
 from budgetcheck.kernels import compiled
+from budgetcheck.ledger.access import LedgerAccess
+from budgetcheck.ledger.core import LaplaceReleases
 from budgetcheck.ledger.errors import InvalidArgument
 from budgetcheck.ledger.noise import DISCRETE, discrete_laplace, granularity, laplace_draws
 from budgetcheck.ledger.queries import Identity, Relation
@@ -34,9 +36,6 @@ from budgetcheck.ledger.recent import RecentRows
 from budgetcheck.ledger.records import SpendRecord
 from budgetcheck.ledger.validation import check_label, check_positive_int, check_query_epsilon, check_sensitivity
 from budgetcheck.stream.secret import Secret, charged, is_placeholder, neighbours_of, stacked_rows
-
-if TYPE_CHECKING:
-    from budgetcheck.ledger.wevent import WindowLedger
 
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
@@ -76,7 +75,7 @@ def _check_deviation_sensitivity(declared: float, secret: Secret) -> None:
 
 @final
 class ThresholdTest:
-    """AboveThreshold instances per run and cell on one :class:`WindowLedger` (see the module docstring).
+    """AboveThreshold instances per run and cell on one :class:`~budgetcheck.ledger.wevent.WindowLedger` (see the module docstring).
 
     Made by ``ledger.above_threshold``. ``max_footprint`` caps an instance's footprint: an instance
     that would read more timestamps is closed (a public decision) and a new one opens at t.
@@ -89,6 +88,7 @@ class ThresholdTest:
         "_grid",
         "_groups",
         "_last_t",
+        "_access",
         "_ledger",
         "_max",
         "_offset_scale",
@@ -103,7 +103,7 @@ class ThresholdTest:
 
     def __init__(
         self,
-        ledger: WindowLedger,
+        ledger: LaplaceReleases,
         *,
         epsilon: float | FloatArray,
         sensitivity: float,
@@ -112,6 +112,7 @@ class ThresholdTest:
         purpose: str,
     ) -> None:
         self._ledger = ledger
+        self._access = LedgerAccess(ledger)  # charges, randomness and per-run reads: no private member
         self._epsilon = check_query_epsilon(epsilon, ledger.runs)
         self._sensitivity = check_sensitivity(sensitivity)
         if not isinstance(cells, tuple) or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in cells):
@@ -158,7 +159,7 @@ class ThresholdTest:
         self, secret: Secret, statistic: Callable[[FloatArray], ArrayLike], thresholds: ArrayLike
     ) -> ThresholdAnswer:
         """Charge ε at the secret's t and test (one charged operation of the ledger; see :meth:`_query`)."""
-        outcome = np.asarray(self._ledger._operation(self._query, secret, statistic, thresholds))
+        outcome = np.asarray(self._access.run(self._query, secret, statistic, thresholds))
         self._starts = outcome[2].astype(np.int64)  # the instances that go with the answer
         return ThresholdAnswer(above=outcome[0] != 0.0, opened=outcome[1] != 0.0)
 
@@ -215,16 +216,14 @@ class ThresholdTest:
             sampler=ledger.sampler,
             vouched=vouched,
         )
-        ledger._check_secret(secret)
-        ledger._charge(t, amounts, record)  # raises, changing nothing, before anything is read
-        ledger._vouched += vouched
+        self._access.charge(secret, record)  # raises, changing nothing, before anything is read
         first, self._last_t = self._last_t == 0, t
         if first and statistic is deviation and self._max is not None:
             self._groups = RankedRows(self._max)  # sees every query from the first on
         if is_placeholder(secret):  # replayed from a ledger file, which holds the outcome (query() gets it)
             self._restarted = True
             return np.zeros((3, *shape))
-        rng = ledger._rng
+        rng = self._access.rng
         opened = np.empty(shape, dtype=np.bool_)
         fresh, tested_cells = _open_instances(
             self._starts.reshape(-1), t, self._max or 0, self._restarted, opened.reshape(-1)
@@ -232,7 +231,7 @@ class ThresholdTest:
         self._restarted = False  # the first live query after a replay opened every instance afresh
         with charged(secret) as values:
             if self._groups is not None:  # the groups are the footprints
-                self._groups.insert(ledger._per_run(secret, values), opened)
+                self._groups.insert(self._access.per_run(secret, values), opened)
             else:
                 self._recent.append(t, values)
         tested = ~opened
@@ -296,7 +295,7 @@ class ThresholdTest:
         extra = (1,) * len(self._cells)
         inside = (stamps.reshape((1, -1) + extra) >= self._starts[rows][:, None]) & tested[rows][:, None]
         footprints = np.moveaxis(values, 1, 0) if stacked_rows(secret) else values
-        masked = np.where(inside, self._ledger._per_run(secret, footprints, rows), np.nan)
+        masked = np.where(inside, self._access.per_run(secret, footprints, rows), np.nan)
         masked.setflags(write=False)
         return np.asarray(masked, dtype=np.float64)
 

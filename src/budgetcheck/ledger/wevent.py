@@ -219,13 +219,13 @@ class WindowLedger(LaplaceReleases):
         if groups is not None and totals is not None:  # exact checks in Python integers
             self._charge_shared(stamps, amounts, records, groups, totals)
             return
-        windows, t, kept_records, pending = self._windows.copy(), self._t, len(self._records), len(self._pending)
+        windows, t, kept = self._windows.copy(), self._t, self._kept_mark()
         try:
             for stamp, row, record in zip(stamps, amounts, records, strict=True):
                 self._charge(stamp, row, record)
         except BudgetExceeded:
             self._windows, self._t = windows, t
-            del self._records[kept_records:], self._pending[pending:]
+            self._rollback_kept(kept)
             raise
 
     def _alike_groups(self, amounts: FloatArray) -> list[IntArray | None] | None:

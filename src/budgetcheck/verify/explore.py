@@ -41,6 +41,7 @@ from budgetcheck.ledger.swellfish import SwellfishLedger
 from budgetcheck.ledger.wevent import WindowLedger
 from budgetcheck.mechanism.execute import _run, notion_of
 from budgetcheck.stream.guarded import GuardedStream, PersonalizedStream
+from budgetcheck.verify.tap import install_tap
 
 FloatArray = NDArray[np.float64]
 
@@ -215,7 +216,7 @@ def run_plan(mechanism: Any, setting: Setting, plan: Plan) -> Run:
     """Run ``mechanism`` on the stand-in stream of ``setting`` with the plan's outputs."""
     chooser = _Chooser(plan)
     ledger = setting.ledger()
-    ledger._tap = chooser
+    install_tap(ledger, chooser)
     error: str | None = None
     refused: str | None = None
     attempted = Fraction(0)

@@ -40,6 +40,7 @@ from budgetcheck.ledger.requirements import RequirementSet
 from budgetcheck.ledger.wevent import WindowLedger
 from budgetcheck.mechanism.execute import _run
 from budgetcheck.stream.guarded import GuardedStream, PersonalizedStream
+from budgetcheck.verify.tap import install_tap
 
 if TYPE_CHECKING:
     from budgetcheck.strategies import StreamPair
@@ -149,7 +150,7 @@ def _check(mechanism: Any, setting: _Setting) -> Flow | str | None:
         return result
 
     first_ledger = setting.ledger()
-    first_ledger._tap = keep
+    install_tap(first_ledger, keep)
     try:
         first = _run(mechanism, setting.first(), first_ledger).releases
     except Exception as exc:
@@ -261,7 +262,7 @@ def _replayed_difference(
             raise _Diverged("it made more charged operations than on the first stream") from None
 
     ledger = setting.ledger()
-    ledger._tap = hand_back
+    install_tap(ledger, hand_back)
     try:
         releases = _run(mechanism, stream(), ledger).releases
     except _Diverged as exc:

@@ -47,7 +47,7 @@ from budgetcheck.strategies import (
     personalized_cases,
     swellfish_cases,
 )
-from budgetcheck.verify.verdict import Outcome, meets, outcome
+from budgetcheck.verify.verdict import FAIL, INCONCLUSIVE, NOT_PROVED, PASS, Outcome, Verdict, meets, outcome
 
 AnyCase = VerificationCase | PersonalizedCase | SwellfishCase
 AnyMechanism = StreamMechanism | PersonalizedMechanism | SwellfishMechanism
@@ -90,15 +90,12 @@ class Counterexample:
         return f"budgetcheck.execute({mech}, {data!r}, epsilon={case.epsilon!r}, w={case.w}, runs={case.runs}, seed={case.seed})"
 
 
-PASS, FAIL, NOT_PROVED, INCONCLUSIVE = "pass", "fail", "not proved", "inconclusive"
-
-
 @attrs.frozen
 class StageResult:
     """One stage of ``verify``: its name, verdict (pass / fail / not proved / inconclusive), detail, time."""
 
     stage: str
-    verdict: str
+    verdict: Verdict = attrs.field(converter=Verdict)
     detail: str = ""
     seconds: float = attrs.field(default=0.0, eq=False)
 
@@ -438,13 +435,13 @@ _PAIRS = 25
 
 
 def _proof_stage(mechanism: AnyMechanism, w_max: int) -> StageResult:
-    from budgetcheck.proving import NOT_PROVED, Verdict, prove_mechanism
+    from budgetcheck.proving import prove_mechanism
 
     found = prove_mechanism(mechanism, range(1, w_max + 1))
-    if found.verdict == NOT_PROVED:
+    if found.verdict is NOT_PROVED:
         return StageResult("proof", NOT_PROVED, "the mechanism exposes no allocation_rule(); nothing was proved")
     if found.bounded:
-        if found.verdict == Verdict.PROVED.value:
+        if found.verdict is Verdict.PROVED:
             return StageResult(
                 "proof",
                 PASS,
@@ -456,9 +453,9 @@ def _proof_stage(mechanism: AnyMechanism, w_max: int) -> StageResult:
         Notion.PERSONALIZED: "every requirement class with w_c",
         Notion.SWELLFISH: "w = max |J| (Theorem 4.3)",
     }.get(notion_of(mechanism), "w")
-    if found.verdict == Verdict.PROVED.value:
+    if found.verdict is Verdict.PROVED:
         return StageResult("proof", PASS, f"proved for {scope} in 1..{w_max} ({found.method}, {found.seconds:.1f}s)")
-    return StageResult("proof", FAIL if found.verdict == Verdict.REFUTED.value else INCONCLUSIVE, found.detail)
+    return StageResult("proof", found.verdict.as_stage(), found.detail)
 
 
 def _statistical_stage(mechanism: AnyMechanism, notion: str, runs: int, seed: int) -> StageResult:

@@ -18,7 +18,31 @@ from collections.abc import Iterable
 
 from budgetcheck.ledger.errors import InvalidArgument
 
-PASS, FAIL, NOT_PROVED, INCONCLUSIVE = "pass", "fail", "not proved", "inconclusive"
+
+class Verdict(enum.StrEnum):
+    """Every verdict of verify's stages and of the prover, in one type (a ``str``: tables and JSON
+    print its value, and it compares equal to it).
+
+    A stage ends PASS, FAIL, INCONCLUSIVE or NOT_PROVED (no allocation rule to prove). The prover,
+    for one rule and w (:func:`budgetcheck.proving.prove_rule`), ends PROVED, REFUTED or UNKNOWN;
+    :meth:`as_stage` reads a prover's verdict as the proof stage's.
+    """
+
+    PASS = "pass"
+    FAIL = "fail"
+    INCONCLUSIVE = "inconclusive"
+    NOT_PROVED = "not proved"
+    PROVED = "proved"
+    REFUTED = "refuted"
+    UNKNOWN = "unknown"
+
+    def as_stage(self) -> Verdict:
+        """The stage verdict of this one: proved passes, refuted fails, unknown is inconclusive."""
+        return _AS_STAGE.get(self, self)
+
+
+_AS_STAGE = {Verdict.PROVED: Verdict.PASS, Verdict.REFUTED: Verdict.FAIL, Verdict.UNKNOWN: Verdict.INCONCLUSIVE}
+PASS, FAIL, NOT_PROVED, INCONCLUSIVE = Verdict.PASS, Verdict.FAIL, Verdict.NOT_PROVED, Verdict.INCONCLUSIVE
 EXIT_OK, EXIT_VIOLATION, EXIT_INCONCLUSIVE = 0, 1, 3
 REQUIREMENTS = ("bounded", "proof")
 
