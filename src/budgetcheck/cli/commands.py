@@ -706,14 +706,18 @@ def bench_personalized(paper: bool, out: Path, seed: int) -> None:
     """The personalized w-event study (Du et al. 2025, §5): PBD, PBA vs BD, BA under the strictest requirement."""
     from budgetcheck.bench import personalized_study as study
 
-    if paper:
-        rows = study.run_study(seed=seed, progress=lambda line: click.echo(line, err=True))
-    else:
-        points = study.experiments(1000, epsilons=(0.2, 1.0), ws=(40, 200), ratios=(0.1, 0.9))
-        rows = study.run_study(
-            users=1000, length=300, runs=3, seed=seed, points=points, progress=lambda line: click.echo(line, err=True)
-        )
-    files = study.write_study(rows, out)
+    users, length, runs = (10_000, 1000, 10) if paper else (1000, 300, 3)
+    scale = dict(users=users, length=length, runs=runs)
+    points = None if paper else study.experiments(users, epsilons=(0.2, 1.0), ws=(40, 200), ratios=(0.1, 0.9))
+    rows = study.run_study(
+        users=users,
+        length=length,
+        runs=runs,
+        seed=seed,
+        points=points,
+        progress=lambda line: click.echo(line, err=True),
+    )
+    files = study.write_study(rows, out, {**scale, "seed": seed, "scale": "paper" if paper else "quick"})
     click.echo(study.study_table(rows))
     click.echo(f"wrote {', '.join(str(p) for p in files)}")
 
