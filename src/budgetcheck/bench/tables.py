@@ -17,6 +17,8 @@ def _cell(value: Value) -> str:
     if isinstance(value, float):
         if math.isnan(value):
             return "-"
+        if value.is_integer() and abs(value) < 1e12:
+            return f"{int(value):,}"
         if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
             return f"{value:.3e}"
         return f"{value:,.4g}" if abs(value) >= 1000 else f"{value:.4g}"
