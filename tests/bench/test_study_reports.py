@@ -138,9 +138,12 @@ def test_a_results_file_of_the_wrong_kind_or_damaged_exits_2_naming_it(tmp_path:
     csv_file = tmp_path / "personalized.csv"
     csv_file.write_text("dataset,experiment,x\nSin,vary-w,40\n")
     assert "is not a results file" in _refused(csv_file)
-    empty = tmp_path / "empty.sqlite"
+    empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")
-    assert "empty" in _refused(empty)
+    assert "is empty" in _refused(empty)
+    no_cells = tmp_path / "empty.sqlite"  # a 0-byte file is an empty SQLite database
+    no_cells.write_bytes(b"")
+    assert "holds no cells" in _refused(no_cells)
     garbled = tmp_path / "garbled.jsonl"
     garbled.write_text("\n".join([text[0], text[1], text[2][: len(text[2]) // 2], *text[3:]]) + "\n")
     assert "line 3" in _refused(garbled)

@@ -55,6 +55,8 @@ def detect(path: Path) -> str:
         head = handle.read(16)
         if head == _SQLITE:
             return "benchmark"
+        if not head and path.suffix in (".sqlite", ".sqlite3", ".db"):
+            return "benchmark"  # a 0-byte file is an empty SQLite database (it holds no cells)
         if not head.strip():
             raise InvalidArgument(f"results file {str(path)!r} is empty")
         handle.seek(0)
