@@ -296,3 +296,51 @@ def study_curves(
     )
     figure.suptitle(title)
     return _save(figure, path)
+
+
+def box_plots(
+    panels: dict[str, dict[str, dict[str, list[float]]]],
+    path: Path,
+    *,
+    ylabel: str,
+    title: str,
+    reference: float | None = None,
+) -> list[Path]:
+    """One panel per key of ``panels``; in each, groups along x (e.g. zones) of side-by-side boxes, one per
+    series (e.g. mechanism), each box over its values (e.g. households); log y axis. Nothing without data."""
+    panels = {
+        name: {group: {k: v for k, v in series.items() if v} for group, series in groups.items()}
+        for name, groups in panels.items()
+    }
+    panels = {name: groups for name, groups in panels.items() if any(groups.values())}
+    if not panels:
+        return []
+    plt = _pyplot()
+    rows, cols = _grid(len(panels), columns=3)
+    figure, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False, constrained_layout=True)
+    names = list(dict.fromkeys(k for groups in panels.values() for series in groups.values() for k in series))
+    colors = {name: f"C{k % 10}" for k, name in enumerate(names)}
+    for ax, (panel, groups) in zip(axes.flat, panels.items()):
+        labels = list(groups)
+        inside = list(dict.fromkeys(k for series in groups.values() for k in series))
+        width = 0.8 / max(1, len(inside))
+        for j, name in enumerate(inside):
+            positions = [i - 0.4 + width * (j + 0.5) for i, g in enumerate(labels) if name in groups[g]]
+            values = [groups[g][name] for g in labels if name in groups[g]]
+            parts = ax.boxplot(values, positions=positions, widths=width * 0.85, patch_artist=True, manage_ticks=False)
+            for box in parts["boxes"]:
+                box.set(facecolor=colors[name], alpha=0.6)
+            ax.plot([], [], color=colors[name], linewidth=6, alpha=0.6, label=name)
+        if reference is not None:
+            ax.axhline(reference, color="black", linewidth=0.8, linestyle="--")
+        ax.set_xticks(range(len(labels)), labels, fontsize=7)
+        ax.set_yscale("log")
+        ax.set_title(panel, fontsize=9)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.tick_params(which="both", labelsize=7)
+        if len(inside) > 1:
+            ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
+    figure.suptitle(title, fontsize=10)
+    return _save(figure, path)

@@ -26,6 +26,7 @@ from budgetcheck.bench.report import (
 )
 from budgetcheck.bench.runner import run_releases, stream_data
 from budgetcheck.bench.store import ResultStore
+from budgetcheck.bench.stream_table import write_stream_table, write_supremacy_table
 from budgetcheck.ledger.errors import InvalidArgument
 
 
@@ -64,7 +65,7 @@ def text_report(results: str | Path) -> tuple[str, bool]:
 
 
 def write_report(results: str | Path, out: str | Path, *, figure_streams: int = 4) -> Report:
-    """Write report.txt, summary.csv and the figures (PNG and PDF) into ``out``."""
+    """Write report.txt, summary.csv, table6 and supremacy (CSV, Markdown) and the figures (PNG, PDF) into ``out``."""
     text, uniform_ok = text_report(results)
     target = Path(out)
     target.mkdir(parents=True, exist_ok=True)
@@ -76,6 +77,11 @@ def write_report(results: str | Path, out: str | Path, *, figure_streams: int = 
         deltas = deteriorations(summaries)
         write_summary_csv(summaries, deltas, target / "summary.csv")
         files.append(target / "summary.csv")
+        found = findings(summaries)
+        _, _, seed, _ = stored_benchmark(store)
+        draws = int(store.meta().get("streams_per_cell", "1"))
+        files += write_stream_table(streams, found, seed, draws, target / "table6")
+        files += write_supremacy_table(found, target / "supremacy")
         files += figures.heat_map(deltas, streams, target / "delta_mae")
         files += figures.error_curves(summaries, target / "error_vs_epsilon", vary="epsilon")
         files += figures.error_curves(summaries, target / "error_vs_w", vary="w")

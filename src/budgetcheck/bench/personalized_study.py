@@ -19,7 +19,10 @@ renormalised (a distribution; all-zero → uniform), with 0 log 0 = 0 and natura
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
 from itertools import product
 from pathlib import Path
 
@@ -135,12 +138,16 @@ def experiments(
 
 @attrs.frozen
 class PersonalizedRow:
+    """Mean AMRE and AJSD over the runs of one cell, and the seconds its runs took together (the run
+    time of Du et al.'s Figures 14 and 15; NaN in rows written before it was kept)."""
+
     dataset: str
     experiment: str
     x: float
     mechanism: str
     amre: float
     ajsd: float
+    seconds: float = math.nan
 
 
 def run_study(
@@ -162,6 +169,7 @@ def run_study(
         truth = np.stack([(bins == 0).sum(axis=1), (bins == 1).sum(axis=1)], axis=1).astype(np.float64)
         for point in points if points is not None else experiments(users):
             for name in mechanisms:
+                started = time.perf_counter()
                 execution = execute_personalized(
                     load_mechanism(name),
                     point.requirements,
@@ -170,6 +178,7 @@ def run_study(
                     runs=runs,
                     seed=stable_seed(seed, dataset, point.experiment, point.x, name),
                 )
+                seconds = time.perf_counter() - started
                 rows.append(
                     PersonalizedRow(
                         dataset,
@@ -178,6 +187,7 @@ def run_study(
                         name,
                         float(amre(truth, execution.releases, users).mean()),
                         float(ajsd(truth, execution.releases, users).mean()),
+                        seconds,
                     )
                 )
                 if progress is not None:
@@ -205,13 +215,30 @@ def study_table(rows: Sequence[PersonalizedRow]) -> str:
     return "\n".join(lines)
 
 
-def write_study(rows: Sequence[PersonalizedRow], out: str | Path) -> list[Path]:
-    """personalized.csv, personalized.txt and the AMRE and AJSD figures (PNG, PDF) into ``out``."""
+RESULTS_NAME = "personalized.jsonl"
+
+
+def write_results(rows: Sequence[PersonalizedRow], path: Path, params: Mapping[str, object]) -> Path:
+    """The study's results file (JSON lines): ``{"study": "personalized", "params": ...}``, then one row
+    per line; ``budgetcheck bench report`` reads it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"study": "personalized", "params": dict(params)})]
+    lines += [json.dumps(attrs.asdict(row)) for row in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def write_study(
+    rows: Sequence[PersonalizedRow], out: str | Path, params: Mapping[str, object] | None = None
+) -> list[Path]:
+    """personalized.jsonl (the results file, with ``params``), personalized.csv, personalized.txt and the
+    AMRE and AJSD figures (PNG, PDF) into ``out``."""
     from budgetcheck.bench.figures import study_curves
     from budgetcheck.bench.store import write_study_tables
 
     target = Path(out)
-    files = write_study_tables(rows, study_table(rows), target, "personalized")
+    files = [write_results(rows, target / RESULTS_NAME, params or {})]
+    files += write_study_tables(rows, study_table(rows), target, "personalized")
     files += study_curves(
         [(r.dataset, r.experiment, r.x, r.mechanism, r.amre) for r in rows],
         target / "personalized_amre",

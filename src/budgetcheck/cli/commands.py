@@ -678,20 +678,45 @@ def _bench_json(target: Path, ran: int, stored: int, uniform_ok: bool) -> dict[s
     "--out",
     type=FilePath(file_okay=False, path_type=Path),
     default=None,
-    help="Directory for report.txt, summary.csv and the figures (default: RESULTS without suffix + -report).",
+    help="Directory for the tables and figures (default: RESULTS without suffix + -report).",
 )
-def bench_report(results: Path, out: Path | None) -> None:
-    """Tables, the baseline-supremacy check and the figures of a results file."""
+@click.option(
+    "--kind",
+    type=click.Choice(["auto", "benchmark", "personalized", "swellfish"]),
+    default="auto",
+    show_default=True,
+    help="What RESULTS holds: bench's SQLite file, bench personalized's OUT/personalized.jsonl or bench "
+    "swellfish's OUT/progress.jsonl (auto: read from the file).",
+)
+def bench_report(results: Path, out: Path | None, kind: str) -> None:
+    """Tables and figures of a results file, in the papers' form.
+
+    \b
+    bench: Schäler et al. 2022's Figure 2 (δ_MAE), Table 6 with the baseline-supremacy verdict, error curves.
+    personalized: Du et al. 2025's Figures 10-17 (AMRE, AJSD, run time) and the comparison with §5.4.
+    swellfish: Tex et al.'s Figures 4-6 (per-household box plots) and Tables 2 and 3 (TEAS, TINAR).
+    A file of another kind, or a damaged one, exits 2 naming it.
+    """
     from budgetcheck.bench import write_report
+    from budgetcheck.bench.study_report import detect, write_personalized_report, write_swellfish_report
     from budgetcheck.ledger.errors import BudgetcheckError
 
+    target = out or results.with_name(results.stem + "-report")
     try:
-        written = write_report(results, out or results.with_name(results.stem + "-report"))
+        found = detect(results)
+        if kind != "auto" and kind != found:
+            raise InvalidArgument(f"results file {str(results)!r} holds {found} results, not --kind {kind}")
+        if found == "benchmark":
+            written = write_report(results, target)
+            click.echo(written.text)
+            click.echo(f"wrote {', '.join(str(p) for p in written.files)}")
+            sys.exit(EXIT_OK if written.uniform_ok else EXIT_VIOLATION)
+        writer = write_personalized_report if found == "personalized" else write_swellfish_report
+        study = writer(results, target)
     except BudgetcheckError as exc:
         raise InputError(str(exc)) from exc
-    click.echo(written.text)
-    click.echo(f"wrote {', '.join(str(p) for p in written.files)}")
-    sys.exit(EXIT_OK if written.uniform_ok else EXIT_VIOLATION)
+    click.echo(study.text)
+    click.echo(f"wrote {', '.join(str(p) for p in study.files)}")
 
 
 @bench.command(name="personalized")
@@ -706,14 +731,18 @@ def bench_personalized(paper: bool, out: Path, seed: int) -> None:
     """The personalized w-event study (Du et al. 2025, §5): PBD, PBA vs BD, BA under the strictest requirement."""
     from budgetcheck.bench import personalized_study as study
 
-    if paper:
-        rows = study.run_study(seed=seed, progress=lambda line: click.echo(line, err=True))
-    else:
-        points = study.experiments(1000, epsilons=(0.2, 1.0), ws=(40, 200), ratios=(0.1, 0.9))
-        rows = study.run_study(
-            users=1000, length=300, runs=3, seed=seed, points=points, progress=lambda line: click.echo(line, err=True)
-        )
-    files = study.write_study(rows, out)
+    users, length, runs = (10_000, 1000, 10) if paper else (1000, 300, 3)
+    scale = dict(users=users, length=length, runs=runs)
+    points = None if paper else study.experiments(users, epsilons=(0.2, 1.0), ws=(40, 200), ratios=(0.1, 0.9))
+    rows = study.run_study(
+        users=users,
+        length=length,
+        runs=runs,
+        seed=seed,
+        points=points,
+        progress=lambda line: click.echo(line, err=True),
+    )
+    files = study.write_study(rows, out, {**scale, "seed": seed, "scale": "paper" if paper else "quick"})
     click.echo(study.study_table(rows))
     click.echo(f"wrote {', '.join(str(p) for p in files)}")
 
