@@ -11,6 +11,11 @@ from mechanisms.dsat import DSATw as DSATw
 from mechanisms.fast import FASTw as FASTw
 from mechanisms.fast import FASTwAsPublished as FASTwAsPublished
 from mechanisms.hybrid import Hybrid as Hybrid
+from mechanisms.local import LBA as LBA
+from mechanisms.local import LBD as LBD
+from mechanisms.local import LBU as LBU
+from mechanisms.local import LSP as LSP
+from mechanisms.local import PLBU as PLBU
 from mechanisms.partitioned import BAPartitioned as BAPartitioned
 from mechanisms.partitioned import BDPartitioned as BDPartitioned
 from mechanisms.pegasus import PeGaSus as PeGaSus
@@ -53,6 +58,11 @@ BUILTIN: dict[str, Callable[[], object]] = {
     "PBA": PBA,
     "StrictestBD": StrictestBD,
     "StrictestBA": StrictestBA,
+    "PLBU": PLBU,
+    "LBU": LBU,
+    "LSP": LSP,
+    "LBD": LBD,
+    "LBA": LBA,
     "TSUniform": TSUniform,
     "TSSample": TSSample,
     "TSBD": TSBD,
@@ -77,6 +87,11 @@ __all__ = [
     "FASTw",
     "FASTwAsPublished",
     "Hybrid",
+    "LBA",
+    "LBD",
+    "LBU",
+    "LSP",
+    "PLBU",
     "PeGaSus",
     "RescueDP",
     "RescueDPAsPublished",

@@ -53,7 +53,8 @@ def test_experiments_build_the_requirement_sets_of_table_3() -> None:
 def test_personalized_study_runs_and_writes_its_files(tmp_path: Path) -> None:
     points = ps.experiments(200, epsilons=(0.6,), ws=(40,), ratios=())
     rows = ps.run_study(users=200, length=60, runs=2, datasets=("Sin",), points=points)
-    assert len(rows) == 2 * 4 and all(np.isfinite([r.amre, r.ajsd]).all() for r in rows)
+    assert ps.MECHANISMS == ("PBD", "PBA", "StrictestBD", "StrictestBA", "PLBU")  # Du et al. 2025, §5.2
+    assert len(rows) == 2 * 5 and all(np.isfinite([r.amre, r.ajsd]).all() for r in rows)
     files = ps.write_study(rows, tmp_path)
     assert {f.name for f in files} >= {
         "personalized.csv",
@@ -62,6 +63,7 @@ def test_personalized_study_runs_and_writes_its_files(tmp_path: Path) -> None:
         "personalized_ajsd.pdf",
     }
     assert "StrictestBA" in (tmp_path / "personalized.txt").read_text()
+    assert "PLBU" in (tmp_path / "personalized.txt").read_text()
 
 
 def test_household_policies_follow_the_documented_generator() -> None:

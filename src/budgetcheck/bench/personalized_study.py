@@ -38,7 +38,8 @@ from budgetcheck.mechanism.loading import load_mechanism
 
 FloatArray = NDArray[np.float64]
 DATASETS = ("TLNS", "Sin", "Log")
-MECHANISMS = ("PBD", "PBA", "StrictestBD", "StrictestBA")
+MECHANISMS = ("PBD", "PBA", "StrictestBD", "StrictestBA", "PLBU")
+REAL = ("Taxi", "Foursquare")  # Du et al.'s real streams: read from the user's downloads (budgetcheck.bench.du_streams)
 
 
 def probabilities(dataset: str, length: int, rng: np.random.Generator) -> FloatArray:
@@ -160,21 +161,28 @@ def run_study(
     points: Sequence[PersonalizedPoint] | None = None,
     mechanisms: Sequence[str] = MECHANISMS,
     progress: Callable[[str], None] | None = None,
+    real: Mapping[str, str | Path] | None = None,
 ) -> list[PersonalizedRow]:
-    """Mean AMRE and AJSD over ``runs`` of every mechanism at every point of every dataset."""
+    """Mean AMRE and AJSD over ``runs`` of every mechanism at every point of every dataset; ``real``
+    adds Du et al.'s Taxi and Foursquare streams from the user's downloads ({name: path}), cut to
+    ``length`` slots (their user counts are the data's)."""
     rows = []
-    for dataset in datasets:
-        rng = np.random.default_rng(stable_seed(seed, "personalized", dataset))
-        bins = binary_bins(probabilities(dataset, length, rng), users, rng)
-        truth = np.stack([(bins == 0).sum(axis=1), (bins == 1).sum(axis=1)], axis=1).astype(np.float64)
-        for point in points if points is not None else experiments(users):
+    for dataset in [*datasets, *(real or {})]:
+        if real is not None and dataset in real:
+            bins, d = _real_bins(dataset, real[dataset], length)
+            n = bins.shape[1]
+        else:
+            rng = np.random.default_rng(stable_seed(seed, "personalized", dataset))
+            bins, d, n = binary_bins(probabilities(dataset, length, rng), users, rng), 2, users
+        truth = np.stack([(bins == j).sum(axis=1) for j in range(d)], axis=1).astype(np.float64)
+        for point in points if points is not None else experiments(n):
             for name in mechanisms:
                 started = time.perf_counter()
                 execution = execute_personalized(
                     load_mechanism(name),
                     point.requirements,
                     bins,
-                    dimensions=2,
+                    dimensions=d,
                     runs=runs,
                     seed=stable_seed(seed, dataset, point.experiment, point.x, name),
                 )
@@ -185,14 +193,23 @@ def run_study(
                         point.experiment,
                         point.x,
                         name,
-                        float(amre(truth, execution.releases, users).mean()),
-                        float(ajsd(truth, execution.releases, users).mean()),
+                        float(amre(truth, execution.releases, n).mean()),
+                        float(ajsd(truth, execution.releases, n).mean()),
                         seconds,
                     )
                 )
                 if progress is not None:
                     progress(f"{dataset} {point.experiment} x={point.x:g} {name}: AMRE {rows[-1].amre:.3g}")
     return rows
+
+
+def _real_bins(name: str, path: str | Path, length: int) -> tuple[NDArray[np.int64], int]:
+    from budgetcheck.bench.du_streams import load_foursquare, load_taxi
+
+    if name not in REAL:
+        raise InvalidArgument(f"real stream {name!r} must be one of {REAL}")
+    bins, d = load_taxi(path) if name == "Taxi" else load_foursquare(path)
+    return bins[:length], d
 
 
 def study_table(rows: Sequence[PersonalizedRow]) -> str:

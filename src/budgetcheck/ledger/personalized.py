@@ -4,7 +4,9 @@ For every user i and every window of w_i consecutive timestamps, Σ ε_{i,t} <= 
 same requirement always receive the same budget here, so the ledger keeps one exact window sum per
 requirement class and run (:class:`ExactWindows`), and a spend is an array of shape (runs, classes).
 The raw per-user data is read only by the two Sampling-Mechanism operations, which charge every
-user their own ε_{i,t} (the requested amount: an upper bound on the actual loss min(ε_{i,t}, θ)).
+user their own ε_{i,t} (the requested amount: an upper bound on the actual loss min(ε_{i,t}, θ)),
+and by ``local_report``, where every user of a reporting class perturbs its own value with an
+ε_{i,t}-LDP frequency oracle (:mod:`budgetcheck.ledger.local`) and is charged ε_{i,t}.
 """
 
 from __future__ import annotations
@@ -18,18 +20,20 @@ from budgetcheck import rounding
 from budgetcheck.ledger.core import LedgerCore, journaled
 from budgetcheck.ledger.errors import InvalidArgument
 from budgetcheck.ledger.exact import ExactVector
+from budgetcheck.ledger.local import GRR, OUE, estimate_variance, perturbed_estimate, uses_grr
 from budgetcheck.ledger.noise import DISCRETE
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord
 from budgetcheck.ledger.requirements import RequirementSet
 from budgetcheck.ledger.sampling import inclusion_probabilities, optimal_budget
-from budgetcheck.ledger.validation import check_bin_amounts, check_label
+from budgetcheck.ledger.validation import check_bin_amounts, check_label, check_positive_int
 from budgetcheck.ledger.wevent import window_exceeded
 from budgetcheck.ledger.windows import ExactWindows
 from budgetcheck.stream.secret import Secret, charged
 
 FloatArray = NDArray[np.float64]
 SM_SAMPLER = "sampling-mechanism"  # recorded as sampling-mechanism+<the Laplace sampler>
+LOCAL_SAMPLER = "local-oracle"  # recorded as local-oracle:<grr|oue|grr,oue>+numpy-binomial
 
 
 @final
@@ -120,6 +124,44 @@ class PersonalizedLedger(LedgerCore):
             sampled = self._sample(counts, record.amounts, theta)
         distance = np.abs(sampled - last).mean(axis=1)
         return self._noisy(distance, theta, scale, 1.0 / d, per_run=True, integral=False)
+
+    @journaled
+    def local_report(self, secret: Secret, epsilon: ArrayLike, *, purpose: str = "publication") -> FloatArray:
+        """Every user of a class with ε_{c,t} > 0 reports through an ε_{c,t}-LDP frequency oracle (GRR or
+        OUE, :mod:`budgetcheck.ledger.local`) and is charged ε_{c,t}; the users of classes with 0 send
+        nothing and are charged nothing. Returns the unbiased count estimate Σ_c n̂_c, shape (runs, d);
+        NaN rows for runs where no class reports. LBU/PLBU's inner step (Ren et al. SIGMOD'22, LDP-IDS;
+        Du et al. 2025, §5.2): the caller never sees a user's value or report, only the estimate.
+        """
+        t = self._check_secret(secret)
+        if secret.shape[:1] != (self._requirements.n_classes,):
+            raise InvalidArgument(f"{secret!r} is not from a PersonalizedStream of this requirement set")
+        amounts = self._check_amounts(epsilon)
+        if not amounts.any():
+            raise InvalidArgument(
+                "a local report with epsilon=0 for every user and run would read the data without paying"
+            )
+        d = int(secret.shape[-1])
+        grr = uses_grr(amounts, d)
+        used = sorted({GRR if g else OUE for g, a in zip(grr.ravel(), amounts.ravel(), strict=True) if a > 0})
+        record = SpendRecord(
+            t=t,
+            purpose=check_label(purpose),
+            amounts=amounts,
+            sensitivity=1.0,
+            sampler=f"{LOCAL_SAMPLER}:{','.join(used)}+numpy-binomial",
+        )
+        self._charge(t, amounts, record)  # refused here: nothing drawn, nothing charged
+        with charged(secret) as counts:
+            estimate = perturbed_estimate(self._rng, counts, self._counts, amounts)
+        reporting = np.asarray(amounts.any(axis=1), dtype=bool)
+        return np.asarray(np.where(reporting[:, None], estimate, np.nan), dtype=np.float64)
+
+    def local_variance(self, epsilon: ArrayLike, dimensions: int) -> FloatArray:
+        """Public (no data): the variance of one bin of ``local_report``'s estimate at these budgets,
+        averaged over the bins, per run (Wang et al. 2017, Eq. 2; the LDP-IDS error threshold)."""
+        d = check_positive_int(dimensions, "dimensions")
+        return estimate_variance(self._check_amounts(epsilon), self._counts, d)
 
     def reporting_error(self, epsilon: ArrayLike, *, sensitivity: float = 1.0) -> tuple[FloatArray, FloatArray]:
         """OBS on public budgets only (no data): (θ, err(θ)) per run (Du et al. 2025, Algorithm 1)."""

@@ -1,0 +1,192 @@
+"""LDP stream mechanisms: LBU, PLBU, LSP, LBD and LBA (Ren et al., "LDP-IDS: Local Differential
+Privacy for Infinite Data Streams", SIGMOD'22; Du et al. 2025, §5.2 for PLBU).
+
+Every user perturbs its own value with an ε-LDP frequency oracle (``ledger.local_report``: GRR or
+OUE, whichever has the smaller variance, as LDP-IDS does) and is charged in its own window; the
+mechanism only ever sees the aggregated, unbiased count estimate. Each mechanism runs a proved
+allocation rule per requirement class (ε_c, w_c), or the strictest requirement (max w_i, min ε_i)
+for every class: that is the non-personalized method of Ren et al. (LBU, LSP, LBD, LBA), the
+personalized form of which (own ε_i, w_i) is Du et al.'s PLBU baseline.
+
+- LBU/PLBU (LDP budget uniform): every user reports at every t with ε_i/w_i (rule: Uniform's).
+- LSP (LDP sampling): every user reports once every w_i timestamps with the whole ε_i (Sample's
+  rule); in between, each class's last estimate is repeated.
+- LBD/LBA (LDP budget distribution/absorption): BD's and BA's rules per class. M_{t,1}: every user
+  reports at ε_i/(2 w_i); dis = (1/d) Σ_j (ĉ_{t,j} − r_{l,j})² − V(ε_{t,1}) (the squared distance,
+  less the estimate's variance: unbiased for the true squared distance); M_{t,2}: publish iff
+  dis > V(ε_{t,2}) (LDP-IDS's test, with V the per-bin variance of the oracle,
+  ``ledger.local_variance``), with a fresh report at ε_{t,2}; otherwise repeat r_l.
+
+Choices where the sources are silent: the last release before t = 1 is the all-zero vector (as PBD);
+a report in which some classes have budget 0 (BA's nullification, or a class off its LSP schedule)
+estimates the reporting classes only, scaled by N / Σ_{reporting} n_c (LDP-IDS scales a
+sub-population's estimate the same way); the publish decision is shared by all classes (as PBD).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+import numpy as np
+from numpy.typing import NDArray
+
+from budgetcheck import LiveStream, PersonalizedLedger, PersonalizedStream, Requirement
+from budgetcheck.ops import FLOAT, per_run
+from budgetcheck.proving import AllocationRule, RuleEnv
+from mechanisms._common import collect
+from mechanisms.personalized import step_budgets
+from mechanisms.rules import BARule, BDRule, PeriodicRule
+
+FloatArray = NDArray[np.float64]
+Stream = PersonalizedStream | LiveStream
+
+
+def _envs(ledger: PersonalizedLedger, strictest: bool) -> list[RuleEnv]:
+    requirements = ledger.requirements
+    chosen: list[Requirement] = (
+        [requirements.strictest()] * requirements.n_classes if strictest else list(requirements.classes)
+    )
+    return [RuleEnv(r.epsilon, r.w) for r in chosen]
+
+
+def _scaled(ledger: PersonalizedLedger, estimate: FloatArray, budgets: FloatArray) -> FloatArray:
+    """The estimate of the reporting classes scaled to the whole population: × N / Σ_{ε_c > 0} n_c."""
+    counts = np.asarray(ledger.requirements.counts, dtype=np.float64)
+    reporting = (budgets > 0.0) @ counts
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = np.where(reporting > 0, counts.sum() / reporting, 0.0)
+    return np.asarray(np.nan_to_num(estimate) * factor[:, None], dtype=np.float64)
+
+
+def periodic_releases(
+    rule: PeriodicRule, stream: Stream, ledger: PersonalizedLedger, strictest: bool
+) -> Iterator[FloatArray]:
+    """LBU/PLBU (``every=1``) and LSP: each class reports when its rule schedules it; the release is
+    Σ_c (the class's latest estimate), all classes reporting together in one call when they can."""
+    envs = _envs(ledger, strictest)
+    runs, classes = ledger.runs, ledger.requirements.n_classes
+    states = [rule.initial(FLOAT, env) for env in envs]
+    latest = np.zeros((runs, classes, stream.dimensions))
+    for secret in stream:
+        budgets = np.array(
+            [float(rule.charges(FLOAT, env, state, True)[0]) for env, state in zip(envs, states, strict=True)]
+        )
+        due = budgets > 0.0
+        if due.all():
+            latest[:] = 0.0
+            latest[:, 0] = ledger.local_report(secret, budgets)
+        else:
+            for c in np.flatnonzero(due):
+                only = np.where(np.arange(classes) == c, budgets, 0.0)
+                latest[:, c] = ledger.local_report(secret, only)
+        states = [
+            rule.advance(FLOAT, env, state, True, (budgets[c],))
+            for c, (env, state) in enumerate(zip(envs, states, strict=True))
+        ]
+        yield np.asarray(latest.sum(axis=1), dtype=np.float64)
+
+
+def adaptive_releases(
+    rule: AllocationRule, stream: Stream, ledger: PersonalizedLedger, strictest: bool
+) -> Iterator[FloatArray]:
+    """LBD/LBA: the module docstring's M_{t,1} and M_{t,2} with ``rule`` per class."""
+    envs = _envs(ledger, strictest)
+    runs, d = ledger.runs, stream.dimensions
+    states: list[Any] = [per_run(rule.initial(FLOAT, env), runs) for env in envs]
+    last = np.zeros((runs, d))
+    for secret in stream:
+        dissimilarity, candidate = step_budgets(rule, envs, states, runs)
+        first = _scaled(ledger, ledger.local_report(secret, dissimilarity, purpose="dissimilarity"), dissimilarity)
+        dis = ((first - last) ** 2).mean(axis=1) - ledger.local_variance(dissimilarity, d)
+        publish = (candidate.max(axis=1) > 0.0) & (dis > ledger.local_variance(candidate, d))
+        spent = np.where(publish[:, None], candidate, 0.0)
+        if publish.any():
+            fresh = _scaled(ledger, ledger.local_report(secret, spent), spent)
+            last = np.where(publish[:, None], fresh, last)
+        states = [
+            rule.advance(FLOAT, env, state, publish, (dissimilarity[:, c], spent[:, c]))
+            for c, (env, state) in enumerate(zip(envs, states, strict=True))
+        ]
+        yield last
+
+
+@attrs.frozen
+class _Local:
+    strictest: bool = False
+    notion: str = attrs.field(default="personalized", init=False)
+
+    def allocation_rule(self) -> Any:
+        raise NotImplementedError
+
+    def releases(self, stream: Stream, ledger: PersonalizedLedger) -> Iterator[FloatArray]:
+        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
+        rule = self.allocation_rule()
+        if isinstance(rule, PeriodicRule):
+            return periodic_releases(rule, stream, ledger, self.strictest)
+        return adaptive_releases(rule, stream, ledger, self.strictest)
+
+    def run(self, stream: PersonalizedStream, ledger: PersonalizedLedger) -> FloatArray:
+        return collect(self.releases(stream, ledger), stream, ledger.runs)  # type: ignore[arg-type]
+
+
+@attrs.frozen
+class PLBU(_Local):
+    """Personalized LDP Budget Uniform (Du et al. 2025, §5.2): every user reports at every t with
+    ε_i/w_i; ``strictest`` = LBU (Ren et al. 2022), ε/w with the strictest (max w_i, min ε_i)."""
+
+    @property
+    def name(self) -> str:
+        return "LBU" if self.strictest else "PLBU"
+
+    def allocation_rule(self) -> PeriodicRule:
+        return PeriodicRule(every=1)
+
+
+def LBU() -> PLBU:
+    """LDP Budget Uniform (Ren et al. 2022): every user reports at every t with ε/w (strictest requirement)."""
+    return PLBU(strictest=True)
+
+
+@attrs.frozen
+class LSP(_Local):
+    """LDP Sampling (Ren et al. 2022): every user reports once per window with the whole ε, at
+    t ≡ 1 (mod w); ``strictest=False`` lets each class follow its own (w_i, ε_i)."""
+
+    strictest: bool = True
+
+    @property
+    def name(self) -> str:
+        return "LSP" if self.strictest else "PLSP"
+
+    def allocation_rule(self) -> PeriodicRule:
+        return PeriodicRule()
+
+
+@attrs.frozen
+class LBD(_Local):
+    """LDP Budget Distribution (Ren et al. 2022): BD's rule with LDP reports and the variance test."""
+
+    strictest: bool = True
+
+    @property
+    def name(self) -> str:
+        return "LBD" if self.strictest else "PLBD"
+
+    def allocation_rule(self) -> BDRule:
+        return BDRule()
+
+
+@attrs.frozen
+class LBA(_Local):
+    """LDP Budget Absorption (Ren et al. 2022): BA's rule (dissimilarity paid at nullified t too)."""
+
+    strictest: bool = True
+
+    @property
+    def name(self) -> str:
+        return "LBA" if self.strictest else "PLBA"
+
+    def allocation_rule(self) -> BARule:
+        return BARule(dissimilarity_when_nullified=True)
