@@ -14,6 +14,7 @@ from mechanisms.hybrid import Hybrid as Hybrid
 from mechanisms.partitioned import BAPartitioned as BAPartitioned
 from mechanisms.partitioned import BDPartitioned as BDPartitioned
 from mechanisms.pegasus import PeGaSus as PeGaSus
+from mechanisms.pegasus_hierarchical import PeGaSusHierarchical as PeGaSusHierarchical
 from mechanisms.personalized import PBA as PBA
 from mechanisms.personalized import PBD as PBD
 from mechanisms.personalized import StrictestBA as StrictestBA
@@ -49,6 +50,7 @@ BUILTIN: dict[str, Callable[[], object]] = {
     "RescueDP": RescueDP,
     "AdaPub": AdaPub,
     "PeGaSus": PeGaSus,
+    "PeGaSusHierarchical": PeGaSusHierarchical,
     "PBD": PBD,
     "PBA": PBA,
     "StrictestBD": StrictestBD,
@@ -78,6 +80,7 @@ __all__ = [
     "FASTwAsPublished",
     "Hybrid",
     "PeGaSus",
+    "PeGaSusHierarchical",
     "RescueDP",
     "RescueDPAsPublished",
     "PBA",
