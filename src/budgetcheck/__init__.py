@@ -47,6 +47,7 @@ from budgetcheck.ledger.queries import Linear as Linear
 from budgetcheck.ledger.queries import Query as Query
 from budgetcheck.ledger.queries import Smoothing as Smoothing
 from budgetcheck.ledger.queries import Total as Total
+from budgetcheck.ledger.queries import TreeSums as TreeSums
 from budgetcheck.ledger.ranked import RankedRows as RankedRows
 from budgetcheck.ledger.records import LedgerHeader as LedgerHeader
 from budgetcheck.ledger.records import SpendRecord as SpendRecord
@@ -71,6 +72,7 @@ from budgetcheck.mechanism.execute import execute_swellfish as execute_swellfish
 from budgetcheck.mechanism.loading import load_mechanism as load_mechanism
 from budgetcheck.stream.guarded import GuardedStream as GuardedStream
 from budgetcheck.stream.guarded import PersonalizedStream as PersonalizedStream
+from budgetcheck.stream.hierarchy import Hierarchy as Hierarchy
 from budgetcheck.stream.live import LiveStream as LiveStream
 from budgetcheck.stream.neighbours import Neighbours as Neighbours
 from budgetcheck.stream.secret import Secret as Secret
@@ -118,6 +120,7 @@ __all__ = [
     "FileAudit",
     "GroupSums",
     "GuardedStream",
+    "Hierarchy",
     "Identity",
     "InvalidArgument",
     "LedgerBusy",
@@ -150,6 +153,7 @@ __all__ = [
     "ThresholdTest",
     "TimestampOrder",
     "Total",
+    "TreeSums",
     "VerifyResult",
     "WEventParams",
     "WindowFinding",

@@ -19,6 +19,7 @@ from mechanisms.local import PLBU as PLBU
 from mechanisms.partitioned import BAPartitioned as BAPartitioned
 from mechanisms.partitioned import BDPartitioned as BDPartitioned
 from mechanisms.pegasus import PeGaSus as PeGaSus
+from mechanisms.pegasus_hierarchical import PeGaSusHierarchical as PeGaSusHierarchical
 from mechanisms.personalized import PBA as PBA
 from mechanisms.personalized import PBD as PBD
 from mechanisms.personalized import StrictestBA as StrictestBA
@@ -54,6 +55,7 @@ BUILTIN: dict[str, Callable[[], object]] = {
     "RescueDP": RescueDP,
     "AdaPub": AdaPub,
     "PeGaSus": PeGaSus,
+    "PeGaSusHierarchical": PeGaSusHierarchical,
     "PBD": PBD,
     "PBA": PBA,
     "StrictestBD": StrictestBD,
@@ -93,6 +95,7 @@ __all__ = [
     "LSP",
     "PLBU",
     "PeGaSus",
+    "PeGaSusHierarchical",
     "RescueDP",
     "RescueDPAsPublished",
     "PBA",

@@ -19,6 +19,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from budgetcheck import rounding
 from budgetcheck.ledger.errors import (
     BudgetExceeded,
     InvalidArgument,
@@ -32,6 +33,7 @@ from budgetcheck.ledger.isolation import FORK, SECRET_ACCESS, check_isolation, f
 from budgetcheck.ledger.noise import DISCRETE, NUMPY, NoiseSource, make_noise
 from budgetcheck.ledger.queries import (
     Identity,
+    LinearQuery,
     Query,
     Relation,
     check_query,
@@ -39,6 +41,7 @@ from budgetcheck.ledger.queries import (
     group_norms,
     linear_sensitivity,
     resolve,
+    weighted_sensitivity,
 )
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord, dump_lines
 from budgetcheck.ledger.validation import (
@@ -468,6 +471,62 @@ class LaplaceReleases(LedgerCore):
             answers = query.apply(values)
             del values
         return self._noisy(self._per_run(secret, answers), amounts, scale, delta, per_run=True, integral=query.integral)
+
+    @journaled
+    def laplace_weighted(
+        self,
+        secret: Secret,
+        query: Query,
+        weights: ArrayLike,
+        epsilon: ArrayLike,
+        *,
+        purpose: str = "publication",
+    ) -> FloatArray:
+        """Release every answer of a linear ``query`` with its own share of ε; charge ε per run.
+
+        ``weights`` (integers >= 0, shape (m,) or (runs, m)) split run r's ε_r between the m answers:
+        answer i gets Laplace noise of scale 1/b_ri with b_ri = ε_r·w_ri/σ_r, where σ_r is the L1
+        sensitivity of diag(w_r)·A under the stream's relation, computed by the library
+        (:func:`~budgetcheck.ledger.queries.weighted_sensitivity`). A neighbouring change Δ then
+        costs Σ_i |a_i·Δ|·b_ri = ‖diag(w_r)AΔ‖₁·ε_r/σ_r <= ε_r. This is laplace_bins's max rule
+        (A = I: the largest budget) for answers that overlap, e.g. the nodes of a tree, each holding
+        its leaves (Chen et al. 2017, Algorithm 4 line 23: node budgets whose sum along a root-to-leaf
+        path is the perturbation budget). The query needs integer coefficients. Returns (runs, m);
+        NaN where the weight or ε is 0.
+        """
+        query = check_query(query)
+        if not isinstance(query, LinearQuery):
+            raise InvalidArgument(f"query={query!r} must be a linear query (a weighted release splits A's rows)")
+        self._check_secret(secret)
+        if len(secret.shape) != 1:
+            raise InvalidArgument(f"a query reads a one-dimensional histogram, got a secret of shape {secret.shape}")
+        d = int(secret.shape[0])
+        answers = int(query.matrix(d).shape[0])
+        raw = np.asarray(weights)
+        if (
+            raw.dtype.kind not in "iu"
+            or raw.shape not in ((answers,), (self._runs, answers))
+            or (raw.size and raw.min() < 0)
+        ):
+            raise InvalidArgument(
+                f"weights must be integers >= 0 of shape ({answers},) or ({self._runs}, {answers}), got "
+                f"{raw.dtype} {raw.shape}: {np.array2string(raw.reshape(-1)[:8])}"
+            )
+        split = np.broadcast_to(raw.astype(np.int64), (self._runs, answers))
+        amounts = check_amounts(epsilon, self._runs)
+        relation = cast(Relation, neighbours_of(secret))
+        sigma = weighted_sensitivity(query, d, split, relation)
+        sigma = np.where(sigma > 0.0, sigma, float(relation.bound))  # no data read: one person's noise
+        shape = split.shape
+        products = rounding.mul_down(np.broadcast_to(amounts[:, None], shape).copy(), split.astype(np.float64))
+        budgets = rounding.div_down(products, np.broadcast_to(sigma[:, None], shape).copy()).reshape(shape)
+        budgets = np.where((split > 0) & (amounts[:, None] > 0.0), budgets, 0.0)
+        budgets.setflags(write=False)
+        scale, delta = self._reserve(secret, amounts, budgets, 1.0, purpose, integral=True)
+        with charged(secret) as values:
+            released = query.apply(values)
+            del values
+        return self._noisy(self._per_run(secret, released), budgets, scale, delta, per_run=True)
 
     def _derive(self, secret: Secret, query: Query, declared: object) -> float:
         """The sensitivity of ``query`` on ``secret`` under its stream's relation, or a larger declared one."""

@@ -32,6 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck.ledger.errors import InvalidArgument
+from budgetcheck.stream.hierarchy import Hierarchy
 
 if TYPE_CHECKING:
     import scipy.sparse
@@ -361,6 +362,103 @@ class Composed(LinearQuery):
         return self.outer.integral and self.inner.integral
 
 
+@attrs.frozen(eq=False)
+class TreeSums(LinearQuery):
+    """The count of every node of a :class:`~budgetcheck.stream.hierarchy.Hierarchy` (leaves first,
+    then the inner nodes): A[v, j] = 1 iff leaf j is v or below v (Chen et al. 2017, §5, AGG).
+
+    One person in leaf j is counted in j and in each of its ancestors, so the max column norm is
+    the number of levels above the deepest leaf, counted exactly from A (add/remove: k times that);
+    replace-one: the largest symmetric difference of two leaves' ancestor sets, from AᵀA (integers,
+    exact up to 4,096 leaves; beyond, the bound 2·max column).
+    """
+
+    hierarchy: Hierarchy = attrs.field()
+    _norms: Norms = attrs.field(init=False)
+
+    @hierarchy.validator
+    def _valid(self, attribute: object, value: object) -> None:
+        if not isinstance(value, Hierarchy):
+            raise InvalidArgument(f"hierarchy={value!r} must be a budgetcheck Hierarchy")
+
+    def __attrs_post_init__(self) -> None:
+        a = np.rint(self.hierarchy.matrix()).astype(np.int64)
+        counts = a.sum(axis=0)
+        column = float(counts.max())
+        d = self.hierarchy.leaves
+        if d < 2:
+            norms = Norms(column, 0.0)
+        elif d > _TREE_PAIRWISE_MOST:
+            norms = Norms(column, 2 * column, pairwise_exact=False)
+        else:
+            common = a.T @ a
+            apart = counts[:, None] + counts[None, :] - 2 * common
+            np.fill_diagonal(apart, 0)
+            norms = Norms(column, float(apart.max()))
+        object.__setattr__(self, "_norms", norms)
+
+    def apply(self, values: FloatArray) -> FloatArray:
+        _same_d(self.hierarchy.leaves, int(values.shape[-1]))
+        flat = values.reshape(-1, values.shape[-1])
+        out = np.zeros((flat.shape[0], self.hierarchy.nodes))
+        out[:, : self.hierarchy.leaves] = flat
+        for node in self.hierarchy.bottom_up():  # every inner node after its children
+            out[:, node] = out[:, list(self.hierarchy.children_of(int(node)))].sum(axis=1)
+        return out.reshape(*values.shape[:-1], self.hierarchy.nodes)
+
+    def matrix(self, d: int) -> Any:
+        _same_d(self.hierarchy.leaves, d)
+        return self.hierarchy.matrix()
+
+    def norms(self, d: int) -> Norms:
+        _same_d(self.hierarchy.leaves, d)
+        return self._norms
+
+
+_TREE_PAIRWISE_MOST = 4096
+
+
+def weighted_sensitivity(query: LinearQuery, d: int, weights: NDArray[np.int64], relation: Relation) -> FloatArray:
+    """Per run r, the L1 sensitivity of diag(weights[r])·A under ``relation`` (A = the query's matrix,
+    integer coefficients; weights (runs, m) integers >= 0): k·max_j Σ_i w_ri |A_ij| (add/remove,
+    exact) and for replace-one the bound 2·max_j Σ_i w_ri |A_ij| (‖W(e_i − e_j)‖₁ <= both columns).
+    Sums of integers below 2^53 are exact in doubles; a larger one is refused. O(runs · nnz(A))."""
+    rows, cols, magnitudes, starts = _column_major(query, d)
+    if weights.size and int(weights.max()) * float(magnitudes.sum() if magnitudes.size else 0.0) >= 2.0**53:
+        raise InvalidArgument(f"weights up to {int(weights.max())} make the weighted sums too large to be exact")
+    runs = weights.shape[0]
+    if magnitudes.size == 0:
+        return np.zeros(runs)
+    terms = weights[:, rows].astype(np.float64) * magnitudes
+    columns = np.add.reduceat(terms, starts, axis=1)
+    largest = columns.max(axis=1)
+    factor = 2 if relation.kind == "replace-one" else relation.bound
+    return np.asarray(largest * factor, dtype=np.float64)  # integers < 2^53 (checked above) times a small integer
+
+
+_COLUMN_MAJOR: dict[int, tuple[LinearQuery, int, tuple[Any, ...]]] = {}
+
+
+def _column_major(query: LinearQuery, d: int) -> tuple[Any, ...]:
+    """The nonzeros of the query's matrix sorted by column: (rows, cols, |values|, column starts),
+    remembered for the last few queries (a mechanism asks about the same tree at every timestamp)."""
+    kept = _COLUMN_MAJOR.get(id(query))
+    if kept is not None and kept[0] is query and kept[1] == d and not isinstance(query, Linear):
+        return kept[2]
+    matrix = query.matrix(d)
+    dense = matrix.toarray() if hasattr(matrix, "toarray") else np.asarray(matrix, dtype=np.float64)
+    if not np.array_equal(dense, np.round(dense)):
+        raise InvalidArgument(f"a weighted release needs a query with integer coefficients, got {query!r}")
+    cols, rows = np.nonzero(dense.T)  # column-major order
+    magnitudes = np.abs(dense[rows, cols])
+    starts = np.flatnonzero(np.r_[True, cols[1:] != cols[:-1]]) if cols.size else np.zeros(0, dtype=np.int64)
+    found = (rows, cols, magnitudes, starts)
+    if len(_COLUMN_MAJOR) >= 8:
+        _COLUMN_MAJOR.clear()
+    _COLUMN_MAJOR[id(query)] = (query, d, found)
+    return found
+
+
 def _finite(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise InvalidArgument(f"clip bounds must be finite numbers, got {value!r}")
@@ -405,7 +503,7 @@ def check_query(value: object) -> Query:
     if type(value) not in _VOCABULARY:
         raise InvalidArgument(
             f"query={value!r} must be one of budgetcheck's queries (Identity, Total, GroupSums, "
-            "Differences, Smoothing, Linear, Composed, Clipped), not a subclass or another type: "
+            "Differences, Smoothing, Linear, Composed, Clipped, TreeSums), not a subclass or another type: "
             "their sensitivity "
             "is derived by the library; for anything else use ledger.measure (a vouched sensitivity)"
         )
@@ -471,4 +569,4 @@ def sparse_rows(weights: dict[int, float] | list[tuple[int, float]], d: int) -> 
     return scipy.sparse.csc_array((vals, (np.zeros(cols.size, dtype=np.int64), cols)), shape=(1, d))
 
 
-_VOCABULARY = (Identity, Total, GroupSums, Differences, Smoothing, Linear, Composed, Clipped)
+_VOCABULARY = (Identity, Total, GroupSums, Differences, Smoothing, Linear, Composed, Clipped, TreeSums)

@@ -30,7 +30,7 @@ from budgetcheck.ledger.access import LedgerAccess
 from budgetcheck.ledger.core import LaplaceReleases
 from budgetcheck.ledger.errors import InvalidArgument
 from budgetcheck.ledger.noise import DISCRETE, discrete_laplace, granularity, laplace_draws
-from budgetcheck.ledger.queries import Identity, Relation
+from budgetcheck.ledger.queries import Identity, LinearQuery, Relation, check_query
 from budgetcheck.ledger.ranked import RankedRows
 from budgetcheck.ledger.recent import RecentRows
 from budgetcheck.ledger.records import SpendRecord
@@ -60,14 +60,18 @@ def deviation(values: FloatArray) -> FloatArray:
     return np.asarray(np.where(inside, spread, 0.0).sum(axis=1), dtype=np.float64)
 
 
-def _check_deviation_sensitivity(declared: float, secret: Secret) -> None:
+def _check_deviation_sensitivity(declared: float, secret: Secret, query: LinearQuery | None = None) -> None:
     """:func:`deviation` per cell moves by less than 2·|Δ_j| when cell j changes by Δ_j, so the cells'
     deviations move by less than 2·‖Δ‖₁ together: the test's sensitivity must be at least twice the
-    identity's under the stream's relation (2 for one person in one bin), as a release's is."""
-    identity = Identity().sensitivity(cast(Relation, neighbours_of(secret)), 2)
-    if declared < 2 * identity:
+    identity's under the stream's relation (2 for one person in one bin), as a release's is. For
+    cells that are a linear query's answers A·x (e.g. the nodes of a tree) the cells change by AΔ
+    together: at least twice the query's L1 sensitivity (2h for a tree of h levels, one bin)."""
+    relation = cast(Relation, neighbours_of(secret))
+    d = int(secret.shape[0]) if secret.shape else 1
+    base = Identity().sensitivity(relation, 2) if query is None else query.sensitivity(relation, d)
+    if declared < 2 * base:
         raise InvalidArgument(
-            f"sensitivity={declared!r} is below {2 * identity!r}, the L1 sensitivity of deviation over "
+            f"sensitivity={declared!r} is below {2 * base!r}, the L1 sensitivity of deviation over "
             f"the cells under the stream's relation {neighbours_of(secret)}: a mechanism may ask for "
             "more noise, never less"
         )
@@ -95,6 +99,7 @@ class ThresholdTest:
         "_offsets",
         "_purpose",
         "_query_scale",
+        "_reads",
         "_recent",
         "_restarted",
         "_sensitivity",
@@ -110,9 +115,15 @@ class ThresholdTest:
         cells: tuple[int, ...],
         max_footprint: int | None,
         purpose: str,
+        query: LinearQuery | None = None,
     ) -> None:
         self._ledger = ledger
         self._access = LedgerAccess(ledger)  # charges, randomness and per-run reads: no private member
+        if query is not None and (not isinstance(check_query(query), LinearQuery) or len(cells) != 1):
+            raise InvalidArgument(
+                f"query={query!r} must be a linear query with cells=(m,), its m answers (got cells={cells!r})"
+            )
+        self._reads = query
         self._epsilon = check_query_epsilon(epsilon, ledger.runs)
         self._sensitivity = check_sensitivity(sensitivity)
         if not isinstance(cells, tuple) or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in cells):
@@ -185,8 +196,15 @@ class ThresholdTest:
         ledger = self._ledger
         if not isinstance(secret, Secret):
             raise InvalidArgument(f"secret must be a Secret from a guarded stream, got {type(secret).__name__}")
-        if tuple(secret.shape) != self._cells:
+        if self._reads is None and tuple(secret.shape) != self._cells:
             raise InvalidArgument(f"secret of shape {secret.shape} does not match cells={self._cells}")
+        if self._reads is not None:
+            answers = self._reads.matrix(int(secret.shape[0])).shape[0] if len(secret.shape) == 1 else None
+            if answers != self._cells[0]:
+                raise InvalidArgument(
+                    f"secret of shape {secret.shape}: query={self._reads!r} gives {answers} answers, "
+                    f"cells={self._cells}"
+                )
         if secret.t <= self._last_t:
             raise InvalidArgument(
                 f"query at t={secret.t} after a query at t={self._last_t}: one query per timestamp, in order"
@@ -205,7 +223,7 @@ class ThresholdTest:
         t = secret.t
         vouched = statistic is not deviation
         if not vouched:
-            _check_deviation_sensitivity(self._sensitivity, secret)
+            _check_deviation_sensitivity(self._sensitivity, secret, self._reads)
         amounts, query_scale = self._amounts, self._query_scale
         record = SpendRecord(
             t=t,
@@ -229,7 +247,8 @@ class ThresholdTest:
             self._starts.reshape(-1), t, self._max or 0, self._restarted, opened.reshape(-1)
         )
         self._restarted = False  # the first live query after a replay opened every instance afresh
-        with charged(secret) as values:
+        with charged(secret) as read:
+            values = read if self._reads is None else self._reads.apply(read)
             if self._groups is not None:  # the groups are the footprints
                 self._groups.insert(self._access.per_run(secret, values), opened)
             else:

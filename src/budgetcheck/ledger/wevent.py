@@ -31,7 +31,7 @@ from budgetcheck.ledger.isolation import FORK, check_isolation
 from budgetcheck.ledger.noise import DISCRETE
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.params import WEventParams
-from budgetcheck.ledger.queries import Identity
+from budgetcheck.ledger.queries import Identity, LinearQuery
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord
 from budgetcheck.ledger.threshold import ThresholdTest
 from budgetcheck.ledger.validation import (
@@ -395,15 +395,24 @@ class WindowLedger(LaplaceReleases):
         cells: tuple[int, ...] = (),
         max_footprint: int | None = None,
         purpose: str = "above-threshold",
+        query: LinearQuery | None = None,
     ) -> ThresholdTest:
         """An AboveThreshold test per run and cell, restarted after each positive answer.
 
         See :class:`ThresholdTest`: every query at t charges ``epsilon`` at t (the one timestamp
         each open instance adds to its footprint); ``epsilon`` is a float or one per run. Under
-        ``discrete-laplace`` the test runs on the discrete grid with noise from the OS CSPRNG.
+        ``discrete-laplace`` the test runs on the discrete grid with noise from the OS CSPRNG. With a
+        linear ``query`` (cells = (m,)) the cells are its m answers A·x, e.g. a tree's node counts;
+        the sensitivity must then cover twice the query's (checked at every deviation query).
         """
         return ThresholdTest(
-            self, epsilon=epsilon, sensitivity=sensitivity, cells=cells, max_footprint=max_footprint, purpose=purpose
+            self,
+            epsilon=epsilon,
+            sensitivity=sensitivity,
+            cells=cells,
+            max_footprint=max_footprint,
+            purpose=purpose,
+            query=query,
         )
 
     def header(self) -> LedgerHeader:
