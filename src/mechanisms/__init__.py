@@ -11,6 +11,8 @@ from mechanisms.dsat import DSATw as DSATw
 from mechanisms.fast import FASTw as FASTw
 from mechanisms.fast import FASTwAsPublished as FASTwAsPublished
 from mechanisms.hybrid import Hybrid as Hybrid
+from mechanisms.panprivate import BAPanPrivate as BAPanPrivate
+from mechanisms.panprivate import BDPanPrivate as BDPanPrivate
 from mechanisms.partitioned import BAPartitioned as BAPartitioned
 from mechanisms.partitioned import BDPartitioned as BDPartitioned
 from mechanisms.pegasus import PeGaSus as PeGaSus
@@ -43,6 +45,8 @@ BUILTIN: dict[str, Callable[[], object]] = {
     "BAShifted": BAShifted,
     "BDPartitioned": BDPartitioned,
     "BAPartitioned": BAPartitioned,
+    "BDPanPrivate": BDPanPrivate,
+    "BAPanPrivate": BAPanPrivate,
     "Hybrid": Hybrid,
     "FASTw": FASTw,
     "DSATw": DSATw,
@@ -66,9 +70,11 @@ BUILTIN: dict[str, Callable[[], object]] = {
 
 __all__ = [
     "BA",
+    "BAPanPrivate",
     "BAPartitioned",
     "BAShifted",
     "BD",
+    "BDPanPrivate",
     "BDPartitioned",
     "BDShifted",
     "BUILTIN",
