@@ -82,6 +82,14 @@ class BDPanPrivate(StepByStep):
         condition has a max the rule prover cannot state; verify explores it instead)."""
         return BDRule() if self.intrusions == ANNOUNCED else None
 
+    def candidate(self, half: FloatArray, spent: FloatArray, exposed: FloatArray) -> FloatArray:
+        """ε_{t,2} per run from ε/2 (rounded down), the last w − 1 publication budgets and exposures
+        (shape (w − 1, runs)): (ε/2 − P − X)/divisor (single), (ε/2 − P)/2 (announced), rounded down."""
+        if self.intrusions == ANNOUNCED:
+            return np.asarray(bd_candidate(FLOAT, half, tuple(spent)), dtype=np.float64)
+        remaining = FLOAT.sub_down(FLOAT.sub_down(half, FLOAT.sum_up(tuple(spent))), exposed.max(axis=0, initial=0.0))
+        return np.asarray(FLOAT.fraction_down(np.maximum(remaining, 0.0), 1, self.divisor), dtype=np.float64)
+
     def releases(self, stream: Any, ledger: Any) -> Iterator[FloatArray]:
         ledger = _window_ledger(ledger)
         runs, w = ledger.runs, ledger.w
@@ -91,14 +99,7 @@ class BDPanPrivate(StepByStep):
         exposed = np.zeros((max(w - 1, 0), runs))  # exposures of the last w − 1 timestamps
         last = np.zeros((runs, stream.dimensions))
         for secret in stream:
-            if self.intrusions == SINGLE:
-                remaining = FLOAT.sub_down(
-                    FLOAT.sub_down(half, FLOAT.sum_up(tuple(spent))), exposed.max(axis=0, initial=0.0)
-                )
-                candidate = FLOAT.fraction_down(np.maximum(remaining, 0.0), 1, self.divisor)
-            else:
-                candidate = bd_candidate(FLOAT, half, tuple(spent))
-            candidate = np.asarray(np.broadcast_to(candidate, (runs,)), dtype=np.float64)
+            candidate = np.asarray(np.broadcast_to(self.candidate(half, spent, exposed), (runs,)), dtype=np.float64)
             dis = ledger.dissimilarity(secret, last, unit)
             with np.errstate(divide="ignore"):
                 wanted = (candidate > 0.0) & (dis > 1.0 / candidate)
@@ -135,12 +136,16 @@ class BAPanPrivate(StepByStep):
         """BA's rule under announced intrusions; none under a single intrusion (see :class:`BDPanPrivate`)."""
         return BARule() if self.intrusions == ANNOUNCED else None
 
+    def share(self, epsilon: FloatArray, w: int) -> FloatArray:
+        """The publication share per run: ε/(4w) (single), ε/(2w) (announced), rounded down."""
+        return np.asarray(FLOAT.share(epsilon, (4 if self.intrusions == SINGLE else 2) * w), dtype=np.float64)
+
     def releases(self, stream: Any, ledger: Any) -> Iterator[FloatArray]:
         ledger = _window_ledger(ledger)
         runs, w = ledger.runs, ledger.w
         epsilon = np.broadcast_to(np.asarray(ledger.epsilon, dtype=np.float64), (runs,))
         unit = FLOAT.share(epsilon, 2 * w)
-        share = FLOAT.share(epsilon, 4 * w) if self.intrusions == SINGLE else unit
+        share = self.share(epsilon, w)
         age = np.ones(runs, dtype=np.int64)  # t − l for the last publication l (virtual l = 0, one share)
         last_shares = np.ones(runs, dtype=np.int64)
         last = np.zeros((runs, stream.dimensions))

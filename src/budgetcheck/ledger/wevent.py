@@ -147,10 +147,15 @@ class WindowLedger(LaplaceReleases):
         return self._params.w
 
     def remaining(self, t: int) -> FloatArray:
-        """What each run can still spend at timestamp t, rounded down (safe to spend in full)."""
+        """What each run can still spend at timestamp t, rounded down (safe to spend in full; under a
+        single intrusion, net of the largest exposure in the window)."""
         self._refresh()
-        window, _ = self._windows.prospective(self._check_t(t))
-        return rounding.units_to_float_down_array(self._eps_units - window.to_object())
+        t = self._check_t(t)
+        window, _ = self._windows.prospective(t)
+        left = self._eps_units - window.to_object()
+        if self._exposures:  # pan-private: the window's largest exposure is spoken for
+            left = np.maximum(left - self._exposures.largest(t), 0)
+        return rounding.units_to_float_down_array(left)
 
     def window_sum(self, t: int) -> tuple[int, ...]:
         """The exact sum of window [t-w+1, t] per run, in units of 2**-1127 (for auditors)."""
@@ -519,7 +524,7 @@ class WindowLedger(LaplaceReleases):
                 w=self._params.w,
                 epsilon=self._run_epsilon(run),
                 eps_units=self._run_units(run),
-                window=int(window[run]),
+                window=int(window[run]) + int(self._exposures.largest(t)[run]),
                 proposed=int(proposed[run]),
                 run=run,
                 remaining_call=f"ledger.remaining({t})",
@@ -581,14 +586,10 @@ class WindowLedger(LaplaceReleases):
             over = np.flatnonzero(exposed > self._eps_units)
             if over.size:
                 self._refusals += 1
-                self._refuse(
-                    t,
-                    amounts,
-                    window,
-                    ExactVector.from_int(int(exposed[over[0]]), self._runs),
-                    int(over[0]),
-                    record.purpose,
-                )
+                run = int(over[0])
+                total = ExactVector.from_int(int(exposed[run]), self._runs)
+                held = ExactVector.from_int(int(window[run]) + int(exposure[run]), self._runs)  # for remaining()
+                self._refuse(t, amounts, held, total, run, record.purpose, note=", with the window's largest exposure")
         if over.size:
             self._refusals += 1
             self._refuse(t, amounts, window, proposed, int(over[0]), record.purpose)
@@ -596,10 +597,18 @@ class WindowLedger(LaplaceReleases):
         self._commit(t, record)
 
     def _refuse(
-        self, t: int, amounts: FloatArray, window: ExactVector, proposed: ExactVector, run: int, purpose: str
+        self,
+        t: int,
+        amounts: FloatArray,
+        window: ExactVector,
+        proposed: ExactVector,
+        run: int,
+        purpose: str,
+        *,
+        note: str = "",
     ) -> None:
         raise window_exceeded(
-            what=f"spend of {float(amounts[run])!r} at t={t} (purpose {purpose!r}{_run_text(run, self._runs)})",
+            what=f"spend of {float(amounts[run])!r} at t={t} (purpose {purpose!r}{note}{_run_text(run, self._runs)})",
             t=t,
             w=self._params.w,
             epsilon=self._run_epsilon(run),
