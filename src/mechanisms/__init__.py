@@ -16,6 +16,8 @@ from mechanisms.local import LBD as LBD
 from mechanisms.local import LBU as LBU
 from mechanisms.local import LSP as LSP
 from mechanisms.local import PLBU as PLBU
+from mechanisms.panprivate import BAPanPrivate as BAPanPrivate
+from mechanisms.panprivate import BDPanPrivate as BDPanPrivate
 from mechanisms.partitioned import BAPartitioned as BAPartitioned
 from mechanisms.partitioned import BDPartitioned as BDPartitioned
 from mechanisms.pegasus import PeGaSus as PeGaSus
@@ -49,6 +51,8 @@ BUILTIN: dict[str, Callable[[], object]] = {
     "BAShifted": BAShifted,
     "BDPartitioned": BDPartitioned,
     "BAPartitioned": BAPartitioned,
+    "BDPanPrivate": BDPanPrivate,
+    "BAPanPrivate": BAPanPrivate,
     "Hybrid": Hybrid,
     "FASTw": FASTw,
     "DSATw": DSATw,
@@ -78,9 +82,11 @@ BUILTIN: dict[str, Callable[[], object]] = {
 
 __all__ = [
     "BA",
+    "BAPanPrivate",
     "BAPartitioned",
     "BAShifted",
     "BD",
+    "BDPanPrivate",
     "BDPartitioned",
     "BDShifted",
     "BUILTIN",

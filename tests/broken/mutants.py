@@ -949,7 +949,45 @@ class VaultThroughGlobalsAndGc:
         return out
 
 
+# --- pan-private variants that under-reserve for an intrusion (refused by the ledger's exposure check) ---
+from mechanisms.panprivate import BAPanPrivate, BDPanPrivate  # noqa: E402
+
+
+@attrs.frozen
+class BDPanPrivateAsBD(BDPanPrivate):
+    """Pan-private BD with BD's ε_rm/2 and no exposure in ε_rm: a skip exposes ε/4 on top of ε/2."""
+
+    name: str = attrs.field(default="BDPanPrivate-as-BD", init=False)
+
+    def candidate(self, half: FloatArray, spent: FloatArray, exposed: FloatArray) -> FloatArray:
+        return np.asarray(bd_candidate(FLOAT, half, tuple(spent)), dtype=np.float64)
+
+
+@attrs.frozen
+class BDPanPrivateAsSketched(BDPanPrivate):
+    """The paper's literal ε_rm/3 with ε_rm = ε/2 − P: publications after a skip still reach ε/2."""
+
+    name: str = attrs.field(default="BDPanPrivate-as-sketched", init=False)
+
+    def candidate(self, half: FloatArray, spent: FloatArray, exposed: FloatArray) -> FloatArray:
+        remaining = FLOAT.sub_down(half, FLOAT.sum_up(tuple(spent)))
+        return np.asarray(FLOAT.fraction_down(remaining, 1, 3), dtype=np.float64)
+
+
+@attrs.frozen
+class BAPanPrivateFullShare(BAPanPrivate):
+    """Pan-private BA keeping BA's share ε/(2w) under a single intrusion: an exposure of up to ε/2 more."""
+
+    name: str = attrs.field(default="BAPanPrivate-full-share", init=False)
+
+    def share(self, epsilon: FloatArray, w: int) -> FloatArray:
+        return np.asarray(FLOAT.share(epsilon, 2 * w), dtype=np.float64)
+
+
 CORPUS: list[tuple[Callable[[], object], str]] = [
+    (BDPanPrivateAsBD, "exploration"),
+    (BDPanPrivateAsSketched, "exploration"),
+    (BAPanPrivateFullShare, "exploration"),
     (VaultThroughGlobalsAndGc, "secret access"),
     (PrefixCountsDeclaresOne, "statistical audit"),
     (LeaksAboveAMillion, "secret access"),

@@ -18,6 +18,7 @@ import numpy as np
 
 from budgetcheck import rounding
 from budgetcheck.ledger.errors import LedgerCorrupt
+from budgetcheck.ledger.intrusions import EXPOSURE
 from budgetcheck.ledger.records import SpendRecord
 from budgetcheck.ledger.validation import check_epsilon, check_positive_int
 
@@ -152,11 +153,14 @@ def audit_windows(
     epsilon = check_epsilon(epsilon)
     w = check_positive_int(w, "w")
     runs = check_positive_int(runs, "runs")
-    windows = StreamingWindows(w, Fraction(epsilon), runs, max_violations, as_fraction=Fraction)
-    for record in sorted(records, key=lambda r: r.t):  # sums do not depend on the order
-        windows.add(record.t, [Fraction(float(v)) for v in np.broadcast_to(record.amounts, (runs,))])
-    windows.finish()
-    worst, violations, checked = windows.worst, windows.violations, windows.checked
+    if any(record.purpose == EXPOSURE for record in records):
+        worst, violations, checked = _exposed_windows(records, epsilon, w, runs, max_violations)
+    else:
+        windows = StreamingWindows(w, Fraction(epsilon), runs, max_violations, as_fraction=Fraction)
+        for record in sorted(records, key=lambda r: r.t):  # sums do not depend on the order
+            windows.add(record.t, [Fraction(float(v)) for v in np.broadcast_to(record.amounts, (runs,))])
+        windows.finish()
+        worst, violations, checked = windows.worst, windows.violations, windows.checked
     return AuditReport(
         epsilon=epsilon,
         w=w,
@@ -166,6 +170,37 @@ def audit_windows(
         worst=worst,
         violations=tuple(violations),
     )
+
+
+def _exposed_windows(
+    records: Sequence[SpendRecord], epsilon: float, w: int, runs: int, max_violations: int
+) -> tuple[WindowFinding | None, list[WindowFinding], int]:
+    """Pan-private records (single unannounced intrusion, Kellaris et al. 2014 §4.5): every window
+    [e−w+1, e] is checked for Σ spends + max exposure <= ε by brute force over every end e that
+    meets a record (exposure records are potential charges, not spends:
+    :mod:`budgetcheck.ledger.intrusions`)."""
+    spends: dict[int, list[Fraction]] = {}
+    exposures: dict[int, list[Fraction]] = {}
+    for record in records:
+        table = exposures if record.purpose == EXPOSURE else spends
+        row = table.setdefault(record.t, [Fraction(0)] * runs)
+        for run, value in enumerate(np.broadcast_to(record.amounts, (runs,))):
+            row[run] += Fraction(float(value))
+    bound = Fraction(epsilon)
+    worst: WindowFinding | None = None
+    violations: list[WindowFinding] = []
+    ends = sorted({t + k for t in (*spends, *exposures) for k in range(w)})
+    for end in ends:
+        start = max(1, end - w + 1)
+        for run in range(runs):
+            total = sum((spends[t][run] for t in range(start, end + 1) if t in spends), Fraction(0))
+            total += max((exposures[t][run] for t in range(start, end + 1) if t in exposures), default=Fraction(0))
+            finding = WindowFinding(run=run, start=start, end=end, total=total)
+            if worst is None or total > worst.total:
+                worst = finding
+            if total > bound and len(violations) < max_violations:
+                violations.append(finding)
+    return worst, violations, len(ends) * runs
 
 
 def audit_windows_per_epsilon(

@@ -27,6 +27,7 @@ from budgetcheck.ledger.core import (
 )
 from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument, LedgerCorrupt
 from budgetcheck.ledger.exact import ExactVector
+from budgetcheck.ledger.intrusions import ANNOUNCED, EXPOSURE, SINGLE, Exposures, as_mask, check_model
 from budgetcheck.ledger.isolation import FORK, check_isolation
 from budgetcheck.ledger.noise import DISCRETE
 from budgetcheck.ledger.notion import Notion
@@ -36,6 +37,7 @@ from budgetcheck.ledger.records import LedgerHeader, SpendRecord
 from budgetcheck.ledger.threshold import ThresholdTest
 from budgetcheck.ledger.validation import (
     check_amount_rows,
+    check_amounts,
     check_epsilons,
     check_label,
     check_sensitivity,
@@ -57,7 +59,17 @@ class WindowLedger(LaplaceReleases):
     nothing. All noise comes from one ``numpy.random.Generator`` seeded with ``seed``.
     """
 
-    __slots__ = ("_eps_bound", "_eps_units", "_epsilon", "_params", "_windows")
+    __slots__ = (
+        "_announced",
+        "_eps_bound",
+        "_eps_units",
+        "_epsilon",
+        "_exposures",
+        "_held_until",
+        "_intrusions",
+        "_params",
+        "_windows",
+    )
     _stacking = True
 
     def __init__(
@@ -87,6 +99,10 @@ class WindowLedger(LaplaceReleases):
         self._eps_units: int | ObjectArray = rounding.to_units(params.epsilon)
         self._eps_bound = ExactVector.from_int(rounding.to_units(params.epsilon))
         self._windows = ExactWindows(params.w, self._runs)
+        self._exposures = Exposures(params.w, self._runs)
+        self._intrusions: str | None = None
+        self._announced: set[int] = set()
+        self._held_until = 0
 
     @classmethod
     def with_epsilons(
@@ -131,10 +147,15 @@ class WindowLedger(LaplaceReleases):
         return self._params.w
 
     def remaining(self, t: int) -> FloatArray:
-        """What each run can still spend at timestamp t, rounded down (safe to spend in full)."""
+        """What each run can still spend at timestamp t, rounded down (safe to spend in full; under a
+        single intrusion, net of the largest exposure in the window)."""
         self._refresh()
-        window, _ = self._windows.prospective(self._check_t(t))
-        return rounding.units_to_float_down_array(self._eps_units - window.to_object())
+        t = self._check_t(t)
+        window, _ = self._windows.prospective(t)
+        left = self._eps_units - window.to_object()
+        if self._exposures:  # pan-private: the window's largest exposure is spoken for
+            left = np.maximum(left - self._exposures.largest(t), 0)
+        return rounding.units_to_float_down_array(left)
 
     def window_sum(self, t: int) -> tuple[int, ...]:
         """The exact sum of window [t-w+1, t] per run, in units of 2**-1127 (for auditors)."""
@@ -415,6 +436,109 @@ class WindowLedger(LaplaceReleases):
             query=query,
         )
 
+    @property
+    def intrusions(self) -> str | None:
+        """The intrusion model this ledger accounts for (``"single"``, ``"announced"``), None until a
+        held release or an announcement fixes it (:mod:`budgetcheck.ledger.intrusions`)."""
+        return self._intrusions
+
+    def announce_intrusion(self, t: int) -> None:
+        """An intrusion detected at t (multiple announced intrusions, Kellaris et al. 2014, §4.5): the
+        held release at t is published in every run, whatever the mechanism asks (the ledger forces it)."""
+        t = self._check_t(t)
+        self._fix_model(ANNOUNCED)
+        if t <= self._held_until:
+            raise InvalidArgument(
+                f"t={t}: an intrusion can be announced only for a timestamp whose held value is still to come "
+                f"(held up to t={self._held_until})"
+            )
+        self._announced.add(t)
+
+    def intrusion_announced(self, t: int) -> bool:
+        """Whether an intrusion was announced at t."""
+        return self._check_t(t) in self._announced
+
+    @journaled
+    def held_laplace(
+        self,
+        secret: Secret,
+        epsilon: ArrayLike,
+        publish: ArrayLike,
+        *,
+        intrusions: str = SINGLE,
+        purpose: str = "publication",
+    ) -> FloatArray:
+        """A pan-private release (Kellaris et al. 2014, §4.5): c_t held with Laplace noise at ``epsilon``
+        before the data is added, then published where ``publish`` (or an announced intrusion) says so.
+
+        Published runs are charged ``epsilon`` at t. Under ``intrusions="single"`` the other runs'
+        held values are *exposures* at t (an intrusion could read them): every window must keep
+        Σ ε_t + max exposure <= ε, checked here as if every held value were published (the tighter of
+        the two outcomes, so the decision never changes whether the call is allowed) and at every later
+        spend. Under ``"announced"`` a discarded held value is never read and costs nothing.
+        Returns shape (runs, *secret.shape): the release where published, NaN elsewhere (the held
+        value of a skipped run is discarded inside the ledger; the mechanism never holds it).
+        """
+        t = self._check_secret(secret)
+        amounts = check_amounts(epsilon, self._runs)
+        wanted = as_mask(publish, self._runs)
+        model = check_model(intrusions)
+        purpose = check_label(purpose)
+        if purpose == EXPOSURE:
+            raise InvalidArgument(f"purpose={purpose!r} is reserved for exposure records")
+        if self.journal is not None:
+            raise InvalidArgument(
+                "held_laplace: pan-private accounting is kept in memory only; use an in-memory ledger"
+            )
+        if self._intrusions not in (None, model):
+            raise InvalidArgument(f"intrusions={model!r}: this ledger accounts for the {self._intrusions!r} model")
+        forced = model == ANNOUNCED and t in self._announced
+        published = (wanted | forced) & (amounts > 0.0)
+        spent = np.where(published, amounts, 0.0)
+        exposed = np.where(published, 0.0, amounts) if model == SINGLE else np.zeros(self._runs)
+        if exposed.any():
+            self._check_exposed(t, amounts, purpose)
+        self._fix_model(model)
+        sensitivity = self._derive(secret, Identity(), None)
+        _, sensitivity = self._reserve(secret, spent, spent, sensitivity, purpose)
+        scale = self._scale(sensitivity, amounts, True)
+        if exposed.any():
+            self._exposures.add(t, exposed)
+            self._commit(
+                t, SpendRecord(t=t, purpose=EXPOSURE, amounts=exposed, noise_scale=scale, sampler=self._noise.name)
+            )
+        self._held_until = max(self._held_until, t)
+        with charged(secret) as values:
+            held = self._noisy(self._per_run(secret, values), amounts, scale, sensitivity, per_run=True)
+        shown = published.reshape((self._runs,) + (1,) * (held.ndim - 1))
+        return np.asarray(np.where(shown, held, np.nan), dtype=np.float64)
+
+    def _fix_model(self, model: str) -> None:
+        if self._intrusions not in (None, model):
+            raise InvalidArgument(f"intrusions={model!r}: this ledger accounts for the {self._intrusions!r} model")
+        self._intrusions = model
+
+    def _check_exposed(self, t: int, amounts: FloatArray, purpose: str) -> None:
+        """Refuse (changing nothing) a hold whose publication would break Σ ε_t + max exposure <= ε."""
+        window, _ = self._windows.prospective(t)
+        proposed = window.to_object() + rounding.to_units_array(amounts) + self._exposures.largest(t)
+        over = np.flatnonzero(proposed > self._eps_units)
+        if over.size:
+            self._refusals += 1
+            run = int(over[0])
+            raise window_exceeded(
+                what=f"held release of {float(amounts[run])!r} at t={t} (purpose {purpose!r}, "
+                f"with the window's largest exposure{_run_text(run, self._runs)})",
+                t=t,
+                w=self._params.w,
+                epsilon=self._run_epsilon(run),
+                eps_units=self._run_units(run),
+                window=int(window[run]) + int(self._exposures.largest(t)[run]),
+                proposed=int(proposed[run]),
+                run=run,
+                remaining_call=f"ledger.remaining({t})",
+            )
+
     def header(self) -> LedgerHeader:
         """The stored ledger's first line; a ledger of several ε has no file format and is refused."""
         if not isinstance(self._epsilon, float):
@@ -453,8 +577,11 @@ class WindowLedger(LaplaceReleases):
         self._commit(self._t, record)
 
     def _charge(self, t: int, amounts: FloatArray, record: SpendRecord) -> None:
-        """Check every run's window [t-w+1, t] exactly, then commit; refuse atomically."""
-        quick = self._windows.quick_check(t, amounts, self._epsilon)
+        """Check every run's window [t-w+1, t] exactly, then commit; refuse atomically.
+
+        With exposures (pan-private, single intrusion) the window's largest exposure counts too."""
+        exposure = self._exposures.largest(t) if self._exposures else None
+        quick = self._windows.quick_check(t, amounts, self._epsilon) if exposure is None else None
         if quick is not None:  # certainly within ε: no exact arithmetic needed
             self._windows.commit_quick(t, amounts, *quick)
             self._commit(t, record)
@@ -463,6 +590,15 @@ class WindowLedger(LaplaceReleases):
         window, leaving = self._windows.prospective(t)
         proposed = window + added
         over = np.flatnonzero(proposed.exceeds(self._eps_bound))
+        if exposure is not None and not over.size:
+            exposed = proposed.to_object() + exposure
+            over = np.flatnonzero(exposed > self._eps_units)
+            if over.size:
+                self._refusals += 1
+                run = int(over[0])
+                total = ExactVector.from_int(int(exposed[run]), self._runs)
+                held = ExactVector.from_int(int(window[run]) + int(exposure[run]), self._runs)  # for remaining()
+                self._refuse(t, amounts, held, total, run, record.purpose, note=", with the window's largest exposure")
         if over.size:
             self._refusals += 1
             self._refuse(t, amounts, window, proposed, int(over[0]), record.purpose)
@@ -470,10 +606,18 @@ class WindowLedger(LaplaceReleases):
         self._commit(t, record)
 
     def _refuse(
-        self, t: int, amounts: FloatArray, window: ExactVector, proposed: ExactVector, run: int, purpose: str
+        self,
+        t: int,
+        amounts: FloatArray,
+        window: ExactVector,
+        proposed: ExactVector,
+        run: int,
+        purpose: str,
+        *,
+        note: str = "",
     ) -> None:
         raise window_exceeded(
-            what=f"spend of {float(amounts[run])!r} at t={t} (purpose {purpose!r}{_run_text(run, self._runs)})",
+            what=f"spend of {float(amounts[run])!r} at t={t} (purpose {purpose!r}{note}{_run_text(run, self._runs)})",
             t=t,
             w=self._params.w,
             epsilon=self._run_epsilon(run),
