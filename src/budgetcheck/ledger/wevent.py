@@ -33,6 +33,7 @@ from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.params import WEventParams
 from budgetcheck.ledger.queries import Identity
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord
+from budgetcheck.ledger.scalar_windows import ScalarWindows
 from budgetcheck.ledger.threshold import ThresholdTest
 from budgetcheck.ledger.validation import (
     check_amount_rows,
@@ -86,7 +87,7 @@ class WindowLedger(LaplaceReleases):
         self._epsilon: float | FloatArray = params.epsilon
         self._eps_units: int | ObjectArray = rounding.to_units(params.epsilon)
         self._eps_bound = ExactVector.from_int(rounding.to_units(params.epsilon))
-        self._windows = ExactWindows(params.w, self._runs)
+        self._windows = _windows(params.w, self._runs)
 
     @classmethod
     def with_epsilons(
@@ -133,7 +134,11 @@ class WindowLedger(LaplaceReleases):
     def remaining(self, t: int) -> FloatArray:
         """What each run can still spend at timestamp t, rounded down (safe to spend in full)."""
         self._refresh()
-        window, _ = self._windows.prospective(self._check_t(t))
+        t = self._check_t(t)
+        if isinstance(self._windows, ScalarWindows):  # one run: one exact integer
+            left = rounding.units_to_float_down(self._run_units(0) - self._windows.window_units(t)[0])
+            return np.full(1, left)
+        window, _ = self._windows.prospective(t)
         return rounding.units_to_float_down_array(self._eps_units - window.to_object())
 
     def window_sum(self, t: int) -> tuple[int, ...]:
@@ -426,7 +431,7 @@ class WindowLedger(LaplaceReleases):
         return self._eps_units if isinstance(self._eps_units, int) else int(self._eps_units[run])
 
     def _reset(self) -> None:
-        self._windows = ExactWindows(self._params.w, self._runs)
+        self._windows = _windows(self._params.w, self._runs)
 
     def _lookback(self) -> int:
         return 2 * self._params.w  # footprint checks reach windows ending up to w − 1 back
@@ -445,6 +450,16 @@ class WindowLedger(LaplaceReleases):
 
     def _charge(self, t: int, amounts: FloatArray, record: SpendRecord) -> None:
         """Check every run's window [t-w+1, t] exactly, then commit; refuse atomically."""
+        if isinstance(self._windows, ScalarWindows):
+            spent = rounding.to_units(float(amounts[0]))
+            if not self._windows.spend_units(t, spent, self._run_units(0)):
+                before = self._windows.window_units(t)[0]
+                self._refusals += 1
+                self._refuse(
+                    t, amounts, ExactVector.from_int(before), ExactVector.from_int(before + spent), 0, record.purpose
+                )
+            self._commit(t, record)
+            return
         quick = self._windows.quick_check(t, amounts, self._epsilon)
         if quick is not None:  # certainly within ε: no exact arithmetic needed
             self._windows.commit_quick(t, amounts, *quick)
@@ -474,6 +489,11 @@ class WindowLedger(LaplaceReleases):
             run=run,
             remaining_call=f"ledger.remaining({t})",
         )
+
+
+def _windows(w: int, runs: int) -> ExactWindows | ScalarWindows:
+    """The window sums of ``runs`` runs: one run's are plain Python integers."""
+    return ScalarWindows(w) if runs == 1 else ExactWindows(w, runs)
 
 
 def _run_text(run: int, runs: int) -> str:
