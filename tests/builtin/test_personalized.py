@@ -315,7 +315,7 @@ def _personalized_rows(draw: st.DrawFn) -> tuple[RequirementSet, NDArray[np.int6
     if draw(st.booleans()):
         pairs = draw(st.permutations(pairs))  # users of a class need not be adjacent
     requirements = RequirementSet([(r.w, r.epsilon) for r in pairs])
-    d = draw(st.integers(1, 4))
+    d = draw(st.one_of(st.integers(1, 4), st.integers(16, 18)))  # both sides of counting by comparisons
     T = draw(st.integers(1, 6))
     n = requirements.n_users
     cell = st.integers(-1, d - 1)
@@ -340,6 +340,40 @@ def test_class_counts_equal_the_masked_count_and_the_definition(
     # every present user is counted once, in its own class
     present = [np.bincount(requirements.user_classes[row >= 0], minlength=requirements.n_classes) for row in bins]
     assert np.array_equal(counts.sum(axis=2), np.stack(present))
+
+
+@given(case=_personalized_rows())
+@settings(max_examples=200, deadline=None)
+def test_class_ranges_are_adjacent_columns_exactly_when_they_exist(
+    case: tuple[RequirementSet, NDArray[np.int64], int],
+) -> None:
+    requirements = case[0]
+    classes = requirements.user_classes
+    ranges = requirements.class_ranges
+    adjacent = all(np.ptp(np.flatnonzero(classes == c)) + 1 == n for c, n in enumerate(requirements.counts))
+    assert (ranges is not None) == adjacent
+    if ranges is not None:
+        assert sorted(ranges) == [(a, b) for a, b in sorted(ranges) if a < b]
+        assert sum(end - start for start, end in ranges) == classes.size
+        for c, (start, end) in enumerate(ranges):
+            assert (classes[start:end] == c).all()
+    assert requirements.class_ranges is ranges  # found once
+
+
+def test_class_counts_of_many_users_by_class_ranges() -> None:
+    """10^4 users in 15 adjacent classes, interleaved and by comparisons: the definition's counts."""
+    pairs = [(w, eps) for w in (10, 20, 40, 80, 120) for eps in (0.5, 1.0, 2.0)]
+    grouped = RequirementSet.from_counts([(pair, 600 + 37 * i) for i, pair in enumerate(pairs)])
+    assert grouped.class_ranges is not None
+    order = np.random.default_rng(1).permutation(grouped.n_users)
+    shuffled = RequirementSet([grouped.classes[c] for c in grouped.user_classes[order]])
+    assert shuffled.class_ranges is None
+    for d in (1, 2, 16, 17):
+        bins = np.random.default_rng(d).integers(-1, d, size=(3, grouped.n_users), dtype=np.int8)
+        for requirements in (grouped, shuffled):
+            counts = _stream_counts(PersonalizedStream(requirements, bins, dimensions=d))
+            assert np.array_equal(counts, _counts_one_by_one(requirements, bins.astype(np.int64), d))
+            assert counts.sum() == np.count_nonzero(bins >= 0)
 
 
 @pytest.mark.parametrize(

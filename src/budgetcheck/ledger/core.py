@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import functools
+import math
 import secrets
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -555,7 +556,7 @@ class LaplaceReleases(LedgerCore):
             raise InvalidArgument(f"last_release must be finite with shape {expected}, got shape {last.shape}")
         # ‖Δ‖₁ <= k (or 2, replace-one): the mean absolute difference moves by at most ‖Δ‖₁/n
         identity = Identity().sensitivity(cast(Relation, neighbours_of(secret)), 2)
-        delta_mean = identity / int(np.prod(secret.shape))
+        delta_mean = identity / math.prod(secret.shape)
         scale, delta = self._reserve(secret, amounts, amounts, delta_mean, purpose, integral=False)
         with charged(secret) as values:
             distance = np.abs(last - self._per_run(secret, values)).reshape(self._runs, -1).mean(axis=1)
@@ -684,11 +685,13 @@ class LaplaceReleases(LedgerCore):
         secret gives run r the row of its stream, r // (runs / streams)."""
         rows = stacked_rows(secret)
         if runs is None:
-            return (
-                np.repeat(values, self._runs // rows, axis=0)
-                if rows
-                else np.broadcast_to(values, (self._runs, *values.shape))
-            )
+            if rows:
+                return np.repeat(values, self._runs // rows, axis=0)
+            if self._runs > 1:
+                return np.broadcast_to(values, (self._runs, *values.shape))
+            view = values[None]  # one run: broadcast_to's read-only view with a leading axis, for less
+            view.flags.writeable = False
+            return view
         if rows:
             return np.asarray(values[runs // (self._runs // rows)], dtype=np.float64)
         return np.broadcast_to(values, (len(runs), *values.shape))

@@ -50,7 +50,7 @@ class RequirementSet:
     sorted by (w, ε); ``user_classes[i]`` is the class of the i-th user.
     """
 
-    __slots__ = ("_classes", "_counts", "_ids", "_index", "_user_classes")
+    __slots__ = ("_classes", "_counts", "_ids", "_index", "_ranges", "_user_classes")
 
     def __init__(self, requirements: Sequence[object] | Mapping[Hashable, object]) -> None:
         if isinstance(requirements, Mapping):
@@ -73,6 +73,7 @@ class RequirementSet:
         self._counts = tuple(int(n) for n in np.bincount(self._user_classes, minlength=len(classes)))
         self._ids = ids
         self._index = None if ids is None else {u: i for i, u in enumerate(ids)}
+        self._ranges: list[tuple[tuple[int, int], ...] | None] = []  # see class_ranges (empty: not yet looked at)
 
     @classmethod
     def from_counts(cls, classes: Iterable[tuple[object, int]]) -> RequirementSet:
@@ -93,6 +94,7 @@ class RequirementSet:
         self._user_classes.setflags(write=False)
         self._ids = None
         self._index = None
+        self._ranges = []
         return self
 
     @property
@@ -115,6 +117,21 @@ class RequirementSet:
     @property
     def user_classes(self) -> NDArray[np.int64]:
         return self._user_classes
+
+    @property
+    def class_ranges(self) -> tuple[tuple[int, int], ...] | None:
+        """The columns [start, end) of each class when every class's users are adjacent in column order
+        (:meth:`from_counts`, or users listed class by class), else None; found once, then kept."""
+        if not self._ranges:
+            classes = self._user_classes
+            starts = np.flatnonzero(np.diff(classes, prepend=-1))  # the first column of each run of one class
+            if starts.size != len(self._classes):  # some class comes back after another: not adjacent
+                self._ranges.append(None)
+            else:
+                ends = [*starts[1:].tolist(), int(classes.size)]
+                ranges = dict(zip(classes[starts].tolist(), zip(starts.tolist(), ends, strict=True), strict=True))
+                self._ranges.append(tuple(ranges[c] for c in range(len(self._classes))))
+        return self._ranges[0]
 
     @property
     def users(self) -> tuple[Hashable, ...]:

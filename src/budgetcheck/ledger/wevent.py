@@ -34,6 +34,7 @@ from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.params import WEventParams
 from budgetcheck.ledger.queries import Identity, LinearQuery
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord
+from budgetcheck.ledger.scalar_windows import ScalarWindows
 from budgetcheck.ledger.threshold import ThresholdTest
 from budgetcheck.ledger.validation import (
     check_amount_rows,
@@ -98,7 +99,7 @@ class WindowLedger(LaplaceReleases):
         self._epsilon: float | FloatArray = params.epsilon
         self._eps_units: int | ObjectArray = rounding.to_units(params.epsilon)
         self._eps_bound = ExactVector.from_int(rounding.to_units(params.epsilon))
-        self._windows = ExactWindows(params.w, self._runs)
+        self._windows = _windows(params.w, self._runs)
         self._exposures = Exposures(params.w, self._runs)
         self._intrusions: str | None = None
         self._announced: set[int] = set()
@@ -151,6 +152,9 @@ class WindowLedger(LaplaceReleases):
         single intrusion, net of the largest exposure in the window)."""
         self._refresh()
         t = self._check_t(t)
+        if not self._exposures and isinstance(self._windows, ScalarWindows):  # one run: one exact integer
+            left = rounding.units_to_float_down(self._run_units(0) - self._windows.window_units(t)[0])
+            return np.full(1, left)
         window, _ = self._windows.prospective(t)
         left = self._eps_units - window.to_object()
         if self._exposures:  # pan-private: the window's largest exposure is spoken for
@@ -559,7 +563,7 @@ class WindowLedger(LaplaceReleases):
         return self._eps_units if isinstance(self._eps_units, int) else int(self._eps_units[run])
 
     def _reset(self) -> None:
-        self._windows = ExactWindows(self._params.w, self._runs)
+        self._windows = _windows(self._params.w, self._runs)
 
     def _lookback(self) -> int:
         return 2 * self._params.w  # footprint checks reach windows ending up to w − 1 back
@@ -581,9 +585,24 @@ class WindowLedger(LaplaceReleases):
 
         With exposures (pan-private, single intrusion) the window's largest exposure counts too."""
         exposure = self._exposures.largest(t) if self._exposures else None
-        quick = self._windows.quick_check(t, amounts, self._epsilon) if exposure is None else None
-        if quick is not None:  # certainly within ε: no exact arithmetic needed
-            self._windows.commit_quick(t, amounts, *quick)
+        if exposure is None and isinstance(self._windows, ScalarWindows):  # one run: one exact integer
+            spent = rounding.to_units(float(amounts[0]))
+            if not self._windows.spend_units(t, spent, self._run_units(0)):
+                before = self._windows.window_units(t)[0]
+                self._refusals += 1
+                self._refuse(
+                    t, amounts, ExactVector.from_int(before), ExactVector.from_int(before + spent), 0, record.purpose
+                )
+            self._commit(t, record)
+            return
+        windows = self._windows
+        quick = (
+            windows.quick_check(t, amounts, self._epsilon)
+            if isinstance(windows, ExactWindows) and exposure is None
+            else None
+        )
+        if quick is not None and isinstance(windows, ExactWindows):  # certainly within ε: no exact arithmetic needed
+            windows.commit_quick(t, amounts, *quick)
             self._commit(t, record)
             return
         added = ExactVector.from_floats(amounts)
@@ -627,6 +646,11 @@ class WindowLedger(LaplaceReleases):
             run=run,
             remaining_call=f"ledger.remaining({t})",
         )
+
+
+def _windows(w: int, runs: int) -> ExactWindows | ScalarWindows:
+    """The window sums of ``runs`` runs: one run's are plain Python integers."""
+    return ScalarWindows(w) if runs == 1 else ExactWindows(w, runs)
 
 
 def _run_text(run: int, runs: int) -> str:

@@ -134,6 +134,9 @@ class GuardedStream(SecretSequence):
         return f"GuardedStream(length={self._length}, dimensions={self._dimensions}{stacked})"
 
 
+_COMPARED_BINS = 16  # up to this d, counting by comparisons (d passes over a row) beats one bincount
+
+
 @final
 class PersonalizedStream(SecretSequence):
     """Per-user data: at every timestamp each user sits in one bin of d (or in none).
@@ -153,7 +156,7 @@ class PersonalizedStream(SecretSequence):
             raise InvalidArgument(f"requirements must be a RequirementSet, got {type(requirements).__name__}")
         d = check_positive_int(dimensions, "dimensions")
         data = _check_bins(bins, requirements.n_users, d)
-        counts = class_counts(requirements.user_classes, data, requirements.n_classes, d)
+        counts = class_counts(requirements.user_classes, data, requirements.n_classes, d, requirements.class_ranges)
         self._requirements = requirements
         self._dimensions = d
         super().__init__(counts)
@@ -191,16 +194,29 @@ class PersonalizedStream(SecretSequence):
 
 
 def class_counts(
-    user_classes: NDArray[np.int64], bins: NDArray[np.integer[Any]], classes: int, d: int
+    user_classes: NDArray[np.int64],
+    bins: NDArray[np.integer[Any]],
+    classes: int,
+    d: int,
+    ranges: tuple[tuple[int, int], ...] | None = None,
 ) -> NDArray[np.float64]:
     """Counts per (timestamp, class, bin), shape (T, classes, d), of checked ``bins`` (T, n) in [-1, d).
 
-    Row by row, one ``np.bincount`` over the combined index class·(d + 1) + bin + 1: the absent
-    (-1) land in each class's slot 0, which is dropped, so no mask, no ``nonzero`` and no (T, n)
-    temporaries (Du et al. 2025 §4.1: the class counts are the Sampling Mechanism's whole input).
+    Du et al. 2025 §4.1: the class counts are the Sampling Mechanism's whole input. When each class's
+    users are adjacent columns (``ranges``, :attr:`RequirementSet.class_ranges`) and d <= _COMPARED_BINS:
+    per row and bin one comparison over the row, its matches counted per class's columns (d passes over
+    the row's bytes, no index array). Otherwise one ``np.bincount`` per row over the combined index
+    class·(d + 1) + bin + 1: the absent (-1) land in each class's slot 0, which is dropped.
     """
-    slots = user_classes * (d + 1) + 1
     counts = np.empty((bins.shape[0], classes, d))
+    if ranges is not None and d <= _COMPARED_BINS:
+        for t, row in enumerate(bins):
+            for b in range(d):
+                matches = row == b
+                for c, (start, end) in enumerate(ranges):
+                    counts[t, c, b] = np.count_nonzero(matches[start:end])
+        return counts
+    slots = user_classes * (d + 1) + 1
     for t, row in enumerate(bins):
         counts[t] = np.bincount(slots + row, minlength=classes * (d + 1)).reshape(classes, d + 1)[:, 1:]
     return counts
