@@ -14,6 +14,8 @@ from mechanisms.hybrid import Hybrid as Hybrid
 from mechanisms.local import LBA as LBA
 from mechanisms.local import LBD as LBD
 from mechanisms.local import LBU as LBU
+from mechanisms.local import LPA as LPA
+from mechanisms.local import LPD as LPD
 from mechanisms.local import LSP as LSP
 from mechanisms.local import PLBU as PLBU
 from mechanisms.partitioned import BAPartitioned as BAPartitioned
@@ -63,6 +65,8 @@ BUILTIN: dict[str, Callable[[], object]] = {
     "LSP": LSP,
     "LBD": LBD,
     "LBA": LBA,
+    "LPD": LPD,
+    "LPA": LPA,
     "TSUniform": TSUniform,
     "TSSample": TSSample,
     "TSBD": TSBD,
@@ -90,6 +94,8 @@ __all__ = [
     "LBA",
     "LBD",
     "LBU",
+    "LPA",
+    "LPD",
     "LSP",
     "PLBU",
     "PeGaSus",
