@@ -14,6 +14,8 @@ from mechanisms.hybrid import Hybrid as Hybrid
 from mechanisms.local import LBA as LBA
 from mechanisms.local import LBD as LBD
 from mechanisms.local import LBU as LBU
+from mechanisms.local import LPA as LPA
+from mechanisms.local import LPD as LPD
 from mechanisms.local import LSP as LSP
 from mechanisms.local import PLBU as PLBU
 from mechanisms.panprivate import BAPanPrivate as BAPanPrivate
@@ -69,6 +71,8 @@ BUILTIN: dict[str, Callable[[], object]] = {
     "LSP": LSP,
     "LBD": LBD,
     "LBA": LBA,
+    "LPD": LPD,
+    "LPA": LPA,
     "TSUniform": TSUniform,
     "TSSample": TSSample,
     "TSBD": TSBD,
@@ -98,6 +102,8 @@ __all__ = [
     "LBA",
     "LBD",
     "LBU",
+    "LPA",
+    "LPD",
     "LSP",
     "PLBU",
     "PeGaSus",

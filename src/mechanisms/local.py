@@ -190,3 +190,91 @@ class LBA(_Local):
 
     def allocation_rule(self) -> BARule:
         return BARule(dissimilarity_when_nullified=True)
+
+
+def population_releases(absorb: bool, stream: Stream, ledger: PersonalizedLedger) -> Iterator[FloatArray]:
+    """LPD (``absorb=False``) and LPA (Ren et al. SIGMOD'22, LDP-IDS §5): split the users, not the budget.
+
+    With the strictest requirement (W, ε) every user reports at most once per W timestamps, with the
+    whole ε (so every window of w_c <= W holds at most ε <= ε_c). Each class is split into k = 2W public
+    groups (``ledger.local_report_groups``): groups 0..W−1 report the dissimilarity in turn (group
+    (t − 1) mod W at t: N/(2W) users, as LDP-IDS's M_{t,1}); groups W..2W−1 are the publication pool, a
+    group being free again W timestamps after it reported. LPD publishes with half the free pool
+    (rounded up: BD's halving in users); LPA with the pool of the timestamps skipped since the last
+    publication, at most W, and skips as many after it (BA's absorption and nullification). Publish
+    iff dis > V(publication users), both estimates scaled to the N users.
+    """
+    strict = ledger.requirements.strictest()
+    W, eps = strict.w, strict.epsilon
+    k, runs, d = 2 * W, ledger.runs, stream.dimensions
+    classes = ledger.requirements.n_classes
+    sizes = ledger.group_sizes(k).sum(axis=0).astype(np.float64)  # users per group, over the classes
+    total = sizes.sum()
+    free_since = np.full((runs, W), -W, dtype=np.int64)  # last report of each publication group
+    last = np.zeros((runs, d))
+    published, absorbed = np.zeros(runs, dtype=np.int64), np.ones(runs, dtype=np.int64)  # LPA's l and its count
+
+    def report(secret: Any, chosen: NDArray[np.bool_], purpose: str) -> tuple[FloatArray, FloatArray]:
+        amounts = np.where(chosen[:, None, :], eps, 0.0) * np.ones((1, classes, 1))
+        users = chosen @ sizes
+        with np.errstate(divide="ignore", invalid="ignore"):
+            factor = np.where(users > 0, total / users, 0.0)
+        variance = ledger.local_group_variance(amounts, k, d) * factor**2
+        if purpose == "variance":
+            return np.zeros((runs, d)), variance
+        estimate = ledger.local_report_groups(secret, amounts, groups=k, purpose=purpose)
+        return np.nan_to_num(estimate) * factor[:, None], variance
+
+    for t, secret in enumerate(stream, start=1):
+        nullified = (t < published + absorbed) if absorb else np.zeros(runs, dtype=bool)
+        dis_groups = np.zeros((runs, k), dtype=bool)
+        dis_groups[:, (t - 1) % W] = ~nullified
+        free = free_since <= t - W
+        if absorb:
+            count = np.minimum(np.minimum(t - published - absorbed + 1, W), free.sum(axis=1))
+        else:
+            count = (free.sum(axis=1) + 1) // 2
+        count = np.where(nullified, 0, count)
+        chosen_pool = free & (np.cumsum(free, axis=1) <= count[:, None])
+        candidate = np.zeros((runs, k), dtype=bool)
+        candidate[:, W:] = chosen_pool
+        publish = np.zeros(runs, dtype=bool)
+        if dis_groups.any():
+            first, first_variance = report(secret, dis_groups, "dissimilarity")
+            dis = ((first - last) ** 2).mean(axis=1) - first_variance
+            _, publish_variance = report(secret, candidate, "variance")
+            publish = ~nullified & (count > 0) & (dis > publish_variance)
+        if publish.any():
+            fresh, _ = report(secret, candidate & publish[:, None], "publication")
+            last = np.where(publish[:, None], fresh, last)
+            free_since = np.where(chosen_pool & publish[:, None], t, free_since)
+            published = np.where(publish, t, published)
+            absorbed = np.where(publish, count, absorbed)
+        yield last.copy()
+
+
+@attrs.frozen
+class _Population:
+    absorb: bool = False
+    notion: str = attrs.field(default="personalized", init=False)
+
+    @property
+    def name(self) -> str:
+        return "LPA" if self.absorb else "LPD"
+
+    def releases(self, stream: Stream, ledger: PersonalizedLedger) -> Iterator[FloatArray]:
+        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
+        return population_releases(self.absorb, stream, ledger)
+
+    def run(self, stream: PersonalizedStream, ledger: PersonalizedLedger) -> FloatArray:
+        return collect(self.releases(stream, ledger), stream, ledger.runs)  # type: ignore[arg-type]
+
+
+def LPD() -> _Population:
+    """LDP Population Division (Ren et al. 2022, §5): BD's rule over users, each reporting with the whole ε."""
+    return _Population(absorb=False)
+
+
+def LPA() -> _Population:
+    """LDP Population Absorption (Ren et al. 2022, §5): BA's absorption and nullification over users."""
+    return _Population(absorb=True)

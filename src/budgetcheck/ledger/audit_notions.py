@@ -39,14 +39,25 @@ class NotionAudit:
 def audit_personalized(
     records: Sequence[SpendRecord], classes: Sequence[tuple[int, float]], *, runs: int
 ) -> NotionAudit:
-    """Σ over every window of w_c timestamps <= ε_c, for every class c and run, exactly."""
+    """Σ over every window of w_c timestamps <= ε_c, for every class c, group and run, exactly.
+
+    A record of shape (runs, classes) charges every user of a class; one of shape (runs, classes, k)
+    (``local_report_groups``) charges group g of class c its own amount."""
     checked, worst, violations = 0, Fraction(0), []
+    k = max((r.amounts.shape[2] for r in records if r.amounts.ndim == 3), default=1)
     for c, (w, eps) in enumerate(classes):
-        column = [SpendRecord(t=r.t, purpose=r.purpose, amounts=r.amounts[:, c]) for r in records]
-        report = audit_windows(column, epsilon=eps, w=w, runs=runs)
-        checked += report.windows_checked
-        worst = max(worst, report.worst_ratio)
-        violations += [f"class (w={w}, epsilon={eps!r}) {v.describe(eps)}" for v in report.violations]
+        for g in range(k):
+            column = [
+                SpendRecord(
+                    t=r.t, purpose=r.purpose, amounts=r.amounts[:, c, g] if r.amounts.ndim == 3 else r.amounts[:, c]
+                )
+                for r in records
+            ]
+            report = audit_windows(column, epsilon=eps, w=w, runs=runs)
+            checked += report.windows_checked
+            worst = max(worst, report.worst_ratio)
+            where = f"class (w={w}, epsilon={eps!r})" + (f" group {g}" if k > 1 else "")
+            violations += [f"{where} {v.describe(eps)}" for v in report.violations]
     return NotionAudit(checked=checked, worst_ratio=worst, violations=tuple(violations))
 
 

@@ -105,3 +105,17 @@ def estimate_variance(epsilon: FloatArray, sizes: FloatArray, d: int) -> FloatAr
     with np.errstate(divide="ignore", invalid="ignore"):
         per_class = (n * q * (1 - q) + n / (d + 1) * (p * (1 - p) - q * (1 - q))) / (p - q) ** 2
     return np.asarray(np.where(epsilon > 0.0, per_class, 0.0).sum(axis=1), dtype=np.float64)
+
+
+def group_counts(bins: FloatArray, user_classes: NDArray[np.int64], classes: int, k: int, d: int) -> FloatArray:
+    """True users per (class, group) and bin, shape (classes·k, d), from one timestamp's per-user bins
+    (-1: absent). The j-th user of class c (column order) is in group j mod k: a public rule that
+    depends on nothing but the requirement set (LDP-IDS's population division, Ren et al. 2022, §5)."""
+    order = np.argsort(user_classes, kind="stable")
+    position = np.empty_like(user_classes)
+    starts = np.searchsorted(user_classes[order], np.arange(classes))
+    position[order] = np.arange(user_classes.size) - starts[user_classes[order]]
+    cell = user_classes * k + position % k
+    slots = cell * (d + 1) + np.rint(bins).astype(np.int64) + 1
+    counts = np.bincount(slots, minlength=classes * k * (d + 1)).reshape(classes * k, d + 1)[:, 1:]
+    return np.asarray(counts, dtype=np.float64)

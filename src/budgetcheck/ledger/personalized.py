@@ -7,6 +7,13 @@ The raw per-user data is read only by the two Sampling-Mechanism operations, whi
 user their own ε_{i,t} (the requested amount: an upper bound on the actual loss min(ε_{i,t}, θ)),
 and by ``local_report``, where every user of a reporting class perturbs its own value with an
 ε_{i,t}-LDP frequency oracle (:mod:`budgetcheck.ledger.local`) and is charged ε_{i,t}.
+
+Population division (LDP-IDS's LPD and LPA, Ren et al. SIGMOD'22, §5): ``local_report_groups``
+charges only a public subset of a class's users. The users of class c are split into k public groups
+by a data-independent rule, the j-th user of the class (stream column order) in group j mod k, and
+the ledger then keeps one exact window per (class, group, run): a charge of shape (runs, classes)
+applies to every group, one of shape (runs, classes, k) to each group its own amount. k is fixed by
+the first grouped report, which must come before any spend.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from budgetcheck import rounding
 from budgetcheck.ledger.core import LedgerCore, journaled
 from budgetcheck.ledger.errors import InvalidArgument
 from budgetcheck.ledger.exact import ExactVector
-from budgetcheck.ledger.local import GRR, OUE, estimate_variance, perturbed_estimate, uses_grr
+from budgetcheck.ledger.local import GRR, OUE, estimate_variance, group_counts, perturbed_estimate, uses_grr
 from budgetcheck.ledger.noise import DISCRETE
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord
@@ -29,7 +36,7 @@ from budgetcheck.ledger.sampling import inclusion_probabilities, optimal_budget
 from budgetcheck.ledger.validation import check_bin_amounts, check_label, check_positive_int
 from budgetcheck.ledger.wevent import window_exceeded
 from budgetcheck.ledger.windows import ExactWindows
-from budgetcheck.stream.secret import Secret, charged
+from budgetcheck.stream.secret import Secret, charged, users_of
 
 FloatArray = NDArray[np.float64]
 SM_SAMPLER = "sampling-mechanism"  # recorded as sampling-mechanism+<the Laplace sampler>
@@ -44,7 +51,7 @@ class PersonalizedLedger(LedgerCore):
     for every user); column c is the budget of every user of ``requirements.classes[c]``.
     """
 
-    __slots__ = ("_counts", "_eps_bounds", "_eps_units", "_requirements", "_windows")
+    __slots__ = ("_counts", "_eps_bounds", "_eps_units", "_groups", "_requirements", "_windows")
 
     def __init__(
         self,
@@ -62,7 +69,19 @@ class PersonalizedLedger(LedgerCore):
         self._counts = np.array(requirements.counts, dtype=np.float64)
         self._eps_units = [rounding.to_units(r.epsilon) for r in requirements.classes]
         self._eps_bounds = [ExactVector.from_int(units) for units in self._eps_units]
+        self._groups = 1
         self._windows = [ExactWindows(r.w, self._runs) for r in requirements.classes]
+
+    @property
+    def groups(self) -> int:
+        """k, the number of public groups every class is split into (1 until a grouped report)."""
+        return self._groups
+
+    def group_sizes(self, groups: int) -> NDArray[np.int64]:
+        """Public: shape (classes, groups), the users of class c in group g (its j-th users, j ≡ g mod k)."""
+        k = check_positive_int(groups, "groups")
+        n = np.array(self._requirements.counts, dtype=np.int64)[:, None]
+        return np.asarray(n // k + (np.arange(k)[None, :] < n % k), dtype=np.int64)
 
     @property
     def requirements(self) -> RequirementSet:
@@ -72,17 +91,28 @@ class PersonalizedLedger(LedgerCore):
         """Shape (runs, classes): what every user of each class can still spend at t (rounded down)."""
         self._refresh()
         t = self._check_t(t)
+        return np.asarray(self.remaining_groups(t).min(axis=2), dtype=np.float64)
+
+    def remaining_groups(self, t: int) -> FloatArray:
+        """Shape (runs, classes, groups): what every user of each (class, group) can still spend at t."""
+        self._refresh()
+        t = self._check_t(t)
         columns = [
-            rounding.units_to_float_down_array(eps - win.prospective(t)[0].to_object())
+            rounding.units_to_float_down_array(eps - win.prospective(t)[0].to_object()).reshape(self._runs, -1)
             for eps, win in zip(self._eps_units, self._windows, strict=True)
         ]
         return np.stack(columns, axis=1)
 
     def window_sum(self, t: int) -> tuple[tuple[int, ...], ...]:
-        """Per class, the exact sums of [t−w_c+1, t] per run, in units of 2**-1127 (for auditors)."""
+        """Per class, the exact sums of [t−w_c+1, t] per run (the largest over its groups), in units of
+        2**-1127 (for auditors)."""
         self._refresh()
         t = self._check_t(t)
-        return tuple(tuple(win.prospective(t)[0].tolist()) for win in self._windows)
+        k = self._groups
+        return tuple(
+            tuple(max(lanes[r * k : (r + 1) * k]) for r in range(self._runs))
+            for lanes in (win.prospective(t)[0].tolist() for win in self._windows)
+        )
 
     @journaled
     def spend(self, t: int, epsilon: ArrayLike, *, purpose: str) -> None:
@@ -163,6 +193,55 @@ class PersonalizedLedger(LedgerCore):
         d = check_positive_int(dimensions, "dimensions")
         return estimate_variance(self._check_amounts(epsilon), self._counts, d)
 
+    @journaled
+    def local_report_groups(
+        self, secret: Secret, epsilon: ArrayLike, *, groups: int, purpose: str = "publication"
+    ) -> FloatArray:
+        """Population division (Ren et al. SIGMOD'22, LDP-IDS §5, LPD/LPA): ``epsilon`` has shape
+        (runs, classes, groups); every user of group g of class c reports through an
+        ε_{c,g}-LDP frequency oracle and is charged ε_{c,g} in its own (class, group) window; groups
+        with 0 send nothing and are charged nothing. Returns Σ of the reporting groups' unbiased
+        estimates, shape (runs, d); NaN rows for runs where no group reports.
+        """
+        t = self._check_secret(secret)
+        if secret.shape[:1] != (self._requirements.n_classes,):
+            raise InvalidArgument(f"{secret!r} is not from a PersonalizedStream of this requirement set")
+        k = check_positive_int(groups, "groups")
+        amounts = self._check_group_amounts(epsilon, k)
+        if not amounts.any():
+            raise InvalidArgument(
+                "a local report with epsilon=0 for every group and run would read the data without paying"
+            )
+        users = users_of(secret)
+        if users is None:
+            raise InvalidArgument(f"{secret!r} keeps no per-user data: grouped reports need a PersonalizedStream")
+        self._divide(k)
+        d = int(secret.shape[-1])
+        flat = amounts.reshape(self._runs, -1)
+        grr = uses_grr(flat, d)
+        used = sorted({GRR if g else OUE for g, a in zip(grr.ravel(), flat.ravel(), strict=True) if a > 0})
+        record = SpendRecord(
+            t=t,
+            purpose=check_label(purpose),
+            amounts=amounts,
+            sensitivity=1.0,
+            sampler=f"{LOCAL_SAMPLER}:{','.join(used)}+numpy-binomial",
+        )
+        self._charge(t, amounts, record)  # refused here: nothing drawn, nothing charged
+        sizes = self.group_sizes(k).reshape(-1).astype(np.float64)
+        with charged(users) as bins:
+            counts = group_counts(bins, self._requirements.user_classes, self._requirements.n_classes, k, d)
+        estimate = perturbed_estimate(self._rng, counts, sizes, flat)
+        reporting = np.asarray(flat.any(axis=1), dtype=bool)
+        return np.asarray(np.where(reporting[:, None], estimate, np.nan), dtype=np.float64)
+
+    def local_group_variance(self, epsilon: ArrayLike, groups: int, dimensions: int) -> FloatArray:
+        """Public (no data): ``local_variance`` of a grouped report, ``epsilon`` of shape (runs, classes, groups)."""
+        k = check_positive_int(groups, "groups")
+        d = check_positive_int(dimensions, "dimensions")
+        flat = self._check_group_amounts(epsilon, k).reshape(self._runs, -1)
+        return estimate_variance(flat, self.group_sizes(k).reshape(-1).astype(np.float64), d)
+
     def reporting_error(self, epsilon: ArrayLike, *, sensitivity: float = 1.0) -> tuple[FloatArray, FloatArray]:
         """OBS on public budgets only (no data): (θ, err(θ)) per run (Du et al. 2025, Algorithm 1)."""
         return optimal_budget(self._check_amounts(epsilon), self._counts, sensitivity=sensitivity)
@@ -183,7 +262,40 @@ class PersonalizedLedger(LedgerCore):
 
     # -- internals -----------------------------------------------------------------------------
     def _reset(self) -> None:
-        self._windows = [ExactWindows(r.w, self._runs) for r in self._requirements.classes]
+        self._windows = [ExactWindows(r.w, self._runs * self._groups) for r in self._requirements.classes]
+
+    def _divide(self, k: int) -> None:
+        """Fix the partition into k groups: only before the first spend, and never a different k after."""
+        if k == self._groups:
+            return
+        if (
+            self._t > 0
+            or self._refusals
+            or any(win.prospective(1)[0].tolist() != [0] * self._runs for win in self._windows)
+        ):
+            raise InvalidArgument(
+                f"groups={k!r}: this ledger's users are already split into {self._groups} group(s); the "
+                "partition is fixed by the first grouped report, which must come before any spend"
+            )
+        self._groups = k
+        self._reset()
+
+    def _check_group_amounts(self, value: ArrayLike, k: int) -> FloatArray:
+        """Shape (runs, classes, k), finite and >= 0."""
+        classes = self._requirements.n_classes
+        try:
+            raw = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(f"epsilon must be a number array of shape {(self._runs, classes, k)}: {exc}") from exc
+        if raw.shape != (self._runs, classes, k):
+            raise InvalidArgument(
+                f"epsilon must have shape (runs, classes, groups)={(self._runs, classes, k)}, got shape {raw.shape}"
+            )
+        bad = np.argwhere(~(np.isfinite(raw) & (raw >= 0)))
+        if bad.size:
+            index = tuple(int(i) for i in bad[0])
+            raise InvalidArgument(f"epsilon{list(index)}={raw[index]!r} must be a finite number >= 0")
+        return raw
 
     def _lookback(self) -> int:
         return max(r.w for r in self._requirements.classes)
@@ -225,43 +337,62 @@ class PersonalizedLedger(LedgerCore):
         draws = self._rng.binomial(whole[None, :, :], p[:, :, None])
         return np.asarray(draws.sum(axis=1), dtype=np.float64)
 
+    def _lanes(self, amounts: FloatArray, c: int) -> FloatArray:
+        """Class c's charge per (run, group) lane, lane = run·k + g: a class-wide charge goes to every group."""
+        if amounts.ndim == 3:
+            if amounts.shape[2] != self._groups:
+                if self._applying:
+                    self._divide(int(amounts.shape[2]))
+                else:
+                    raise InvalidArgument(f"a charge for {amounts.shape[2]} groups on a ledger of {self._groups}")
+            return np.ascontiguousarray(amounts[:, c, :].reshape(-1))
+        return np.repeat(amounts[:, c], self._groups)
+
     def _charge(self, t: int, amounts: FloatArray, record: SpendRecord) -> None:
-        """Check every class's window [t−w_c+1, t] for every run exactly; commit all or nothing."""
+        """Check every (class, group)'s window [t−w_c+1, t] for every run exactly; commit all or nothing."""
+        columns = [self._lanes(amounts, c) for c in range(self._requirements.n_classes)]
+        k = self._groups
         quick = [
-            win.quick_check(t, amounts[:, c], req.epsilon)
+            win.quick_check(t, columns[c], req.epsilon)
             for c, (win, req) in enumerate(zip(self._windows, self._requirements.classes, strict=True))
         ]
         if all(q is not None for q in quick):  # every class certainly within its ε
             for c, (win, q) in enumerate(zip(self._windows, quick, strict=True)):
                 assert q is not None
-                win.commit_quick(t, amounts[:, c], *q)
+                win.commit_quick(t, columns[c], *q)
             self._commit(t, record)
             return
         staged = []
         for c, (eps, win) in enumerate(zip(self._eps_units, self._windows, strict=True)):
-            added = ExactVector.from_floats(amounts[:, c])
+            added = ExactVector.from_floats(columns[c])
             window, leaving = win.prospective(t)
             proposed = window + added
             over = np.flatnonzero(proposed.exceeds(self._eps_bounds[c]))
             if over.size:
                 self._refusals += 1
-                run = int(over[0])
+                lane = int(over[0])
+                run, group = divmod(lane, k)
                 req = self._requirements.classes[c]
+                who = f"users with (w={req.w}, epsilon={req.epsilon!r})" + (f" of group {group}" if k > 1 else "")
                 raise window_exceeded(
                     what=(
-                        f"spend of {float(amounts[run, c])!r} at t={t} for users with (w={req.w}, "
-                        f"epsilon={req.epsilon!r}) (purpose {record.purpose!r}, run {run})"
+                        f"spend of {float(columns[c][lane])!r} at t={t} for {who} "
+                        f"(purpose {record.purpose!r}, run {run})"
                     ),
                     t=t,
                     w=req.w,
                     epsilon=req.epsilon,
                     eps_units=eps,
-                    window=int(window[run]),
-                    proposed=int(proposed[run]),
+                    window=int(window[lane]),
+                    proposed=int(proposed[lane]),
                     run=run,
-                    remaining_call=f"ledger.remaining({t})[{run}, {c}]",
+                    remaining_call=(
+                        f"ledger.remaining_groups({t})[{run}, {c}, {group}]"
+                        if k > 1
+                        else f"ledger.remaining({t})[{run}, {c}]"
+                    ),
                 )
-            staged.append((win, amounts[:, c], added, proposed, leaving))
+            staged.append((win, columns[c], added, proposed, leaving))
         for win, column, added, proposed, leaving in staged:
             win.commit(t, column, added, proposed, leaving)
         self._commit(t, record)

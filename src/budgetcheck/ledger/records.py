@@ -163,7 +163,8 @@ def load_lines(lines: Iterable[str]) -> tuple[LedgerHeader, list[SpendRecord]]:
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidArgument(f"line {number}: malformed record {line.strip()!r}: {exc}") from exc
         expected = (header.runs, len(header.classes)) if header.classes else (header.runs,)
-        if record.amounts.shape != expected:
+        grouped = header.classes and record.amounts.ndim == 3 and record.amounts.shape[2] >= 1  # per (class, group)
+        if record.amounts.shape[: len(expected)] != expected or (record.amounts.ndim != len(expected) and not grouped):
             raise InvalidArgument(
                 f"line {number}: amounts of shape {record.amounts.shape}, the header implies {expected}"
             )

@@ -17,7 +17,7 @@ from budgetcheck.ledger.errors import InvalidArgument, SecretAccess
 from budgetcheck.ledger.requirements import RequirementSet
 from budgetcheck.ledger.validation import check_positive_int, check_stream
 from budgetcheck.stream.neighbours import DEFAULT, Neighbours, check_neighbours
-from budgetcheck.stream.secret import Secret
+from budgetcheck.stream.secret import Secret, attach_users
 
 
 class SecretSequence:
@@ -149,7 +149,7 @@ class PersonalizedStream(SecretSequence):
     neighbouring relation one user, one bin per timestamp (``Neighbours.one_bin()``).
     """
 
-    __slots__ = ("_dimensions", "_requirements")
+    __slots__ = ("_dimensions", "_requirements", "_users")
 
     def __init__(self, requirements: RequirementSet, bins: ArrayLike, *, dimensions: int) -> None:
         if not isinstance(requirements, RequirementSet):
@@ -160,6 +160,10 @@ class PersonalizedStream(SecretSequence):
         self._requirements = requirements
         self._dimensions = d
         super().__init__(counts)
+        # per-user bins, for population division (ledger.local_report_groups); bound to the same ledger
+        self._users = tuple(Secret(t + 1, row, self._claim) for t, row in enumerate(data.astype(np.float64)))
+        for secret, users in zip(self._secrets, self._users, strict=True):
+            attach_users(secret, users)
 
     @classmethod
     def from_events(

@@ -235,6 +235,21 @@ class Secret:
         _refuse(self, "deepcopy()")
 
 
+_USERS: dict[int, Secret] = {}  # id(a per-class secret) -> the secret of the same t's per-user bins
+
+
+def attach_users(secret: Secret, users: Secret) -> None:
+    """Give a PersonalizedStream's secret the companion holding its per-user bins (read only by a
+    charged grouped operation, through :func:`charged`)."""
+    _USERS[id(secret)] = users
+    weakref.finalize(secret, _USERS.pop, id(secret), None)
+
+
+def users_of(secret: Secret) -> Secret | None:
+    """The per-user companion of ``secret``, or None if its stream keeps only counts."""
+    return _USERS.get(id(secret))
+
+
 def neighbours_of(secret: Secret) -> object:
     """The neighbouring relation of the secret's stream (a ``Neighbours``; default one person, one bin)."""
     return secret._neighbours
