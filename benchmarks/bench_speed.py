@@ -5,8 +5,9 @@ length 1000 stacked, 100 runs each; for BD, BA, FASTw, DSATw and RescueDP under 
 w, so the six vary-ε settings at w = 120 are one pass of 12,000 runs) and of a cell (its share), the time of
 the whole artificial grid (10 mechanisms × 20 streams × 10 settings = 2,000 cells) measured or
 extrapolated from the batches run, its wall time on both cores as ``budgetcheck bench --jobs 2``
-runs it (the least of two runs, each in a fresh process; not with --quick), the Laplace-noise floor of the noise-bound cells (drawing the
-runs × T values Uniform consumes, in one call of the library's sampler, in the same process) and the ratio, and the
+runs it (the least of two runs, each in a fresh process; not with --quick), the Laplace-noise floor of the
+noise-bound cells (drawing the runs × T values Uniform consumes, in one call of the library's sampler, in the
+same process) and the ratio, and the
 cost of the ledger's accounting: the same mechanism run through a ledger whose check is switched
 off (a plain float window sum, no exactness, no records). Last, per mechanism the harness and we both run,
 the CPU time of ours against a plain, unchecked numpy version of the same algorithm
@@ -14,7 +15,7 @@ the CPU time of ours against a plain, unchecked numpy version of the same algori
 in one process, with the ledger's share of our time (from the switched-off check); targets: ours at most
 0.5x the harness's CPU per timestep-run, the ledger's share at most 15%.
 
-    python benchmarks/bench_speed.py          # the whole artificial grid, in one process and on both cores (a few minutes)
+    python benchmarks/bench_speed.py          # the whole grid, in one process and on both cores (minutes)
     python benchmarks/bench_speed.py --quick  # the w = 120 pass and the w = 40 pass; w = 80, 160, 200 extrapolated
     python benchmarks/bench_speed.py --live   # the live section alone (under a minute)
 
@@ -174,7 +175,8 @@ def main() -> None:
     eps_at = {w: sum(1 for s in paper.settings if s.w == w) for w in ws}
     stacking = sorted({b.mechanism for b in batches if len(b.epsilons) > 1})
     print(
-        f"{len(batches)} batches of {streams} stacked streams (T = 1000, {grid.runs} runs per stream and ε) in {wall:.1f} s "
+        f"{len(batches)} batches of {streams} stacked streams (T = 1000, {grid.runs} runs per stream and ε) in "
+        f"{wall:.1f} s "
         f"(one process); {', '.join(stacking)} run the {eps_at[120]} ε of w = 120 in one pass "
         f"({streams * grid.runs * eps_at[120]:,} runs), the others one pass per ε; seconds per w:"
     )
@@ -195,7 +197,8 @@ def main() -> None:
     cells = len(paper.mechanisms) * streams * len(paper.settings)
     print(
         f"artificial grid ({cells} cells, {cells * 1000 * grid.runs:.2e} timestep-runs): {total:.0f} s {kind} "
-        f"in one process; the harness: {HARNESS_SECONDS:.0f} s ({HARNESS_SHIPPED_SECONDS:.0f} s as shipped); target 12 s"
+        f"in one process; the harness: {HARNESS_SECONDS:.0f} s ({HARNESS_SHIPPED_SECONDS:.0f} s as shipped); target "
+        "12 s"
     )
     if not args.quick:
         # As `budgetcheck bench --jobs 2` runs it, stored and all, from a fresh process: forked from this
@@ -203,7 +206,8 @@ def main() -> None:
         wall_runs = [_grid_in_fresh_process() for _ in range(2)]
         print(
             f"the same grid on both cores (run_benchmark, --jobs 2, in a fresh process: worker start, streams, "
-            f"metrics and the results file included): {min(wall_runs):.1f} s wall (runs: {', '.join(f'{r:.1f}' for r in wall_runs)})"
+            f"metrics and the results file included): {min(wall_runs):.1f} s wall (runs: "
+            f"{', '.join(f'{r:.1f}' for r in wall_runs)})"
         )
 
     stream = grid.streams[0]
@@ -222,11 +226,13 @@ def main() -> None:
     grid_floor = floor * cells  # one Laplace value per timestep and run of every cell
     print(
         f"drawing one Laplace value per timestep-run of the grid ({cells * 1000 * grid.runs:.2e} values) alone takes "
-        f"{grid_floor:.1f} s: the 12 s target is {12.0 / grid_floor:.1f}x that, the harness {HARNESS_SECONDS / grid_floor:.1f}x "
+        f"{grid_floor:.1f} s: the 12 s target is {12.0 / grid_floor:.1f}x that, the harness "
+        f"{HARNESS_SECONDS / grid_floor:.1f}x "
         f"(with recycled noise), this run {total / grid_floor:.1f}x"
     )
     print(
-        f"noise floor of a Uniform cell ({grid.runs * data.size:,} Laplace draws in one call of budgetcheck's sampler): "
+        f"noise floor of a Uniform cell ({grid.runs * data.size:,} Laplace draws in one call of budgetcheck's "
+        "sampler): "
         f"{floor * 1e3:.2f} ms (numpy's Generator.laplace: {numpy_floor * 1e3:.2f} ms); "
         f"Uniform's run (ledger and mechanism, ε = 1, w = 120; its share of a batch) takes {uniform_run * 1e3:.1f} ms "
         f"= {uniform_run / floor:.1f}x the floor (target 2x); with the runner's stream generation and metrics "
@@ -350,7 +356,8 @@ def live() -> None:
             f"  {name:<8} {1 / ours:>8,.0f} steps/s = {1 / ours / LIVE_TARGETS[name]:.2f}x the target "
             f"{LIVE_TARGETS[name]:,.0f}, {1 / ours / DU_ARTIFACT_STEPS:.2f}x the Du artifact's recorded "
             f"{DU_ARTIFACT_STEPS:,.0f} (BD, Java); the plain numpy version {1 / plain:,.0f} steps/s "
-            f"({'stepped' if name != 'Uniform' else 'the whole stream in one draw'}; ours = {plain / ours:.3f}x its speed)"
+            f"({'stepped' if name != 'Uniform' else 'the whole stream in one draw'}; ours = {plain / ours:.3f}x its "
+            "speed)"
         )
     remaining, spend = _ledger_calls()
     print(

@@ -226,7 +226,8 @@ def main() -> None:
         start = time.perf_counter()
         report = bc.audit_file(folder / "long.db")
         print(
-            f"audit of the long stream's own file ({report.records:,} records): {time.perf_counter() - start:.1f} s, ok={report.ok}"
+            f"audit of the long stream's own file ({report.records:,} records): {time.perf_counter() - start:.1f} s, "
+            f"ok={report.ok}"
         )
         (folder / "long.db").unlink()
         path = folder / "audit.db"
@@ -235,7 +236,8 @@ def main() -> None:
         report = bc.audit_file(path)
         seconds = time.perf_counter() - start
         print(
-            f"audit of {audited:,} records: {seconds:.1f} s, ok={report.ok}, worst {float(report.worst_ratio):.4f} of epsilon"
+            f"audit of {audited:,} records: {seconds:.1f} s, ok={report.ok}, worst {float(report.worst_ratio):.4f} of "
+            "epsilon"
         )
         if kills:
             sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "durable"))
@@ -364,12 +366,14 @@ def campaign(folder: Path, runs: int) -> None:
             worst = max(worst, result.worst_ratio)
             print(
                 f"campaign N={writers} {durability:>7}: {result.runs} runs, {result.accepted:,} spends accepted, "
-                f"{result.refused:,} refused for the budget, {result.stale:,} stale; worst window {float(result.worst_ratio):.6f} "
+                f"{result.refused:,} refused for the budget, {result.stale:,} stale; worst window "
+                f"{float(result.worst_ratio):.6f} "
                 f"of epsilon; failed audits {result.failed_audits}, lost {result.lost}, phantom {result.phantom}, "
                 f"writer errors {len(result.errors)} ({time.perf_counter() - start:.0f} s)"
             )
     print(
-        f"campaign: {total} runs, worst window / epsilon = {worst} ({float(worst):.6f}), configurations over epsilon: {over}"
+        f"campaign: {total} runs, worst window / epsilon = {worst} ({float(worst):.6f}), configurations over epsilon: "
+        f"{over}"
     )
 
 

@@ -68,7 +68,8 @@ def main() -> None:
         laplace = _exact_laplace(runs, args.w, spends, 1)
         reference = _reference(runs, args.w, spends)
         print(
-            f"{runs:>7} {exact * 1e6:>11.1f} µs {laplace * 1e6:>15.1f} µs {reference * 1e6:>13.1f} µs {exact / reference:>6.1f}x"
+            f"{runs:>7} {exact * 1e6:>11.1f} µs {laplace * 1e6:>15.1f} µs {reference * 1e6:>13.1f} µs "
+            f"{exact / reference:>6.1f}x"
         )
 
 

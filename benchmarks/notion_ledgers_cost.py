@@ -98,7 +98,8 @@ def main() -> None:
     args = parser.parse_args()
     spends = 40 if args.quick else 400
     print(
-        f"{'runs R':>7} {'personalized spend':>19} {'personalized SM release':>24} {'Swellfish spend (1,000 policies)':>33}"
+        f"{'runs R':>7} {'personalized spend':>19} {'personalized SM release':>24} "
+        f"{'Swellfish spend (1,000 policies)':>33}"
     )
     for runs in (1, 100):
         spend, release = personalized(runs, spends)

@@ -39,10 +39,12 @@ def main() -> None:
     w = policies.max_interval
     free = np.array([policies.temporal_sensitivity(t) == 0.0 for t in range(1, args.length + 1)])
     print(
-        f"zone {args.zone:g} kW, household {args.household}, T = {args.length}, w = {w}, {free.mean():.0%} of timestamps with no relevant policy"
+        f"zone {args.zone:g} kW, household {args.household}, T = {args.length}, w = {w}, {free.mean():.0%} of "
+        "timestamps with no relevant policy"
     )
     print(
-        f"{'mechanism':<10}{'MAE':>10}{'no policy':>11}{'relevant':>10}{'pubs/run':>10}  publication sizes (shares of ε/(2w): 1, 2, ...)"
+        f"{'mechanism':<10}{'MAE':>10}{'no policy':>11}{'relevant':>10}{'pubs/run':>10}  publication sizes (shares of "
+        "ε/(2w): 1, 2, ...)"
     )
     for name in ("BA", "TSBA", "BD", "TSBD"):
         mechanism = load_mechanism(name)

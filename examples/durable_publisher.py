@@ -49,7 +49,8 @@ def main() -> None:
         print("last releases:", lines[-3:])
         report = audit_file(ledger)
         print(
-            f"audit: chain {'ok' if report.problem is None else report.problem}, worst window {float(report.worst_ratio):.3f} of epsilon"
+            f"audit: chain {'ok' if report.problem is None else report.problem}, worst window "
+            f"{float(report.worst_ratio):.3f} of epsilon"
         )
         assert report.ok and [int(line.split(",")[0]) for line in lines] == list(range(1, 25))
 

@@ -109,7 +109,10 @@ def test_import_budgetcheck_loads_no_heavy_dependency() -> None:
 
 @pytest.mark.parametrize("name", ["verify_mechanism", "VerifyResult", "Counterexample", "proving"])
 def test_verification_names_load_when_first_used(name: str) -> None:
-    code = f"import sys, budgetcheck; assert 'hypothesis' not in sys.modules; budgetcheck.{name}; print('hypothesis' in sys.modules or 'z3' in sys.modules)"
+    code = (
+        f"import sys, budgetcheck; assert 'hypothesis' not in sys.modules; budgetcheck.{name}; print('hypothesis' "
+        "in sys.modules or 'z3' in sys.modules)"
+    )
     assert (
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
         == "True"

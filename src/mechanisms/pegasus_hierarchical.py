@@ -7,7 +7,8 @@ d bins, the paper's §6 layout; the benchmark's flat streams run on it):
 1. Prune (lines 1-17, 19): every node's count c_t(v) + noise through ``ledger.laplace_query`` of
    :class:`budgetcheck.TreeSums` at ε_pr (noise scale σ/ε_pr, σ the tree's sensitivity derived by
    the library: h for one person in one bin). Top down, a node not already pruned whose noisy
-   count is below β (``pruning_threshold``, default 0: a subtree that looks empty) gets ε_v = h − i + 1 (i its level) and its children are pruned; pruned nodes
+   count is below β (``pruning_threshold``, default 0: a subtree that looks empty) gets ε_v = h − i + 1 (i its level)
+   and its children are pruned; pruned nodes
    get 0 and pass it on; the others get 1. Along any root-to-leaf path the weights sum to at most h
    (exactly h when every leaf is on level h).
 2. Perturb (line 23): ``ledger.laplace_weighted`` with the weights ε_v at ε_p: node v gets noise

@@ -114,7 +114,12 @@ def test_prove_table_and_refutation(runner: CliRunner) -> None:
 
     table = result.output.splitlines()[1 : 1 + len(BUILTIN)]
     assert [line.split()[0] for line in table] == list(BUILTIN)
-    assert all(line.split()[-1] == "proved" for line in table)
+    unruled = {line.split()[0] for line in table if line.endswith("not proved")}
+    assert unruled == {"BDPanPrivate", "BAPanPrivate", "LPD", "LPA"}  # verified to a bound, never "proved"
+    assert all(line.split()[-1] == "proved" for line in table if line.split()[0] not in unruled)
+    assert "expose no allocation rule and are not proved: BDPanPrivate, BAPanPrivate, LPD, LPA" in result.output
+    named = runner.invoke(main, ["prove", "LPD", "--w-max", "2"])
+    assert named.exit_code == 3 and "not proved" in named.output  # named: its verdict is the exit code
     assert "as BD" in result.output and "exhaustive(325)" in result.output
     refuted = runner.invoke(main, ["prove", "broken.mutants:BAWithoutNullification", "--w-max", "4"])
     assert refuted.exit_code == 1, refuted.output
@@ -234,7 +239,8 @@ def test_audit_rejects_a_stricter_claim_and_a_tampered_log(runner: CliRunner, tm
         ('{"format": "other"}\n', "format='other' is not 'budgetcheck.ledger'"),
         ('{"format": "budgetcheck.ledger", "version": 99}\n', "version=99 is not supported"),
         (
-            '{"format": "budgetcheck.ledger", "version": 1, "notion": "w-event", "epsilon": 1, "w": 2, "runs": 1}\nnot json\n',
+            '{"format": "budgetcheck.ledger", "version": 1, "notion": "w-event", "epsilon": 1, "w": 2, "runs": 1}'
+            "\nnot json\n",
             "line 2: not JSON",
         ),
     ],

@@ -322,7 +322,8 @@ def test_the_deviation_test_needs_twice_the_identitys_sensitivity(relation: Neig
 
 
 def test_deviation_moves_by_less_than_twice_the_change_brute_force() -> None:
-    """The bound the check relies on, by enumeration: columns of up to 4 timestamps, counts 0..3, one entry changed by ±1..3."""
+    """The bound the check relies on, by enumeration: columns of up to 4 timestamps, counts 0..3,
+    one entry changed by ±1..3."""
     from budgetcheck import deviation
 
     worst = 0.0

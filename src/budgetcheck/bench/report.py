@@ -239,7 +239,8 @@ def supremacy_table(found: Sequence[Finding]) -> str:
 def uniform_table(checks: Sequence[UniformCheck]) -> str:
     bad = [c for c in checks if not c.ok]
     lines = [
-        f"Uniform MAE vs w/eps on artificial streams: {len(checks) - len(bad)} of {len(checks)} within 5 standard errors"
+        f"Uniform MAE vs w/eps on artificial streams: {len(checks) - len(bad)} of {len(checks)} within 5 standard "
+        "errors"
     ]
     for check in bad:
         lines.append(

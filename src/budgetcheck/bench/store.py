@@ -2,7 +2,8 @@
 
 A cell's rows and its entry in ``cells`` are written in one transaction (with the other cells of
 its batch), so an interrupted benchmark holds whole cells only; a second write of the same cell is
-refused by the primary key of ``cells``, and its rows go back with it (never double-counted). ``results`` has no key of its own: an
+refused by the primary key of ``cells``, and its rows go back with it (never double-counted). ``results`` has no key
+of its own: an
 index of five columns over every run cost more than half the parent's time in the grid (200,000
 rows: 0.84 s of CPU with it, 0.36 s without), competing with the workers for the cores; ``rows``
 sorts once when read. ``meta`` holds what makes results comparable (runs, seed, γ, each stream's
@@ -94,7 +95,8 @@ class ResultStore:
             ) from error
         if stored.get("schema", SCHEMA_VERSION) != SCHEMA_VERSION:
             raise InvalidArgument(
-                f"results file {str(self._path)!r} has schema version {stored['schema']!r}; this version reads {SCHEMA_VERSION!r}"
+                f"results file {str(self._path)!r} has schema version {stored['schema']!r}; this version reads "
+                f"{SCHEMA_VERSION!r}"
             )
         if identity is not None:
             self._adopt(stored, {"schema": SCHEMA_VERSION, **identity})

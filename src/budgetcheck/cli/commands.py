@@ -193,7 +193,8 @@ def verify(
 
 _COLUMNS = ("ledger replay", "secret access", "exploration", "rule conformance", "proof", "statistical audit")
 _HEADER = (
-    f"{'mechanism':<22} {'examples':>8} {'runs':>6} {'worst window / ε':>17}  {'replay':<7} {'secret':<7} {'explore':<7} "
+    f"{'mechanism':<22} {'examples':>8} {'runs':>6} {'worst window / ε':>17}  {'replay':<7} {'secret':<7} "
+    f"{'explore':<7} "
     f"{'conform':<10} {'proof':<10} {'audit':<7} {'bound (w, T, runs explored)':<28} verdict"
 )
 
@@ -209,7 +210,8 @@ def _print_row(r: VerifyResult) -> None:
     bound = f"{r.bound.w_max}, {r.bound.horizon}, {r.bound.runs_explored}" if r.bound is not None else "-"
     verdict = r.outcome.value if r.outcome in (Outcome.PROVED, Outcome.BOUNDED) else r.outcome.value.upper()
     click.echo(
-        f"{r.mechanism:<22} {r.examples:>8} {r.runs:>6} {_worst(r):>17}  {c[0]:<7} {c[1]:<7} {c[2]:<7} {c[3]:<10} {c[4]:<10} "
+        f"{r.mechanism:<22} {r.examples:>8} {r.runs:>6} {_worst(r):>17}  {c[0]:<7} {c[1]:<7} {c[2]:<7} {c[3]:<10} "
+        f"{c[4]:<10} "
         f"{c[5]:<7} {bound:<28} {verdict}"
     )
 
@@ -248,15 +250,18 @@ def _junit(results: list[VerifyResult]) -> str:
         if r.outcome is Outcome.VIOLATED:
             failures += 1
             cases.append(
-                f'  <testcase classname="budgetcheck.verify" name={verdict}><failure message={quoteattr(r.outcome.value)}/></testcase>'
+                f'  <testcase classname="budgetcheck.verify" name={verdict}><failure '
+                f"message={quoteattr(r.outcome.value)}/></testcase>"
             )
         elif r.outcome is Outcome.INCONCLUSIVE:
             cases.append(
-                f'  <testcase classname="budgetcheck.verify" name={verdict}><skipped message={quoteattr(r.outcome.value)}/></testcase>'
+                f'  <testcase classname="budgetcheck.verify" name={verdict}><skipped '
+                f"message={quoteattr(r.outcome.value)}/></testcase>"
             )
         else:
             cases.append(
-                f'  <testcase classname="budgetcheck.verify" name={verdict}><system-out>{quoteattr(r.outcome.value + bound)[1:-1]}</system-out></testcase>'
+                '  <testcase classname="budgetcheck.verify" '
+                f"name={verdict}><system-out>{quoteattr(r.outcome.value + bound)[1:-1]}</system-out></testcase>"
             )
         for stage in r.stages:
             name = quoteattr(f"{r.mechanism}: {stage.stage}")
@@ -265,14 +270,19 @@ def _junit(results: list[VerifyResult]) -> str:
             elif stage.verdict is Verdict.FAIL:
                 failures += 1
                 cases.append(
-                    f'  <testcase classname="budgetcheck.verify" name={name}><failure message={quoteattr(stage.detail)}/></testcase>'
+                    f'  <testcase classname="budgetcheck.verify" name={name}><failure '
+                    f"message={quoteattr(stage.detail)}/></testcase>"
                 )
             else:
                 cases.append(
-                    f'  <testcase classname="budgetcheck.verify" name={name}><skipped message={quoteattr(stage.verdict + ": " + stage.detail)}/></testcase>'
+                    f'  <testcase classname="budgetcheck.verify" name={name}><skipped '
+                    f"message={quoteattr(stage.verdict + ': ' + stage.detail)}/></testcase>"
                 )
     body = "\n".join(cases)
-    return f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name="budgetcheck verify" tests="{len(cases)}" failures="{failures}">\n{body}\n</testsuite>\n'
+    return (
+        f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name="budgetcheck verify" tests="{len(cases)}" '
+        f'failures="{failures}">\n{body}\n</testsuite>\n'
+    )
 
 
 @main.command()
@@ -287,8 +297,11 @@ def _junit(results: list[VerifyResult]) -> str:
 def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as_json: bool, quiet: bool) -> None:
     """Prove with Z3 that each MECHANISM's allocation rule keeps every w-window within a symbolic ε.
 
-    Default: every built-in mechanism. Each row is printed as soon as it is decided (with a progress
-    line on a terminal). Exit codes: 0 all proved, 1 refuted, 3 unknown/not proved.
+    Default: every built-in mechanism; a built-in that exposes no rule (its budget is checked by
+    ``verify`` to a bound) is listed as "not proved", named at the end, and does not change the exit
+    code — a mechanism named on the command line always does. Each row is printed as soon as it is
+    decided (with a progress line on a terminal). Exit codes: 0 all proved, 1 refuted, 3 unknown/not
+    proved.
     """
     from budgetcheck.proving import prove_mechanism, rule_of
 
@@ -332,12 +345,19 @@ def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as
         _prove_row(rows[-1], as_json, progress)
     progress.clear()
     if as_json:
-        click.echo(json.dumps({"version": 1, "results": rows}, indent=2))
+        unproved = [row["mechanism"] for row in rows if row["verdict"] is Verdict.NOT_PROVED]
+        click.echo(json.dumps({"version": 1, "results": rows, "no_rule": unproved}, indent=2))
     elif not quiet:
         for row in rows:
             if row["detail"]:
                 click.echo(f"\n{row['mechanism']}: {row['detail']}")
-    verdicts = {row["verdict"] for row in rows}
+    unruled = [row["mechanism"] for row in rows if row["verdict"] is Verdict.NOT_PROVED] if not mechanism else []
+    if unruled and not as_json and not quiet:
+        click.echo(
+            f"\n{len(unruled)} built-in mechanisms expose no allocation rule and are not proved: {', '.join(unruled)} "
+            "(budgetcheck verify checks them to a bound)"
+        )
+    verdicts = {row["verdict"] for row in rows if row["mechanism"] not in unruled}
     sys.exit(
         EXIT_VIOLATION
         if Verdict.REFUTED in verdicts
@@ -460,7 +480,8 @@ def _audit_notion(log: Path, header: LedgerHeader, records: list[SpendRecord], a
         )
     else:
         click.echo(
-            f"{log}: {header.notion} ledger, {len(records)} records, {header.runs} runs, {result.checked} constraints checked"
+            f"{log}: {header.notion} ledger, {len(records)} records, {header.runs} runs, {result.checked} constraints "
+            "checked"
         )
         click.echo(f"worst: {float(result.worst_ratio):.6f} of the budget")
         for violation in result.violations:

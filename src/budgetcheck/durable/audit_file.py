@@ -233,7 +233,10 @@ def _audit(
             db, path, checked_against, start, count, anchor, streaming, max_violations
         )
     if problem is None and (seen != count or last != head):
-        problem = f"the file ends at record {seen}, but its head names record {count}: records were removed or the head was edited"
+        problem = (
+            f"the file ends at record {seen}, but its head names record {count}: records were removed or the "
+            "head was edited"
+        )
     if problem is None and anchor is not None and not found:
         problem = f"the file does not extend the expected head {anchor} (it was rolled back, rewritten or replaced)"
     checked, worst, violations, broken = composition

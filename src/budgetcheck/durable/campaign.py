@@ -1,4 +1,5 @@
-"""A concurrency campaign against one ledger store (SQLite files in a directory, or PostgreSQL ledgers): several processes spend on the newest
+"""A concurrency campaign against one ledger store (SQLite files in a directory, or PostgreSQL ledgers): several
+processes spend on the newest
 timestamp at once (most spends collide with another writer's, many are refused), then every
 window is audited and every accepted spend is looked up in the file.
 

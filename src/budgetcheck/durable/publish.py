@@ -146,7 +146,8 @@ def publish(
     """
     if not callable(getattr(mechanism, "releases", None)):
         raise InvalidArgument(
-            f"mechanism {getattr(mechanism, 'name', mechanism)!r} cannot publish live: it has no releases(stream, ledger) generator"
+            f"mechanism {getattr(mechanism, 'name', mechanism)!r} cannot publish live: it has no releases(stream, "
+            "ledger) generator"
         )
     if (out is None) == (out_path is None):
         raise InvalidArgument("give exactly one of out (a stream) and out_path (a file)")
@@ -214,7 +215,8 @@ def publish(
                 if index < len(stored):
                     if not np.array_equal(row, stored[index][1]):
                         raise LedgerCorrupt(
-                            f"replaying t={stored[index][0]} gave {row.tolist()}, the file recorded {stored[index][1].tolist()}"
+                            f"replaying t={stored[index][0]} gave {row.tolist()}, the file recorded "
+                            f"{stored[index][1].tolist()}"
                         )
                     continue
                 store_release(ledger, stream.current, row)
@@ -276,7 +278,8 @@ def _ledger(
         assert policies is not None
         if epsilon is None or w is not None:
             raise InvalidArgument(
-                f"a Swellfish publisher needs epsilon and policies (w comes from them), got epsilon={epsilon!r}, w={w!r}"
+                f"a Swellfish publisher needs epsilon and policies (w comes from them), got epsilon={epsilon!r}, "
+                f"w={w!r}"
             )
         return SwellfishLedger(policies, epsilon=epsilon, runs=1, sampler=sampler)
     if requirements is None:
@@ -285,7 +288,8 @@ def _ledger(
         return WindowLedger(WEventParams(epsilon=epsilon, w=w), runs=1, sampler=sampler)
     if epsilon is not None or w is not None:
         raise InvalidArgument(
-            f"a personalized publisher takes w and epsilon per user from the requirements, not epsilon={epsilon!r}, w={w!r}"
+            f"a personalized publisher takes w and epsilon per user from the requirements, not epsilon={epsilon!r}, "
+            f"w={w!r}"
         )
     return PersonalizedLedger(requirements, runs=1, sampler=sampler)
 

@@ -63,7 +63,8 @@ class Replay:
             stored.amounts, record.amounts
         ):
             raise LedgerCorrupt(
-                f"replay diverged at record {row.seq}: the file has t={stored.t}, {stored.purpose!r}, amounts {stored.amounts.tolist()}; "
+                f"replay diverged at record {row.seq}: the file has t={stored.t}, {stored.purpose!r}, amounts "
+                f"{stored.amounts.tolist()}; "
                 f"the mechanism spends t={record.t}, {record.purpose!r}, amounts {record.amounts.tolist()} "
                 "(was the file written by another mechanism or other parameters?)"
             )

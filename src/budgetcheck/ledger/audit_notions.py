@@ -77,7 +77,8 @@ def audit_swellfish(
             worst = max(worst, loss / eps)
             if loss > eps:
                 violations.append(
-                    f"run {run}: policy {index} J=[{policy.start}, {policy.end}] loses {float(loss)!r} > epsilon={epsilon!r}"
+                    f"run {run}: policy {index} J=[{policy.start}, {policy.end}] loses {float(loss)!r} > "
+                    f"epsilon={epsilon!r}"
                 )
     return NotionAudit(checked=checked, worst_ratio=worst, violations=tuple(violations))
 

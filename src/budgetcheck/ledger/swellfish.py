@@ -186,7 +186,8 @@ class SwellfishLedger(LaplaceReleases):
         run_text = f", run {run}" if self._runs > 1 else ""
         return BudgetExceeded(
             f"spend of {float(amounts[run])!r} at t={t}{run_text} would make the {self._policies.delta(index)} largest "
-            f"budgets in J=[{policy.start}, {policy.end}] of policy {index} sum to {total!r} > epsilon={self._epsilon!r}; "
+            f"budgets in J=[{policy.start}, {policy.end}] of policy {index} sum to {total!r} > "
+            f"epsilon={self._epsilon!r}; "
             f"ledger.remaining({t}) is {float(self.remaining(t)[run])!r}",
             run=run,
             window=(policy.start, policy.end),

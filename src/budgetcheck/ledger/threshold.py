@@ -79,7 +79,8 @@ def _check_deviation_sensitivity(declared: float, secret: Secret, query: LinearQ
 
 @final
 class ThresholdTest:
-    """AboveThreshold instances per run and cell on one :class:`~budgetcheck.ledger.wevent.WindowLedger` (see the module docstring).
+    """AboveThreshold instances per run and cell on one :class:`~budgetcheck.ledger.wevent.WindowLedger` (see the
+    module docstring).
 
     Made by ``ledger.above_threshold``. ``max_footprint`` caps an instance's footprint: an instance
     that would read more timestamps is closed (a public decision) and a new one opens at t.
@@ -211,7 +212,8 @@ class ThresholdTest:
             )
         if self._groups is not None and statistic is not deviation:
             raise InvalidArgument(
-                "this test keeps its footprints as sorted groups (its first query was deviation): query it with deviation"
+                "this test keeps its footprints as sorted groups (its first query was deviation): query it with "
+                "deviation"
             )
         shape = (ledger.runs, *self._cells)
         given = np.asarray(thresholds, dtype=np.float64)

@@ -73,7 +73,8 @@ def check_amounts(value: object, runs: int, name: str = "epsilon") -> FloatArray
         arr = np.full(runs, float(arr))
     if arr.shape != (runs,):
         raise InvalidArgument(
-            f"{name} has shape {arr.shape}; the ledger accounts for {runs} runs, so it must be a scalar or have shape ({runs},)"
+            f"{name} has shape {arr.shape}; the ledger accounts for {runs} runs, so it must be a scalar or have shape "
+            f"({runs},)"
         )
     return _finite_nonnegative(arr, name)
 

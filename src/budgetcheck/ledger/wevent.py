@@ -366,7 +366,8 @@ class WindowLedger(LaplaceReleases):
         w = self._params.w
         if len(set(stamps)) != len(stamps) or min(stamps) < t - w + 1:
             raise InvalidArgument(
-                f"secrets must be distinct timestamps within one window [t-w+1, t] = [{max(1, t - w + 1)}, {t}], got {sorted(stamps)}"
+                f"secrets must be distinct timestamps within one window [t-w+1, t] = [{max(1, t - w + 1)}, {t}], got "
+                f"{sorted(stamps)}"
             )
         purpose = check_label(purpose)
         sensitivity = check_sensitivity(sensitivity)
@@ -378,7 +379,8 @@ class WindowLedger(LaplaceReleases):
                 self._refusals += 1
                 run = int(over[0])
                 raise window_exceeded(
-                    what=f"footprint measurement of {float(amounts[run])!r} at each of t={sorted(stamps)} (purpose {purpose!r}{_run_text(run, self._runs)})",
+                    what=f"footprint measurement of {float(amounts[run])!r} at each of t={sorted(stamps)} (purpose "
+                    f"{purpose!r}{_run_text(run, self._runs)})",
                     t=end,
                     w=w,
                     epsilon=self._run_epsilon(run),
@@ -554,7 +556,10 @@ class WindowLedger(LaplaceReleases):
 
     def __repr__(self) -> str:
         eps = self._epsilon if isinstance(self._epsilon, float) else sorted(set(self._epsilon.tolist()))
-        return f"WindowLedger(epsilon={eps!r}, w={self._params.w}, runs={self._runs}, t={self._t}, records={len(self._records)})"
+        return (
+            f"WindowLedger(epsilon={eps!r}, w={self._params.w}, runs={self._runs}, t={self._t}, "
+            f"records={len(self._records)})"
+        )
 
     def _run_epsilon(self, run: int) -> float:
         return self._epsilon if isinstance(self._epsilon, float) else float(self._epsilon[run])

@@ -124,7 +124,8 @@ class ExactWindows:
         return window, leaving
 
     def commit(self, t: int, amounts: FloatArray, added: ExactVector, proposed: ExactVector, leaving: int) -> None:
-        """Record ``amounts`` (exactly ``added``) at t; ``proposed``/``leaving`` come from :meth:`prospective` plus added."""
+        """Record ``amounts`` (exactly ``added``) at t; ``proposed``/``leaving`` come from
+        :meth:`prospective` plus added."""
         self._retire(t, leaving, quick=False)
         self._append(t, amounts, added)
         self._sum = proposed

@@ -137,7 +137,8 @@ def execute(
     """Run ``mechanism`` on ``data`` (shape (T, d), or a GuardedStream, stacked or not) under (ε, w)
     for ``runs`` seeded runs; ``epsilon`` may give one ε per run (``WindowLedger.with_epsilons``).
 
-    An experiment, not a publication: the ledger keeps its records (for audits) and its noise is reproducible from ``seed`` (``numpy-laplace``)
+    An experiment, not a publication: the ledger keeps its records (for audits) and its noise is reproducible from
+    ``seed`` (``numpy-laplace``)
     unless ``sampler`` names another; to publish, use a ledger file (:func:`budgetcheck.publish`)."""
     stream = data if isinstance(data, GuardedStream) else GuardedStream(data)
     if np.ndim(epsilon) == 0:

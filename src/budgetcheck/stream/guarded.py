@@ -194,7 +194,10 @@ class PersonalizedStream(SecretSequence):
 
     def __repr__(self) -> str:
         r = self._requirements
-        return f"PersonalizedStream(length={self._length}, dimensions={self._dimensions}, users={r.n_users}, classes={r.n_classes})"
+        return (
+            f"PersonalizedStream(length={self._length}, dimensions={self._dimensions}, users={r.n_users}, "
+            f"classes={r.n_classes})"
+        )
 
 
 def class_counts(

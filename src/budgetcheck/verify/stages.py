@@ -84,10 +84,14 @@ class Counterexample:
             )
         if self.several_epsilons:
             return (
-                f"budgetcheck.execute({mech}, {data!r}, epsilon=[{case.epsilon!r}] * {case.runs} + [{case.epsilon / 3!r}] * "
+                f"budgetcheck.execute({mech}, {data!r}, epsilon=[{case.epsilon!r}] * {case.runs} + "
+                f"[{case.epsilon / 3!r}] * "
                 f"{case.runs}, w={case.w}, runs={2 * case.runs}, seed={case.seed})"
             )
-        return f"budgetcheck.execute({mech}, {data!r}, epsilon={case.epsilon!r}, w={case.w}, runs={case.runs}, seed={case.seed})"
+        return (
+            f"budgetcheck.execute({mech}, {data!r}, epsilon={case.epsilon!r}, w={case.w}, runs={case.runs}, "
+            f"seed={case.seed})"
+        )
 
 
 @attrs.frozen
@@ -269,8 +273,8 @@ def verify_mechanism(
                     FAIL if other else PASS,
                     f"{counterexample.reason}: {counterexample.detail}"
                     if other and counterexample
-                    else f"{replay.examples} streams, {replay.runs} runs, worst window {replay.worst_ratio:.6f} of epsilon"
-                    + (" (an attempted spend, refused)" if replay.worst_refused else ""),
+                    else f"{replay.examples} streams, {replay.runs} runs, worst window {replay.worst_ratio:.6f} of "
+                    "epsilon" + (" (an attempted spend, refused)" if replay.worst_refused else ""),
                     replay_seconds,
                 )
             )
@@ -313,7 +317,8 @@ def _timed(stage: Callable[[], StageResult]) -> StageResult:
 
 
 def _replay_w_max(notion: Notion, max_length: int) -> int:
-    """The largest window the replay strategies draw (w-event: w <= 40; personalized: w_c <= 12; Swellfish: |J| <= 24)."""
+    """The largest window the replay strategies draw (w-event: w <= 40; personalized: w_c <= 12;
+    Swellfish: |J| <= 24)."""
     return min({Notion.W_EVENT: 40, Notion.PERSONALIZED: 12}.get(notion, 24), max_length)
 
 
@@ -617,7 +622,8 @@ def _check_case(mechanism: Any, case: AnyCase, worst: list[Fraction]) -> int:
             _note_refused(worst, Fraction(ledger.worst_refused_ratio))
             raise _Violation(
                 "overspend attempted",
-                f"the mechanism asked for more than a window allows {ledger.refusals} time(s) and swallowed the refusal{where}",
+                f"the mechanism asked for more than a window allows {ledger.refusals} time(s) and swallowed the "
+                f"refusal{where}",
                 several_epsilons=several,
             )
         if ratio > worst[0]:
