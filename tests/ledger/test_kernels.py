@@ -67,5 +67,6 @@ def test_compiled_falls_back_only_for_a_missing_cache_directory(monkeypatch: pyt
         raise RuntimeError("something else went wrong")
 
     monkeypatch.setattr(numba, "njit", failing)
+    kernel = compiled(lambda x: x)
     with pytest.raises(RuntimeError, match="something else"):
-        compiled(lambda x: x)
+        kernel(1.0)  # set up on its first call
