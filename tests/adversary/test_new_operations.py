@@ -20,7 +20,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
@@ -429,3 +429,140 @@ def test_spending_remaining_under_an_exposure_is_accepted_and_one_ulp_more_refus
         ledger.held_laplace(stream.secret(3), left, [True]), twin.held_laplace(twin_stream.secret(3), left, [True])
     )
     _pan_audit(ledger.records, 1, 3, 1.0)
+
+
+# ---------------------------------------------------------------- weighted tree releases and hierarchies
+
+
+@st.composite
+def _trees(draw):
+    """A random valid tree: leaves merged in random groups of >= 2, level by level, up to one root."""
+    leaves = draw(st.integers(2, 6))
+    level, children, nxt = list(range(leaves)), [], leaves
+    while len(level) > 1:
+        level = draw(st.permutations(level))
+        size = draw(st.integers(2, len(level)))
+        children.append(list(level[:size]))
+        level = [*level[size:], nxt]
+        nxt += 1
+    return leaves, children
+
+
+def _deltas(relation: str, k: int, d: int):
+    if relation == "replace":
+        return [np.eye(d)[i] - np.eye(d)[j] for i in range(d) for j in range(d) if i != j]
+    if relation == "one_bin":
+        return [c * np.eye(d)[j] for j in range(d) for c in range(-k, k + 1) if c]
+    out = []
+    for v in itertools.product(range(-k, k + 1), repeat=d):
+        if 0 < sum(map(abs, v)) <= k:
+            out.append(np.array(v, dtype=float))
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(tree=_trees(), data=st.data())
+def test_the_weighted_tree_release_never_loses_more_than_eps_on_any_neighbouring_pair(tree, data) -> None:
+    """Every neighbouring Δ of the stream's relation (one person, one leaf => every ancestor): the realised loss
+    Σ_i |(AΔ)_i| / scale_i of the recorded noise scales is <= ε in exact rationals, per run."""
+    leaves, children = tree
+    hierarchy = Hierarchy(leaves, children)
+    query = TreeSums(hierarchy)
+    relation = data.draw(st.sampled_from(["one_bin", "across", "replace"]))
+    k = data.draw(st.integers(1, 2)) if relation != "replace" else 1
+    neighbours = {
+        "one_bin": lambda: Neighbours.one_bin(k),
+        "across": lambda: Neighbours.across_bins(k),
+        "replace": Neighbours.replace_one,
+    }[relation]()
+    m = hierarchy.nodes
+    weights = np.array(data.draw(st.lists(st.lists(st.integers(0, 4), min_size=m, max_size=m), min_size=2, max_size=2)))
+    assume(weights.sum(axis=1).all())
+    eps = np.array([data.draw(st.sampled_from([1.0, 0.1 + 0.2, 3.0])) for _ in range(2)])
+    stream = GuardedStream(np.ones((1, leaves)), neighbours=neighbours)
+    ledger = WindowLedger(epsilon=3.0, w=2, runs=2, sampler="numpy-laplace", keep_records=True)
+    out = ledger.laplace_weighted(stream.secret(1), query, weights, eps)
+    scale = np.asarray(ledger.records[-1].noise_scale, dtype=float).reshape(2, m)
+    assert np.array_equal(np.isinf(scale), weights == 0) and np.isnan(out[weights == 0]).all()
+    a = hierarchy.matrix()
+    for delta in _deltas(relation, k, leaves):
+        change = np.abs(a @ delta)
+        for r in range(2):
+            loss = sum(
+                (
+                    Fraction(float(c)) / Fraction(float(s))
+                    for c, s in zip(change, scale[r], strict=True)
+                    if c and np.isfinite(s)
+                ),
+                Fraction(0),
+            )
+            assert loss <= Fraction(float(eps[r])), (relation, k, delta, r, float(loss))
+
+
+@settings(max_examples=200, deadline=None)
+@given(leaves=st.integers(1, 5), children=st.lists(st.lists(st.integers(-1, 9), max_size=4), max_size=5))
+def test_a_hierarchy_is_accepted_exactly_when_it_is_a_tree(leaves: int, children: list[list[int]]) -> None:
+    """An independent validator: indices in range, no repeats, every inner node >= 2 children, one parent
+    each, acyclic, one root. Anything else is an InvalidArgument, never another exception."""
+    nodes = leaves + len(children)
+    parent: dict[int, int] = {}
+    valid = True
+    for i, kids in enumerate(children):
+        valid &= len(kids) >= 2 and len(set(kids)) == len(kids) and all(0 <= c < nodes for c in kids)
+        for c in kids:
+            valid &= c not in parent and c != leaves + i
+            parent[c] = leaves + i
+    roots = [v for v in range(nodes) if v not in parent]
+    valid &= len(roots) == 1
+    if valid:  # acyclic: every node reaches the root
+        for v in range(nodes):
+            seen = set()
+            while v in parent and v not in seen:
+                seen.add(v)
+                v = parent[v]
+            valid &= v == roots[0]
+    try:
+        hierarchy = Hierarchy(leaves, children)
+    except InvalidArgument:
+        assert not valid
+        return
+    assert valid
+    assert hierarchy.matrix()[hierarchy.root].tolist() == [1.0] * leaves
+
+
+# ---------------------------------------------------------------- the one-run ledger's exact integers
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_the_one_run_ledger_decides_exactly_as_two_runs_and_a_fraction_oracle(data: st.DataObject) -> None:
+    """w up to 10^6, gaps around w, amounts one ulp either side of what is left, subnormals: runs=1 and runs=2
+    (the same spend on both runs) accept and refuse the same, report the same remaining(), as the exact oracle."""
+    w = data.draw(st.sampled_from([1, 2, 3, 7, 1000, 10**6]))
+    eps = data.draw(st.sampled_from([1.0, 0.1 + 0.2, 5e-324, 1e-300, 1e300]))
+    one = WindowLedger(epsilon=eps, w=w, runs=1)
+    two = WindowLedger(epsilon=eps, w=w, runs=2)
+    history: list[tuple[int, Fraction]] = []
+    t = 1
+    for _ in range(data.draw(st.integers(1, 25))):
+        t += data.draw(st.sampled_from([0, 1, w - 1, w, w + 1, 2**40]))
+        t = min(t, 2**62)
+        exact_left = Fraction(eps) - sum((a for s, a in history if s > t - w), Fraction(0))
+        left = one.remaining(t)
+        assert left.tolist() == [two.remaining(t)[0]] * 1 == [two.remaining(t)[1]]
+        assert 0 <= Fraction(float(left[0])) <= exact_left
+        near = float(left[0])
+        amount = data.draw(
+            st.sampled_from(
+                [near, float(np.nextafter(near, np.inf)), float(np.nextafter(near, 0)), 5e-324, eps, near / 3]
+            )
+        )
+        over = Fraction(amount) > exact_left
+        for ledger in (one, two):
+            if over:
+                with pytest.raises(BudgetExceeded):
+                    ledger.spend(t, amount, purpose="x")
+            else:
+                ledger.spend(t, amount, purpose="x")
+        if not over:
+            history.append((t, Fraction(amount)))
