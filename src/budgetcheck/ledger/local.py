@@ -16,8 +16,12 @@ nothing about who was present.
   frequency oracle): GRR iff its variance is smaller, i.e. D − 2 < 3 e^ε, else OUE.
 
 e^ε is rounded down by 2^-48 (relative) before p and q are formed, so float error in the divisions
-(a few ulp) can only shrink the realised ratio below e^ε. The estimator uses the same p and q, so it
-is exactly unbiased for the randomiser that runs.
+(a few ulp) can only shrink the realised ratio below e^ε; past the largest double it is capped there
+(p/q stays finite, below e^ε). Below about ε = 2^-48 no two doubles p > q are within e^ε of each
+other: such a budget (``realisable`` False) is charged as asked but its report is drawn with p = q,
+independent of the value (0-LDP), and its class adds nothing to the estimate, which carries no
+information about it. Otherwise the estimator uses the same p and q, so it is exactly unbiased for the
+randomiser that runs.
 
 Sampling a whole class at once is exact in distribution: under GRR the n_b users of true value b
 send a Multinomial(n_b, (q, .., p, .., q)) vector of reports; under OUE bin j's support is
@@ -31,18 +35,28 @@ from numpy.typing import NDArray
 
 FloatArray = NDArray[np.float64]
 _DOWN = 1.0 - 2.0**-48
+_LARGEST = float(np.finfo(np.float64).max)
 GRR = "grr"
 OUE = "oue"
 
 
 def exp_down(epsilon: FloatArray) -> FloatArray:
-    """e^ε rounded down (strictly below the exact value for ε > 0)."""
-    return np.asarray(np.exp(epsilon) * _DOWN, dtype=np.float64)
+    """e^ε rounded down (strictly below the exact value for ε > 0), at most the largest double · (1 − 2^-48)
+    and, for ε > 0, at least 1 (so that q/p never exceeds e^ε either)."""
+    with np.errstate(over="ignore"):
+        down = np.minimum(np.exp(epsilon), _LARGEST) * _DOWN
+    return np.asarray(np.where(np.asarray(epsilon) > 0.0, np.maximum(down, 1.0), down), dtype=np.float64)
+
+
+def realisable(epsilon: FloatArray) -> NDArray[np.bool_]:
+    """Whether ε > 0 is large enough for an informative oracle (e^ε rounded down above 1, so p > q)."""
+    return np.asarray(exp_down(epsilon) > 1.0)
 
 
 def uses_grr(epsilon: FloatArray, d: int) -> NDArray[np.bool_]:
     """Wang et al. 2017, §4.4: GRR iff D − 2 < 3 e^ε, with D = d + 1 values (the bins and ⊥)."""
-    return np.asarray((d + 1) - 2 < 3.0 * exp_down(epsilon))
+    with np.errstate(over="ignore"):
+        return np.asarray((d + 1) - 2 < 3.0 * exp_down(epsilon))
 
 
 def probabilities(epsilon: FloatArray, d: int) -> tuple[FloatArray, FloatArray]:
@@ -89,7 +103,8 @@ def perturbed_estimate(
         support += rng.binomial(own, 0.5) + rng.binomial(others, np.where(oue, q, 0.0)[:, :, None])
     with np.errstate(divide="ignore", invalid="ignore"):
         estimate = (support - (n * q)[:, :, None]) / (p - q)[:, :, None]
-    return np.asarray(np.where(reporting[:, :, None], estimate, 0.0).sum(axis=1), dtype=np.float64)
+    informative = reporting & realisable(epsilon)  # p = q: the report says nothing, nothing to add
+    return np.asarray(np.where(informative[:, :, None], estimate, 0.0).sum(axis=1), dtype=np.float64)
 
 
 def estimate_variance(epsilon: FloatArray, sizes: FloatArray, d: int) -> FloatArray:
