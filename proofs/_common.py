@@ -14,7 +14,8 @@ def run(rule: AllocationRule, name: str, default_w_max: int = 128) -> bool:
     verdict = prove_range(rule, range(1, args.w_max + 1))
     for result in verdict.results:
         print(
-            f"{name} w={result.w:<4} {result.verdict.value:<8} {result.method:<24} {result.seconds:7.3f}s {result.detail}"
+            f"{name} w={result.w:<4} {result.verdict.value:<8} {result.method:<24} {result.seconds:7.3f}s "
+            f"{result.detail}"
         )
     print(f"{name}: {verdict.verdict.value} for w in 1..{args.w_max} ({verdict.seconds:.1f}s)")
     return verdict.verdict is Verdict.PROVED
