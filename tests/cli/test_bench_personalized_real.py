@@ -175,6 +175,9 @@ def test_the_options_choose_the_data_sets(tmp_path: Path, monkeypatch: pytest.Mo
         runner.invoke(main, ["bench", "personalized", "--dataset", "Sin", "--out", str(tmp_path / "a")]).exit_code == 0
     )
     assert seen[-1]["datasets"] == ("Sin",) and seen[-1]["real"] == {}
+    assert seen[-1]["mechanisms"] == study.MECHANISMS and "PLBU" in study.MECHANISMS
+    chosen = ["bench", "personalized", "--mechanism", "LBU", "--mechanism", "LPA", "--out", str(tmp_path / "c")]
+    assert runner.invoke(main, chosen).exit_code == 0 and seen[-1]["mechanisms"] == ("LBU", "LPA")
     ok = runner.invoke(
         main, ["bench", "personalized", "--real-only", "--taxi", str(taxi), "--out", str(tmp_path / "b")]
     )
@@ -192,3 +195,30 @@ def test_the_options_choose_the_data_sets(tmp_path: Path, monkeypatch: pytest.Mo
     unknown = runner.invoke(main, ["bench", "personalized", "--dataset", "Taxi"])
     assert unknown.exit_code == 2 and "'Taxi' is not one of" in unknown.output
     assert len(seen) == calls
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [("BD", "mechanism='BD' is not a personalized w-event mechanism"), ("NoSuch", "NoSuch")],
+)
+def test_a_mechanism_the_study_cannot_run_exits_2_before_any_run(tmp_path: Path, name: str, message: str) -> None:
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        main, ["bench", "personalized", "--mechanism", "PBD", "--mechanism", name, "--out", str(out)]
+    )
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "AMRE" not in result.output and not out.exists()
+
+
+def test_the_local_mechanisms_run_on_a_real_stream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ren et al.'s LBU and LPA, chosen by name, run at every quick point of the Taxi stream."""
+    _no_drawing(monkeypatch)
+    out = tmp_path / "out"
+    arguments = ["--real-only", "--taxi", str(_taxi(tmp_path)), "--mechanism", "LBU", "--mechanism", "LPA"]
+    result = CliRunner().invoke(main, ["bench", "personalized", *arguments, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    _, rows = _rows(out)
+    assert sorted((r["mechanism"], r["experiment"], r["x"]) for r in rows) == sorted(
+        (m, p.experiment, p.x) for m in ("LBU", "LPA") for p in study.experiments(6, **QUICK)
+    )
+    assert all(np.isfinite(r["amre"]) for r in rows)

@@ -32,8 +32,9 @@ from numpy.typing import NDArray
 
 from budgetcheck.bench.config import stable_seed
 from budgetcheck.ledger.errors import InvalidArgument
+from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.requirements import RequirementSet
-from budgetcheck.mechanism.execute import execute_personalized
+from budgetcheck.mechanism.execute import execute_personalized, notion_of
 from budgetcheck.mechanism.loading import load_mechanism
 
 FloatArray = NDArray[np.float64]
@@ -170,6 +171,9 @@ def run_study(
     ``length`` slots (their user counts are the data's). Every real stream is read before the first
     run, so a missing or malformed download is refused at once. ``points``: the points, or a function
     of the number of users giving them (a real stream's users are the data's); default all of Table 3."""
+    for name in mechanisms:
+        if notion_of(load_mechanism(name)) != Notion.PERSONALIZED:
+            raise InvalidArgument(f"mechanism={name!r} is not a personalized w-event mechanism (the study runs those)")
     loaded = {name: _real_bins(name, path, length) for name, path in (real or {}).items()}
     rows = []
     for dataset in [*datasets, *loaded]:

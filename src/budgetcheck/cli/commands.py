@@ -747,6 +747,13 @@ def bench_report(results: Path, out: Path | None, kind: str) -> None:
     help="Synthetic data sets to run (repeatable; default all three, none with --real-only).",
 )
 @click.option("--real-only", is_flag=True, help="Run only the real streams given by --taxi and --foursquare.")
+@click.option(
+    "--mechanism",
+    "mechanisms",
+    multiple=True,
+    help="Personalized mechanism to run (repeatable; default PBD, PBA, StrictestBD, StrictestBA, PLBU; "
+    "also e.g. LBU, LSP, LBD, LBA, LPD, LPA or module:attr).",
+)
 def bench_personalized(
     paper: bool,
     out: Path,
@@ -755,6 +762,7 @@ def bench_personalized(
     foursquare: Path | None,
     datasets: tuple[str, ...],
     real_only: bool,
+    mechanisms: tuple[str, ...],
 ) -> None:
     """The personalized w-event study (Du et al. 2025, §5): PBD, PBA vs BD, BA under the strictest requirement
     and the LDP baseline PLBU, on TLNS, Sin, Log and, from your downloads, Taxi and Foursquare.
@@ -783,6 +791,7 @@ def bench_personalized(
             seed=seed,
             datasets=synthetic,
             points=None if paper else quick_points,
+            mechanisms=mechanisms or study.MECHANISMS,
             progress=lambda line: click.echo(line, err=True),
             real=real,
         )
