@@ -59,7 +59,8 @@ def test_personalized_report_writes_du_figures_and_recomputable_tables(personali
     params, stored = _jsonl(personalized)
     assert params["study"] == "personalized" and params["params"] == {"users": 120, "length": 50, "runs": 2, "seed": 5}
     table = _csv(tmp_path / "du_results.csv")
-    assert len(table) == len(stored) == 2 * 6 * 4  # datasets x points x mechanisms
+    assert len(table) == len(stored) == 2 * 6 * len(ps.MECHANISMS)  # datasets x points x mechanisms
+    assert "PLBU" in ps.MECHANISMS
     for row, raw in zip(table, stored, strict=True):
         assert (row["dataset"], row["mechanism"]) == (raw["dataset"], raw["mechanism"])
         assert float(row["AMRE"]) == raw["amre"] and float(row["AJSD"]) == raw["ajsd"]
@@ -78,6 +79,8 @@ def test_personalized_report_writes_du_figures_and_recomputable_tables(personali
         for better, base, column in (
             ("PBA", "StrictestBA", "PBA vs BA: % lower AMRE"),
             ("PBD", "StrictestBD", "PBD vs BD: % lower AMRE"),
+            ("PBA", "PLBU", "PBA vs PLBU: % lower AMRE"),
+            ("PBD", "PLBU", "PBD vs PLBU: % lower AMRE"),
         ):
             percents = [100 * (amre[(x, base)] - amre[(x, better)]) / amre[(x, base)] for x in xs]  # type: ignore[operator]
             assert float(row[column]) == pytest.approx(sum(percents) / len(percents), rel=1e-9)

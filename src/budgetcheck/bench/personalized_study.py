@@ -32,8 +32,9 @@ from numpy.typing import NDArray
 
 from budgetcheck.bench.config import stable_seed
 from budgetcheck.ledger.errors import InvalidArgument
+from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.requirements import RequirementSet
-from budgetcheck.mechanism.execute import execute_personalized
+from budgetcheck.mechanism.execute import execute_personalized, notion_of
 from budgetcheck.mechanism.loading import load_mechanism
 
 FloatArray = NDArray[np.float64]
@@ -92,9 +93,11 @@ def ajsd(truth: FloatArray, releases: FloatArray, users: int) -> FloatArray:
 
 
 def _spread(users: int, requirements: Sequence[tuple[int, float]]) -> RequirementSet:
-    """``users`` spread as evenly as possible over the requirements (w, ε)."""
+    """``users`` spread as evenly as possible over the requirements (w, ε), in order; with fewer users
+    than requirements the last ones get none (a small real stream)."""
     base, extra = divmod(users, len(requirements))
-    return RequirementSet.from_counts([(req, base + (i < extra)) for i, req in enumerate(requirements)])
+    counts = [(req, base + (i < extra)) for i, req in enumerate(requirements)]
+    return RequirementSet.from_counts([(req, n) for req, n in counts if n > 0])
 
 
 def _ratio(users: int, first: tuple[int, float], second: tuple[int, float], o: float) -> RequirementSet:
@@ -158,24 +161,31 @@ def run_study(
     runs: int = 10,
     seed: int = 0,
     datasets: Sequence[str] = DATASETS,
-    points: Sequence[PersonalizedPoint] | None = None,
+    points: Sequence[PersonalizedPoint] | Callable[[int], Sequence[PersonalizedPoint]] | None = None,
     mechanisms: Sequence[str] = MECHANISMS,
     progress: Callable[[str], None] | None = None,
     real: Mapping[str, str | Path] | None = None,
 ) -> list[PersonalizedRow]:
     """Mean AMRE and AJSD over ``runs`` of every mechanism at every point of every dataset; ``real``
     adds Du et al.'s Taxi and Foursquare streams from the user's downloads ({name: path}), cut to
-    ``length`` slots (their user counts are the data's)."""
+    ``length`` slots (their user counts are the data's). Every real stream is read before the first
+    run, so a missing or malformed download is refused at once. ``points``: the points, or a function
+    of the number of users giving them (a real stream's users are the data's); default all of Table 3."""
+    for name in mechanisms:
+        if notion_of(load_mechanism(name)) != Notion.PERSONALIZED:
+            raise InvalidArgument(f"mechanism={name!r} is not a personalized w-event mechanism (the study runs those)")
+    loaded = {name: _real_bins(name, path, length) for name, path in (real or {}).items()}
     rows = []
-    for dataset in [*datasets, *(real or {})]:
-        if real is not None and dataset in real:
-            bins, d = _real_bins(dataset, real[dataset], length)
+    for dataset in [*datasets, *loaded]:
+        if dataset in loaded:
+            bins, d = loaded[dataset]
             n = bins.shape[1]
         else:
             rng = np.random.default_rng(stable_seed(seed, "personalized", dataset))
             bins, d, n = binary_bins(probabilities(dataset, length, rng), users, rng), 2, users
         truth = np.stack([(bins == j).sum(axis=1) for j in range(d)], axis=1).astype(np.float64)
-        for point in points if points is not None else experiments(n):
+        chosen = experiments(n) if points is None else points(n) if callable(points) else points
+        for point in chosen:
             for name in mechanisms:
                 started = time.perf_counter()
                 execution = execute_personalized(

@@ -748,22 +748,81 @@ def bench_report(results: Path, out: Path | None, kind: str) -> None:
     "--out", type=FilePath(file_okay=False, path_type=Path), default=Path("personalized-study"), show_default=True
 )
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0))
-def bench_personalized(paper: bool, out: Path, seed: int) -> None:
-    """The personalized w-event study (Du et al. 2025, §5): PBD, PBA vs BD, BA under the strictest requirement."""
-    from budgetcheck.bench import personalized_study as study
+@click.option(
+    "--taxi",
+    type=FilePath(path_type=Path),
+    default=None,
+    help="Du et al.'s Taxi stream: the T-Drive folder of per-taxi .txt files (id,time,lon,lat).",
+)
+@click.option(
+    "--foursquare",
+    type=FilePath(path_type=Path),
+    default=None,
+    help="Du et al.'s Foursquare stream: the folder holding dataset_TIST2015_Checkins.txt and _POIs.txt.",
+)
+@click.option(
+    "--dataset",
+    "datasets",
+    multiple=True,
+    type=click.Choice(["TLNS", "Sin", "Log"]),
+    help="Synthetic data sets to run (repeatable; default all three, none with --real-only).",
+)
+@click.option("--real-only", is_flag=True, help="Run only the real streams given by --taxi and --foursquare.")
+@click.option(
+    "--mechanism",
+    "mechanisms",
+    multiple=True,
+    help="Personalized mechanism to run (repeatable; default PBD, PBA, StrictestBD, StrictestBA, PLBU; "
+    "also e.g. LBU, LSP, LBD, LBA, LPD, LPA or module:attr).",
+)
+def bench_personalized(
+    paper: bool,
+    out: Path,
+    seed: int,
+    taxi: Path | None,
+    foursquare: Path | None,
+    datasets: tuple[str, ...],
+    real_only: bool,
+    mechanisms: tuple[str, ...],
+) -> None:
+    """The personalized w-event study (Du et al. 2025, §5): PBD, PBA vs BD, BA under the strictest requirement
+    and the LDP baseline PLBU, on TLNS, Sin, Log and, from your downloads, Taxi and Foursquare.
 
+    A missing or malformed download exits 2 naming the file, before any run."""
+    from budgetcheck.bench import personalized_study as study
+    from budgetcheck.ledger.errors import BudgetcheckError
+
+    real = {name: path for name, path in (("Taxi", taxi), ("Foursquare", foursquare)) if path is not None}
+    if real_only and not real:
+        raise InputError("--real-only needs --taxi PATH or --foursquare PATH")
+    if real_only and datasets:
+        raise InputError(f"--real-only runs no synthetic data set, yet --dataset {' '.join(datasets)} was given")
+    synthetic = () if real_only else datasets or study.DATASETS
     users, length, runs = (10_000, 1000, 10) if paper else (1000, 300, 3)
     scale = dict(users=users, length=length, runs=runs)
-    points = None if paper else study.experiments(users, epsilons=(0.2, 1.0), ws=(40, 200), ratios=(0.1, 0.9))
-    rows = study.run_study(
-        users=users,
-        length=length,
-        runs=runs,
-        seed=seed,
-        points=points,
-        progress=lambda line: click.echo(line, err=True),
-    )
-    files = study.write_study(rows, out, {**scale, "seed": seed, "scale": "paper" if paper else "quick"})
+
+    def quick_points(n: int) -> list[study.PersonalizedPoint]:
+        return study.experiments(n, epsilons=(0.2, 1.0), ws=(40, 200), ratios=(0.1, 0.9))
+
+    try:
+        rows = study.run_study(
+            users=users,
+            length=length,
+            runs=runs,
+            seed=seed,
+            datasets=synthetic,
+            points=None if paper else quick_points,
+            mechanisms=mechanisms or study.MECHANISMS,
+            progress=lambda line: click.echo(line, err=True),
+            real=real,
+        )
+    except BudgetcheckError as exc:
+        raise InputError(str(exc)) from exc
+    except OSError as exc:
+        raise InputError(f"cannot read {exc.filename!r}: {exc.strerror}") from exc
+    params = {**scale, "seed": seed, "scale": "paper" if paper else "quick"}
+    params |= {f"{name.lower()}_path": str(path) for name, path in real.items()}
+    files = study.write_study(rows, out, params)
     click.echo(study.study_table(rows))
     click.echo(f"wrote {', '.join(str(p) for p in files)}")
 
