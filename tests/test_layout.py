@@ -107,7 +107,24 @@ def test_import_budgetcheck_loads_no_heavy_dependency() -> None:
     assert not added & set(HEAVY), added & set(HEAVY)
 
 
-@pytest.mark.parametrize("name", ["verify_mechanism", "VerifyResult", "Counterexample", "proving"])
+def test_loading_and_running_every_builtin_loads_neither_the_prover_nor_the_test_generator() -> None:
+    """A benchmark worker or a publisher loads built-in mechanisms (whose allocation rules are written
+    over ``budgetcheck.proving``'s vocabulary) and runs them: z3 and hypothesis stay unloaded (scipy
+    comes with numba, which the first compiled kernel loads)."""
+    code = (
+        "import sys, numpy as np; from budgetcheck import execute; from budgetcheck.mechanism.loading import "
+        "load_mechanism; import budgetcheck.durable.publish; from mechanisms import BUILTIN; "
+        "[load_mechanism(n) for n in BUILTIN]; "
+        "execute(load_mechanism('BD'), np.ones((30, 2)), epsilon=1.0, w=4, runs=2, seed=1); "
+        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
+    loaded = set(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    )
+    assert "mechanisms" in loaded and not loaded & {"z3", "hypothesis", "matplotlib"}, loaded & set(HEAVY)
+
+
+@pytest.mark.parametrize("name", ["verify_mechanism", "VerifyResult", "Counterexample"])
 def test_verification_names_load_when_first_used(name: str) -> None:
     code = (
         f"import sys, budgetcheck; assert 'hypothesis' not in sys.modules; budgetcheck.{name}; print('hypothesis' "
@@ -117,6 +134,18 @@ def test_verification_names_load_when_first_used(name: str) -> None:
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
         == "True"
     )
+
+
+def test_the_prover_loads_z3_when_a_proof_runs_not_before() -> None:
+    """``budgetcheck.proving`` is the vocabulary of the built-ins' allocation rules (loaded with them) and
+    the prover: it is loaded on first use, and z3 only when a proof runs."""
+    code = (
+        "import sys, budgetcheck; assert 'budgetcheck.proving' not in sys.modules; p = budgetcheck.proving; "
+        "before = 'z3' in sys.modules; from mechanisms.rules import BDRule; "
+        "p.prove_rule(BDRule(), 2); print(before, 'z3' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "True"]
 
 
 def test_every_package_says_what_it_owns_and_may_import() -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 import numpy as np
@@ -38,19 +38,25 @@ from budgetcheck.ledger.params import WEventParams
 from budgetcheck.ledger.validation import check_positive_int
 from budgetcheck.ledger.wevent import WindowLedger
 from budgetcheck.ops import FLOAT, Ops
-from budgetcheck.verify import z3_adapter as _z3
 from budgetcheck.verify.verdict import NOT_PROVED, Verdict
+
+if TYPE_CHECKING:
+    from budgetcheck.verify import z3_adapter as _z3
 
 State = tuple[Any, ...]
 
 
 def symbol_real(name: str) -> Any:
     """A fresh real-valued Z3 variable (for ``AllocationRule.arbitrary``)."""
+    from budgetcheck.verify import z3_adapter as _z3
+
     return _z3.real(name)
 
 
 def symbol_int(name: str) -> Any:
     """A fresh integer-valued Z3 variable (for ``AllocationRule.arbitrary``)."""
+    from budgetcheck.verify import z3_adapter as _z3
+
     return _z3.integer(name)
 
 
@@ -107,6 +113,8 @@ class ProofResult:
 
 def prove_rule(rule: AllocationRule, w: int, *, timeout_ms: int = 60_000, bmc_steps: int | None = None) -> ProofResult:
     """Prove (or refute) that ``rule`` keeps every window of w timestamps within a symbolic ε."""
+    from budgetcheck.verify import z3_adapter as _z3
+
     w = check_positive_int(w, "w")
     if not isinstance(rule, AllocationRule):
         raise InvalidArgument(f"rule={rule!r} is not an AllocationRule")
@@ -133,6 +141,8 @@ def _induction(rule: AllocationRule, w: int, timeout_ms: int, *, scaled: bool) -
     stays symbolic. It keeps the queries linear without writing k in binary. Raises _NotScalable
     when a query is not scale-invariant.
     """
+    from budgetcheck.verify import z3_adapter as _z3
+
     ops = _z3.Z3Ops(unit_products=scaled)
     epsilon = _z3.real("epsilon")
     env = RuleEnv(epsilon=epsilon, w=w)
@@ -142,6 +152,7 @@ def _induction(rule: AllocationRule, w: int, timeout_ms: int, *, scaled: bool) -
     kinds: dict[int, str | None] = {}  # the queries share most terms
 
     def solve(query: list[Any]) -> _z3.Answer:
+
         if scaled and ops.unit is not None:
             if not _z3.scale_invariant(query, kinds):
                 raise _NotScalable
@@ -187,6 +198,8 @@ def _bounded(
     rule: AllocationRule, w: int, start: float, timeout_ms: int, steps: int | None, reason: str
 ) -> ProofResult:
     """Bounded model check from the initial state: every window of a horizon of ``steps``."""
+    from budgetcheck.verify import z3_adapter as _z3
+
     horizon = steps if steps is not None else 2 * w + 2
     ops = _z3.Z3Ops()
     epsilon = _z3.real("epsilon")
@@ -241,6 +254,8 @@ def replay_refutation(
 
 
 def _negate(term: Any) -> Any:
+    from budgetcheck.verify import z3_adapter as _z3
+
     return _z3.negation(term)
 
 
