@@ -12,7 +12,9 @@ off (a plain float window sum, no exactness, no records). Last, per mechanism th
 the CPU time of ours against a plain, unchecked numpy version of the same algorithm
 (``benchmarks/plain_mechanisms.py``: no ledger, no secrets) over the same batches of the grid, interleaved
 in one process, with the ledger's share of our time (from the switched-off check); targets: ours at most
-0.5x the harness's CPU per timestep-run, the ledger's share at most 15%.
+0.5x the harness's CPU per timestep-run, the ledger's share at most 15%. Then the cost model of a pass:
+CPU time = T·(fixed + runs·per-run), fitted per mechanism from passes of 20 and 2,000 runs (the 20
+streams stacked, 1 and 100 runs each, ε = 1, w = 120), and the fixed part's share of its grid time.
 
     python benchmarks/bench_speed.py          # the whole artificial grid, in one process and on both cores (a few minutes)
     python benchmarks/bench_speed.py --quick  # the w = 120 pass and the w = 40 pass; w = 80, 160, 200 extrapolated
@@ -62,15 +64,34 @@ class UncheckedLedger(WindowLedger):  # type: ignore[misc]  # final for users; t
 
 
 def _timed_run(
-    mechanism: str, data: list[np.ndarray], epsilon: float, w: int, runs: int, ledger_type: type[WindowLedger]
+    mechanism: str,
+    data: list[np.ndarray],
+    epsilon: float,
+    w: int,
+    runs: int,
+    ledger_type: type[WindowLedger],
+    clock: Callable[[], float] = time.perf_counter,
 ) -> float:
     stream = GuardedStream.stacked(data)
     ledger = ledger_type(WEventParams(epsilon, w), runs=runs, seed=1, sampler="numpy-laplace")  # as execute() runs it
     ledger.bind(stream)
     mech = load_mechanism(mechanism)
-    start = time.perf_counter()
+    start = clock()
     mech.run(stream, ledger)
-    return time.perf_counter() - start
+    return clock() - start
+
+
+def _cost_model(mechanism: str, data: list[np.ndarray], few: int, many: int) -> tuple[float, float]:
+    """(fixed CPU seconds per timestep, CPU seconds per run and timestep) of one pass, fitted to the least
+    CPU time of passes of ``few`` and ``many`` runs (interleaved: a busy machine slows both alike)."""
+    steps = data[0].shape[0]
+    times: dict[int, list[float]] = {few: [], many: []}
+    while len(times[many]) < 3 or (sum(times[many]) < OVERHEAD_SECONDS and len(times[many]) < 20):
+        for runs in (few, many):
+            times[runs].append(_timed_run(mechanism, data, 1.0, 120, runs, WindowLedger, time.process_time))
+    small, large = min(times[few]) / steps, min(times[many]) / steps
+    per_run = (large - small) / (many - few)
+    return small - per_run * few, per_run
 
 
 def _least(timed: Callable[[], float]) -> float:
@@ -211,8 +232,8 @@ def main() -> None:
     )
 
     print(
-        f"ledger accounting vs the same batch with the check switched off (ε = 1, w = 120, {len(stacked)} streams "
-        f"× {grid.runs} runs, as the benchmark runs it):"
+        f"ledger accounting vs the same batch with the check switched off (CPU time, ε = 1, w = 120, {len(stacked)} "
+        f"streams × {grid.runs} runs, as the benchmark runs it):"
     )
     ledger_share: dict[str, float] = {}
     for name in ("Uniform", "Sample", "Hybrid", "BD", "BA", "FASTw", "DSATw", "RescueDP", "AdaPub", "PeGaSus"):
@@ -222,8 +243,8 @@ def main() -> None:
             # interleaved, the minimum of each (a busy machine slows both alike), and at least
             # OVERHEAD_SECONDS of each: a mechanism of a few ms needs many repeats for a steady minimum
             while len(checked_times) < REPEATS or (sum(checked_times) < OVERHEAD_SECONDS and len(checked_times) < 100):
-                checked_times.append(_timed_run(name, stacked, 1.0, 120, runs, WindowLedger))
-                unchecked_times.append(_timed_run(name, stacked, 1.0, 120, runs, UncheckedLedger))
+                checked_times.append(_timed_run(name, stacked, 1.0, 120, runs, WindowLedger, time.process_time))
+                unchecked_times.append(_timed_run(name, stacked, 1.0, 120, runs, UncheckedLedger, time.process_time))
         except Exception as error:  # a mechanism that reads the ledger's remaining budget needs the check
             print(f"  {name:<9} unchecked run failed: {type(error).__name__}")
             continue
@@ -255,6 +276,20 @@ def main() -> None:
             )
     total_ours, total_plain = sum(ours_cpu.values()), sum(plain_cpu.values())
     print(f"  {'all nine':<9} {total_ours:>8.2f} {total_plain:>8.2f} {total_ours / total_plain:>10.1f}x")
+
+    few, many = len(stacked), runs  # one run per stream, and the benchmark's runs per stream
+    steps = stacked[0].shape[0]
+    print(
+        f"cost model of a pass, CPU time = T·(fixed + runs·per-run), fitted to passes of {few} and {many} runs "
+        f"(ε = 1, w = 120, T = {steps}); the fixed part's share of the mechanism's passes above, by the model:"
+    )
+    print(f"  {'mechanism':<9} {'fixed us/step':>14} {'per-run ns':>11} {'fixed share':>12}")
+    for name in seconds:
+        fixed, per_run = _cost_model(name, stacked, few, many)
+        passes = [b for b in batches if b.mechanism == name]
+        fixed_total = fixed * steps * len(passes)
+        modelled = sum(steps * (fixed + per_run * len(b.epsilons) * len(b.streams) * grid.runs) for b in passes)
+        print(f"  {name:<9} {fixed * 1e6:>14.0f} {per_run * 1e9:>11.0f} {fixed_total / modelled:>12.0%}")
 
 
 if __name__ == "__main__":
