@@ -13,6 +13,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import math
 import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -679,10 +680,12 @@ class LaplaceReleases(LedgerCore):
             raise InvalidArgument(f"last_release must be finite with shape {expected}, got shape {last.shape}")
         # ‖Δ‖₁ <= k (or 2, replace-one): the mean absolute difference moves by at most ‖Δ‖₁/n
         identity = Identity().sensitivity(cast(Relation, neighbours_of(secret)), 2)
-        delta_mean = identity / int(np.prod(secret.shape))
+        delta_mean = identity / math.prod(secret.shape)
         scale, delta = self._reserve(secret, amounts, amounts, delta_mean, purpose, integral=False)
         with charged(secret) as values:
-            distance = np.abs(last - self._per_run(secret, values)).reshape(self._runs, -1).mean(axis=1)
+            differences = np.abs(last - self._per_run(secret, values)).reshape(self._runs, -1)
+            # the mean as numpy's mean computes it (the same sum, divided by the count), bit for bit
+            distance = np.add.reduce(differences, axis=1) / differences.shape[1]
             return self._noisy(distance, amounts, scale, delta, per_run=True, integral=False)
 
     @journaled
