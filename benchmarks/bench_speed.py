@@ -103,10 +103,10 @@ def _least(timed: Callable[[], float]) -> float:
     return min(times)
 
 
-def _timed(action: Callable[[], object]) -> float:
-    start = time.perf_counter()
+def _timed(action: Callable[[], object], clock: Callable[[], float] = time.perf_counter) -> float:
+    start = clock()
     action()
-    return time.perf_counter() - start
+    return clock() - start
 
 
 _GRID_CHILD = """
@@ -159,12 +159,16 @@ def main() -> None:
     grid = paper.select(ws=[120, 40]) if args.quick else paper
     batches = list(dict.fromkeys(grid.batch(cell) for cell in grid.cells()))
     seconds: dict[str, dict[int, float]] = defaultdict(dict)
+    cpu_seconds: dict[str, dict[int, float]] = defaultdict(dict)  # the same, in CPU time: steadier on a busy machine
     start = time.perf_counter()
     for batch in batches:
-        batch_start = time.perf_counter()
+        batch_start, batch_cpu = time.perf_counter(), time.process_time()
         run_batch(grid, batch)
         seconds[batch.mechanism][batch.w] = (
             seconds[batch.mechanism].get(batch.w, 0.0) + time.perf_counter() - batch_start
+        )
+        cpu_seconds[batch.mechanism][batch.w] = (
+            cpu_seconds[batch.mechanism].get(batch.w, 0.0) + time.process_time() - batch_cpu
         )
     wall = time.perf_counter() - start
     streams = len(batches[0].streams)
@@ -176,11 +180,13 @@ def main() -> None:
         f"(one process); {', '.join(stacking)} run the {eps_at[120]} ε of w = 120 in one pass "
         f"({streams * grid.runs * eps_at[120]:,} runs), the others one pass per ε; seconds per w:"
     )
-    total = 0.0
+    total = total_cpu = 0.0
     print(f"{'mechanism':<10}" + "".join(f"{'w=' + str(w):>8}" for w in ws) + f"{'s/cell':>9}{'grid s':>9}")
     for name, by_w in seconds.items():
         # a w not run (--quick) costs what the single-ε w = 40 pass cost
         row = {w: by_w.get(w, by_w.get(40, 0.0)) for w in ws}
+        by_w_cpu = cpu_seconds[name]
+        total_cpu += sum(by_w_cpu.get(w, by_w_cpu.get(40, 0.0)) for w in ws)
         mechanism_total = sum(row.values())
         total += mechanism_total
         cells = streams * len(paper.settings)
@@ -210,6 +216,7 @@ def main() -> None:
     shape = (grid.runs, data.shape[0], data.shape[1])
     # the floor is the library's own sampler (Generator.laplace's doubles, about twice as fast); numpy's for reference
     floor = _least(lambda: _timed(lambda: laplace_draws(rng, shape)))
+    floor_cpu = _least(lambda: _timed(lambda: laplace_draws(rng, shape), time.process_time))
     numpy_floor = _least(lambda: _timed(lambda: rng.laplace(0.0, 1.0, size=shape)))
     # the fastest of Uniform's one-ε passes (every w but 120): one cell per stream
     uniform = min(t for w, t in seconds["Uniform"].items() if w != 120) / streams
@@ -221,7 +228,8 @@ def main() -> None:
     print(
         f"drawing one Laplace value per timestep-run of the grid ({cells * 1000 * grid.runs:.2e} values) alone takes "
         f"{grid_floor:.1f} s: the 12 s target is {12.0 / grid_floor:.1f}x that, the harness {HARNESS_SECONDS / grid_floor:.1f}x "
-        f"(with recycled noise), this run {total / grid_floor:.1f}x"
+        f"(with recycled noise), this run {total / grid_floor:.1f}x; in CPU time (this process) the grid "
+        f"{total_cpu:.0f} s = {total_cpu / (floor_cpu * cells):.1f}x the floor's {floor_cpu * cells:.1f} s (target 4x)"
     )
     print(
         f"noise floor of a Uniform cell ({grid.runs * data.size:,} Laplace draws in one call of budgetcheck's sampler): "
