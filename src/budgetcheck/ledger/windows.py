@@ -303,10 +303,11 @@ def _add_above(hi: float, lo: float, x: float) -> tuple[float, float]:
 @compiled
 def _bound_after(upper: FloatArray, lows: FloatArray, amounts: FloatArray, bound: FloatArray, out: FloatArray) -> bool:
     """The pre-check's arithmetic in one pass, per run: out = the double-double bound ``upper``
-    (rows hi and lo, normalised: hi = hi + lo rounded to nearest) minus each term of the leaving entries (``lows``, one row per term, their exact
-    sum <= the entries' exact total), then plus ``amounts``, by :func:`_add_above`. Whether every
-    hi + lo <= ``bound`` (one value, or one per run), decided exactly: hi is hi + lo rounded to
-    nearest, so hi < bound implies it, and hi == bound needs lo <= 0. NaN fails."""
+    (rows hi and lo, normalised: hi = hi + lo rounded to nearest) minus each term of the leaving
+    entries (``lows``, one row per term, their exact sum <= the entries' exact total), then plus
+    ``amounts``, by :func:`_add_above`. Whether every hi + lo <= ``bound`` (one value, or one per
+    run), decided exactly: hi is hi + lo rounded to nearest, so hi < bound implies it, and hi ==
+    bound needs lo <= 0. NaN fails."""
     his, los = out[0], out[1]
     his[:] = upper[0]
     los[:] = upper[1]
