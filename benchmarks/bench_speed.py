@@ -13,7 +13,9 @@ off (a plain float window sum, no exactness, no records). Last, per mechanism th
 the CPU time of ours against a plain, unchecked numpy version of the same algorithm
 (``benchmarks/plain_mechanisms.py``: no ledger, no secrets) over the same batches of the grid, interleaved
 in one process, with the ledger's share of our time (from the switched-off check); targets: ours at most
-0.5x the harness's CPU per timestep-run, the ledger's share at most 15%.
+0.5x the harness's CPU per timestep-run, the ledger's share at most 15%. Then the cost model of a pass:
+CPU time = T·(fixed + runs·per-run), fitted per mechanism from passes of 20 and 2,000 runs (the 20
+streams stacked, 1 and 100 runs each, ε = 1, w = 120), and the fixed part's share of its grid time.
 
     python benchmarks/bench_speed.py          # the whole grid, in one process and on both cores (minutes)
     python benchmarks/bench_speed.py --quick  # the w = 120 pass and the w = 40 pass; w = 80, 160, 200 extrapolated
@@ -85,15 +87,34 @@ class UncheckedLedger(WindowLedger):  # type: ignore[misc]  # final for users; t
 
 
 def _timed_run(
-    mechanism: str, data: list[np.ndarray], epsilon: float, w: int, runs: int, ledger_type: type[WindowLedger]
+    mechanism: str,
+    data: list[np.ndarray],
+    epsilon: float,
+    w: int,
+    runs: int,
+    ledger_type: type[WindowLedger],
+    clock: Callable[[], float] = time.perf_counter,
 ) -> float:
     stream = GuardedStream.stacked(data)
     ledger = ledger_type(WEventParams(epsilon, w), runs=runs, seed=1, sampler="numpy-laplace")  # as execute() runs it
     ledger.bind(stream)
     mech = load_mechanism(mechanism)
-    start = time.perf_counter()
+    start = clock()
     mech.run(stream, ledger)
-    return time.perf_counter() - start
+    return clock() - start
+
+
+def _cost_model(mechanism: str, data: list[np.ndarray], few: int, many: int) -> tuple[float, float]:
+    """(fixed CPU seconds per timestep, CPU seconds per run and timestep) of one pass, fitted to the least
+    CPU time of passes of ``few`` and ``many`` runs (interleaved: a busy machine slows both alike)."""
+    steps = data[0].shape[0]
+    times: dict[int, list[float]] = {few: [], many: []}
+    while len(times[many]) < 3 or (sum(times[many]) < OVERHEAD_SECONDS and len(times[many]) < 20):
+        for runs in (few, many):
+            times[runs].append(_timed_run(mechanism, data, 1.0, 120, runs, WindowLedger, time.process_time))
+    small, large = min(times[few]) / steps, min(times[many]) / steps
+    per_run = (large - small) / (many - few)
+    return small - per_run * few, per_run
 
 
 def _least(timed: Callable[[], float]) -> float:
@@ -105,10 +126,10 @@ def _least(timed: Callable[[], float]) -> float:
     return min(times)
 
 
-def _timed(action: Callable[[], object]) -> float:
-    start = time.perf_counter()
+def _timed(action: Callable[[], object], clock: Callable[[], float] = time.perf_counter) -> float:
+    start = clock()
     action()
-    return time.perf_counter() - start
+    return clock() - start
 
 
 _GRID_CHILD = """
@@ -162,12 +183,16 @@ def main() -> None:
     grid = paper.select(ws=[120, 40]) if args.quick else paper
     batches = list(dict.fromkeys(grid.batch(cell) for cell in grid.cells()))
     seconds: dict[str, dict[int, float]] = defaultdict(dict)
+    cpu_seconds: dict[str, dict[int, float]] = defaultdict(dict)  # the same, in CPU time: steadier on a busy machine
     start = time.perf_counter()
     for batch in batches:
-        batch_start = time.perf_counter()
+        batch_start, batch_cpu = time.perf_counter(), time.process_time()
         run_batch(grid, batch)
         seconds[batch.mechanism][batch.w] = (
             seconds[batch.mechanism].get(batch.w, 0.0) + time.perf_counter() - batch_start
+        )
+        cpu_seconds[batch.mechanism][batch.w] = (
+            cpu_seconds[batch.mechanism].get(batch.w, 0.0) + time.process_time() - batch_cpu
         )
     wall = time.perf_counter() - start
     streams = len(batches[0].streams)
@@ -180,11 +205,13 @@ def main() -> None:
         f"(one process); {', '.join(stacking)} run the {eps_at[120]} ε of w = 120 in one pass "
         f"({streams * grid.runs * eps_at[120]:,} runs), the others one pass per ε; seconds per w:"
     )
-    total = 0.0
+    total = total_cpu = 0.0
     print(f"{'mechanism':<10}" + "".join(f"{'w=' + str(w):>8}" for w in ws) + f"{'s/cell':>9}{'grid s':>9}")
     for name, by_w in seconds.items():
         # a w not run (--quick) costs what the single-ε w = 40 pass cost
         row = {w: by_w.get(w, by_w.get(40, 0.0)) for w in ws}
+        by_w_cpu = cpu_seconds[name]
+        total_cpu += sum(by_w_cpu.get(w, by_w_cpu.get(40, 0.0)) for w in ws)
         mechanism_total = sum(row.values())
         total += mechanism_total
         cells = streams * len(paper.settings)
@@ -216,6 +243,7 @@ def main() -> None:
     shape = (grid.runs, data.shape[0], data.shape[1])
     # the floor is the library's own sampler (Generator.laplace's doubles, about twice as fast); numpy's for reference
     floor = _least(lambda: _timed(lambda: laplace_draws(rng, shape)))
+    floor_cpu = _least(lambda: _timed(lambda: laplace_draws(rng, shape), time.process_time))
     numpy_floor = _least(lambda: _timed(lambda: rng.laplace(0.0, 1.0, size=shape)))
     # the fastest of Uniform's one-ε passes (every w but 120): one cell per stream
     uniform = min(t for w, t in seconds["Uniform"].items() if w != 120) / streams
@@ -227,8 +255,9 @@ def main() -> None:
     print(
         f"drawing one Laplace value per timestep-run of the grid ({cells * 1000 * grid.runs:.2e} values) alone takes "
         f"{grid_floor:.1f} s: the 12 s target is {12.0 / grid_floor:.1f}x that, the harness "
-        f"{HARNESS_SECONDS / grid_floor:.1f}x "
-        f"(with recycled noise), this run {total / grid_floor:.1f}x"
+        f"{HARNESS_SECONDS / grid_floor:.1f}x (with recycled noise), this run {total / grid_floor:.1f}x; in CPU "
+        f"time (this process) the grid {total_cpu:.0f} s = {total_cpu / (floor_cpu * cells):.1f}x the floor's "
+        f"{floor_cpu * cells:.1f} s (target 4x)"
     )
     print(
         f"noise floor of a Uniform cell ({grid.runs * data.size:,} Laplace draws in one call of budgetcheck's "
@@ -240,8 +269,8 @@ def main() -> None:
     )
 
     print(
-        f"ledger accounting vs the same batch with the check switched off (ε = 1, w = 120, {len(stacked)} streams "
-        f"× {grid.runs} runs, as the benchmark runs it):"
+        f"ledger accounting vs the same batch with the check switched off (CPU time, ε = 1, w = 120, {len(stacked)} "
+        f"streams × {grid.runs} runs, as the benchmark runs it):"
     )
     ledger_share: dict[str, float] = {}
     for name in ("Uniform", "Sample", "Hybrid", "BD", "BA", "FASTw", "DSATw", "RescueDP", "AdaPub", "PeGaSus"):
@@ -251,8 +280,8 @@ def main() -> None:
             # interleaved, the minimum of each (a busy machine slows both alike), and at least
             # OVERHEAD_SECONDS of each: a mechanism of a few ms needs many repeats for a steady minimum
             while len(checked_times) < REPEATS or (sum(checked_times) < OVERHEAD_SECONDS and len(checked_times) < 100):
-                checked_times.append(_timed_run(name, stacked, 1.0, 120, runs, WindowLedger))
-                unchecked_times.append(_timed_run(name, stacked, 1.0, 120, runs, UncheckedLedger))
+                checked_times.append(_timed_run(name, stacked, 1.0, 120, runs, WindowLedger, time.process_time))
+                unchecked_times.append(_timed_run(name, stacked, 1.0, 120, runs, UncheckedLedger, time.process_time))
         except Exception as error:  # a mechanism that reads the ledger's remaining budget needs the check
             print(f"  {name:<9} unchecked run failed: {type(error).__name__}")
             continue
@@ -284,6 +313,20 @@ def main() -> None:
             )
     total_ours, total_plain = sum(ours_cpu.values()), sum(plain_cpu.values())
     print(f"  {'all nine':<9} {total_ours:>8.2f} {total_plain:>8.2f} {total_ours / total_plain:>10.1f}x")
+
+    few, many = len(stacked), runs  # one run per stream, and the benchmark's runs per stream
+    steps = stacked[0].shape[0]
+    print(
+        f"cost model of a pass, CPU time = T·(fixed + runs·per-run), fitted to passes of {few} and {many} runs "
+        f"(ε = 1, w = 120, T = {steps}); the fixed part's share of the mechanism's passes above, by the model:"
+    )
+    print(f"  {'mechanism':<9} {'fixed us/step':>14} {'per-run ns':>11} {'fixed share':>12}")
+    for name in seconds:
+        fixed, per_run = _cost_model(name, stacked, few, many)
+        passes = [b for b in batches if b.mechanism == name]
+        fixed_total = fixed * steps * len(passes)
+        modelled = sum(steps * (fixed + per_run * len(b.epsilons) * len(b.streams) * grid.runs) for b in passes)
+        print(f"  {name:<9} {fixed * 1e6:>14.0f} {per_run * 1e9:>11.0f} {fixed_total / modelled:>12.0%}")
 
 
 def _live_steps(mechanism: str, data: np.ndarray) -> float:

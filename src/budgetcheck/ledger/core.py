@@ -559,7 +559,9 @@ class LaplaceReleases(LedgerCore):
         delta_mean = identity / math.prod(secret.shape)
         scale, delta = self._reserve(secret, amounts, amounts, delta_mean, purpose, integral=False)
         with charged(secret) as values:
-            distance = np.abs(last - self._per_run(secret, values)).reshape(self._runs, -1).mean(axis=1)
+            differences = np.abs(last - self._per_run(secret, values)).reshape(self._runs, -1)
+            # the mean as numpy's mean computes it (the same sum, divided by the count), bit for bit
+            distance = np.add.reduce(differences, axis=1) / differences.shape[1]
             return self._noisy(distance, amounts, scale, delta, per_run=True, integral=False)
 
     @journaled

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from budgetcheck.kernels import compiled
 from budgetcheck.ledger.errors import InvalidArgument
 
 FloatArray = NDArray[np.float64]
@@ -110,6 +111,8 @@ def check_bin_amounts(
 def _float_array(value: object, name: str, expected: str) -> FloatArray:
     """A fresh float64 array of ``value``, naming ``expected`` when it is not numbers: booleans,
     strings (``"0.1"`` is not converted), None and other objects are refused, alone or inside arrays."""
+    if type(value) is np.ndarray and value.dtype == np.float64:  # a mechanism's budgets: a copy, nothing to convert
+        return value.copy()
     if value is None or isinstance(value, (bool, str, bytes)):
         raise InvalidArgument(f"{name}={value!r} must be {expected}, not {type(value).__name__}")
     try:
@@ -133,7 +136,7 @@ def _finite_nonnegative(
 ) -> FloatArray:
     """``arr``, read-only, when every entry is finite and >= 0; else the first bad entry, by its index
     (``shown`` picks the part of the index to print)."""
-    if arr.size and arr.min() >= 0.0 and arr.max() < math.inf:  # a NaN fails both tests: the search below names it
+    if arr.size and _finite_and_nonnegative(arr.reshape(-1)):  # else the search below names the first bad entry
         arr.setflags(write=False)
         return arr
     bad = ~np.isfinite(arr) | (arr < 0.0)
@@ -143,6 +146,15 @@ def _finite_nonnegative(
         raise InvalidArgument(f"{name}[{label}]={float(arr[index])!r} must be a finite number >= 0")
     arr.setflags(write=False)
     return arr
+
+
+@compiled
+def _finite_and_nonnegative(values: FloatArray) -> bool:
+    """Whether every value is finite and >= 0, in one pass (NaN is neither)."""
+    for value in values:
+        if not (0.0 <= value < math.inf):
+            return False
+    return True
 
 
 def check_sensitivity(value: object, name: str = "sensitivity") -> float:

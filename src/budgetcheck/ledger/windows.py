@@ -5,14 +5,16 @@ Amounts are exact integers in units of 2**-1127 (:mod:`budgetcheck.rounding`), h
 The structure keeps, per run, the totals of the timestamps inside the current window and the
 window sum, updated incrementally: a check costs O(runs) and does not grow with the stream length.
 
-Pre-check (:meth:`ExactWindows.quick_check`): besides the exact sum, every run keeps a double that
-is >= its exact window sum, moved with outward rounding (``nextafter`` after each addition and
-subtraction of a lower bound). When that bound with the new amounts is <= ε in every run, the spend
-is certainly allowed and is committed without exact arithmetic (:meth:`commit_quick`); the exact
-sum is then brought up to date only when something asks for it (a spend near ε, ``remaining``,
-a footprint). Decisions are the exact ones either way: the pre-check only ever says "allowed" when
-the exact check would. After a pre-check that could not decide, the next ``_SKIP`` spends go
-straight to the exact check (a mechanism that fills its windows to ε stays there).
+Pre-check (:meth:`ExactWindows.quick_check`): besides the exact sum, every run keeps a pair of
+doubles (hi, lo) whose exact sum hi + lo is >= its exact window sum (a double-double, Dekker 1971):
+each addition of a spend and subtraction of a leaving spend is error-free (TwoSum, Knuth TAOCP 2
+§4.2.2), and only the low word's addition is rounded, upward, so the bound stays within about
+2**-100 of the exact sum relative to ε. When that bound with the new amounts is <= ε in every run,
+the spend is certainly allowed and is committed without exact arithmetic (:meth:`commit_quick`);
+the exact sum is then brought up to date only when something asks for it (a spend within 2**-100 of
+ε, ``remaining``, a footprint). Decisions are the exact ones either way: the pre-check only ever says
+"allowed" when the exact check would. After a pre-check that could not decide, the next ``_SKIP``
+spends go straight to the exact check (a mechanism that fills its windows to ε stays there).
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from numpy.typing import NDArray
 
 from budgetcheck.kernels import compiled
 from budgetcheck.ledger.exact import ExactVector
-from budgetcheck.rounding import next_down
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -66,15 +67,14 @@ class _Entry:
             self._exact = sum((ExactVector.from_floats(part) for part in self.parts), total)
         return self._exact
 
-    def low(self) -> FloatArray:
-        """A double <= the exact total, per run (rounded down at every addition)."""
+    def terms(self) -> list[FloatArray]:
+        """Doubles per run whose exact sum is <= the exact total: the charged amounts, and a lower
+        bound of the merged exact part (the pre-check subtracts each of them error-free)."""
+        if self.base is None:
+            return self.parts
         if self._low is None:
-            terms = ([self.base.float_bounds()[0]] if self.base is not None else []) + self.parts
-            total = terms[0]
-            for term in terms[1:]:
-                total = next_down(total + term)
-            self._low = np.asarray(total, dtype=np.float64)
-        return self._low
+            self._low = self.base.float_bounds()[0]
+        return [self._low, *self.parts]
 
 
 @final
@@ -94,7 +94,8 @@ class ExactWindows:
         self._sum: ExactVector | None = zeros(runs)  # None: recompute from the entries
         # Quick commits not yet in _sum: amounts added, or an entry that left the window.
         self._pending: list[FloatArray | _Entry] = []
-        self._upper: FloatArray | None = np.zeros(runs)  # >= the exact window sum, per run (None: from _sum)
+        # (hi, lo) per run, shape (2, runs), hi + lo >= the exact window sum (None: from _sum)
+        self._upper: FloatArray | None = np.zeros((2, runs))
         self._skip = 0  # spends left that go straight to the exact check
         self._bounds: FloatArray | None = None  # see _bound_array
 
@@ -139,15 +140,16 @@ class ExactWindows:
             self._skip -= 1
             return None
         if self._upper is None:
-            self._upper = self._exact_sum().float_bounds()[1]
-        lows = []
+            self._upper = _double_double_above(self._exact_sum())
+        lows: list[FloatArray] = []
+        leaving = 0
         for entry in self._entries:
             if entry.t > t - self._w:
                 break
-            lows.append(entry.low())
-        leaving = len(lows)
-        upper = np.empty(self._runs)
-        if leaving == 1:  # the usual case: a view, no copy
+            lows += entry.terms()
+            leaving += 1
+        upper = np.empty((2, self._runs))
+        if len(lows) == 1:  # a view, no copy
             stacked = lows[0].reshape(1, -1)
         else:
             stacked = np.stack(lows) if lows else np.empty((0, self._runs))
@@ -267,22 +269,57 @@ class ExactWindows:
         return dense
 
 
+def _double_double_above(exact: ExactVector) -> FloatArray:
+    """(hi, lo) per run, shape (2, runs), with hi + lo >= ``exact`` (>= 0) and close to it: hi a double
+    above it, lo minus a lower bound of hi − exact (>= 0, so its bounds are whole-array)."""
+    hi = exact.float_bounds()[1]
+    lo = 0.0 - (ExactVector.from_floats(hi) - exact).float_bounds()[0] if np.isfinite(hi).all() else np.zeros(hi.size)
+    out = np.empty((2, hi.size))
+    out[0] = hi + lo  # normalised by TwoSum (exact), as the pre-check keeps its pairs
+    virtual = out[0] - hi
+    out[1] = (hi - (out[0] - virtual)) + (lo - virtual)
+    return out
+
+
+@compiled
+def _add_above(hi: float, lo: float, x: float) -> tuple[float, float]:
+    """(hi', lo') with hi' + lo' >= hi + lo + x, exactly, and hi' = hi' + lo' rounded to nearest.
+
+    hi + x = s + e exactly (TwoSum, Knuth TAOCP 2 §4.2.2: six operations in round-to-nearest, no
+    fused multiply-add); t = lo + e, and when TwoSum's error shows it was rounded down, t is raised
+    by |t|·2**-52 + 2**-1074 >= one ulp of t (rounding is monotone: at least the next double); then
+    s + t is split again exactly. An overflow gives inf or NaN, which fails every check."""
+    s = hi + x
+    v = s - hi
+    e = (hi - (s - v)) + (x - v)
+    t = lo + e
+    v = t - lo
+    # rounded down: up by at least one ulp of t (also when subnormal); a select, not a branch
+    t += abs(t) * 2.0**-52 + 2.0**-1074 if (lo - (t - v)) + (e - v) > 0.0 else 0.0
+    total = s + t
+    v = total - s
+    return total, (s - (total - v)) + (t - v)
+
+
 @compiled
 def _bound_after(upper: FloatArray, lows: FloatArray, amounts: FloatArray, bound: FloatArray, out: FloatArray) -> bool:
-    """The pre-check's arithmetic in one pass, per run: out = the upper bound minus each leaving
-    entry's lower bound (``lows``, one row per entry), then plus ``amounts``, rounded up after every
-    operation (:func:`budgetcheck.rounding.step_up`: +0.0, then the next double by bit pattern; the
-    differences are >= 0 since upper >= the exact sum >= an entry >= its low). Whether every out
-    <= ``bound`` (one value, or one per run); NaN fails."""
-    bits = out.view(np.int64)
+    """The pre-check's arithmetic in one pass, per run: out = the double-double bound ``upper``
+    (rows hi and lo, normalised: hi = hi + lo rounded to nearest) minus each term of the leaving
+    entries (``lows``, one row per term, their exact sum <= the entries' exact total), then plus
+    ``amounts``, by :func:`_add_above`. Whether every hi + lo <= ``bound`` (one value, or one per
+    run), decided exactly: hi is hi + lo rounded to nearest, so hi < bound implies it, and hi ==
+    bound needs lo <= 0. NaN fails."""
+    his, los = out[0], out[1]
+    his[:] = upper[0]
+    los[:] = upper[1]
+    for k in range(lows.shape[0] + 1):  # one contiguous pass per term (the compiler vectorises it)
+        terms = amounts if k == lows.shape[0] else lows[k]
+        sign = 1.0 if k == lows.shape[0] else -1.0
+        for r in range(his.size):
+            his[r], los[r] = _add_above(his[r], los[r], sign * terms[r])
     within = True
-    for r in range(out.size):
-        value = upper[r]
-        for k in range(lows.shape[0]):
-            out[r] = (value - lows[k, r]) + 0.0
-            bits[r] += 1
-            value = out[r]
-        out[r] = (value + amounts[r]) + 0.0
-        bits[r] += 1
-        within &= out[r] <= bound[r if bound.size > 1 else 0]
+    per_run = 1 if bound.size > 1 else 0
+    for r in range(his.size):
+        limit = bound[r * per_run]
+        within &= (his[r] < limit) | ((his[r] == limit) & (los[r] <= 0.0))
     return within
