@@ -172,8 +172,17 @@ class PersonalizedLedger(LedgerCore):
                 "a local report with epsilon=0 for every user and run would read the data without paying"
             )
         d = int(secret.shape[-1])
-        grr = uses_grr(amounts, d)
-        used = sorted({GRR if g else OUE for g, a in zip(grr.ravel(), amounts.ravel(), strict=True) if a > 0})
+        self._charge_local(t, amounts, amounts, d, purpose)  # refused here: nothing drawn, nothing charged
+        with charged(secret) as counts:
+            estimate = perturbed_estimate(self._rng, counts, self._counts, amounts)
+        reporting = np.asarray(amounts.any(axis=1), dtype=bool)
+        return np.asarray(np.where(reporting[:, None], estimate, np.nan), dtype=np.float64)
+
+    def _charge_local(self, t: int, amounts: FloatArray, flat: FloatArray, d: int, purpose: str) -> None:
+        """Charge a local report's ``amounts`` at t (or raise, changing nothing); its record names the
+        frequency oracles used by the paying budgets (``flat``: shape (runs, reporters))."""
+        grr = uses_grr(flat, d)
+        used = sorted({GRR if g else OUE for g, a in zip(grr.ravel(), flat.ravel(), strict=True) if a > 0})
         record = SpendRecord(
             t=t,
             purpose=check_label(purpose),
@@ -181,11 +190,7 @@ class PersonalizedLedger(LedgerCore):
             sensitivity=1.0,
             sampler=f"{LOCAL_SAMPLER}:{','.join(used)}+numpy-binomial",
         )
-        self._charge(t, amounts, record)  # refused here: nothing drawn, nothing charged
-        with charged(secret) as counts:
-            estimate = perturbed_estimate(self._rng, counts, self._counts, amounts)
-        reporting = np.asarray(amounts.any(axis=1), dtype=bool)
-        return np.asarray(np.where(reporting[:, None], estimate, np.nan), dtype=np.float64)
+        self._charge(t, amounts, record)
 
     def local_variance(self, epsilon: ArrayLike, dimensions: int) -> FloatArray:
         """Public (no data): the variance of one bin of ``local_report``'s estimate at these budgets,
@@ -218,16 +223,7 @@ class PersonalizedLedger(LedgerCore):
         self._divide(k)
         d = int(secret.shape[-1])
         flat = amounts.reshape(self._runs, -1)
-        grr = uses_grr(flat, d)
-        used = sorted({GRR if g else OUE for g, a in zip(grr.ravel(), flat.ravel(), strict=True) if a > 0})
-        record = SpendRecord(
-            t=t,
-            purpose=check_label(purpose),
-            amounts=amounts,
-            sensitivity=1.0,
-            sampler=f"{LOCAL_SAMPLER}:{','.join(used)}+numpy-binomial",
-        )
-        self._charge(t, amounts, record)  # refused here: nothing drawn, nothing charged
+        self._charge_local(t, amounts, flat, d, purpose)  # refused here: nothing drawn, nothing charged
         sizes = self.group_sizes(k).reshape(-1).astype(np.float64)
         with charged(users) as bins:
             counts = group_counts(bins, self._requirements.user_classes, self._requirements.n_classes, k, d)
