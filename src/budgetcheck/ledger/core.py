@@ -64,11 +64,10 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 _SCALES_KEPT = 8  # noise scales remembered per ledger (LedgerCore._scale)
 # budget entries up to which they are: beyond a few thousand, hashing the key costs more than the
-# division it saves (12,000 entries: 33 us to key, 27 us to divide)
+# division it saves (benchmarks/ledger_cost.py)
 _SCALE_MEMO_SIZE = 1 << 12
-SAMPLER = (
-    DISCRETE  # the ledgers' default: exact, from the OS CSPRNG; "numpy-laplace" is reproducible noise asked for by name
-)
+# the ledgers' default: exact, from the OS CSPRNG; "numpy-laplace" is reproducible noise asked for by name
+SAMPLER = DISCRETE
 
 
 def generator(sampler: str, seed: int, session: int | None = None) -> np.random.Generator:
