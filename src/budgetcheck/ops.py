@@ -91,18 +91,31 @@ class Ops(Protocol):
 
 
 class FloatOps:
-    """numpy back-end used inside mechanisms: vectorised, every budget rounded towards 0."""
+    """numpy back-end used inside mechanisms: vectorised, every budget rounded towards 0.
+
+    A rule run on plain Python numbers (one run: a live publisher's state) stays on plain numbers:
+    the same doubles as on arrays of one element (:mod:`budgetcheck.rounding`'s ``*_float`` helpers),
+    without a numpy call per operation.
+    """
 
     def where(self, condition: Any, if_true: Any, if_false: Any) -> Any:
+        if type(condition) is bool and type(if_true) in _PLAIN and type(if_false) in _PLAIN:
+            return if_true if condition else if_false
         return np.where(condition, if_true, if_false)
 
     def minimum(self, a: Any, b: Any) -> Any:
+        if type(a) is int and type(b) is int:
+            return a if a <= b else b
         return np.minimum(a, b)
 
     def both(self, a: Any, b: Any) -> Any:
+        if type(a) is bool and type(b) is bool:
+            return a and b
         return np.logical_and(a, b)
 
     def negate(self, a: Any) -> Any:
+        if type(a) is bool:
+            return not a
         return np.logical_not(a)
 
     def all_of(self, terms: Sequence[Any]) -> Any:
@@ -118,6 +131,10 @@ class FloatOps:
         if isinstance(values, SlidingValues) and not values.integral:
             return values.total
         if isinstance(values, (list, tuple)):
+            if all(type(value) is float for value in values):
+                total = rounding.sum_up_floats(values)
+                if total is not None:
+                    return total
             return rounding.sum_up_terms(values)
         return rounding.sum_up(values, axis=-1)
 
@@ -137,9 +154,17 @@ class FloatOps:
         return GHOST
 
     def sub_down(self, value: Any, subtrahend: Any) -> Any:
+        if type(value) in _NUMBERS and type(subtrahend) in _NUMBERS:
+            result = rounding.sub_down_float(float(value), float(subtrahend))
+            if result is not None:
+                return result
         return rounding.sub_down(value, subtrahend)
 
     def half_down(self, value: Any) -> Any:
+        if type(value) in _NUMBERS:
+            result = rounding.half_down_float(float(value))
+            if result is not None:
+                return result
         return rounding.half_down(value)
 
     def mul_down(self, value: Any, count: Any, at_most: int | None = None) -> Any:
@@ -276,6 +301,8 @@ def per_run(state: Any, runs: int) -> Any:
 
 
 _SCALARS = (float, int, np.float64, np.int64)
+_NUMBERS = frozenset((float, int, np.float64))  # exact as doubles (a rule's ints are small counts)
+_PLAIN = frozenset((bool, int, float, np.float64, np.int64))
 
 
 @functools.lru_cache(maxsize=4096)

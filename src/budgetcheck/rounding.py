@@ -84,14 +84,24 @@ def mul_down(value: ArrayLike, factor: ArrayLike) -> FloatArray:
     The product's rounding error is found exactly with Dekker's TwoProduct; the result moves one
     ulp down only where round-to-nearest went up.
     """
-    return _elementwise(_mul_down_each, value, factor)
+    return _elementwise(_mul_down_each, value, factor, mul_down_float)
 
 
-def _elementwise(kernel: Callable[..., None], first: ArrayLike, second: ArrayLike) -> FloatArray:
+def _elementwise(
+    kernel: Callable[..., None],
+    first: ArrayLike,
+    second: ArrayLike,
+    scalar: Callable[[float, float], float | None] | None = None,
+) -> FloatArray:
     """``kernel(a, b, out, out_bits)`` over the two operands broadcast as numpy does: each passed as
     a contiguous 1-d float64 array of the result's size or of size 1 (a single value is not copied
-    out to the full size), ``out`` the result flattened and ``out_bits`` the same memory as int64."""
+    out to the full size), ``out`` the result flattened and ``out_bits`` the same memory as int64.
+    Two single values go through ``scalar`` (the same doubles in plain Python, or None: the kernel)."""
     a, b = np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
+    if scalar is not None and a.size == 1 and b.size == 1:
+        value = scalar(float(a.reshape(-1)[0]), float(b.reshape(-1)[0]))
+        if value is not None:
+            return np.full(a.shape if a.ndim >= b.ndim else b.shape, value)
     if a.shape != b.shape and a.size != 1 and b.size != 1:
         a, b = np.broadcast_arrays(a, b)
     out = np.empty(a.shape if a.shape == b.shape else np.broadcast_shapes(a.shape, b.shape))
@@ -162,7 +172,7 @@ def _down_if(out: FloatArray, out_bits: NDArray[np.int64], i: int, down: bool) -
 
 def div_down(value: ArrayLike, divisor: ArrayLike) -> FloatArray:
     """value / divisor rounded down (value >= 0, divisor > 0, both finite)."""
-    return _elementwise(_div_down_each, value, divisor)
+    return _elementwise(_div_down_each, value, divisor, div_down_float)
 
 
 @compiled
@@ -191,7 +201,7 @@ def half_down(value: ArrayLike) -> FloatArray:
 
 def sub_down(value: ArrayLike, subtrahend: ArrayLike) -> FloatArray:
     """max(value - subtrahend, 0) rounded down (Knuth's TwoSum finds the exact error)."""
-    return _elementwise(_sub_down_each, value, subtrahend)
+    return _elementwise(_sub_down_each, value, subtrahend, sub_down_float)
 
 
 @compiled
@@ -208,6 +218,94 @@ def _sub_down_each(a: FloatArray, subtrahend: FloatArray, out: FloatArray, out_b
         _down_if(out, out_bits, i, error < 0.0)
         value = out[i]
         out[i] = value if (value > 0.0) | (value != value) else 0.0
+
+
+# -- the same helpers on one plain Python float: what a one-run mechanism computes at every timestamp.
+# Each gives the double its kernel gives (the same IEEE operations in the same order: CPython's float
+# arithmetic is IEEE binary64 with nothing fused), or None where an operand or the result is not a
+# finite non-zero double: there the caller takes the array path, whose rules for zeros, infinities and
+# NaN are the library's. tests/ledger/test_rounding_scalar.py checks them against the kernels.
+
+
+def _two_product_error(x: float, y: float, product: float) -> float:
+    """:func:`_product_error` on Python floats (Dekker's TwoProduct, Veltkamp's split by 2**27 + 1)."""
+    factor = 134217729.0 * x
+    x_high = factor - (factor - x)
+    x_low = x - x_high
+    factor = 134217729.0 * y
+    y_high = factor - (factor - y)
+    y_low = y - y_high
+    return ((x_high * y_high - product) + x_high * y_low + x_low * y_high) + x_low * y_low
+
+
+def _ordinary(value: float) -> bool:
+    """A finite non-zero double (whose bit-pattern step is ``math.nextafter``)."""
+    return value != 0.0 and -math.inf < value < math.inf
+
+
+def mul_down_float(x: float, y: float) -> float | None:
+    """:func:`mul_down` of two doubles (None: not a finite non-zero case, use the array path)."""
+    product = x * y
+    if not _ordinary(product) or not _ordinary(x) or not _ordinary(y):
+        return None
+    if _two_product_error(x, y, product) < 0.0 or abs(product) < 2.0**-900:
+        return math.nextafter(product, -math.inf)
+    return product
+
+
+def div_down_float(x: float, y: float) -> float | None:
+    """:func:`div_down` of two doubles (None: not a finite non-zero case, use the array path)."""
+    if not _ordinary(x) or not _ordinary(y):
+        return None
+    quotient = x / y
+    if not _ordinary(quotient):
+        return None
+    product = quotient * y
+    error = _two_product_error(quotient, y, product)
+    if product > x or (product == x and error > 0.0) or abs(quotient) < 2.0**-900:
+        return math.nextafter(quotient, -math.inf)
+    return quotient
+
+
+def sub_down_float(x: float, subtrahend: float) -> float | None:
+    """:func:`sub_down` of two doubles, max(x − subtrahend, 0) rounded down (None: use the array path)."""
+    y = -subtrahend
+    total = x + y
+    if not (-math.inf < x < math.inf and -math.inf < y < math.inf and -math.inf < total < math.inf):
+        return None
+    virtual = total - x
+    error = (x - (total - virtual)) + (y - virtual)
+    if error < 0.0:
+        total = math.nextafter(total, -math.inf)  # the kernel's step by bit pattern, or nextafter at zero
+    return total if total > 0.0 else 0.0
+
+
+def half_down_float(value: float) -> float | None:
+    """:func:`half_down` of a double (None: use the array path)."""
+    if not -math.inf < value < math.inf:
+        return None
+    if value != 0.0 and abs(value) < 2.0**-1021:
+        return div_down_float(value, 2.0)
+    return value * 0.5
+
+
+def step_up_float(value: float) -> float | None:
+    """:func:`step_up` of a double >= 0 (−0.0 read as +0.0; None: use the array path)."""
+    if not 0.0 <= value < math.inf:
+        return None
+    return math.nextafter(value + 0.0, math.inf)
+
+
+def sum_up_floats(terms: Sequence[float]) -> float | None:
+    """:func:`sum_up_terms` of plain floats (None: use the array path)."""
+    total = 0.0
+    for term in terms:
+        total = total + term
+    if not 0.0 <= total < math.inf:
+        return None
+    if total == 0.0:
+        return 0.0
+    return math.nextafter(total * (1.0 + 2.0 * (len(terms) + 1) * _UNIT_ROUNDOFF), math.inf)
 
 
 def step_up(values: ArrayLike, *, scratch: bool = False) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -160,6 +161,9 @@ def fixed_schedule(rule: AllocationRule, stream: Stream, ledger: Ledger, filteri
         if sensitivity_at(ledger, secret.t) == 0.0:
             assert isinstance(ledger, SwellfishLedger)
             last, budget = ledger.release_exact(secret), 0.0
+        elif type(budget) in (float, int):  # a rule on plain numbers (a float ε): no array round trip
+            if budget > 0:
+                last = filtered(ledger.laplace(secret, float(budget), purpose="publication"), filtering)
         elif _scheduled(budget):
             last = filtered(ledger.laplace(secret, per_run_budget(budget), purpose="publication"), filtering)
         state = rule.advance(FLOAT, env, state, True, (budget,))
@@ -175,9 +179,20 @@ def dissimilarity_framework(
     iff ε_{t,2} > 0 and the noisy dissimilarity exceeds the noise error Δ/ε_{t,2} (BD line 7, BA
     line 10; Δ = 1, or Δ_Q^t for the TS variants on a Swellfish ledger, which release the true
     value for free where Δ_Q^t = 0 and then spend nothing, a skip the rule's proof covers). Before
-    any release the last release is the all-zero vector. Vectorised over runs.
+    any release the last release is the all-zero vector. Vectorised over runs; one run under one ε
+    (a live publisher) runs the rule on plain numbers instead (:func:`_one_run_dissimilarity`).
     """
     env = rule_env(ledger)
+    if ledger.runs == 1 and type(env.epsilon) is float:
+        yield from _one_run_dissimilarity(rule, env, stream, ledger, filtering)
+    else:
+        yield from _dissimilarity_runs(rule, env, stream, ledger, filtering)
+
+
+def _dissimilarity_runs(
+    rule: AllocationRule, env: RuleEnv, stream: Stream, ledger: Ledger, filtering: bool
+) -> Iterator[FloatArray]:
+    """:func:`dissimilarity_framework` vectorised over the ledger's runs."""
     runs = ledger.runs
     state = per_run(rule.initial(FLOAT, env), runs)  # ints stay int64
     wants = np.full(runs, True)
@@ -206,3 +221,39 @@ def dissimilarity_framework(
             last = np.where(publish[:, None], filtered(noisy, filtering), last)  # NaN only in the rows not taken
         state = rule.advance(FLOAT, env, state, publish, (dissimilarity_budget, spent))
         yield last
+
+
+def _one_run_dissimilarity(
+    rule: AllocationRule, env: RuleEnv, stream: Stream, ledger: Ledger, filtering: bool
+) -> Iterator[FloatArray]:
+    """:func:`dissimilarity_framework` for one run: the rule's state, budgets and decisions are plain
+    Python numbers (``FLOAT`` on scalars gives the doubles it gives on arrays of one run), so a step
+    costs the ledger's two charged operations and little else. The same charges, in the same order,
+    with the same amounts and releases, bit for bit, as :func:`_dissimilarity_runs` on one run."""
+    state = rule.initial(FLOAT, env)
+    last = np.zeros((1, stream.dimensions))
+    for secret in stream:
+        dissimilarity_budget, candidate = (_plain(value) for value in rule.charges(FLOAT, env, state, True))
+        delta = sensitivity_at(ledger, secret.t)
+        if delta == 0.0:
+            assert isinstance(ledger, SwellfishLedger)
+            last = ledger.release_exact(secret)
+            state = rule.advance(FLOAT, env, state, False, (0.0, 0.0))
+            yield last
+            continue
+        dis = (
+            float(ledger.dissimilarity(secret, last, dissimilarity_budget)[0])
+            if dissimilarity_budget > 0.0
+            else math.nan
+        )
+        publish = candidate > 0.0 and dis > delta / candidate  # a NaN dissimilarity never publishes
+        spent = candidate if publish else 0.0
+        if publish:
+            last = np.array(filtered(ledger.laplace(secret, spent, purpose="publication"), filtering), dtype=np.float64)
+        state = rule.advance(FLOAT, env, state, publish, (dissimilarity_budget, spent))
+        yield last
+
+
+def _plain(value: Any) -> float:
+    """A rule's budget for one run as a Python float (it is one already when ε is a float)."""
+    return value if type(value) is float else float(np.asarray(value, dtype=np.float64).reshape(()))

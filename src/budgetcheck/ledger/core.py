@@ -95,6 +95,12 @@ def journaled(method: F) -> F:
     @functools.wraps(method)
     def wrapper(self: LedgerCore, *args: Any, **kwargs: Any) -> Any:
         try:
+            if self._hook is None:  # no hook: the operation itself (a refusal noted as _run_operation notes it)
+                try:
+                    return method(self, *args, **kwargs)
+                except BudgetExceeded as exc:
+                    self._note_refusal(exc)
+                    raise
             return self._run_operation(functools.partial(method, self), args, kwargs)
         except TypeError as exc:  # a call that does not fit the signature names the public class, not a base
             inner = f"{method.__qualname__}()"
@@ -254,6 +260,16 @@ class LedgerCore(abc.ABC):
         claim(secret, self)
         return t
 
+    def _unrecorded(self, t: int, amounts: FloatArray, purpose: str) -> bool:
+        """Charge ``amounts`` at t without building a record, when none would be kept (in memory, no
+        hooks) and the notion can (:meth:`_charge_unrecorded`); False: the caller charges with a record.
+        The same check, the same refusal and the same state as :meth:`_charge` with the record."""
+        return not self._keep and self._hook is None and self._charge_unrecorded(t, amounts, purpose)
+
+    def _charge_unrecorded(self, t: int, amounts: FloatArray, purpose: str) -> bool:
+        """:meth:`_charge` without a record (a one-run w-event ledger), or False where the notion needs one."""
+        return False
+
     def _commit(self, t: int, record: SpendRecord) -> None:
         self._t = max(self._t, t)
         if self._applying or (self._hook is not None and self._hook.take(record)):
@@ -280,10 +296,10 @@ class LedgerCore(abc.ABC):
         if self._hook is not None and self._hook.replaying:
             return np.zeros(shape)  # replaced by the stored output (durable.transaction)
         extra = (1,) * (len(shape) - budgets.ndim)
-        paid = (budgets > 0.0).reshape(budgets.shape + extra)
         full = values if values.shape == shape else np.broadcast_to(values, shape)
-        if paid.all():
+        if budgets.item() > 0.0 if budgets.size == 1 else (budgets > 0.0).all():  # every run pays
             return self._noise.perturb(full, scale.reshape(scale.shape + extra), sensitivity, integral=integral)
+        paid = (budgets > 0.0).reshape(budgets.shape + extra)
         out = self._noise.perturb(
             full, np.where(paid, scale.reshape(scale.shape + extra), 0.0), sensitivity, integral=integral
         )
@@ -308,8 +324,11 @@ class LedgerCore(abc.ABC):
         try:
             return fn(*args, **kwargs) if self._hook is None else self._hook.run(fn, args, kwargs)
         except BudgetExceeded as exc:
-            self._refused_worst = max(self._refused_worst, exc.window_sum / exc.epsilon)
+            self._note_refusal(exc)
             raise
+
+    def _note_refusal(self, exc: BudgetExceeded) -> None:
+        self._refused_worst = max(self._refused_worst, exc.window_sum / exc.epsilon)
 
     def _refresh(self) -> None:
         """Before a read (``remaining``, ``window_sum``): the hooks catch up with spends committed elsewhere."""
@@ -379,7 +398,8 @@ class LaplaceReleases(LedgerCore):
         t = self._check_t(t)
         amounts = check_amounts(epsilon, self._runs)
         purpose = check_label(purpose)
-        self._charge(t, amounts, SpendRecord(t=t, purpose=purpose, amounts=amounts))
+        if not self._unrecorded(t, amounts, purpose):
+            self._charge(t, amounts, SpendRecord(t=t, purpose=purpose, amounts=amounts))
 
     @journaled
     def laplace(
@@ -535,6 +555,8 @@ class LaplaceReleases(LedgerCore):
         if len(secret.shape) > 1:
             raise InvalidArgument(f"a query reads a one-dimensional histogram, got a secret of shape {secret.shape}")
         d = int(secret.shape[0]) if secret.shape else 1
+        if declared is None and type(query) is Identity:  # the counts themselves: remembered per (relation, d)
+            return _identity_release_sensitivity(neighbours_of(secret), d)
         return derived_sensitivity(query, cast(Relation, neighbours_of(secret)), d, declared)
 
     @journaled
@@ -547,20 +569,19 @@ class LaplaceReleases(LedgerCore):
         the stream's relation), Laplace scale (1/d)/ε. Returns
         shape (runs,); NaN for runs with ε = 0.
         """
-        self._check_secret(secret)
+        t = self._check_secret(secret)
         amounts = check_amounts(epsilon, self._runs)
         last = np.asarray(last_release, dtype=np.float64)
         expected = (self._runs, *secret.shape)
         if last.shape != expected or not np.isfinite(last).all():
             raise InvalidArgument(f"last_release must be finite with shape {expected}, got shape {last.shape}")
         # ‖Δ‖₁ <= k (or 2, replace-one): the mean absolute difference moves by at most ‖Δ‖₁/n
-        identity = Identity().sensitivity(cast(Relation, neighbours_of(secret)), 2)
-        delta_mean = identity / math.prod(secret.shape)
-        scale, delta = self._reserve(secret, amounts, amounts, delta_mean, purpose, integral=False)
+        count = math.prod(secret.shape)
+        delta_mean = _identity_sensitivity(neighbours_of(secret)) / count
+        scale, delta = self._reserve(secret, amounts, amounts, delta_mean, purpose, integral=False, t=t)
         with charged(secret) as values:
             differences = np.abs(last - self._per_run(secret, values)).reshape(self._runs, -1)
-            # the mean as numpy's mean computes it (the same sum, divided by the count), bit for bit
-            distance = np.add.reduce(differences, axis=1) / differences.shape[1]
+            distance = np.add.reduce(differences, axis=1) / count  # what .mean(axis=1) computes, without its wrapper
             return self._noisy(distance, amounts, scale, delta, per_run=True, integral=False)
 
     @journaled
@@ -741,19 +762,23 @@ class LaplaceReleases(LedgerCore):
         *,
         integral: bool = True,
         vouched: bool = False,
+        t: int | None = None,
     ) -> tuple[FloatArray, float]:
         """Charge ``amounts`` at the secret's timestamp for a Laplace release at ``budgets``.
 
         Returns the noise scales (sensitivity/budget rounded up, by the noise source's rule for
         ``integral`` values or not) and the sensitivity the noise covers. Raises before anything is read.
+        ``t``: the secret's timestamp, when the caller has just checked the secret (:meth:`_check_secret`).
         """
-        t = self._check_secret(secret)
+        t = self._check_secret(secret) if t is None else t
         purpose = check_label(purpose)
         sensitivity = self._sensitivity_at(t, sensitivity)
         if budgets is amounts and amounts.size > _SCALE_MEMO_SIZE:
             amounts, scale = self._recurring(purpose, amounts, sensitivity, integral)
         else:
             scale = self._scale(sensitivity, budgets, integral)
+        if not vouched and self._unrecorded(t, amounts, purpose):
+            return scale, sensitivity
         record = SpendRecord(
             t=t,
             purpose=purpose,
@@ -802,6 +827,34 @@ def measurement_failed(what: str, failure: str) -> MeasurementFailed | SecretAcc
         f"{what}: fn {failure}; its message, arguments and traceback are withheld (they may hold "
         "the data); the charge stands, since the data was read"
     )
+
+
+def _identity_sensitivity(relation: object) -> float:
+    """The identity's L1 sensitivity under a stream's neighbouring relation, remembered per relation (a
+    frozen, hashable value: one whose fields changed hashes differently and is computed afresh)."""
+    try:
+        return _remembered_identity_sensitivity(relation)
+    except TypeError:  # not hashable: computed every time
+        return Identity().sensitivity(cast(Relation, relation), 2)
+
+
+@functools.lru_cache(maxsize=64)
+def _remembered_identity_sensitivity(relation: object) -> float:
+    return Identity().sensitivity(cast(Relation, relation), 2)
+
+
+def _identity_release_sensitivity(relation: object, d: int) -> float:
+    """:func:`derived_sensitivity` of the identity on d bins with nothing declared, remembered as
+    :func:`_identity_sensitivity` is."""
+    try:
+        return _remembered_identity_release(relation, d)
+    except TypeError:  # not hashable: computed every time
+        return derived_sensitivity(Identity(), cast(Relation, relation), d, None)
+
+
+@functools.lru_cache(maxsize=64)
+def _remembered_identity_release(relation: object, d: int) -> float:
+    return derived_sensitivity(Identity(), cast(Relation, relation), d, None)
 
 
 def _frozen_max(budgets: FloatArray) -> FloatArray:

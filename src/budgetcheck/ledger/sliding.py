@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from budgetcheck import rounding
-from budgetcheck.rounding import step_up
+from budgetcheck.rounding import step_up, step_up_float
 
 
 class SlidingValues(tuple[Any, ...]):
@@ -38,6 +38,10 @@ class SlidingValues(tuple[Any, ...]):
     @classmethod
     def of(cls, items: tuple[Any, ...]) -> SlidingValues:
         """``items`` with their total taken afresh."""
+        if items and all(type(item) is float for item in items):  # one run's budgets: plain floats, the same doubles
+            total = rounding.sum_up_floats(items)
+            if total is not None:
+                return cls._made(items, total, False, 0)
         if all(_is_counter(item) for item in items):
             return cls._made(items, plain_sum(items), True, 0)
         return cls._made(items, rounding.sum_up_terms(items), False, 0)
@@ -58,6 +62,11 @@ class SlidingValues(tuple[Any, ...]):
         if self.fresh + 1 >= len(self):
             return SlidingValues.of(items)
         # total >= the exact sum >= the oldest item (all >= 0), so the difference is >= 0.
+        if type(self.total) is float and type(newest) is float:
+            inner = step_up_float(self.total - self[0])
+            outer = step_up_float(inner + newest) if inner is not None else None
+            if outer is not None:
+                return SlidingValues._made(items, outer, False, self.fresh + 1)
         total = step_up(step_up(self.total - self[0]) + newest, scratch=True)
         return SlidingValues._made(items, total, False, self.fresh + 1)
 

@@ -63,11 +63,22 @@ def check_label(value: object, name: str = "purpose") -> str:
 def check_amounts(value: object, runs: int, name: str = "epsilon") -> FloatArray:
     """Per-run budget amounts: a scalar or an array of shape (runs,), each finite and >= 0.
 
-    Zero means "this run spends nothing here". Returns a fresh read-only float64 array.
+    Zero means "this run spends nothing here". Returns a read-only float64 array (fresh, except for a
+    positive float and one run: the one array of that value, shared by every charge that spends it).
     """
     if type(value) is float and math.isfinite(value) and value >= 0.0:  # the common scalar: no array checks
+        if runs == 1 and value > 0.0:
+            shared = _ONE_RUN.get(value)
+            if shared is not None:
+                return shared
         arr = np.full(runs, value)
         arr.setflags(write=False)
+        if runs == 1 and value > 0.0:  # a one-run mechanism's budgets recur (BD's ε/(2w) at every timestamp)
+            arr = arr.view()  # a view of a read-only base: nobody can make it writable again
+            arr.setflags(write=False)
+            if len(_ONE_RUN) >= _ONE_RUN_KEPT:
+                _ONE_RUN.clear()
+            _ONE_RUN[value] = arr
         return arr
     arr = _float_array(value, name, "a finite number >= 0 or an array of them")
     if arr.ndim == 0:
@@ -78,6 +89,10 @@ def check_amounts(value: object, runs: int, name: str = "epsilon") -> FloatArray
             f"({runs},)"
         )
     return _finite_nonnegative(arr, name)
+
+
+_ONE_RUN: dict[float, FloatArray] = {}  # positive amount -> its read-only array of one run (check_amounts)
+_ONE_RUN_KEPT = 256
 
 
 def check_amount_rows(value: object, rows: int, runs: int, name: str = "epsilon") -> FloatArray:

@@ -591,13 +591,7 @@ class WindowLedger(LaplaceReleases):
         With exposures (pan-private, single intrusion) the window's largest exposure counts too."""
         exposure = self._exposures.largest(t) if self._exposures else None
         if exposure is None and isinstance(self._windows, ScalarWindows):  # one run: one exact integer
-            spent = rounding.to_units(float(amounts[0]))
-            if not self._windows.spend_units(t, spent, self._run_units(0)):
-                before = self._windows.window_units(t)[0]
-                self._refusals += 1
-                self._refuse(
-                    t, amounts, ExactVector.from_int(before), ExactVector.from_int(before + spent), 0, record.purpose
-                )
+            self._charge_one_run(self._windows, t, amounts, record.purpose)
             self._commit(t, record)
             return
         windows = self._windows
@@ -628,6 +622,24 @@ class WindowLedger(LaplaceReleases):
             self._refuse(t, amounts, window, proposed, int(over[0]), record.purpose)
         self._windows.commit(t, amounts, added, proposed, leaving)
         self._commit(t, record)
+
+    def _charge_one_run(self, windows: ScalarWindows, t: int, amounts: FloatArray, purpose: str) -> None:
+        """Check window [t−w+1, t] of the one run exactly and commit its sum; or refuse, changing nothing."""
+        spent = rounding.to_units(float(amounts[0]))
+        if not windows.spend_units(t, spent, self._run_units(0)):
+            before = windows.window_units(t)[0]
+            self._refusals += 1
+            self._refuse(t, amounts, ExactVector.from_int(before), ExactVector.from_int(before + spent), 0, purpose)
+
+    def _charge_unrecorded(self, t: int, amounts: FloatArray, purpose: str) -> bool:
+        """One run without exposures: :meth:`_charge` with no record to keep (see LedgerCore)."""
+        windows = self._windows
+        if self._exposures or not isinstance(windows, ScalarWindows):
+            return False
+        self._charge_one_run(windows, t, amounts, purpose)
+        if t > self._t:
+            self._t = t
+        return True
 
     def _refuse(
         self,

@@ -13,12 +13,21 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import final
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck.ledger.errors import InvalidArgument, SecretAccess, TimestampOrder
 from budgetcheck.ledger.validation import MAX_VALUE, check_positive_int, check_timestamp
 from budgetcheck.stream.neighbours import DEFAULT, Neighbours, check_neighbours
 from budgetcheck.stream.secret import Secret
+
+_FEW = 16  # up to this many values a row is checked in plain Python (cheaper than two numpy calls)
+
+
+def _bounded(row: NDArray[np.float64]) -> bool:
+    """Every value finite with |value| <= 2^53 (NaN fails both comparisons)."""
+    if row.size <= _FEW:
+        return all(-MAX_VALUE <= value <= MAX_VALUE for value in row.reshape(-1).tolist())
+    return bool((np.abs(row) <= MAX_VALUE).all())
 
 
 @final
@@ -93,7 +102,7 @@ class LiveStream:
         for t, values in self._rows:
             last = self._check_t(t, last)
             row = np.asarray(values, dtype=np.float64)
-            if row.shape != self._shape or not (np.abs(row) <= MAX_VALUE).all():
+            if row.shape != self._shape or not _bounded(row):
                 raise InvalidArgument(
                     f"row t={t} must hold finite values of at most 2^53 in shape {self._shape}, got {row.tolist()!r}"
                 )

@@ -8,7 +8,7 @@ data (one row per user) fits the same type.
 
 The vault is not a module attribute, a closure cell or a bound method's ``__self__``: it is a local
 of a suspended generator (:func:`_vault`), so neither ``import``, a method's ``__globals__``, the
-``weakref.finalize`` registry (its callback is :func:`_forget` with the secret's id only), nor
+finalizer (``Secret.__del__`` passes :func:`_forget` the secret's id only), nor
 ``gc.get_referents`` of a secret, of its class or of a module function reaches the payloads.
 
 What a Python-level guard cannot stop: code in the same process can reach any object by introspection
@@ -116,10 +116,16 @@ class Secret:
         self._claim: list[object] = [] if claim is None else claim
         self._neighbours = DEFAULT if neighbours is None else neighbours  # its stream's neighbouring relation
         _send(("put", id(self), frozen))
-        weakref.finalize(self, _forget, id(self))
         if stand_in:
             _STAND_INS.add(id(self))
-            weakref.finalize(self, _STAND_INS.discard, id(self))
+
+    def __del__(self) -> None:
+        """Its payload leaves the vault at the vault's next operation (:func:`_forget`); a stand-in is forgotten."""
+        try:
+            _forget(id(self))
+            _STAND_INS.discard(id(self))
+        except (AttributeError, TypeError):  # at interpreter exit the module's globals may be gone already
+            pass
 
     @property
     def t(self) -> int:
