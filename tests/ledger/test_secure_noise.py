@@ -21,8 +21,8 @@ from budgetcheck.cli import main
 COUNTS = np.array([[120.0, 7.0, 0.0]] * 6)
 
 
-def _released(path: Path, *, seed: int = 0, sampler: str | None = None) -> tuple[np.ndarray, int]:
-    """Laplace releases of COUNTS through a ledger file, and the file's session number."""
+def _released(path: Path, *, seed: int = 0, sampler: str | None = None) -> tuple[np.ndarray, tuple[int, ...]]:
+    """Laplace releases of COUNTS through a ledger file, and the file's session entropy (counter, head)."""
     kwargs = {} if sampler is None else {"sampler": sampler}
     ledger = bc.open_ledger(
         path, bc.WindowLedger(epsilon=6.0, w=6, seed=seed, **kwargs, keep_records=True), durability="process"
@@ -31,14 +31,15 @@ def _released(path: Path, *, seed: int = 0, sampler: str | None = None) -> tuple
     ledger.bind(stream)
     out = np.stack([ledger.laplace(secret, 1.0)[0] for secret in stream])
     assert ledger.journal is not None
-    session = ledger.journal.session
+    session = ledger.journal.session_entropy
     ledger.close()
     return out, session
 
 
-def _attacker(seed: int, session: int, shape: tuple[int, ...]) -> np.ndarray:
-    """The issue's attack: recompute the noise from default_rng([seed, session]) and subtract it."""
-    return np.random.default_rng([seed, session]).laplace(0.0, 1.0, shape)  # scale Δ/ε = 1
+def _attacker(seed: int, session: tuple[int, ...], shape: tuple[int, ...]) -> np.ndarray:
+    """The issue's attack: recompute the noise from default_rng([seed, *session]) and subtract it (the
+    session entropy is public: the counter and the chain's head at open)."""
+    return np.random.default_rng([seed, *session]).laplace(0.0, 1.0, shape)  # scale Δ/ε = 1
 
 
 def test_the_attack_works_on_reproducible_noise_asked_for_by_name(tmp_path: Path) -> None:

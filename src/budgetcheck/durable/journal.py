@@ -406,7 +406,7 @@ class Journal:
     between an SQLite file and a PostgreSQL database is in its :class:`~budgetcheck.durable.store.Store`.
     """
 
-    __slots__ = ("_begun", "_head", "_header", "_last", "_published", "_store", "session")
+    __slots__ = ("_begun", "_head", "_header", "_last", "_published", "_store", "session", "session_entropy")
 
     def __init__(
         self, path: str | Path, header: LedgerHeader, *, durability: str = "full", lock_timeout: float = LOCK_TIMEOUT
@@ -420,6 +420,7 @@ class Journal:
                     self._check_meta()
                     sessions = int(self._meta("sessions")) + 1
                     self._store.execute("UPDATE meta SET value=? WHERE key='sessions'", (str(sessions),))
+                    count, head = stored_head(self._store, self._store.name)
                     self._store.commit()
                 finally:
                     self._store.rollback()
@@ -427,6 +428,11 @@ class Journal:
             self._store.close()
             raise
         self.session = sessions
+        # A numpy-laplace ledger's noise is seeded by (seed, *session_entropy): the session counter lives
+        # in the unguarded meta table, but the chain's head at open (hash-chained, checked on load) does
+        # not repeat once a session has drawn noise (every draw appends a record), so an editor who
+        # resets the counter cannot make a later session draw the same noise again.
+        self.session_entropy = (sessions, int(count), int.from_bytes(head, "big"))
         self._last, self._head = 0, genesis(header)
         self._published: list[tuple[int, FloatArray]] = []
         self._begun = (self._last, self._head, 0)

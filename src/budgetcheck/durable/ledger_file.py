@@ -31,8 +31,8 @@ def open_ledger(path: str | Path, ledger: L, *, durability: str = "full", lock_t
     killed process; several times faster). ``lock_timeout``: how many seconds a charged operation
     waits for another process's transaction before it raises LedgerBusy (nothing charged). Opening
     verifies the file's whole hash chain; an empty, damaged or edited file raises LedgerCorrupt. A
-    numpy-sampler ledger draws from SeedSequence([seed, session]) so that a reopened file never
-    reuses noise.
+    numpy-sampler ledger draws from SeedSequence([seed, session, head count, head hash]) so that a
+    reopened file never reuses noise, even if its session counter was reset.
     """
     journal = _journal(path, ledger, durability, lock_timeout)
     try:

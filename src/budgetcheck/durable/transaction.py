@@ -39,7 +39,7 @@ def attach(ledger: LedgerCore, journal: Journal, *, replay: list[JournalRow] | N
     if not access.fresh():
         raise InvalidArgument(f"{ledger!r} has already been used: open a ledger file with a fresh ledger")
     journal.claim("sampler", ledger.sampler)  # a file keeps the noise source it was opened with
-    access.reseed(journal.session)  # never the same noise twice
+    access.reseed(journal.session_entropy)  # never the same noise twice (see Journal.session_entropy)
     stored = None if replay is None else Replay(replay, released={t for t, _ in journal.releases()})
     transaction = access.install(lambda inner: Transaction(access, journal, stored))
     if replay is None:

@@ -9,7 +9,7 @@ operations, whose sensitivity the library derives.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar, final
 
 import numpy as np
@@ -78,8 +78,8 @@ class LedgerAccess:
         """How far before the latest timestamp a stored record can still affect a check."""
         return self._ledger._lookback()
 
-    def reseed(self, session: int) -> None:
-        """Draw the ledger's noise from a generator of its own for a store's session."""
+    def reseed(self, session: Sequence[int]) -> None:
+        """Draw the ledger's noise from a generator of its own for a store's session (its entropy)."""
         self._ledger._reseed(session)
 
     # -- operations beside the ledger ---------------------------------------------------------------

@@ -13,7 +13,7 @@ import contextlib
 import functools
 import math
 import secrets
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
@@ -70,15 +70,15 @@ _SCALE_MEMO_SIZE = 1 << 12
 SAMPLER = DISCRETE
 
 
-def generator(sampler: str, seed: int, session: int | None = None) -> np.random.Generator:
+def generator(sampler: str, seed: int, session: Sequence[int] | None = None) -> np.random.Generator:
     """The generator of a ledger's other randomness (the Sampling Mechanism's draws, AboveThreshold's
     float noise). Under ``numpy-laplace`` (reproducible noise, asked for by name) it is seeded by
-    ``seed`` (and a ledger file's session, so no two sessions repeat their noise): anyone who knows
+    ``seed`` (and a ledger file's session entropy, so no two sessions repeat their noise): anyone who knows
     them can recompute every draw. Under any other sampler it is seeded with 256 bits from the
     operating system's CSPRNG and ``seed`` is ignored: its draws cannot be recomputed (PCG64 is not
     itself a cryptographic generator; its outputs are never published unperturbed)."""
     if sampler == NUMPY:
-        return np.random.default_rng(seed if session is None else [seed, session])
+        return np.random.default_rng(seed if session is None else [seed, *session])
     return np.random.default_rng(secrets.randbits(256))
 
 
@@ -345,7 +345,7 @@ class LedgerCore(abc.ABC):
         if self._hook is not None:
             self._hook.rollback_to(mark[1])
 
-    def _reseed(self, session: int) -> None:
+    def _reseed(self, session: Sequence[int]) -> None:
         """Draw from a generator of its own for a store's session (a reopened file never reuses noise)."""
         self._rng = generator(self._noise.name, self._seed, session)
         self._noise = make_noise(self._noise.name, self._rng)
