@@ -253,3 +253,21 @@ def test_verify_marks_a_measuring_mechanism_as_vouched() -> None:
     assert not result.vouched
     assert measured.vouched and measured.outcome is Outcome.INCONCLUSIVE
     assert measured.to_json()["vouched_sensitivity"] is True
+
+
+def test_announced_intrusions_are_explored_and_a_forgotten_forced_publication_is_refused() -> None:
+    """Kellaris et al. 2014, §4.5: under announced intrusions the ledger forces the publication at each
+    announced t. Exploration announces intrusions for such a mechanism; a mechanism whose budget state
+    leaves out the forced publications asks for too much later and is refused, which exploration
+    without announcements (the same stand-in streams and choices) never sees."""
+    from broken.mutants import BDPanPrivateAnnouncedForgetsForced
+    from budgetcheck.verify.explore import _tree, small_settings
+
+    mutant = BDPanPrivateAnnouncedForgetsForced()
+    found = explore(mutant, profile="quick")
+    assert found.violation is not None and found.violation.setting.intrusions, found.violation
+    assert "would make window" in str(found.violation.refused)
+    again = replay_outputs(mutant, found.violation.setting.to_json(), found.violation.outputs)
+    assert again.refused is not None and again.ratio == found.violation.ratio  # replays from its JSON
+    unannounced = [run for s in small_settings("w-event") for run in _tree(mutant, s, 5)]
+    assert unannounced and not any(run.violated for run in unannounced)
