@@ -18,7 +18,7 @@ from budgetcheck.cli import main
 from budgetcheck.ops import FLOAT
 from budgetcheck.proving import RuleEnv
 from budgetcheck.verify.conformance import departure, first_departure
-from budgetcheck.verify.explore import Setting, explore, replay_outputs
+from budgetcheck.verify.explore import Setting, bits_plan, explore, replay_outputs, run_plan
 from budgetcheck.verify.verdict import Outcome, exit_code
 from mechanisms.rules import BDRule
 
@@ -271,3 +271,21 @@ def test_announced_intrusions_are_explored_and_a_forgotten_forced_publication_is
     assert again.refused is not None and again.ratio == found.violation.ratio  # replays from its JSON
     unannounced = [run for s in small_settings("w-event") for run in _tree(mutant, s, 5)]
     assert unannounced and not any(run.violated for run in unannounced)
+
+
+@pytest.mark.parametrize("name", ["BDPanPrivateAnnounced", "BAPanPrivateAnnounced"])
+def test_the_announced_pan_private_builtins_conform_to_their_rule_with_forced_publications(name: str) -> None:
+    from mechanisms import BUILTIN
+
+    mechanism = BUILTIN[name]()
+    found = explore(mechanism, profile="quick", rule=mechanism.allocation_rule())
+    assert found.violation is None and found.conformance is None and found.undecided == 0, found.conformance
+    assert found.worst is not None and found.worst.ratio <= 1
+    setting = Setting("w-event", 9, 1, w=3).announcing()
+    assert setting.intrusions == (2, 5, 8)
+    run = run_plan(mechanism, setting, bits_plan(()))  # every dissimilarity far below: nothing chosen
+    published = {r.t for r in run.records if r.purpose == "publication" and float(r.amounts[0]) > 0.0}
+    if name.startswith("BD"):
+        assert published == {2, 5, 8}  # exactly the forced ones
+    else:
+        assert published and published <= {2, 5, 8}  # forced unless nullified by an earlier absorption
