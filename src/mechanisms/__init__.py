@@ -19,7 +19,9 @@ from mechanisms.local import LPD as LPD
 from mechanisms.local import LSP as LSP
 from mechanisms.local import PLBU as PLBU
 from mechanisms.panprivate import BAPanPrivate as BAPanPrivate
+from mechanisms.panprivate import BAPanPrivateAnnounced as BAPanPrivateAnnounced
 from mechanisms.panprivate import BDPanPrivate as BDPanPrivate
+from mechanisms.panprivate import BDPanPrivateAnnounced as BDPanPrivateAnnounced
 from mechanisms.partitioned import BAPartitioned as BAPartitioned
 from mechanisms.partitioned import BDPartitioned as BDPartitioned
 from mechanisms.pegasus import PeGaSus as PeGaSus
@@ -55,6 +57,8 @@ BUILTIN: dict[str, Callable[[], object]] = {
     "BAPartitioned": BAPartitioned,
     "BDPanPrivate": BDPanPrivate,
     "BAPanPrivate": BAPanPrivate,
+    "BDPanPrivateAnnounced": BDPanPrivateAnnounced,
+    "BAPanPrivateAnnounced": BAPanPrivateAnnounced,
     "Hybrid": Hybrid,
     "FASTw": FASTw,
     "DSATw": DSATw,
@@ -87,10 +91,12 @@ BUILTIN: dict[str, Callable[[], object]] = {
 __all__ = [
     "BA",
     "BAPanPrivate",
+    "BAPanPrivateAnnounced",
     "BAPartitioned",
     "BAShifted",
     "BD",
     "BDPanPrivate",
+    "BDPanPrivateAnnounced",
     "BDPartitioned",
     "BDShifted",
     "BUILTIN",

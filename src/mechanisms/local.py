@@ -17,6 +17,14 @@ personalized form of which (own ε_i, w_i) is Du et al.'s PLBU baseline.
   dis > V(ε_{t,2}) (LDP-IDS's test, with V the per-bin variance of the oracle,
   ``ledger.local_variance``), with a fresh report at ε_{t,2}; otherwise repeat r_l.
 
+What was read. Du et al. 2025 (``../shared/papers``) names PLBU only: "extends LBU (Ren et al., 2022)
+by replacing the inner CDP mechanism with an LDP mechanism" (§5.2). The project holds no copy of Ren
+et al.'s LDP-IDS paper; LBU, LSP, LBD, LBA, LPD and LPA follow its published description as cited
+below (not re-checked against a copy here), and GRR/OUE with their variances follow Wang et
+al. 2017 (:mod:`budgetcheck.ledger.local`). Where our reading of LDP-IDS could differ from its text
+(the variance test's exact form, the group schedule of LPD/LPA) the privacy does not depend on it:
+every report is charged in its user's window by the ledger, and verify checks the charges.
+
 Choices where the sources are silent: the last release before t = 1 is the all-zero vector (as PBD);
 a report in which some classes have budget 0 (BA's nullification, or a class off its LSP schedule)
 estimates the reporting classes only, scaled by N / Σ_{reporting} n_c (LDP-IDS scales a

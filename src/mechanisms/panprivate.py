@@ -24,8 +24,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import InvalidArgument, WindowLedger
-from budgetcheck.ops import FLOAT
-from mechanisms._common import StepByStep, filtered
+from budgetcheck.ops import FLOAT, per_run
+from mechanisms._common import StepByStep, filtered, rule_env
 from mechanisms.rules import BARule, BDRule, ba_shares, bd_candidate
 
 FloatArray = NDArray[np.float64]
@@ -74,8 +74,12 @@ class BDPanPrivate(StepByStep):
     intrusions: str = attrs.field(default=SINGLE, validator=_check_intrusions)
     divisor: int = attrs.field(default=3, validator=_check_divisor)
     filtering: bool = False
-    name: str = attrs.field(default="BDPanPrivate", init=False)
+    name: str = attrs.field(init=False)
     max_stacked_runs: ClassVar[int] = 1_000
+
+    @name.default
+    def _name(self) -> str:
+        return "BDPanPrivate" if self.intrusions == SINGLE else "BDPanPrivateAnnounced"
 
     def allocation_rule(self) -> BDRule | None:
         """BD's rule under announced intrusions; none under a single intrusion (the ledger's exposure
@@ -98,14 +102,24 @@ class BDPanPrivate(StepByStep):
         spent = np.zeros((max(w - 1, 0), runs))  # publication budgets of the last w − 1 timestamps
         exposed = np.zeros((max(w - 1, 0), runs))  # exposures of the last w − 1 timestamps
         last = np.zeros((runs, stream.dimensions))
+        # Announced: BD's rule steps its own state (a running sum rounded up), so every charge is the
+        # proved rule's to the last bit; re-summing ``spent`` can differ from it by an ulp.
+        rule, env = self.allocation_rule(), rule_env(ledger)
+        state = per_run(rule.initial(FLOAT, env), runs) if rule is not None else ()
         for secret in stream:
-            candidate = np.asarray(np.broadcast_to(self.candidate(half, spent, exposed), (runs,)), dtype=np.float64)
+            if rule is not None:
+                candidate = rule.charges(FLOAT, env, state, np.full(runs, True))[1]
+            else:
+                candidate = self.candidate(half, spent, exposed)
+            candidate = np.asarray(np.broadcast_to(candidate, (runs,)), dtype=np.float64)
             dis = ledger.dissimilarity(secret, last, unit)
             with np.errstate(divide="ignore"):
                 wanted = (candidate > 0.0) & (dis > 1.0 / candidate)
             values = ledger.held_laplace(secret, candidate, wanted, intrusions=self.intrusions)
             published = _published(values)
             last = np.where(published[:, None], filtered(values.reshape(runs, -1), self.filtering), last)
+            if rule is not None:  # a forced publication is a publish decision of the rule
+                state = rule.advance(FLOAT, env, state, published, (unit, np.where(published, candidate, 0.0)))
             if w > 1:
                 spent = np.vstack([spent[1:], np.where(published, candidate, 0.0)])
                 skipped = np.where(published, 0.0, candidate) if self.intrusions == SINGLE else np.zeros(runs)
@@ -129,8 +143,12 @@ class BAPanPrivate(StepByStep):
 
     intrusions: str = attrs.field(default=SINGLE, validator=_check_intrusions)
     filtering: bool = False
-    name: str = attrs.field(default="BAPanPrivate", init=False)
+    name: str = attrs.field(init=False)
     max_stacked_runs: ClassVar[int] = 1_000
+
+    @name.default
+    def _name(self) -> str:
+        return "BAPanPrivate" if self.intrusions == SINGLE else "BAPanPrivateAnnounced"
 
     def allocation_rule(self) -> BARule | None:
         """BA's rule under announced intrusions; none under a single intrusion (see :class:`BDPanPrivate`)."""
@@ -167,3 +185,15 @@ class BAPanPrivate(StepByStep):
             age = np.where(published, 1, np.minimum(age + 1, 2 * w))
             last_shares = np.where(published, shares, last_shares)
             yield last
+
+
+def BDPanPrivateAnnounced() -> BDPanPrivate:
+    """Pan-private BD under multiple announced intrusions (Kellaris et al. 2014, §4.5): BD's budgets,
+    publication forced by the ledger at every timestamp announced with ``ledger.announce_intrusion``."""
+    return BDPanPrivate(intrusions=ANNOUNCED)
+
+
+def BAPanPrivateAnnounced() -> BAPanPrivate:
+    """Pan-private BA under multiple announced intrusions (Kellaris et al. 2014, §4.5): BA's budgets,
+    publication forced at every announced timestamp that is not nullified."""
+    return BAPanPrivate(intrusions=ANNOUNCED)

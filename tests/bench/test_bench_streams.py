@@ -133,3 +133,19 @@ def test_cli_streams_per_cell_reports_the_spread(tmp_path: Path) -> None:
     assert table.output.count("s40-a1000-p300") >= 3 + 3
     refused = runner.invoke(main, base + ["--streams-per-cell", "0", "--results", str(tmp_path / "b.sqlite")])
     assert refused.exit_code == 2 and "--streams-per-cell" in refused.output
+
+
+def test_the_spread_table_keeps_a_long_mechanism_name_apart_from_its_stream(tmp_path: Path) -> None:
+    """PeGaSusHierarchical, BDPanPrivate and module:attr names are longer than the old 12-character
+    column: every row must still split into the mechanism, the stream and the figures."""
+    from budgetcheck.bench.report import spread_table
+
+    streams = [ArtificialStream(40, 10.0, 60)]
+    grid = Benchmark(
+        ("test_bench_streams:Zeros", "BDPanPrivate"), streams, [Setting(1.0, 10)], runs=2, streams_per_cell=2
+    )
+    run_benchmark(grid, tmp_path / "r.sqlite", progress=False)
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        rows = spread_table(summarize(store)).splitlines()[1:]
+    assert sorted(row.split()[0] for row in rows) == ["BDPanPrivate", "test_bench_streams:Zeros"]
+    assert all(row.split()[1] == streams[0].name and len(row.split()) == 10 for row in rows)

@@ -984,7 +984,43 @@ class BAPanPrivateFullShare(BAPanPrivate):
         return np.asarray(FLOAT.share(epsilon, 2 * w), dtype=np.float64)
 
 
+@attrs.frozen
+class BDPanPrivateAnnouncedForgetsForced(BDPanPrivate):
+    """Pan-private BD under announced intrusions whose budget history keeps only the publications it
+    asked for: a publication the ledger forced at an announced intrusion is missing from P, so the
+    next ε_rm/2 is too large and a window of forced and chosen publications passes ε. Without an
+    announcement it is BDPanPrivateAnnounced exactly: only an explorer that announces finds it. It
+    exposes no rule (as a third party's mechanism may not), so the ledger's refusal is what exploration
+    finds; with BD's rule, conformance names the step first."""
+
+    intrusions: str = "announced"
+    name: str = attrs.field(default="BDPanPrivateAnnounced-forgets-forced", init=False)
+
+    def allocation_rule(self) -> None:  # type: ignore[override]
+        return None
+
+    def releases(self, stream: Any, ledger: Any) -> Any:
+        runs, w = ledger.runs, ledger.w
+        epsilon = np.broadcast_to(np.asarray(ledger.epsilon, dtype=np.float64), (runs,))
+        unit, half = FLOAT.share(epsilon, 2 * w), FLOAT.share(epsilon, 2)
+        spent = np.zeros((max(w - 1, 0), runs))
+        last = np.zeros((runs, stream.dimensions))
+        for secret in stream:
+            candidate = np.asarray(bd_candidate(FLOAT, half, tuple(spent)), dtype=np.float64)
+            candidate = np.broadcast_to(candidate, (runs,))
+            dis = ledger.dissimilarity(secret, last, unit)
+            with np.errstate(divide="ignore"):
+                wanted = (candidate > 0.0) & (dis > 1.0 / candidate)
+            values = ledger.held_laplace(secret, candidate, wanted, intrusions="announced")
+            published = ~np.isnan(values).reshape(runs, -1).all(axis=1)
+            last = np.where(published[:, None], values.reshape(runs, -1), last)
+            if w > 1:
+                spent = np.vstack([spent[1:], np.where(wanted, candidate, 0.0)])  # forced ones forgotten
+            yield last
+
+
 CORPUS: list[tuple[Callable[[], object], str]] = [
+    (BDPanPrivateAnnouncedForgetsForced, "exploration"),
     (BDPanPrivateAsBD, "exploration"),
     (BDPanPrivateAsSketched, "exploration"),
     (BAPanPrivateFullShare, "exploration"),

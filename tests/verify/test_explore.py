@@ -18,7 +18,7 @@ from budgetcheck.cli import main
 from budgetcheck.ops import FLOAT
 from budgetcheck.proving import RuleEnv
 from budgetcheck.verify.conformance import departure, first_departure
-from budgetcheck.verify.explore import Setting, explore, replay_outputs
+from budgetcheck.verify.explore import Setting, bits_plan, explore, replay_outputs, run_plan
 from budgetcheck.verify.verdict import Outcome, exit_code
 from mechanisms.rules import BDRule
 
@@ -253,3 +253,39 @@ def test_verify_marks_a_measuring_mechanism_as_vouched() -> None:
     assert not result.vouched
     assert measured.vouched and measured.outcome is Outcome.INCONCLUSIVE
     assert measured.to_json()["vouched_sensitivity"] is True
+
+
+def test_announced_intrusions_are_explored_and_a_forgotten_forced_publication_is_refused() -> None:
+    """Kellaris et al. 2014, §4.5: under announced intrusions the ledger forces the publication at each
+    announced t. Exploration announces intrusions for such a mechanism; a mechanism whose budget state
+    leaves out the forced publications asks for too much later and is refused, which exploration
+    without announcements (the same stand-in streams and choices) never sees."""
+    from broken.mutants import BDPanPrivateAnnouncedForgetsForced
+    from budgetcheck.verify.explore import _tree, small_settings
+
+    mutant = BDPanPrivateAnnouncedForgetsForced()
+    found = explore(mutant, profile="quick")
+    assert found.violation is not None and found.violation.setting.intrusions, found.violation
+    assert "would make window" in str(found.violation.refused)
+    again = replay_outputs(mutant, found.violation.setting.to_json(), found.violation.outputs)
+    assert again.refused is not None and again.ratio == found.violation.ratio  # replays from its JSON
+    unannounced = [run for s in small_settings("w-event") for run in _tree(mutant, s, 5)]
+    assert unannounced and not any(run.violated for run in unannounced)
+
+
+@pytest.mark.parametrize("name", ["BDPanPrivateAnnounced", "BAPanPrivateAnnounced"])
+def test_the_announced_pan_private_builtins_conform_to_their_rule_with_forced_publications(name: str) -> None:
+    from mechanisms import BUILTIN
+
+    mechanism = BUILTIN[name]()
+    found = explore(mechanism, profile="quick", rule=mechanism.allocation_rule())
+    assert found.violation is None and found.conformance is None and found.undecided == 0, found.conformance
+    assert found.worst is not None and found.worst.ratio <= 1
+    setting = Setting("w-event", 9, 1, w=3).announcing()
+    assert setting.intrusions == (2, 5, 8)
+    run = run_plan(mechanism, setting, bits_plan(()))  # every dissimilarity far below: nothing chosen
+    published = {r.t for r in run.records if r.purpose == "publication" and float(r.amounts[0]) > 0.0}
+    if name.startswith("BD"):
+        assert published == {2, 5, 8}  # exactly the forced ones
+    else:
+        assert published and published <= {2, 5, 8}  # forced unless nullified by an earlier absorption

@@ -205,30 +205,32 @@ def mae_table(summaries: Sequence[CellSummary]) -> str:
 
 def spread_table(summaries: Sequence[CellSummary]) -> str:
     """One line per cell run on several streams: its per-stream mean MAE's std, min, max and max/min."""
+    shown = [s for s in summaries if s.streams >= 2]
+    name = max([12] + [len(s.cell.mechanism) + 2 for s in shown])  # a long name never runs into the stream
     lines = [
-        f"{'mechanism':<12}{'stream':<16}{'eps':>5}{'w':>5}{'streams':>8}{'MAE':>10}{'std':>10}{'min':>10}"
+        f"{'mechanism':<{name}}{'stream':<16}{'eps':>5}{'w':>5}{'streams':>8}{'MAE':>10}{'std':>10}{'min':>10}"
         f"{'max':>10}{'max/min':>9}"
     ]
-    for s in summaries:
-        if s.streams < 2:
-            continue
+    for s in shown:
         c = s.cell
         ratio = s.stream_mae_max / s.stream_mae_min if s.stream_mae_min > 0 else math.inf
         spread = f"{_fmt(s.stream_mae_std):>10}{_fmt(s.stream_mae_min):>10}{_fmt(s.stream_mae_max):>10}{ratio:>9.2f}"
-        head = f"{c.mechanism:<12}{c.stream:<16}{c.epsilon:>5g}{c.w:>5}{s.streams:>8}{_fmt(s.mae_mean):>10}"
+        head = f"{c.mechanism:<{name}}{c.stream:<16}{c.epsilon:>5g}{c.w:>5}{s.streams:>8}{_fmt(s.mae_mean):>10}"
         lines.append(head + spread)
     return "\n".join(lines)
 
 
 def supremacy_table(found: Sequence[Finding]) -> str:
     """One line per (stream, ε, w): best mechanism, better baseline, ratio, holds?"""
+    best = max([10] + [len(f.best) + 1 for f in found])
     lines = [
-        f"{'stream':<16}{'eps':>5}{'w':>5}  {'best':<10}{'MAE':>10}  {'baseline':<9}{'MAE':>10}{'ratio':>7}  supremacy"
+        f"{'stream':<16}{'eps':>5}{'w':>5}  {'best':<{best}}{'MAE':>10}  "
+        f"{'baseline':<9}{'MAE':>10}{'ratio':>7}  supremacy"
     ]
     for f in found:
         ratio = f.baseline_mae / f.best_mae if f.baseline else math.nan
         lines.append(
-            f"{f.stream:<16}{f.epsilon:>5g}{f.w:>5}  {f.best:<10}{_fmt(f.best_mae):>10}  {f.baseline or '-':<9}"
+            f"{f.stream:<16}{f.epsilon:>5g}{f.w:>5}  {f.best:<{best}}{_fmt(f.best_mae):>10}  {f.baseline or '-':<9}"
             f"{_fmt(f.baseline_mae):>10}{ratio:>7.2f}  {'yes' if f.supremacy else 'NO'}"
         )
     holds = sum(f.supremacy for f in found)

@@ -14,6 +14,13 @@ a seeded beam search with mutation at w up to the profile's w_max over horizons 
 
 Exploration runs one run per ledger (``runs=1``), so an operation's output has a leading axis of
 one run, except AboveThreshold's (above, opened, starts) triple, whose leading axis is 3.
+
+Intrusions (Kellaris et al. 2014, §4.5). A single unannounced intrusion needs nothing more: the
+ledger records every held value a mechanism discards as an exposure, and the auditor adds the
+largest exposure of each window. A mechanism under multiple announced intrusions (``intrusions ==
+"announced"``) is explored with intrusions announced at every t ≡ 2 (mod 3) of every setting
+(:meth:`Setting.announcing`): the ledger forces those publications, so a mechanism whose budget
+state misses a forced publication asks for too much later and is refused.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from budgetcheck.ledger.audit import audit_windows
 from budgetcheck.ledger.audit_notions import audit_personalized, audit_swellfish
 from budgetcheck.ledger.core import LedgerCore
 from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument
+from budgetcheck.ledger.intrusions import ANNOUNCED
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.params import WEventParams
 from budgetcheck.ledger.personalized import PersonalizedLedger
@@ -64,6 +72,7 @@ class Setting:
     classes: tuple[tuple[int, float, int], ...] = ()  # personalized: (w_c, ε_c, users of the class)
     policies: tuple[tuple[int, int, tuple[float, ...]], ...] = ()  # swellfish: (start, end, thresholds)
     seed: int = 1
+    intrusions: tuple[int, ...] = ()  # w-event: timestamps announced as intruded (Kellaris et al. §4.5)
 
     @property
     def window(self) -> int:
@@ -79,7 +88,8 @@ class Setting:
             return f"classes (w, epsilon, users) {list(self.classes)}, T={self.length}, d={self.dimensions}"
         if self.notion == Notion.SWELLFISH:
             return f"epsilon={self.epsilon}, policies {list(self.policies)}, T={self.length}, d={self.dimensions}"
-        return f"epsilon={self.epsilon}, w={self.w}, T={self.length}, d={self.dimensions}"
+        announced = f", intrusions announced at t={list(self.intrusions)}" if self.intrusions else ""
+        return f"epsilon={self.epsilon}, w={self.w}, T={self.length}, d={self.dimensions}{announced}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -91,6 +101,7 @@ class Setting:
             "classes": [list(c) for c in self.classes],
             "policies": [[s, e, list(th)] for s, e, th in self.policies],
             "seed": self.seed,
+            "intrusions": list(self.intrusions),
         }
 
     @classmethod
@@ -104,6 +115,7 @@ class Setting:
             classes=tuple((int(w), float(e), int(n)) for w, e, n in value.get("classes", ())),
             policies=tuple((int(s), int(e), tuple(float(x) for x in th)) for s, e, th in value.get("policies", ())),
             seed=int(value.get("seed", 1)),
+            intrusions=tuple(int(t) for t in value.get("intrusions", ())),
         )
 
     def requirements(self) -> RequirementSet:
@@ -119,7 +131,16 @@ class Setting:
             return PersonalizedLedger(self.requirements(), **common)
         if self.notion == Notion.SWELLFISH:
             return SwellfishLedger(self.collection(), epsilon=self.epsilon, **common)
-        return WindowLedger(WEventParams(epsilon=self.epsilon, w=self.w), **common)
+        ledger = WindowLedger(WEventParams(epsilon=self.epsilon, w=self.w), **common)
+        for t in self.intrusions:  # the curator detected them: the ledger forces these publications
+            ledger.announce_intrusion(t)
+        return ledger
+
+    def announcing(self) -> Setting:
+        """This setting with an intrusion announced at every t ≡ 2 (mod 3): runs of one, two and three
+        timestamps without one, forced publications early in a window, late in it and back to back
+        across windows of every explored w."""
+        return attrs.evolve(self, intrusions=tuple(t for t in range(1, self.length + 1) if t % 3 == 2))
 
     def stream(self) -> GuardedStream | PersonalizedStream:
         """A stand-in stream of zeros: the charged outputs the mechanism sees are the explorer's."""
@@ -420,12 +441,13 @@ def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any 
             nondeterministic=nondeterministic,
         )
 
+    announced = notion == Notion.W_EVENT and getattr(mechanism, "intrusions", None) == ANNOUNCED
     for setting in small_settings(notion):
-        for run in _tree(mechanism, setting, budget.tree_depth):
+        for run in _tree(mechanism, setting.announcing() if announced else setting, budget.tree_depth):
             if judge(run) is not None:
                 return finish(run)
     for setting, (_, _, runs) in zip(large_settings(notion, budget.guided), budget.guided, strict=True):
-        for run in _guided(mechanism, setting, runs, budget, rng):
+        for run in _guided(mechanism, setting.announcing() if announced else setting, runs, budget, rng):
             if judge(run) is not None:
                 return finish(run)
     return finish(None)
