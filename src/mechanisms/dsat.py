@@ -49,7 +49,7 @@ class DSATw(StepByStep):
     feedback_gain: float = 0.5
     warm_up: int = 2
     name: str = attrs.field(default="DSATw", init=False)
-    max_stacked_runs: ClassVar[int] = 100_000  # a pass of six ε costs two to three of one, even at 12,000 runs
+    max_stacked_runs: ClassVar[int] = 100_000  # large passes keep paying (benchmarks/bench_speed.py)
 
     def allocation_rule(self) -> DistanceTestRule:
         return DistanceTestRule(self.sample_rate)

@@ -59,7 +59,7 @@ class FASTw(StepByStep):
     theta: float = 5.0
     xi: float = 0.1
     name: str = attrs.field(default="FASTw", init=False)
-    max_stacked_runs: ClassVar[int] = 100_000  # a pass of six ε costs two to three of one, even at 12,000 runs
+    max_stacked_runs: ClassVar[int] = 100_000  # large passes keep paying (benchmarks/bench_speed.py)
 
     def allocation_rule(self) -> BlockRule:
         return BlockRule(self.sampling_ratio)

@@ -123,7 +123,7 @@ class RescueDP(StepByStep):
     process_noise: float | None = None
     sample_noise: bool = True
     name: str = attrs.field(default="RescueDP", init=False)
-    max_stacked_runs: ClassVar[int] = 100_000  # a pass of six ε costs two to three of one, even at 12,000 runs
+    max_stacked_runs: ClassVar[int] = 100_000  # large passes keep paying (benchmarks/bench_speed.py)
 
     def allocation_rule(self) -> RemainingFractionRule:
         return RemainingFractionRule(self.max_fraction, self.cap_parts)
