@@ -10,10 +10,10 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck import GuardedStream, InvalidArgument, WindowLedger
+from budgetcheck import InvalidArgument, WindowLedger
 from budgetcheck.ops import FLOAT, per_run
 from budgetcheck.proving import AllocationRule
-from mechanisms._common import FloatArray, Ledger, Stream, collect, filtered, rule_env
+from mechanisms._common import FloatArray, Ledger, StepByStep, Stream, filtered, rule_env
 from mechanisms.rules import BARule, BDRule
 
 IntArray = NDArray[np.int64]
@@ -99,7 +99,7 @@ def _check_period(instance: object, attribute: Any, value: int | None) -> None:
 
 
 @attrs.frozen
-class BDPartitioned:
+class BDPartitioned(StepByStep):
     """BD (Figure 2) run per group of columns, groups re-formed from the releases (Kellaris §4.5).
 
     The paper runs "an independent instantiation of BD or BA on every group per timestamp" and
@@ -127,16 +127,12 @@ class BDPartitioned:
     def allocation_rule(self) -> BDRule:
         return BDRule()
 
-    def run(self, stream: GuardedStream, ledger: Ledger) -> NDArray[np.float64]:
-        return collect(self.releases(stream, ledger), stream, ledger.runs)
-
     def releases(self, stream: Stream, ledger: Ledger) -> Iterator[NDArray[np.float64]]:
-        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         return partitioned_framework(self.allocation_rule(), stream, ledger, self.filtering, self.groups, self.period)
 
 
 @attrs.frozen
-class BAPartitioned:
+class BAPartitioned(StepByStep):
     """BA (Figure 4) run per group of columns, groups re-formed from the releases (Kellaris §4.5).
 
     Accounted as :class:`BDPartitioned` (read its docstring for why independent instances would
@@ -155,9 +151,5 @@ class BAPartitioned:
     def allocation_rule(self) -> BARule:
         return BARule()
 
-    def run(self, stream: GuardedStream, ledger: Ledger) -> NDArray[np.float64]:
-        return collect(self.releases(stream, ledger), stream, ledger.runs)
-
     def releases(self, stream: Stream, ledger: Ledger) -> Iterator[NDArray[np.float64]]:
-        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         return partitioned_framework(self.allocation_rule(), stream, ledger, self.filtering, self.groups, self.period)
