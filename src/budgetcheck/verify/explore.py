@@ -27,8 +27,7 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck.ledger.audit import audit_windows
-from budgetcheck.ledger.audit_notions import audit_personalized, audit_swellfish
+from budgetcheck.ledger.audit_notions import audit_records
 from budgetcheck.ledger.core import LedgerCore
 from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument
 from budgetcheck.ledger.notion import Notion
@@ -131,14 +130,16 @@ class Setting:
 
     def audit(self, records: Sequence[SpendRecord]) -> tuple[Fraction, tuple[str, ...]]:
         """The independent auditor's worst window / ε and its violations for these records."""
-        if self.notion == Notion.PERSONALIZED:
-            found = audit_personalized(records, [(w, eps) for w, eps, _ in self.classes], runs=1)
-            return found.worst_ratio, found.violations
-        if self.notion == Notion.SWELLFISH:
-            sw = audit_swellfish(records, self.collection(), epsilon=self.epsilon, runs=1)
-            return sw.worst_ratio, sw.violations
-        report = audit_windows(records, epsilon=self.epsilon, w=self.w, runs=1)
-        return report.worst_ratio, tuple(v.describe(self.epsilon) for v in report.violations)
+        found = audit_records(
+            records,
+            self.notion,
+            runs=1,
+            epsilon=self.epsilon,
+            w=self.w,
+            classes=[(w, eps) for w, eps, _ in self.classes],
+            policies=self.policies,
+        )
+        return found.worst_ratio, found.violations
 
 
 Plan = Callable[[int, FloatArray], FloatArray]  # (operation index, natural output) -> the output handed back
