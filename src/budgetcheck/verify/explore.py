@@ -40,6 +40,7 @@ from budgetcheck.ledger.swellfish import SwellfishLedger
 from budgetcheck.ledger.wevent import WindowLedger
 from budgetcheck.mechanism.execute import _run, notion_of
 from budgetcheck.stream.guarded import GuardedStream, PersonalizedStream
+from budgetcheck.verify.conformance import UNDECIDED, first_departure
 from budgetcheck.verify.tap import install_tap
 
 FloatArray = NDArray[np.float64]
@@ -373,8 +374,6 @@ def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any 
     With ``rule`` (the mechanism's ``allocation_rule()``), every run is also checked for
     conformance (:func:`budgetcheck.verify.conformance.first_departure`).
     """
-    from budgetcheck.verify.conformance import UNDECIDED, first_departure
-
     if profile not in BUDGETS:
         raise InvalidArgument(f"profile={profile!r} must be one of {sorted(BUDGETS)}")
     budget = BUDGETS[profile]
