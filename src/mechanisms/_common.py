@@ -25,6 +25,13 @@ def rule_env(ledger: Ledger) -> RuleEnv:
     return RuleEnv(ledger.epsilon, ledger.w)  # ε per run on a ledger of several ε (WindowLedger.with_epsilons)
 
 
+def rule_start(rule: AllocationRule, ledger: Ledger) -> tuple[RuleEnv, tuple[Any, ...]]:
+    """Where a rule-driven ``releases`` starts: the rule's (ε, w) on ``ledger`` (:func:`rule_env`)
+    and its initial state, one per run (:func:`budgetcheck.ops.per_run`: ints stay int64)."""
+    env = rule_env(ledger)
+    return env, per_run(rule.initial(FLOAT, env), ledger.runs)
+
+
 def per_run_budget(value: Any) -> float | FloatArray:
     """A budget a rule computed from ε: a float, or (on a ledger of several ε) the per-run array (runs,)."""
     return np.asarray(value, dtype=np.float64).reshape(-1) if np.ndim(value) else float(value)

@@ -20,15 +20,15 @@ Deviations (accounting rules §4-5), with reasons:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import attrs
 import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import Total, WindowLedger
-from budgetcheck.ops import FLOAT, per_run
-from mechanisms._common import StepByStep, Stream, rule_env
+from budgetcheck.ops import FLOAT
+from mechanisms._common import StepByStep, Stream, rule_start
 from mechanisms.rules import DistanceTestRule
 
 FloatArray = NDArray[np.float64]
@@ -55,10 +55,10 @@ class DSATw(StepByStep):
         return DistanceTestRule(self.sample_rate)
 
     def releases(self, stream: Stream, ledger: WindowLedger) -> Iterator[FloatArray]:
-        rule, env = self.allocation_rule(), rule_env(ledger)
+        rule = self.allocation_rule()
+        env, state = rule_start(rule, ledger)
         runs = ledger.runs
         target = rule.samples(env) / env.w
-        state: tuple[Any, ...] = per_run(rule.initial(FLOAT, env), runs)
         last = np.zeros((runs, stream.dimensions))
         rows = np.ones(runs)
         threshold = np.full(runs, self.threshold)

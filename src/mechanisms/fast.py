@@ -24,8 +24,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, InvalidArgument, WindowLedger
-from budgetcheck.ops import FLOAT, per_run
-from mechanisms._common import StepByStep, Stream, empty_releases, rule_env
+from budgetcheck.ops import FLOAT
+from mechanisms._common import StepByStep, Stream, empty_releases, rule_env, rule_start
 from mechanisms._control import FastPID, Kalman
 from mechanisms.rules import BlockRule
 
@@ -65,9 +65,9 @@ class FASTw(StepByStep):
         return BlockRule(self.sampling_ratio)
 
     def releases(self, stream: Stream, ledger: WindowLedger) -> Iterator[FloatArray]:
-        rule, env = self.allocation_rule(), rule_env(ledger)
+        rule = self.allocation_rule()
+        env, state = rule_start(rule, ledger)
         samples = rule.samples(env)
-        state = per_run(rule.initial(FLOAT, env), ledger.runs)
         shape = (ledger.runs, stream.dimensions)
         kalman, pid = self._fresh(shape), self._pid(shape)
         for secret in stream:

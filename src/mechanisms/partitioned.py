@@ -11,9 +11,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import InvalidArgument, WindowLedger
-from budgetcheck.ops import FLOAT, per_run
+from budgetcheck.ops import FLOAT
 from budgetcheck.proving import AllocationRule
-from mechanisms._common import FloatArray, Ledger, StepByStep, Stream, filtered, rule_env
+from mechanisms._common import FloatArray, Ledger, StepByStep, Stream, filtered, rule_start
 from mechanisms.rules import BARule, BDRule
 
 IntArray = NDArray[np.int64]
@@ -54,11 +54,10 @@ def partitioned_framework(
     """
     if not isinstance(ledger, WindowLedger):
         raise InvalidArgument(f"column partitioning runs on a w-event WindowLedger, got {type(ledger).__name__}")
-    env = rule_env(ledger)
+    env, state = rule_start(rule, ledger)
     runs, d = ledger.runs, stream.dimensions
     count = min(groups, d)
     every = env.w if period is None else period
-    state = per_run(rule.initial(FLOAT, env), runs)
     wants = np.full(runs, True)
     last = np.zeros((runs, d))
     released: deque[FloatArray] = deque(maxlen=every + 1)  # the last period's releases (and the one before)
