@@ -38,7 +38,7 @@ from budgetcheck.ledger.records import SpendRecord
 from budgetcheck.ledger.requirements import RequirementSet
 from budgetcheck.ledger.swellfish import SwellfishLedger
 from budgetcheck.ledger.wevent import WindowLedger
-from budgetcheck.mechanism.execute import _run, notion_of
+from budgetcheck.mechanism.execute import execute_on, notion_of
 from budgetcheck.stream.guarded import GuardedStream, PersonalizedStream
 from budgetcheck.verify.conformance import UNDECIDED, first_departure
 from budgetcheck.verify.tap import install_tap
@@ -223,7 +223,7 @@ def run_plan(mechanism: Any, setting: Setting, plan: Plan) -> Run:
     refused: str | None = None
     attempted = Fraction(0)
     try:
-        _run(mechanism, setting.stream(), ledger)
+        execute_on(mechanism, setting.stream(), ledger)
     except BudgetExceeded as exc:
         refused = str(exc)
         attempted = Fraction(exc.window_sum) / Fraction(exc.epsilon)
