@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import rounding
-from budgetcheck.ledger.records import _frozen
+from budgetcheck.ledger.records import is_frozen
 from budgetcheck.ledger.sliding import PlainWindows, SlidingValues, plain_sum
 
 FloatArray = NDArray[np.float64]
@@ -208,7 +208,7 @@ def _remembered(kind: str, array: FloatArray, constant: float, compute: Callable
     if cached is not None and cached[0] is array:
         return cached[1]
     result = compute()
-    if _frozen(array):  # nothing can change it (nor an array it views) while it is a key
+    if is_frozen(array):  # nothing can change it (nor an array it views) while it is a key
         result.setflags(write=False)
         if len(_ARRAY_CACHE) >= 64:
             _ARRAY_CACHE.clear()

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck import GuardedStream, InvalidArgument, LiveStream, SwellfishLedger, WindowLedger
+from budgetcheck import GuardedStream, InvalidArgument, LiveStream, PersonalizedStream, SwellfishLedger, WindowLedger
 from budgetcheck.ops import FLOAT, per_run
 from budgetcheck.proving import AllocationRule, RuleEnv
 
@@ -23,6 +23,13 @@ def rule_env(ledger: Ledger) -> RuleEnv:
     if isinstance(ledger, SwellfishLedger):
         return RuleEnv(ledger.epsilon, ledger.policies.max_interval)
     return RuleEnv(ledger.epsilon, ledger.w)  # ε per run on a ledger of several ε (WindowLedger.with_epsilons)
+
+
+def rule_start(rule: AllocationRule, ledger: Ledger) -> tuple[RuleEnv, tuple[Any, ...]]:
+    """Where a rule-driven ``releases`` starts: the rule's (ε, w) on ``ledger`` (:func:`rule_env`)
+    and its initial state, one per run (:func:`budgetcheck.ops.per_run`: ints stay int64)."""
+    env = rule_env(ledger)
+    return env, per_run(rule.initial(FLOAT, env), ledger.runs)
 
 
 def per_run_budget(value: Any) -> float | FloatArray:
@@ -64,12 +71,12 @@ class StepByStep:
         """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         raise NotImplementedError
 
-    def run(self, stream: GuardedStream, ledger: Any) -> FloatArray:
+    def run(self, stream: GuardedStream | PersonalizedStream, ledger: Any) -> FloatArray:
         """The (runs, T, d) array of :meth:`releases` over the whole stream."""
         return collect(self.releases(stream, ledger), stream, ledger.runs)
 
 
-def collect(releases: Iterator[FloatArray], stream: GuardedStream, runs: int) -> FloatArray:
+def collect(releases: Iterator[FloatArray], stream: GuardedStream | PersonalizedStream, runs: int) -> FloatArray:
     """The (runs, T, d) array of a mechanism's per-timestamp releases: a view of a time-major
     (T, runs, d) array, so that each timestamp's releases are written as one contiguous block."""
     out = np.zeros((stream.length, runs, stream.dimensions), dtype=np.float64)

@@ -75,13 +75,11 @@ class Kalman:
 
 
 @attrs.define
-class FastPID:
-    """FAST's PID sampling controller per cell (Fan & Xiong 2014, §3.3, Eq. 9-10).
-
-    At the n-th sample (timestamp k_n) the feedback error is e_n = |x̂ − x̂⁻| / max(x̂, 1) (posterior
-    vs prior); Δ = C_p e_n + C_i Σ_{last T_i} e + C_d (e_n − e_{n−1})/(k_n − k_{n−1}); the interval
-    becomes I ← max(1, I + ⌊θ(1 − exp((Δ − ξ)/ξ))⌋). ``next`` is k_n + I.
-    """
+class SamplingPID:
+    """What the PID sampling controllers of FAST and RescueDP share, per cell: the last T_i feedback
+    errors (newest last, NaN: none yet), the time of the last sample, the sampling interval and the
+    next sampling time, and the gains C_p, C_i, C_d. A controller starts with no error, interval 1
+    and its first sample due at t = 1."""
 
     errors: FloatArray  # (..., T_i) the last T_i errors, newest last (NaN: none yet)
     last_time: FloatArray
@@ -90,15 +88,35 @@ class FastPID:
     kp: float = 0.9
     ki: float = 0.1
     kd: float = 0.0
+
+    @staticmethod
+    def fresh_cells(
+        shape: tuple[int, ...], integral_window: int
+    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+        """(errors, last_time, interval, next) of a controller that has not sampled yet."""
+        return np.full((*shape, integral_window), np.nan), np.zeros(shape), np.ones(shape), np.ones(shape)
+
+    def due(self, t: int) -> BoolArray:
+        """The cells whose next sampling time has come at t."""
+        return np.asarray(self.next <= t)
+
+
+@attrs.define
+class FastPID(SamplingPID):
+    """FAST's PID sampling controller per cell (Fan & Xiong 2014, §3.3, Eq. 9-10).
+
+    At the n-th sample (timestamp k_n) the feedback error is e_n = |x̂ − x̂⁻| / max(x̂, 1) (posterior
+    vs prior); Δ = C_p e_n + C_i Σ_{last T_i} e + C_d (e_n − e_{n−1})/(k_n − k_{n−1}); the interval
+    becomes I ← max(1, I + ⌊θ(1 − exp((Δ − ξ)/ξ))⌋). ``next`` is k_n + I.
+    """
+
     theta: float = 5.0
     xi: float = 0.1
 
     @classmethod
     def start(cls, shape: tuple[int, ...], *, integral_window: int = 5, **gains: float) -> FastPID:
-        return cls(np.full((*shape, integral_window), np.nan), np.zeros(shape), np.ones(shape), np.ones(shape), **gains)
-
-    def due(self, t: int) -> BoolArray:
-        return np.asarray(self.next <= t)
+        errors, last_time, interval, next_time = cls.fresh_cells(shape, integral_window)
+        return cls(errors, last_time, interval, next_time, **gains)
 
     def update(self, t: int, prior: FloatArray, posterior: FloatArray, where: BoolArray) -> None:
         """A sample at t in the cells ``where``: update the error history and the next sampling time."""
@@ -118,33 +136,21 @@ class FastPID:
 
 
 @attrs.define
-class RescuePID:
+class RescuePID(SamplingPID):
     """RescueDP's adaptive sampling controller per cell (Wang et al. 2016, §IV-B, Eq. 4-5).
 
     At the n-th sample of a location (timestamp k_n, release r): E_n = |r_{k_n} − r_{k_{n−1}}|;
     δ = K_p E_n + K_i mean(last π E) + K_d E_n/(k_n − k_{n−1}); with λ = Δ/ε_remaining(t + 1) the
-    interval becomes I ← max(1, I + θ(1 − (δ/λ)²)); the next sample is at k_n + ⌊I⌋.
+    interval becomes I ← max(1, I + θ(1 − (δ/λ)²)); the next sample is at k_n + ⌊I⌋. T_i is π.
     """
 
-    errors: FloatArray  # (..., π), newest last, NaN: none yet
-    last_release: FloatArray
-    last_time: FloatArray
-    interval: FloatArray
-    next: FloatArray
-    kp: float = 0.9
-    ki: float = 0.1
-    kd: float = 0.0
     theta: float = 10.0
+    last_release: FloatArray = attrs.field(kw_only=True)  # r_{k_n} per cell (NaN: none yet)
 
     @classmethod
     def start(cls, shape: tuple[int, ...], *, integral_window: int = 3, **gains: float) -> RescuePID:
-        nan = np.full(shape, np.nan)
-        return cls(
-            np.full((*shape, integral_window), np.nan), nan, np.zeros(shape), np.ones(shape), np.ones(shape), **gains
-        )
-
-    def due(self, t: int) -> BoolArray:
-        return np.asarray(self.next <= t)
+        errors, last_time, interval, next_time = cls.fresh_cells(shape, integral_window)
+        return cls(errors, last_time, interval, next_time, last_release=np.full(shape, np.nan), **gains)
 
     def update(self, t: int, release: FloatArray, where: BoolArray, noise_scale: FloatArray) -> None:
         """A sample at t where ``where``; ``noise_scale`` is λ = Δ/ε_remaining(t + 1) (inf: nothing left).

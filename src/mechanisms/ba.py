@@ -34,7 +34,7 @@ class BA:
     filtering: bool = False
     dissimilarity_when_nullified: bool = True
     name: str = attrs.field(default="BA", init=False)
-    max_stacked_runs: ClassVar[int] = 100_000  # a pass of six ε costs two to three of one, even at 12,000 runs
+    max_stacked_runs: ClassVar[int] = 100_000  # large passes keep paying (benchmarks/bench_speed.py)
 
     def allocation_rule(self) -> BARule:
         return BARule(dissimilarity_when_nullified=self.dissimilarity_when_nullified)

@@ -43,7 +43,7 @@ from numpy.typing import NDArray
 from budgetcheck import LiveStream, PersonalizedLedger, PersonalizedStream, Requirement
 from budgetcheck.ops import FLOAT, per_run
 from budgetcheck.proving import AllocationRule, RuleEnv
-from mechanisms._common import collect
+from mechanisms._common import StepByStep
 from mechanisms.personalized import step_budgets
 from mechanisms.rules import BARule, BDRule, PeriodicRule
 
@@ -121,7 +121,7 @@ def adaptive_releases(
 
 
 @attrs.frozen
-class _Local:
+class _Local(StepByStep):
     strictest: bool = False
     notion: str = attrs.field(default="personalized", init=False)
 
@@ -129,14 +129,10 @@ class _Local:
         raise NotImplementedError
 
     def releases(self, stream: Stream, ledger: PersonalizedLedger) -> Iterator[FloatArray]:
-        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         rule = self.allocation_rule()
         if isinstance(rule, PeriodicRule):
             return periodic_releases(rule, stream, ledger, self.strictest)
         return adaptive_releases(rule, stream, ledger, self.strictest)
-
-    def run(self, stream: PersonalizedStream, ledger: PersonalizedLedger) -> FloatArray:
-        return collect(self.releases(stream, ledger), stream, ledger.runs)  # type: ignore[arg-type]
 
 
 @attrs.frozen
@@ -262,7 +258,7 @@ def population_releases(absorb: bool, stream: Stream, ledger: PersonalizedLedger
 
 
 @attrs.frozen
-class _Population:
+class _Population(StepByStep):
     absorb: bool = False
     notion: str = attrs.field(default="personalized", init=False)
 
@@ -271,11 +267,7 @@ class _Population:
         return "LPA" if self.absorb else "LPD"
 
     def releases(self, stream: Stream, ledger: PersonalizedLedger) -> Iterator[FloatArray]:
-        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         return population_releases(self.absorb, stream, ledger)
-
-    def run(self, stream: PersonalizedStream, ledger: PersonalizedLedger) -> FloatArray:
-        return collect(self.releases(stream, ledger), stream, ledger.runs)  # type: ignore[arg-type]
 
 
 def LPD() -> _Population:

@@ -10,10 +10,10 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck import GuardedStream, InvalidArgument, WindowLedger
-from budgetcheck.ops import FLOAT, per_run
+from budgetcheck import InvalidArgument, WindowLedger
+from budgetcheck.ops import FLOAT
 from budgetcheck.proving import AllocationRule
-from mechanisms._common import FloatArray, Ledger, Stream, collect, filtered, rule_env
+from mechanisms._common import FloatArray, Ledger, StepByStep, Stream, filtered, rule_start
 from mechanisms.rules import BARule, BDRule
 
 IntArray = NDArray[np.int64]
@@ -54,11 +54,10 @@ def partitioned_framework(
     """
     if not isinstance(ledger, WindowLedger):
         raise InvalidArgument(f"column partitioning runs on a w-event WindowLedger, got {type(ledger).__name__}")
-    env = rule_env(ledger)
+    env, state = rule_start(rule, ledger)
     runs, d = ledger.runs, stream.dimensions
     count = min(groups, d)
     every = env.w if period is None else period
-    state = per_run(rule.initial(FLOAT, env), runs)
     wants = np.full(runs, True)
     last = np.zeros((runs, d))
     released: deque[FloatArray] = deque(maxlen=every + 1)  # the last period's releases (and the one before)
@@ -99,7 +98,7 @@ def _check_period(instance: object, attribute: Any, value: int | None) -> None:
 
 
 @attrs.frozen
-class BDPartitioned:
+class BDPartitioned(StepByStep):
     """BD (Figure 2) run per group of columns, groups re-formed from the releases (Kellaris §4.5).
 
     The paper runs "an independent instantiation of BD or BA on every group per timestamp" and
@@ -127,16 +126,12 @@ class BDPartitioned:
     def allocation_rule(self) -> BDRule:
         return BDRule()
 
-    def run(self, stream: GuardedStream, ledger: Ledger) -> NDArray[np.float64]:
-        return collect(self.releases(stream, ledger), stream, ledger.runs)
-
     def releases(self, stream: Stream, ledger: Ledger) -> Iterator[NDArray[np.float64]]:
-        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         return partitioned_framework(self.allocation_rule(), stream, ledger, self.filtering, self.groups, self.period)
 
 
 @attrs.frozen
-class BAPartitioned:
+class BAPartitioned(StepByStep):
     """BA (Figure 4) run per group of columns, groups re-formed from the releases (Kellaris §4.5).
 
     Accounted as :class:`BDPartitioned` (read its docstring for why independent instances would
@@ -155,9 +150,5 @@ class BAPartitioned:
     def allocation_rule(self) -> BARule:
         return BARule()
 
-    def run(self, stream: GuardedStream, ledger: Ledger) -> NDArray[np.float64]:
-        return collect(self.releases(stream, ledger), stream, ledger.runs)
-
     def releases(self, stream: Stream, ledger: Ledger) -> Iterator[NDArray[np.float64]]:
-        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
         return partitioned_framework(self.allocation_rule(), stream, ledger, self.filtering, self.groups, self.period)

@@ -31,9 +31,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import GuardedStream, Secret, WindowLedger
-from budgetcheck.ops import FLOAT, per_run
+from budgetcheck.ops import FLOAT
 from budgetcheck.proving import RuleEnv
-from mechanisms._common import StepByStep, Stream, collect, per_run_budget, per_run_column, rule_env
+from mechanisms._common import StepByStep, Stream, collect, per_run_budget, per_run_column, rule_start
 from mechanisms._control import Kalman, RescuePID, pushed
 from mechanisms.rules import RemainingFractionRule
 
@@ -123,7 +123,7 @@ class RescueDP(StepByStep):
     process_noise: float | None = None
     sample_noise: bool = True
     name: str = attrs.field(default="RescueDP", init=False)
-    max_stacked_runs: ClassVar[int] = 100_000  # a pass of six ε costs two to three of one, even at 12,000 runs
+    max_stacked_runs: ClassVar[int] = 100_000  # large passes keep paying (benchmarks/bench_speed.py)
 
     def allocation_rule(self) -> RemainingFractionRule:
         return RemainingFractionRule(self.max_fraction, self.cap_parts)
@@ -150,13 +150,13 @@ class RescueDPAsPublished:
 
 
 def _releases(mech: RescueDP, stream: Stream, ledger: WindowLedger, *, shared_window: bool) -> Iterator[FloatArray]:
-    rule, env = mech.allocation_rule(), rule_env(ledger)
+    rule = mech.allocation_rule()
+    env, state = rule_start(rule, ledger)
     runs, d = ledger.runs, stream.dimensions
     shape = (runs, d)
     epsilon, w = env.epsilon, env.w  # ε: a float, or one per run (a ledger of several ε)
     per_run_epsilon = per_run_column(per_run_budget(epsilon))
     cell_env = RuleEnv(per_run_epsilon, w)  # ε against (runs, d) arrays
-    state = per_run(rule.initial(FLOAT, env), runs)
     local = np.zeros((runs, d, max(w - 1, 0)))  # per-location recent budgets, newest last (as published only)
     pid = RescuePID.start(
         shape, integral_window=mech.integral_window, kp=mech.kp, ki=mech.ki, kd=mech.kd, theta=mech.theta

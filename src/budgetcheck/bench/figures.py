@@ -31,8 +31,7 @@ def _pyplot() -> Any:
 def _save(figure: Any, path: Path) -> list[Path]:
     """PNG and PDF. The constrained layout (every figure here has one) already keeps titles, labels
     and legends inside the figure, so no tight bounding box is searched, and it is laid out once: the
-    PDF keeps the PNG's positions (with decade-only log labels, ``bench report`` on the paper grid
-    took 17.6 s instead of 22.5)."""
+    PDF keeps the PNG's positions (with decade-only log labels)."""
     written = []
     for suffix in (".png", ".pdf"):
         target = path.with_suffix(suffix)

@@ -3,7 +3,7 @@
 A batch of 2,000 runs allocates temporaries of a few MB at every timestamp (a group history of
 runs × w values, its masks). glibc serves blocks above its mmap threshold with fresh ``mmap`` and
 returns them with ``munmap`` when freed, so every timestamp touches new pages (PeGaSus's deviation
-of a (2000, 120) footprint is about 3x slower that way than with the blocks reused).
+of a (2000, 120) footprint pays for it at every timestamp).
 :func:`keep_freed_memory` raises the mmap threshold to its maximum (32 MiB) and the trim threshold
 to 512 MiB for the benchmark's process. Elsewhere (not glibc) it does nothing.
 """

@@ -2,12 +2,11 @@
 
 A cell's rows and its entry in ``cells`` are written in one transaction (with the other cells of
 its batch), so an interrupted benchmark holds whole cells only; a second write of the same cell is
-refused by the primary key of ``cells``, and its rows go back with it (never double-counted). ``results`` has no key
-of its own: an
-index of five columns over every run cost more than half the parent's time in the grid (200,000
-rows: 0.84 s of CPU with it, 0.36 s without), competing with the workers for the cores; ``rows``
-sorts once when read. ``meta`` holds what makes results comparable (runs, seed, γ, each stream's
-definition): reopening the file with a benchmark that disagrees is refused, never mixed.
+refused by the primary key of ``cells``, and its rows go back with it (never double-counted).
+``results`` has no key of its own: an index of five columns over every run would take most of the
+parent's time in the grid, competing with the workers for the cores; ``rows`` sorts once when read.
+``meta`` holds what makes results comparable (runs, seed, γ, each stream's definition): reopening
+the file with a benchmark that disagrees is refused, never mixed.
 """
 
 from __future__ import annotations

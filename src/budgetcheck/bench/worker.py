@@ -2,9 +2,9 @@
 initializer).
 
 A forked worker inherits the parent's Python objects, and its first compiled kernel imports
-numba's lowering registries (about 60,000 more objects, 0.5 s). Every full collection then walks
+numba's lowering registries (tens of thousands more objects). Every full collection then walks
 all of them, and on a forked worker each walk writes to pages shared with the parent, which the
-kernel copies: measured over the artificial grid, four full collections per worker took 0.2 s.
+kernel copies.
 :func:`start_worker` loads the registries first, then moves every object alive to the collector's
 permanent generation (``gc.freeze``), so later collections walk only what the batches create.
 """

@@ -161,7 +161,7 @@ def audit_file(
     try:
         with db.guard("read the ledger"):
             db.begin_read()  # one read snapshot for the head and every row up to it
-        header, count, head = _read_meta(db, name)
+        header, count, head = read_meta(db, name)
         checked = header
         if override:
             if header.notion != Notion.W_EVENT:
@@ -183,7 +183,9 @@ def audit_file(
         db.close()
 
 
-def _read_meta(db: Store, path: str) -> tuple[LedgerHeader, int, str]:
+def read_meta(db: Store, path: str) -> tuple[LedgerHeader, int, str]:
+    """The header, the record count and the head hash (hex) a ledger store keeps; LedgerCorrupt if
+    ``path`` is not a budgetcheck ledger of this version."""
     try:
         with db.guard("read the meta table"):
             meta = dict(db.execute("SELECT key, value FROM meta").fetchall())

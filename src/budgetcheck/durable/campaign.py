@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from budgetcheck.durable.audit_file import _read_meta, audit_file
+from budgetcheck.durable.audit_file import audit_file, read_meta
 from budgetcheck.durable.journal import ROW_COLUMNS, decode_row, is_url, open_store
 from budgetcheck.durable.ledger_file import open_ledger
 from budgetcheck.ledger.errors import BudgetExceeded, TimestampOrder
@@ -199,7 +199,7 @@ def _stored(path: str) -> list[Any]:
     """Every spend record in the file, read without the ledger's checks (which an over-spent file fails)."""
     db = open_store(path)
     try:
-        header = _read_meta(db, path)[0]
+        header = read_meta(db, path)[0]
         return [
             decode_row(row, header).record for row in db.execute(f"SELECT {ROW_COLUMNS} FROM records WHERE kind = 0")
         ]

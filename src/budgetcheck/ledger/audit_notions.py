@@ -16,7 +16,7 @@ import attrs
 
 from budgetcheck.ledger.audit import audit_windows
 from budgetcheck.ledger.errors import InvalidArgument
-from budgetcheck.ledger.notion import Notion
+from budgetcheck.ledger.notion import Notion, check_notion
 from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy, goal_affected_sets, placements
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord
 
@@ -83,15 +83,52 @@ def audit_swellfish(
     return NotionAudit(checked=checked, worst_ratio=worst, violations=tuple(violations))
 
 
+def audit_records(
+    records: Sequence[SpendRecord],
+    notion: Notion | str,
+    *,
+    runs: int,
+    epsilon: float = 1.0,
+    w: int = 1,
+    classes: Sequence[tuple[int, float]] = (),
+    policies: PolicyCollection | Sequence[tuple[int, int, Sequence[float]]] = (),
+) -> NotionAudit:
+    """The audit ``notion`` calls for, exactly: every w-window of every run against ``epsilon``
+    (w-event), every class's w_c-windows against ε_c (personalized: ``classes`` as (w_c, ε_c)), or
+    every policy's goal-affected sets against ``epsilon`` (Swellfish: ``policies`` as a collection
+    or (start, end, thresholds) triples). The one notion dispatch of an audit: the CLI and the file
+    audit reach it through :func:`audit_by_header`, verify's replay and exploration directly."""
+    found = check_notion(notion)
+    if found == Notion.PERSONALIZED:
+        return audit_personalized(records, classes, runs=runs)
+    if found == Notion.SWELLFISH:
+        collection = policies if isinstance(policies, PolicyCollection) else _collection(policies)
+        return audit_swellfish(records, collection, epsilon=epsilon, runs=runs)
+    report = audit_windows(records, epsilon=epsilon, w=w, runs=runs)
+    violations = tuple(v.describe(epsilon) for v in report.violations)
+    return NotionAudit(checked=report.windows_checked, worst_ratio=report.worst_ratio, violations=violations)
+
+
 def audit_by_header(records: Sequence[SpendRecord], header: LedgerHeader) -> NotionAudit:
     """The audit a personalized or Swellfish ledger's header calls for (every class's windows, or
-    every policy's goal-affected sets): the one dispatch used by the CLI and the file audit."""
-    if header.notion == Notion.PERSONALIZED:
-        return audit_personalized(records, [(w, eps) for w, eps, _ in header.classes], runs=header.runs)
-    if header.notion == Notion.SWELLFISH:
-        policies = PolicyCollection([StreamPolicy(a, b, theta) for a, b, theta in header.policies])
-        return audit_swellfish(records, policies, epsilon=header.epsilon, runs=header.runs)
-    raise InvalidArgument(f"notion={header.notion!r}: a w-event ledger is audited window by window (audit_windows)")
+    every policy's goal-affected sets), by :func:`audit_records`: used by the CLI and the file audit,
+    whose w-event ledgers are checked window by window with a fuller report (``audit_windows``) or
+    streamed from the file."""
+    if header.notion == Notion.W_EVENT:
+        raise InvalidArgument(f"notion={header.notion!r}: a w-event ledger is audited window by window (audit_windows)")
+    return audit_records(
+        records,
+        header.notion,
+        runs=header.runs,
+        epsilon=header.epsilon,
+        w=header.w,
+        classes=[(w, eps) for w, eps, _ in header.classes],
+        policies=header.policies,
+    )
+
+
+def _collection(policies: Sequence[tuple[int, int, Sequence[float]]]) -> PolicyCollection:
+    return PolicyCollection([StreamPolicy(a, b, theta) for a, b, theta in policies])
 
 
 def _worst_loss(policies: PolicyCollection, index: int, totals: dict[int, Fraction]) -> Fraction:

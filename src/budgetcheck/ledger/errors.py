@@ -14,8 +14,9 @@ class InvalidArgument(BudgetcheckError, ValueError):
 class BudgetExceeded(BudgetcheckError, ValueError):
     """A spend would break the composition theorem; the ledger is left exactly as it was.
 
-    Attributes give the offending run, window (inclusive, 1-based timestamps), the exact window
-    sum as a string of the rational, and epsilon.
+    Attributes give the offending run, window (inclusive, 1-based timestamps; a Swellfish policy's
+    interval J), the window sum the spend would have made (a float: the exact sum rounded to the
+    nearest double) and epsilon.
     """
 
     def __init__(

@@ -204,8 +204,8 @@ def _add_limbs(a: IntArray, a_start: int, b: IntArray, b_start: int, sign: int, 
     """out = a + sign·b, normalised: out[i] gets a[i − a_start] and b[i − b_start] (an operand of one
     column is broadcast over the runs) plus the carry from out[i − 1]; every limb but the top one ends
     in [0, 2**60) (|limbs| < 2**61 on entry; out may be a itself). One pass per limb over the runs,
-    with a loop for each way the operands broadcast (one loop indexing by a stride took 1.6-2.6x as
-    long: it does not vectorise). Returns the rows from the first to one past the last limb that is non-zero in some
+    with a loop for each way the operands broadcast (one loop indexing by a stride does not
+    vectorise). Returns the rows from the first to one past the last limb that is non-zero in some
     run."""
     limbs, runs = out.shape
     carry = np.zeros(runs, dtype=np.int64)

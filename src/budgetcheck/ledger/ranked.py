@@ -115,7 +115,7 @@ def _deviation_rows(lines: FloatArray, sizes: IntArray, totals: FloatArray, out:
 
     Every rank adds max(mean − c, 0): a value >= mean adds +0.0, which leaves the non-negative sum
     as it was, bit for bit, and the loop has no branch on the data (stopping at the first value >=
-    mean mispredicted once a row: four times slower at groups of about seven).
+    mean mispredicts once a row).
     """
     for row in range(sizes.size):
         size = sizes[row]

@@ -21,14 +21,15 @@ def _readonly(value: object) -> FloatArray:
     """A read-only float array that nothing can change: ``value`` itself when it and every array it
     views are read-only float64 already (the ledger's own validated amounts and scales, shared
     between records), else a read-only copy."""
-    if isinstance(value, np.ndarray) and value.dtype == np.float64 and _frozen(value):
+    if isinstance(value, np.ndarray) and value.dtype == np.float64 and is_frozen(value):
         return value
     arr = np.array(value, dtype=np.float64)
     arr.setflags(write=False)
     return arr
 
 
-def _frozen(arr: np.ndarray[Any, Any]) -> bool:
+def is_frozen(arr: np.ndarray[Any, Any]) -> bool:
+    """Whether ``arr`` and every array it is a view of are read-only (nothing can change it)."""
     base: object = arr
     while base is not None:
         if not isinstance(base, np.ndarray) or base.flags.writeable:

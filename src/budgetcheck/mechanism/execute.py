@@ -109,7 +109,7 @@ class Execution(Generic[L]):
     ledger: L
 
 
-def _run(mechanism: Any, stream: GuardedStream | PersonalizedStream, ledger: L) -> Execution[L]:
+def execute_on(mechanism: Any, stream: GuardedStream | PersonalizedStream, ledger: L) -> Execution[L]:
     """Bind the stream to the ledger, run the mechanism, check the (runs, T, d) finite contract."""
     ledger.bind(stream)
     out = np.asarray(mechanism.run(stream, ledger), dtype=np.float64)
@@ -142,7 +142,7 @@ def execute(
     unless ``sampler`` names another; to publish, use a ledger file (:func:`budgetcheck.publish`)."""
     stream = data if isinstance(data, GuardedStream) else GuardedStream(data)
     if np.ndim(epsilon) == 0:
-        return _run(
+        return execute_on(
             mechanism,
             stream,
             WindowLedger(WEventParams(epsilon=epsilon, w=w), runs=runs, seed=seed, sampler=sampler, keep_records=True),
@@ -150,7 +150,7 @@ def execute(
     ledger = WindowLedger.with_epsilons(epsilon, w, seed=seed, sampler=sampler, keep_records=True)
     if ledger.runs != runs:
         raise InvalidArgument(f"epsilon has {ledger.runs} budgets but runs={runs!r}; give one ε per run")
-    return _run(mechanism, stream, ledger)
+    return execute_on(mechanism, stream, ledger)
 
 
 def execute_personalized(
@@ -166,7 +166,7 @@ def execute_personalized(
     """Run a personalized mechanism on per-user ``bins`` (shape (T, n)) under ``requirements``
     (an experiment: reproducible noise from ``seed``, as :func:`execute`)."""
     stream = PersonalizedStream(requirements, bins, dimensions=dimensions)
-    return _run(
+    return execute_on(
         mechanism, stream, PersonalizedLedger(requirements, runs=runs, seed=seed, sampler=sampler, keep_records=True)
     )
 
@@ -183,7 +183,7 @@ def execute_swellfish(
 ) -> Execution[SwellfishLedger]:
     """Run a Swellfish mechanism on ``data`` (shape (T, d)) under (ε, Φ) (an experiment: reproducible
     noise from ``seed``, as :func:`execute`)."""
-    return _run(
+    return execute_on(
         mechanism,
         GuardedStream(data),
         SwellfishLedger(policies, epsilon=epsilon, runs=runs, seed=seed, sampler=sampler, keep_records=True),

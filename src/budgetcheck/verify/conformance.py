@@ -16,7 +16,7 @@ requirement class with (ε_c, w_c) or the strictest requirement (personalized, D
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,7 +24,9 @@ from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.records import SpendRecord
 from budgetcheck.ops import FLOAT, per_run
 from budgetcheck.proving import AllocationRule, RuleEnv
-from budgetcheck.verify.explore import Setting
+
+if TYPE_CHECKING:  # explore imports this module to check each run: a Setting is only named here
+    from budgetcheck.verify.explore import Setting
 
 STATES_KEPT = 16  # states consistent with the charges so far; beyond this the check stops (never a false alarm)
 UNDECIDED = "undecided: too many rule states explain the charges to follow them"

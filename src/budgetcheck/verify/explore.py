@@ -34,8 +34,7 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck.ledger.audit import audit_windows
-from budgetcheck.ledger.audit_notions import audit_personalized, audit_swellfish
+from budgetcheck.ledger.audit_notions import audit_records
 from budgetcheck.ledger.core import LedgerCore
 from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument
 from budgetcheck.ledger.intrusions import ANNOUNCED
@@ -47,8 +46,9 @@ from budgetcheck.ledger.records import SpendRecord
 from budgetcheck.ledger.requirements import RequirementSet
 from budgetcheck.ledger.swellfish import SwellfishLedger
 from budgetcheck.ledger.wevent import WindowLedger
-from budgetcheck.mechanism.execute import _run, notion_of
+from budgetcheck.mechanism.execute import execute_on, notion_of
 from budgetcheck.stream.guarded import GuardedStream, PersonalizedStream
+from budgetcheck.verify.conformance import UNDECIDED, first_departure
 from budgetcheck.verify.tap import install_tap
 
 FloatArray = NDArray[np.float64]
@@ -152,14 +152,16 @@ class Setting:
 
     def audit(self, records: Sequence[SpendRecord]) -> tuple[Fraction, tuple[str, ...]]:
         """The independent auditor's worst window / ε and its violations for these records."""
-        if self.notion == Notion.PERSONALIZED:
-            found = audit_personalized(records, [(w, eps) for w, eps, _ in self.classes], runs=1)
-            return found.worst_ratio, found.violations
-        if self.notion == Notion.SWELLFISH:
-            sw = audit_swellfish(records, self.collection(), epsilon=self.epsilon, runs=1)
-            return sw.worst_ratio, sw.violations
-        report = audit_windows(records, epsilon=self.epsilon, w=self.w, runs=1)
-        return report.worst_ratio, tuple(v.describe(self.epsilon) for v in report.violations)
+        found = audit_records(
+            records,
+            self.notion,
+            runs=1,
+            epsilon=self.epsilon,
+            w=self.w,
+            classes=[(w, eps) for w, eps, _ in self.classes],
+            policies=self.policies,
+        )
+        return found.worst_ratio, found.violations
 
 
 Plan = Callable[[int, FloatArray], FloatArray]  # (operation index, natural output) -> the output handed back
@@ -242,7 +244,7 @@ def run_plan(mechanism: Any, setting: Setting, plan: Plan) -> Run:
     refused: str | None = None
     attempted = Fraction(0)
     try:
-        _run(mechanism, setting.stream(), ledger)
+        execute_on(mechanism, setting.stream(), ledger)
     except BudgetExceeded as exc:
         refused = str(exc)
         attempted = Fraction(exc.window_sum) / Fraction(exc.epsilon)
@@ -393,8 +395,6 @@ def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any 
     With ``rule`` (the mechanism's ``allocation_rule()``), every run is also checked for
     conformance (:func:`budgetcheck.verify.conformance.first_departure`).
     """
-    from budgetcheck.verify.conformance import UNDECIDED, first_departure
-
     if profile not in BUDGETS:
         raise InvalidArgument(f"profile={profile!r} must be one of {sorted(BUDGETS)}")
     budget = BUDGETS[profile]

@@ -38,7 +38,7 @@ from budgetcheck.ledger.personalized import PersonalizedLedger
 from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
 from budgetcheck.ledger.requirements import RequirementSet
 from budgetcheck.ledger.wevent import WindowLedger
-from budgetcheck.mechanism.execute import _run
+from budgetcheck.mechanism.execute import execute_on
 from budgetcheck.stream.guarded import GuardedStream, PersonalizedStream
 from budgetcheck.verify.tap import install_tap
 
@@ -152,7 +152,7 @@ def _check(mechanism: Any, setting: _Setting) -> Flow | str | None:
     first_ledger = setting.ledger()
     install_tap(first_ledger, keep)
     try:
-        first = _run(mechanism, setting.first(), first_ledger).releases
+        first = execute_on(mechanism, setting.first(), first_ledger).releases
     except Exception as exc:
         return f"{setting.label}: {type(exc).__name__}: {exc}"
     for kind, stream in (("nondeterministic", setting.first), ("leak", setting.second)):
@@ -264,7 +264,7 @@ def _replayed_difference(
     ledger = setting.ledger()
     install_tap(ledger, hand_back)
     try:
-        releases = _run(mechanism, stream(), ledger).releases
+        releases = execute_on(mechanism, stream(), ledger).releases
     except _Diverged as exc:
         return str(exc)
     except Exception as exc:

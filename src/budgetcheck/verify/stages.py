@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.strategies import SearchStrategy
 
-from budgetcheck.ledger.audit import audit_windows, audit_windows_per_epsilon
-from budgetcheck.ledger.audit_notions import audit_personalized, audit_swellfish
+from budgetcheck.ledger.audit import audit_windows_per_epsilon
+from budgetcheck.ledger.audit_notions import audit_records
 from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument, SecretAccess
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.mechanism.execute import (
@@ -568,17 +568,20 @@ def _run_case(mechanism: Any, case: AnyCase) -> tuple[Any, Fraction, tuple[str, 
             mechanism, case.requirements, case.bins, dimensions=case.dimensions, runs=case.runs, seed=case.seed
         )
         classes = [(r.w, r.epsilon) for r in case.requirements.classes]
-        audit = audit_personalized(pex.ledger.records, classes, runs=case.runs)
-        return pex.ledger, audit.worst_ratio, audit.violations
-    if isinstance(case, SwellfishCase):
+        ledger: Any = pex.ledger
+        audit = audit_records(ledger.records, Notion.PERSONALIZED, runs=case.runs, classes=classes)
+    elif isinstance(case, SwellfishCase):
         sex = execute_swellfish(
             mechanism, case.policies, case.data, epsilon=case.epsilon, runs=case.runs, seed=case.seed
         )
-        audit = audit_swellfish(sex.ledger.records, case.policies, epsilon=case.epsilon, runs=case.runs)
-        return sex.ledger, audit.worst_ratio, audit.violations
-    ex = execute(mechanism, case.data, epsilon=case.epsilon, w=case.w, runs=case.runs, seed=case.seed)
-    report = audit_windows(ex.ledger.records, epsilon=case.epsilon, w=case.w, runs=case.runs)
-    return ex.ledger, report.worst_ratio, tuple(v.describe(case.epsilon) for v in report.violations)
+        ledger = sex.ledger
+        audit = audit_records(
+            ledger.records, Notion.SWELLFISH, runs=case.runs, epsilon=case.epsilon, policies=case.policies
+        )
+    else:
+        ledger = execute(mechanism, case.data, epsilon=case.epsilon, w=case.w, runs=case.runs, seed=case.seed).ledger
+        audit = audit_records(ledger.records, Notion.W_EVENT, runs=case.runs, epsilon=case.epsilon, w=case.w)
+    return ledger, audit.worst_ratio, audit.violations
 
 
 def _run_several_epsilons(mechanism: Any, case: VerificationCase) -> tuple[Any, Fraction, tuple[str, ...]]:
