@@ -25,13 +25,13 @@ children (each node is perturbed and smoothed on its own). What holds at every t
 every run of every variant is the pruning closure: the nodes released as pruned (weight 0, value
 exactly 0) are closed under taking descendants, a node whose noisy count fell below β has all its
 descendants pruned, and the weights along every root-to-leaf path sum to at most h
-(:class:`HierarchicalStep`). ``"pruning"`` (the default) releases Algorithm 4's values as they are (that closure
+(:class:`HierarchicalStep`). ``"pruning"`` releases Algorithm 4's values as they are (that closure
 alone). The other two add the consistency a user of hierarchical aggregations expects, an inner
 node equal to the sum of its children: the released node values are replaced by their
 inverse-variance weighted least-squares consistent estimate (Hay et al. PVLDB 2010, §4, Theorem 3,
 each node weighted by its perturbation's inverse variance ∝ ε_v²; :mod:`mechanisms._consistency`),
 exact by construction (each inner node the left-to-right float sum of its children). Pruned nodes
-stay 0. ``"sums-except-cuts"`` reconciles the tree pruning left: a node that cut its
+stay 0. ``"sums-except-cuts"`` (the default) reconciles the tree pruning left: a node that cut its
 subtree keeps its own estimate (Algorithm 4 gave it its subtree's budget, h − i + 1), its pruned
 subtree releases 0, and every other inner node equals the sum of its children. ``"sums"`` holds for
 every inner node, so a node that cut its subtree is released as 0 (the sum of its pruned children)
@@ -135,7 +135,7 @@ class PeGaSusHierarchical(StepByStep):
     pruning_weight: int = attrs.field(default=1, converter=_check_weight)
     perturbation_weight: int = attrs.field(default=4, converter=_check_weight)
     grouping_weight: int = attrs.field(default=1, converter=_check_weight)
-    consistency: str = attrs.field(default="pruning", converter=_check_consistency)
+    consistency: str = attrs.field(default="sums-except-cuts", converter=_check_consistency)
     name: str = attrs.field(default="PeGaSusHierarchical", init=False)
     max_stacked_runs: ClassVar[int] = 1_000
 
