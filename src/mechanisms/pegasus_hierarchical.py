@@ -20,11 +20,26 @@ d bins, the paper's §6 layout; the benchmark's flat streams run on it):
    θ = 5h/ε_g; the Smoother (median by default) over the node's group. A pruned node's 0 enters
    its group's history.
 
-Consistency: Algorithm 4 enforces no sum constraint between a node and its children (each node
-is perturbed and smoothed on its own). What holds at every timestamp and in every run is the
-pruning closure: the nodes released as pruned (weight 0, value exactly 0) are closed under taking
-descendants, a node whose noisy count fell below β has all its descendants pruned, and the
-weights along every root-to-leaf path sum to at most h (:class:`HierarchicalStep`).
+Consistency (``consistency``): Algorithm 4 enforces no sum constraint between a node and its
+children (each node is perturbed and smoothed on its own). What holds at every timestamp and in
+every run of every variant is the pruning closure: the nodes released as pruned (weight 0, value
+exactly 0) are closed under taking descendants, a node whose noisy count fell below β has all its
+descendants pruned, and the weights along every root-to-leaf path sum to at most h
+(:class:`HierarchicalStep`). ``"pruning"`` releases Algorithm 4's values as they are (that closure
+alone). The other two add the consistency a user of hierarchical aggregations expects, an inner
+node equal to the sum of its children: the released node values are replaced by their
+inverse-variance weighted least-squares consistent estimate (Hay et al. PVLDB 2010, §4, Theorem 3,
+each node weighted by its perturbation's inverse variance ∝ ε_v²; :mod:`mechanisms._consistency`),
+exact by construction (each inner node the left-to-right float sum of its children). Pruned nodes
+stay 0. ``"sums-except-cuts"`` (the default) reconciles the tree pruning left: a node that cut its
+subtree keeps its own estimate (Algorithm 4 gave it its subtree's budget, h − i + 1), its pruned
+subtree releases 0, and every other inner node equals the sum of its children. ``"sums"`` holds for
+every inner node, so a node that cut its subtree is released as 0 (the sum of its pruned children)
+and a subtree pruned wrongly takes its mass out of every ancestor: on the test stream of
+``tests/builtin/test_pegasus_consistency.py`` at ε = 1 its MAE over all nodes is worse than
+``"pruning"``'s, which ``"sums-except-cuts"`` improves (see there). Both are post-processing of the
+released values and pruning decisions; the smoother's history keeps the unreconciled values, so
+groups and charges are those of ``"pruning"``.
 
 Accounting: the three parts are charged through the ledger at every timestamp and sum to ε/w
 exactly (the rule's shares). Deviations from the paper: the grouper runs on every node at a fixed
@@ -49,6 +64,7 @@ from numpy.typing import NDArray
 from budgetcheck import GuardedStream, Hierarchy, InvalidArgument, TreeSums, WindowLedger
 from budgetcheck.ops import FLOAT
 from mechanisms._common import StepByStep, Stream, per_run_budget, per_run_column, rule_env
+from mechanisms._consistency import tree_least_squares
 from mechanisms._smoothing import GroupHistory, check_smoother
 from mechanisms.rules import SplitUniformRule
 
@@ -63,6 +79,15 @@ def _check_hierarchy(value: object) -> Hierarchy | None:
     return value
 
 
+CONSISTENCIES = ("sums", "sums-except-cuts", "pruning")
+
+
+def _check_consistency(value: object) -> str:
+    if value not in CONSISTENCIES:
+        raise InvalidArgument(f"consistency={value!r} must be one of {CONSISTENCIES}")
+    return str(value)
+
+
 def _check_weight(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidArgument(f"weight={value!r} must be an integer >= 0")
@@ -72,8 +97,9 @@ def _check_weight(value: object) -> int:
 @attrs.frozen(eq=False)
 class HierarchicalStep:
     """One timestamp of every node (columns: the hierarchy's nodes, leaves first): ``release``
-    (runs, n), ``weights`` ε_v (runs, n; 0 = pruned) and ``below`` (the nodes whose noisy count fell
-    below β and which cut their subtree, runs × n)."""
+    (runs, n; with ``consistency="sums"`` each inner node the sum of its children), ``weights`` ε_v
+    (runs, n; 0 = pruned) and ``below`` (the nodes whose noisy count fell below β and which cut their
+    subtree, runs × n)."""
 
     release: FloatArray
     weights: IntArray
@@ -109,6 +135,7 @@ class PeGaSusHierarchical(StepByStep):
     pruning_weight: int = attrs.field(default=1, converter=_check_weight)
     perturbation_weight: int = attrs.field(default=4, converter=_check_weight)
     grouping_weight: int = attrs.field(default=1, converter=_check_weight)
+    consistency: str = attrs.field(default="sums-except-cuts", converter=_check_consistency)
     name: str = attrs.field(default="PeGaSusHierarchical", init=False)
     max_stacked_runs: ClassVar[int] = 1_000
 
@@ -173,7 +200,10 @@ class PeGaSusHierarchical(StepByStep):
             filled = np.where(pruned, 0.0, perturbed)
             variances = (2.0 * (h / (np.maximum(weights, 1) * per_run_column(perturb_budget))) ** 2).reshape(-1)
             smoothed = history.step(test, secret, filled, thresholds, self.smoother, variances)[1]
-            yield HierarchicalStep(np.where(pruned, 0.0, smoothed), weights, cut)
+            release = np.where(pruned, 0.0, smoothed)
+            if self.consistency != "pruning":  # post-processing: released values and pruning decisions only
+                release = tree_least_squares(tree, release, weights, cut if self.consistency != "sums" else None)
+            yield HierarchicalStep(release, weights, cut)
 
     def releases(self, stream: Stream, ledger: WindowLedger) -> Iterator[FloatArray]:
         """The leaves' releases (the stream's d bins), one timestamp at a time."""
