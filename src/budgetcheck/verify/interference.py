@@ -215,10 +215,10 @@ def _setting_of(pair: StreamPair) -> _Setting:
 
 def _generated(mechanism: Any, notion: str, *, examples: int, seed: int) -> Flow | None:
     """``examples`` Hypothesis pairs; the first difference, shrunk to a minimal pair, or None."""
-    from hypothesis import HealthCheck, Phase, Verbosity, given, settings
-    from hypothesis import seed as hypothesis_seed
+    from hypothesis import Phase
 
     from budgetcheck.strategies import stream_pairs
+    from budgetcheck.verify.seeded import run_seeded
 
     found: list[Flow] = []
 
@@ -228,17 +228,15 @@ def _generated(mechanism: Any, notion: str, *, examples: int, seed: int) -> Flow
             found.append(flow)
             raise _Found(flow.detail)
 
-    runner: Any = settings(
-        max_examples=examples,
-        database=None,
-        deadline=None,
-        verbosity=Verbosity.quiet,
-        suppress_health_check=list(HealthCheck),
-        report_multiple_bugs=False,
-        phases=[Phase.generate, Phase.shrink],
-    )(given(stream_pairs(notion))(check))
     try:
-        hypothesis_seed(seed)(runner)()
+        run_seeded(
+            check,
+            stream_pairs(notion),
+            examples=examples,
+            seed=seed,
+            phases=(Phase.generate, Phase.shrink),
+            mechanism=mechanism,
+        )
     except _Found:
         pass
     return found[-1] if found else None  # Hypothesis replays the minimal pair last

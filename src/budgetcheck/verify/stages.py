@@ -20,8 +20,7 @@ from typing import Any, cast
 
 import attrs
 import numpy as np
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings
-from hypothesis import seed as hypothesis_seed
+from hypothesis import Phase
 from hypothesis.strategies import SearchStrategy
 
 from budgetcheck.ledger.audit import audit_windows_per_epsilon
@@ -47,6 +46,7 @@ from budgetcheck.strategies import (
     personalized_cases,
     swellfish_cases,
 )
+from budgetcheck.verify.seeded import run_seeded
 from budgetcheck.verify.verdict import FAIL, INCONCLUSIVE, NOT_PROVED, PASS, Outcome, Verdict, meets, outcome
 
 AnyCase = VerificationCase | PersonalizedCase | SwellfishCase
@@ -459,7 +459,7 @@ def _proof_stage(mechanism: AnyMechanism, w_max: int) -> StageResult:
         Notion.SWELLFISH: "w = max |J| (Theorem 4.3)",
     }.get(notion_of(mechanism), "w")
     if found.verdict is Verdict.PROVED:
-        return StageResult("proof", PASS, f"proved for {scope} in 1..{w_max} ({found.method}, {found.seconds:.1f}s)")
+        return StageResult("proof", PASS, f"proved for {scope} in 1..{w_max} ({found.method})")
     return StageResult("proof", found.verdict.as_stage(), found.detail)
 
 
@@ -535,18 +535,15 @@ def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Re
             )
             raise
 
-    runner: Any = settings(
-        max_examples=examples,
-        database=None,
-        deadline=None,
-        verbosity=Verbosity.quiet,
-        suppress_health_check=list(HealthCheck),
-        phases=[Phase.explicit, Phase.generate, Phase.shrink],
-        report_multiple_bugs=False,
-    )(given(strategy)(check))
-    runner = hypothesis_seed(seed)(runner)
     try:
-        runner()
+        run_seeded(
+            check,
+            strategy,
+            examples=examples,
+            seed=seed,
+            phases=(Phase.explicit, Phase.generate, Phase.shrink),
+            mechanism=mechanism,
+        )
     except _Violation:
         pass
     counterexample = failures[-1] if failures else None  # Hypothesis replays the minimal case last
