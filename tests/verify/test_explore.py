@@ -218,17 +218,17 @@ def test_exit_codes_follow_the_verdicts() -> None:
 
 def test_the_table_streams_one_row_per_mechanism_as_it_is_decided(monkeypatch: pytest.MonkeyPatch) -> None:
     """When the second mechanism starts, the first one's row is already printed."""
-    import budgetcheck.cli.commands as cli
+    import budgetcheck.verify.pool as pool
 
     printed: list[str] = []
-    real = cli.verify_mechanism
+    real = pool.verify_mechanism
 
     def spy(reference: str, **options: object) -> budgetcheck.VerifyResult:
         sys.stdout.flush()
         printed.append(sys.stdout.buffer.getvalue().decode())  # type: ignore[attr-defined]
         return real(reference, **options)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(cli, "verify_mechanism", spy)
+    monkeypatch.setattr(pool, "verify_mechanism", spy)
     text = CliRunner().invoke(main, ["verify", "Sample", "Uniform", "--stages", "e"]).output
     rows = [line for line in text.splitlines() if line.startswith(("Sample ", "Uniform "))]
     assert len(rows) == 2 and all("64, 256," in row for row in rows)

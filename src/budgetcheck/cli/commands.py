@@ -24,12 +24,12 @@ from budgetcheck.ledger.errors import InvalidArgument
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord, load_lines
 from budgetcheck.strategies import VerificationCase
+from budgetcheck.verify.pool import verify_in_order
 from budgetcheck.verify.stages import (
     PROFILES,
     STAGES,
     VerifyResult,
     load_mechanism,
-    verify_mechanism,
 )
 from budgetcheck.verify.verdict import REQUIREMENTS, Outcome, Verdict, exit_code
 
@@ -112,6 +112,13 @@ def main() -> None:
     default=None,
     help="Plot the window sums of the worst run found against ε (PNG, or HTML for .html); one mechanism only.",
 )
+@click.option(
+    "--jobs",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Mechanisms verified at once, one process each; the results and their order do not depend on it.",
+)
 def verify(
     mechanism: tuple[str, ...],
     verify_all: bool,
@@ -125,6 +132,7 @@ def verify(
     timings: bool,
     junit_xml: Path | None,
     report: Path | None,
+    jobs: int,
 ) -> None:
     """Check that MECHANISM (a built-in name such as BD, or module:attr) never overspends.
 
@@ -153,16 +161,23 @@ def verify(
     results = []
     if not as_json:
         _print_header()
-    for reference in references:
-        try:
-            result = verify_mechanism(
-                reference, examples=examples, seed=seed, max_length=max_length, profile=profile, stages=stages
-            )
-        except InvalidArgument as exc:
-            raise click.BadParameter(str(exc), param_hint="MECHANISM") from exc
-        results.append(result)
-        if not as_json:
-            _print_row(result)  # as soon as it is decided
+    decided = verify_in_order(
+        references,
+        jobs=jobs,
+        worker_setup=_hypothesis_cache,
+        examples=examples,
+        seed=seed,
+        max_length=max_length,
+        profile=profile,
+        stages=stages,
+    )
+    try:
+        for result in decided:
+            results.append(result)
+            if not as_json:
+                _print_row(result)  # as soon as it and every earlier one are decided
+    except InvalidArgument as exc:
+        raise click.BadParameter(str(exc), param_hint="MECHANISM") from exc
     if as_json:
         click.echo(
             json.dumps(
