@@ -64,8 +64,12 @@ def units_to_float_down_array(units: ObjectArray) -> FloatArray:
 
 
 def units_to_float_near(units: int) -> float:
-    """The nearest double to an exact unit count (for messages and reports)."""
-    return units / _ONE
+    """The nearest double to an exact unit count (for messages and reports); ±inf beyond every
+    double (a refused sum near the largest ε, e.g. ε = 1.7976931348623157e308 and one spend of it more)."""
+    try:
+        return units / _ONE
+    except OverflowError:
+        return math.inf if units > 0 else -math.inf
 
 
 @functools.lru_cache(maxsize=4096)

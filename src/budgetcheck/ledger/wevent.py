@@ -689,11 +689,11 @@ def window_exceeded(
     """The error for a spend that would push window [t−w+1, t] over ε (names window, sum, excess, remaining)."""
     start = max(1, t - w + 1)
     total = rounding.units_to_float_near(proposed)
-    excess = rounding.units_to_fraction(proposed - eps_units)
+    excess = rounding.units_to_float_near(proposed - eps_units)
     left = rounding.units_to_float_down(max(0, eps_units - window))
     return BudgetExceeded(
         f"{what} would make window [{start}, {t}] sum to {total!r} > epsilon={epsilon!r} "
-        f"(over by {float(excess):.3g}); {remaining_call} is {left!r}",
+        f"(over by {excess:.3g}); {remaining_call} is {left!r}",
         run=run,
         window=(start, t),
         window_sum=total,
