@@ -273,8 +273,11 @@ def _double_double_above(exact: ExactVector) -> FloatArray:
     """(hi, lo) per run, shape (2, runs), with hi + lo >= ``exact`` (>= 0) and close to it: hi a double
     above it, lo minus a lower bound of hi − exact (>= 0, so its bounds are whole-array)."""
     hi = exact.float_bounds()[1]
-    lo = 0.0 - (ExactVector.from_floats(hi) - exact).float_bounds()[0] if np.isfinite(hi).all() else np.zeros(hi.size)
     out = np.empty((2, hi.size))
+    if not np.isfinite(hi).all():  # a sum at the top of the doubles: (inf, 0) fails every check, no NaN
+        out[0], out[1] = hi, 0.0
+        return out
+    lo = 0.0 - (ExactVector.from_floats(hi) - exact).float_bounds()[0]
     out[0] = hi + lo  # normalised by TwoSum (exact), as the pre-check keeps its pairs
     virtual = out[0] - hi
     out[1] = (hi - (out[0] - virtual)) + (lo - virtual)
