@@ -238,8 +238,9 @@ class WindowLedger(LaplaceReleases):
 
     def _charge_each(self, stamps: list[int], amounts: FloatArray, records: list[SpendRecord]) -> None:
         """Charge amounts[k] at stamps[k] in turn, all or nothing: if one is refused, the ledger is
-        restored and the refusal raised."""
-        groups = self._alike_groups(amounts)
+        restored and the refusal raised. With exposures (pan-private, single intrusion) every stamp goes
+        through :meth:`_charge`, which counts the window's largest exposure (the shared totals do not)."""
+        groups = None if self._exposures else self._alike_groups(amounts)
         totals = self._shared_totals(groups) if groups is not None else None
         if groups is not None and totals is not None:  # exact checks in Python integers
             self._charge_shared(stamps, amounts, records, groups, totals)
