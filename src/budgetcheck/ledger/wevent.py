@@ -374,20 +374,27 @@ class WindowLedger(LaplaceReleases):
         sensitivity = check_sensitivity(sensitivity)
         units = ExactVector.from_floats(amounts)
         added = {s: units for s in stamps}
+        note = ", with the window's largest exposure" if self._exposures else ""
         for end, before, after in self._windows.footprint(t, added):
-            over = np.flatnonzero(after.exceeds(self._eps_bound))
+            if self._exposures:  # under a single intrusion each window it changes holds its largest exposure too
+                exposure = self._exposures.largest(end)
+                over = np.flatnonzero(after.to_object() + exposure > self._eps_units)
+            else:
+                exposure = None
+                over = np.flatnonzero(after.exceeds(self._eps_bound))
             if over.size:
                 self._refusals += 1
                 run = int(over[0])
+                held = 0 if exposure is None else int(exposure[run])
                 raise window_exceeded(
                     what=f"footprint measurement of {float(amounts[run])!r} at each of t={sorted(stamps)} (purpose "
-                    f"{purpose!r}{_run_text(run, self._runs)})",
+                    f"{purpose!r}{note}{_run_text(run, self._runs)})",
                     t=end,
                     w=w,
                     epsilon=self._run_epsilon(run),
                     eps_units=self._run_units(run),
-                    window=int(before[run]),
-                    proposed=int(after[run]),
+                    window=int(before[run]) + held,
+                    proposed=int(after[run]) + held,
                     run=run,
                     remaining_call="what that window had left",
                 )
