@@ -31,6 +31,8 @@ def _readonly(value: object) -> FloatArray:
 def _frozen(arr: np.ndarray[Any, Any]) -> bool:
     base: object = arr
     while base is not None:
+        if isinstance(base, bytes):  # immutable memory (np.frombuffer): no array over it can be made writable
+            return True
         if not isinstance(base, np.ndarray) or base.flags.writeable:
             return False
         base = base.base
