@@ -182,17 +182,18 @@ class ExactWindows:
         spends that reach them). Needs every s >= t − w + 1 (older entries are not kept).
         """
         first = min(added)
-        lo = first - self._w + 1
-        before = self._dense(lo, t)
-        after = list(before)
+        # the kept totals in (first − w, t], by timestamp: the cost follows the entries and t − first, not w
+        before = {e.t: e.exact() for e in (*self._past, *self._entries) if first - self._w < e.t <= t}
+        after = dict(before)
         for s, units in added.items():
-            after[s - lo] = after[s - lo] + units
-        sum_before = sum(before[: self._w], zeros(self._runs))
-        sum_after = sum(after[: self._w], zeros(self._runs))
+            after[s] = after[s] + units if s in after else units
+        nothing = zeros(self._runs)
+        sum_before = sum((units for s, units in before.items() if s <= first), nothing)
+        sum_after = sum((units for s, units in after.items() if s <= first), nothing)
         windows = [(first, sum_before, sum_after)]
         for end in range(first + 1, t + 1):
-            sum_before = sum_before + before[end - lo] - before[end - lo - self._w]
-            sum_after = sum_after + after[end - lo] - after[end - lo - self._w]
+            sum_before = sum_before + before.get(end, nothing) - before.get(end - self._w, nothing)
+            sum_after = sum_after + after.get(end, nothing) - after.get(end - self._w, nothing)
             windows.append((end, sum_before, sum_after))
         return windows
 
@@ -259,14 +260,6 @@ class ExactWindows:
                 self._pending.append(entry)
         while self._past and self._past[0].t <= t - 2 * self._w + 1:
             self._past.popleft()
-
-    def _dense(self, lo: int, hi: int) -> list[ExactVector]:
-        """Exact per-run totals of every timestamp in [lo, hi] (zeros where nothing was spent)."""
-        dense = [zeros(self._runs) for _ in range(lo, hi + 1)]
-        for entry in (*self._past, *self._entries):
-            if lo <= entry.t <= hi:
-                dense[entry.t - lo] = entry.exact()
-        return dense
 
 
 def _double_double_above(exact: ExactVector) -> FloatArray:
