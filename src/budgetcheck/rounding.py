@@ -26,6 +26,9 @@ ObjectArray = NDArray[np.object_]
 _SHIFT = 1074 + 53
 _ONE = 1 << _SHIFT
 _UNIT_ROUNDOFF = 2.0**-53
+_LARGEST = float(np.finfo(np.float64).max)
+_SPLIT_LIMIT = 2.0**995  # above it Veltkamp's split (a factor times 2**27 + 1) can overflow
+_PRODUCT_LIMIT = 2.0**1000  # above it x_high·y_high can overflow
 
 
 def to_units(value: float) -> int:
@@ -64,8 +67,12 @@ def units_to_float_down_array(units: ObjectArray) -> FloatArray:
 
 
 def units_to_float_near(units: int) -> float:
-    """The nearest double to an exact unit count (for messages and reports)."""
-    return units / _ONE
+    """The nearest double to an exact unit count (for messages and reports); ±inf beyond every
+    double (a refused sum near the largest ε, e.g. ε = 1.7976931348623157e308 and one spend of it more)."""
+    try:
+        return units / _ONE
+    except OverflowError:
+        return math.inf if units > 0 else -math.inf
 
 
 @functools.lru_cache(maxsize=4096)
@@ -132,6 +139,9 @@ def _floor_product(x: float, y: float, out: FloatArray, out_bits: NDArray[np.int
     error term could underflow (still a floor), by the bit pattern: a product that steps down is
     finite and non-zero, or −0.0 (an exact product < 0 that underflowed), whose pattern steps too."""
     product = x * y
+    if product == np.inf and abs(x) < np.inf and abs(y) < np.inf:  # overflowed: the floor is the largest double
+        out[i] = _LARGEST
+        return
     out[i] = product
     down = (_product_error(x, y, product) < 0.0) | _near_underflow(product)
     bits = out_bits[i]
@@ -141,7 +151,16 @@ def _floor_product(x: float, y: float, out: FloatArray, out_bits: NDArray[np.int
 @compiled
 def _product_error(x: float, y: float, product: float) -> float:
     """x·y − product exactly, for product = fl(x·y) (Dekker's TwoProduct with Veltkamp's splitting
-    by 2**27 + 1), valid without overflow or underflow; no fastmath, so nothing is fused or reordered."""
+    by 2**27 + 1), valid without overflow or underflow; no fastmath, so nothing is fused or reordered.
+    Veltkamp's split overflows for a factor above about 2**996 (and x_high·y_high may for a product
+    near the largest double): there the larger factor and the product are scaled by 2**-128 first,
+    exactly (the product of such a factor is above 2**-80), which scales the error exactly."""
+    if abs(x) > _SPLIT_LIMIT or abs(y) > _SPLIT_LIMIT or abs(product) > _PRODUCT_LIMIT:
+        if abs(x) >= abs(y):
+            x = x * 2.0**-128
+        else:
+            y = y * 2.0**-128
+        product = product * 2.0**-128
     factor = 134217729.0 * x
     x_high = factor - (factor - x)
     x_low = x - x_high
@@ -187,7 +206,8 @@ def _div_down_each(a: FloatArray, b: FloatArray, out: FloatArray, out_bits: NDAr
         error = _product_error(quotient, y, product)
         too_big = (product > x) | ((product == x) & (error > 0.0))
         out[i] = quotient
-        _down_if(out, out_bits, i, too_big | _near_underflow(quotient))
+        # a dividend below 2**-900 makes the product's error terms underflow: always one step down there
+        _down_if(out, out_bits, i, too_big | _near_underflow(quotient) | _near_underflow(x))
 
 
 def half_down(value: ArrayLike) -> FloatArray:
@@ -228,7 +248,14 @@ def _sub_down_each(a: FloatArray, subtrahend: FloatArray, out: FloatArray, out_b
 
 
 def _two_product_error(x: float, y: float, product: float) -> float:
-    """:func:`_product_error` on Python floats (Dekker's TwoProduct, Veltkamp's split by 2**27 + 1)."""
+    """:func:`_product_error` on Python floats (Dekker's TwoProduct, Veltkamp's split by 2**27 + 1;
+    a factor above 2**995 or a product above 2**1000 scaled by 2**-128 first, as there)."""
+    if abs(x) > _SPLIT_LIMIT or abs(y) > _SPLIT_LIMIT or abs(product) > _PRODUCT_LIMIT:
+        if abs(x) >= abs(y):
+            x = x * 2.0**-128
+        else:
+            y = y * 2.0**-128
+        product = product * 2.0**-128
     factor = 134217729.0 * x
     x_high = factor - (factor - x)
     x_low = x - x_high
@@ -262,7 +289,7 @@ def div_down_float(x: float, y: float) -> float | None:
         return None
     product = quotient * y
     error = _two_product_error(quotient, y, product)
-    if product > x or (product == x and error > 0.0) or abs(quotient) < 2.0**-900:
+    if product > x or (product == x and error > 0.0) or abs(quotient) < 2.0**-900 or abs(x) < 2.0**-900:
         return math.nextafter(quotient, -math.inf)
     return quotient
 

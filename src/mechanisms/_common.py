@@ -219,7 +219,7 @@ def _dissimilarity_runs(
             dis = ledger.dissimilarity(secret, last, dissimilarity_budget)
         else:
             dis = np.full(runs, np.nan)
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", over="ignore"):  # ε = 0: inf; a subnormal ε: inf (never publishes)
             threshold = delta / candidate
         publish = (candidate > 0.0) & (dis > threshold)
         spent = np.where(publish, candidate, 0.0)

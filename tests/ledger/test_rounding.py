@@ -56,7 +56,13 @@ def _split(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _two_product_error(a: np.ndarray, b: np.ndarray, product: np.ndarray) -> np.ndarray:
-    """The exact a*b - fl(a*b) (Dekker) as whole-array numpy operations: the compiled loops' oracle."""
+    """The exact a*b - fl(a*b) (Dekker) as whole-array numpy operations: the compiled loops' oracle.
+    A factor above 2**995 or a product above 2**1000 (where Veltkamp's split or x_high·y_high would
+    overflow) has the larger factor and the product scaled by 2**-128 first, exactly."""
+    big = (np.abs(a) > 2.0**995) | (np.abs(b) > 2.0**995) | (np.abs(product) > 2.0**1000)
+    a_first = np.abs(a) >= np.abs(b)
+    a, b = np.where(big & a_first, a * 2.0**-128, a), np.where(big & ~a_first, b * 2.0**-128, b)
+    product = np.where(big, product * 2.0**-128, product)
     a_high, a_low = _split(a)
     b_high, b_low = _split(b)
     return ((a_high * b_high - product) + a_high * b_low + a_low * b_high) + a_low * b_low
@@ -64,6 +70,16 @@ def _two_product_error(a: np.ndarray, b: np.ndarray, product: np.ndarray) -> np.
 
 def _down_where(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.where(mask, rounding.next_down(values), values)
+
+
+def _floor_product(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """mul_down's whole-array form: the product, one step down where it went up or could underflow;
+    a finite product that overflowed is the largest double (its floor)."""
+    product = x * y
+    error = _two_product_error(x, y, product)
+    floor = _down_where(product, (error < 0.0) | _near_underflow(product))
+    overflowed = (product == np.inf) & np.isfinite(x) & np.isfinite(y)
+    return np.where(overflowed, np.finfo(np.float64).max, floor)
 
 
 def _near_underflow(values: np.ndarray) -> np.ndarray:
@@ -104,9 +120,7 @@ def test_mul_down_is_the_whole_array_form_on_every_double(pairs: list[tuple[floa
         b = b[:1]
     x, y = np.broadcast_arrays(a, b)
     with np.errstate(all="ignore"):
-        product = x * y
-        error = _two_product_error(x, y, product)
-        expected = _down_where(product, (error < 0.0) | _near_underflow(product))
+        expected = _floor_product(x, y)
     assert _same_doubles(rounding.mul_down(a, b), expected)
 
 
@@ -120,9 +134,7 @@ def test_mul_down_of_arrays_is_the_whole_array_form_bit_for_bit_and_a_floor(
     b = np.array([y for _, y in pairs])[:, None] if broadcast else np.array([y for _, y in pairs])
     got = rounding.mul_down(a, b)
     x, y = np.broadcast_arrays(a, b)
-    product = x * y
-    error = _two_product_error(x, y, product)
-    expected = _down_where(product, (error < 0.0) | _near_underflow(product))
+    expected = _floor_product(x, y)
     assert _same_doubles(got, expected)
     for value, left, right in zip(
         got.reshape(-1).tolist(), x.reshape(-1).tolist(), y.reshape(-1).tolist(), strict=True
@@ -166,7 +178,7 @@ def test_div_down_of_arrays_is_the_whole_array_form_bit_for_bit(
         product = quotient * y
         error = _two_product_error(quotient, y, product)
         too_big = (product > x) | ((product == x) & (error > 0.0))
-        expected = _down_where(quotient, too_big | _near_underflow(quotient))
+        expected = _down_where(quotient, too_big | _near_underflow(quotient) | _near_underflow(x))
     assert _same_doubles(got, expected)
 
 

@@ -18,7 +18,8 @@ Two intrusion models:
   at t forces the held value at t to be published (charged as a spend); an unannounced timestamp is
   never read, so a discarded held value costs nothing and the condition is the w-event one.
 
-Exposures are kept exactly (integer units of :mod:`budgetcheck.rounding`) for the last w timestamps.
+Exposures are kept exactly (integer units of :mod:`budgetcheck.rounding`) for the last 2w − 1 timestamps
+(a footprint measurement rechecks windows ending up to w − 1 back).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def check_model(value: object) -> str:
 
 
 class Exposures:
-    """The exposures x_s of the last w timestamps, per run, in exact units."""
+    """The exposures x_s of the last 2w − 1 timestamps, per run, in exact units."""
 
     __slots__ = ("_held", "_runs", "_w")
 
@@ -65,7 +66,9 @@ class Exposures:
         units = rounding.to_units_array(amounts)
         previous = self._held.get(t)
         self._held[t] = units if previous is None else previous + units
-        for old in [s for s in self._held if s <= t - self._w]:
+        # kept for 2w − 1 timestamps: a footprint charge read at t' >= t rechecks windows ending as early as
+        # t' − w + 1, which reach back to t' − 2w + 2
+        for old in [s for s in self._held if s <= t - 2 * self._w + 1]:
             del self._held[old]
 
     def largest(self, t: int) -> ObjectArray:

@@ -277,10 +277,11 @@ class PersonalizedLedger(LedgerCore):
         self._reset()
 
     def _check_group_amounts(self, value: ArrayLike, k: int) -> FloatArray:
-        """Shape (runs, classes, k), finite and >= 0."""
+        """Shape (runs, classes, k), finite and >= 0: a fresh read-only array (the windows keep views of
+        it, so a caller that writes its next budgets into the same buffer changes nothing charged)."""
         classes = self._requirements.n_classes
         try:
-            raw = np.asarray(value, dtype=np.float64)
+            raw = np.array(value, dtype=np.float64)
         except (TypeError, ValueError) as exc:
             raise InvalidArgument(f"epsilon must be a number array of shape {(self._runs, classes, k)}: {exc}") from exc
         if raw.shape != (self._runs, classes, k):
@@ -291,6 +292,7 @@ class PersonalizedLedger(LedgerCore):
         if bad.size:
             index = tuple(int(i) for i in bad[0])
             raise InvalidArgument(f"epsilon{list(index)}={raw[index]!r} must be a finite number >= 0")
+        raw.setflags(write=False)
         return raw
 
     def _lookback(self) -> int:

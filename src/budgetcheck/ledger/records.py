@@ -32,6 +32,8 @@ def is_frozen(arr: np.ndarray[Any, Any]) -> bool:
     """Whether ``arr`` and every array it is a view of are read-only (nothing can change it)."""
     base: object = arr
     while base is not None:
+        if isinstance(base, bytes):  # immutable memory (np.frombuffer): no array over it can be made writable
+            return True
         if not isinstance(base, np.ndarray) or base.flags.writeable:
             return False
         base = base.base

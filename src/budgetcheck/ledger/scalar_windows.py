@@ -78,19 +78,17 @@ class ScalarWindows:
         """Charges at several timestamps s <= t: (end, sum before, sum after) of every window ending in
         [min s, t] (needs every s >= t − w + 1; older entries are not kept)."""
         first = min(added)
-        lo = first - self._w + 1
-        before = [0] * (t - lo + 1)
-        for s, units in (*self._past, *self._entries):
-            if lo <= s <= t:
-                before[s - lo] = units
-        after = list(before)
+        # the kept totals in (first − w, t], by timestamp: the cost follows the entries and t − first, not w
+        before = {s: units for s, units in (*self._past, *self._entries) if first - self._w < s <= t}
+        after = dict(before)
         for s, vector in added.items():
-            after[s - lo] += vector[0]
-        sum_before, sum_after = sum(before[: self._w]), sum(after[: self._w])
+            after[s] = after.get(s, 0) + vector[0]
+        sum_before = sum(units for s, units in before.items() if s <= first)
+        sum_after = sum(units for s, units in after.items() if s <= first)
         windows = [(first, sum_before, sum_after)]
         for end in range(first + 1, t + 1):
-            sum_before += before[end - lo] - before[end - lo - self._w]
-            sum_after += after[end - lo] - after[end - lo - self._w]
+            sum_before += before.get(end, 0) - before.get(end - self._w, 0)
+            sum_after += after.get(end, 0) - after.get(end - self._w, 0)
             windows.append((end, sum_before, sum_after))
         return [(end, ExactVector.from_int(b), ExactVector.from_int(a)) for end, b, a in windows]
 

@@ -74,8 +74,9 @@ def check_amounts(value: object, runs: int, name: str = "epsilon") -> FloatArray
         arr = np.full(runs, value)
         arr.setflags(write=False)
         if runs == 1 and value > 0.0:  # a one-run mechanism's budgets recur (BD's ε/(2w) at every timestamp)
-            arr = arr.view()  # a view of a read-only base: nobody can make it writable again
-            arr.setflags(write=False)
+            # over immutable bytes: numpy refuses to make it (or any view of it) writable; a read-only array
+            # that owns its memory can be made writable again (records keep this one, and it is shared)
+            arr = np.frombuffer(arr.tobytes(), dtype=np.float64)
             if len(_ONE_RUN) >= _ONE_RUN_KEPT:
                 _ONE_RUN.clear()
             _ONE_RUN[value] = arr

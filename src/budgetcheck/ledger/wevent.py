@@ -238,8 +238,9 @@ class WindowLedger(LaplaceReleases):
 
     def _charge_each(self, stamps: list[int], amounts: FloatArray, records: list[SpendRecord]) -> None:
         """Charge amounts[k] at stamps[k] in turn, all or nothing: if one is refused, the ledger is
-        restored and the refusal raised."""
-        groups = self._alike_groups(amounts)
+        restored and the refusal raised. With exposures (pan-private, single intrusion) every stamp goes
+        through :meth:`_charge`, which counts the window's largest exposure (the shared totals do not)."""
+        groups = None if self._exposures else self._alike_groups(amounts)
         totals = self._shared_totals(groups) if groups is not None else None
         if groups is not None and totals is not None:  # exact checks in Python integers
             self._charge_shared(stamps, amounts, records, groups, totals)
@@ -373,20 +374,27 @@ class WindowLedger(LaplaceReleases):
         sensitivity = check_sensitivity(sensitivity)
         units = ExactVector.from_floats(amounts)
         added = {s: units for s in stamps}
+        note = ", with the window's largest exposure" if self._exposures else ""
         for end, before, after in self._windows.footprint(t, added):
-            over = np.flatnonzero(after.exceeds(self._eps_bound))
+            if self._exposures:  # under a single intrusion each window it changes holds its largest exposure too
+                exposure = self._exposures.largest(end)
+                over = np.flatnonzero(after.to_object() + exposure > self._eps_units)
+            else:
+                exposure = None
+                over = np.flatnonzero(after.exceeds(self._eps_bound))
             if over.size:
                 self._refusals += 1
                 run = int(over[0])
+                held = 0 if exposure is None else int(exposure[run])
                 raise window_exceeded(
                     what=f"footprint measurement of {float(amounts[run])!r} at each of t={sorted(stamps)} (purpose "
-                    f"{purpose!r}{_run_text(run, self._runs)})",
+                    f"{purpose!r}{note}{_run_text(run, self._runs)})",
                     t=end,
                     w=w,
                     epsilon=self._run_epsilon(run),
                     eps_units=self._run_units(run),
-                    window=int(before[run]),
-                    proposed=int(after[run]),
+                    window=int(before[run]) + held,
+                    proposed=int(after[run]) + held,
                     run=run,
                     remaining_call="what that window had left",
                 )
@@ -689,11 +697,11 @@ def window_exceeded(
     """The error for a spend that would push window [t−w+1, t] over ε (names window, sum, excess, remaining)."""
     start = max(1, t - w + 1)
     total = rounding.units_to_float_near(proposed)
-    excess = rounding.units_to_fraction(proposed - eps_units)
+    excess = rounding.units_to_float_near(proposed - eps_units)
     left = rounding.units_to_float_down(max(0, eps_units - window))
     return BudgetExceeded(
         f"{what} would make window [{start}, {t}] sum to {total!r} > epsilon={epsilon!r} "
-        f"(over by {float(excess):.3g}); {remaining_call} is {left!r}",
+        f"(over by {excess:.3g}); {remaining_call} is {left!r}",
         run=run,
         window=(start, t),
         window_sum=total,

@@ -182,17 +182,18 @@ class ExactWindows:
         spends that reach them). Needs every s >= t − w + 1 (older entries are not kept).
         """
         first = min(added)
-        lo = first - self._w + 1
-        before = self._dense(lo, t)
-        after = list(before)
+        # the kept totals in (first − w, t], by timestamp: the cost follows the entries and t − first, not w
+        before = {e.t: e.exact() for e in (*self._past, *self._entries) if first - self._w < e.t <= t}
+        after = dict(before)
         for s, units in added.items():
-            after[s - lo] = after[s - lo] + units
-        sum_before = sum(before[: self._w], zeros(self._runs))
-        sum_after = sum(after[: self._w], zeros(self._runs))
+            after[s] = after[s] + units if s in after else units
+        nothing = zeros(self._runs)
+        sum_before = sum((units for s, units in before.items() if s <= first), nothing)
+        sum_after = sum((units for s, units in after.items() if s <= first), nothing)
         windows = [(first, sum_before, sum_after)]
         for end in range(first + 1, t + 1):
-            sum_before = sum_before + before[end - lo] - before[end - lo - self._w]
-            sum_after = sum_after + after[end - lo] - after[end - lo - self._w]
+            sum_before = sum_before + before.get(end, nothing) - before.get(end - self._w, nothing)
+            sum_after = sum_after + after.get(end, nothing) - after.get(end - self._w, nothing)
             windows.append((end, sum_before, sum_after))
         return windows
 
@@ -260,21 +261,16 @@ class ExactWindows:
         while self._past and self._past[0].t <= t - 2 * self._w + 1:
             self._past.popleft()
 
-    def _dense(self, lo: int, hi: int) -> list[ExactVector]:
-        """Exact per-run totals of every timestamp in [lo, hi] (zeros where nothing was spent)."""
-        dense = [zeros(self._runs) for _ in range(lo, hi + 1)]
-        for entry in (*self._past, *self._entries):
-            if lo <= entry.t <= hi:
-                dense[entry.t - lo] = entry.exact()
-        return dense
-
 
 def _double_double_above(exact: ExactVector) -> FloatArray:
     """(hi, lo) per run, shape (2, runs), with hi + lo >= ``exact`` (>= 0) and close to it: hi a double
     above it, lo minus a lower bound of hi − exact (>= 0, so its bounds are whole-array)."""
     hi = exact.float_bounds()[1]
-    lo = 0.0 - (ExactVector.from_floats(hi) - exact).float_bounds()[0] if np.isfinite(hi).all() else np.zeros(hi.size)
     out = np.empty((2, hi.size))
+    if not np.isfinite(hi).all():  # a sum at the top of the doubles: (inf, 0) fails every check, no NaN
+        out[0], out[1] = hi, 0.0
+        return out
+    lo = 0.0 - (ExactVector.from_floats(hi) - exact).float_bounds()[0]
     out[0] = hi + lo  # normalised by TwoSum (exact), as the pre-check keeps its pairs
     virtual = out[0] - hi
     out[1] = (hi - (out[0] - virtual)) + (lo - virtual)
