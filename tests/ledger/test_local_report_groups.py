@@ -140,13 +140,20 @@ def test_the_partition_is_fixed_before_the_first_spend() -> None:
         (np.full((1, 1, 3), 0.1), 2, r"shape \(runs, classes, groups\)=\(1, 1, 2\)"),
         (np.zeros((1, 1, 2)), 2, r"epsilon=0 for every group and run"),
         (np.full((1, 1, 2), 0.1), 0, r"groups=0 must be an integer >= 1"),
+        ([[["0.5", "0.5"]]], 2, r"epsilon=.* must be a number array .* not an array of <U3"),
+        ([[[0.5, "0.5"]]], 2, r"epsilon=.* must be a number array"),
     ],
 )
-def test_bad_input_is_refused_naming_the_value(amounts: np.ndarray, groups: int, match: str) -> None:
+def test_bad_input_is_refused_naming_the_value(amounts: object, groups: int, match: str) -> None:
     stream, ledger = _setup(RequirementSet.from_counts([((3, 1.0), 4)]), np.zeros((2, 4), dtype=np.int64), 2)
     with pytest.raises(InvalidArgument, match=match):
         ledger.local_report_groups(stream.secret(1), amounts, groups=groups)
     assert len(ledger.records) == 0 and ledger.groups == 1
+    if (
+        groups >= 1 and "every group" not in match
+    ):  # the public variance of a grouped report reads the same budgets the same way
+        with pytest.raises(InvalidArgument, match=match):
+            ledger.local_group_variance(amounts, groups, 2)
 
 
 def test_the_auditor_reads_grouped_records_per_group() -> None:

@@ -33,7 +33,7 @@ from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord
 from budgetcheck.ledger.requirements import RequirementSet
 from budgetcheck.ledger.sampling import inclusion_probabilities, optimal_budget
-from budgetcheck.ledger.validation import check_bin_amounts, check_label, check_positive_int
+from budgetcheck.ledger.validation import check_bin_amounts, check_label, check_positive_int, float_array
 from budgetcheck.ledger.wevent import window_exceeded
 from budgetcheck.ledger.windows import ExactWindows
 from budgetcheck.stream.secret import Secret, charged, users_of
@@ -280,10 +280,7 @@ class PersonalizedLedger(LedgerCore):
         """Shape (runs, classes, k), finite and >= 0: a fresh read-only array (the windows keep views of
         it, so a caller that writes its next budgets into the same buffer changes nothing charged)."""
         classes = self._requirements.n_classes
-        try:
-            raw = np.array(value, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise InvalidArgument(f"epsilon must be a number array of shape {(self._runs, classes, k)}: {exc}") from exc
+        raw = np.array(float_array(value, "epsilon", "a number array of shape (runs, classes, groups)"))
         if raw.shape != (self._runs, classes, k):
             raise InvalidArgument(
                 f"epsilon must have shape (runs, classes, groups)={(self._runs, classes, k)}, got shape {raw.shape}"

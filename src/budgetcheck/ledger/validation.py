@@ -81,7 +81,7 @@ def check_amounts(value: object, runs: int, name: str = "epsilon") -> FloatArray
                 _ONE_RUN.clear()
             _ONE_RUN[value] = arr
         return arr
-    arr = _float_array(value, name, "a finite number >= 0 or an array of them")
+    arr = float_array(value, name, "a finite number >= 0 or an array of them")
     if arr.ndim == 0:
         arr = np.full(runs, float(arr))
     if arr.shape != (runs,):
@@ -100,7 +100,7 @@ def check_amount_rows(value: object, rows: int, runs: int, name: str = "epsilon"
     """Budgets of ``rows`` spends: shape (rows,) (one per spend, for every run) or (rows, runs),
     each finite and >= 0. Returns a fresh read-only array of shape (rows, 1) (the same for every
     run: broadcast it) or (rows, runs)."""
-    arr = _float_array(value, name, "an array of finite numbers >= 0")
+    arr = float_array(value, name, "an array of finite numbers >= 0")
     if arr.shape == (rows,):
         arr = arr.reshape(rows, 1).copy()  # its own base, so records can share read-only views of it
     if arr.shape not in ((rows, 1), (rows, runs)):
@@ -116,7 +116,7 @@ def check_bin_amounts(
 ) -> FloatArray:
     """Per-run, per-bin (or per-class) budgets: shape (runs, bins) or (bins,) (or a scalar if
     ``scalar``), each finite and >= 0 (read-only)."""
-    arr = _float_array(value, name, "an array of finite numbers >= 0")
+    arr = float_array(value, name, "an array of finite numbers >= 0")
     if arr.shape == (bins,) or (scalar and arr.ndim == 0):
         arr = np.broadcast_to(arr, (runs, bins)).copy()
     if arr.shape != (runs, bins):
@@ -124,7 +124,7 @@ def check_bin_amounts(
     return _finite_nonnegative(arr, name)
 
 
-def _float_array(value: object, name: str, expected: str) -> FloatArray:
+def float_array(value: object, name: str, expected: str) -> FloatArray:
     """A fresh float64 array of ``value``, naming ``expected`` when it is not numbers: booleans,
     strings (``"0.1"`` is not converted), None and other objects are refused, alone or inside arrays."""
     if type(value) is np.ndarray and value.dtype == np.float64:  # a mechanism's budgets: a copy, nothing to convert
