@@ -66,6 +66,9 @@ _SCALES_KEPT = 8  # noise scales remembered per ledger (LedgerCore._scale)
 # budget entries up to which they are: beyond a few thousand, hashing the key costs more than the
 # division it saves (benchmarks/ledger_cost.py)
 _SCALE_MEMO_SIZE = 1 << 12
+# payload entries up to which one run's release is computed on Python floats (:meth:`LedgerCore._noisy_few`):
+# numpy adds fewer than 8 terms one after another, so the dissimilarity's sum is the same double
+_FEW = 7
 # the ledgers' default: exact, from the OS CSPRNG; "numpy-laplace" is reproducible noise asked for by name
 SAMPLER = DISCRETE
 
@@ -305,6 +308,28 @@ class LedgerCore(abc.ABC):
         )
         return np.asarray(np.where(paid, out, np.nan), dtype=np.float64)  # a select: cheaper than a masked copy
 
+    def _noisy_few(
+        self,
+        values: list[float],
+        shape: tuple[int, ...],
+        amount: float,
+        scale: float,
+        sensitivity: float,
+        *,
+        integral: bool,
+    ) -> FloatArray:
+        """:meth:`_noisy` for one run and a few values, on Python floats (no array machinery per value): the
+        same draws, the same doubles and the same shape; NaN if the run does not pay."""
+        if self._hook is not None and self._hook.replaying:
+            return np.zeros(shape)  # replaced by the stored output (durable.transaction)
+        paid = amount > 0.0
+        noisy = self._noise.perturb_values(values, scale if paid else 0.0, sensitivity, integral=integral)
+        return np.array(noisy if paid else [math.nan] * len(noisy), dtype=np.float64).reshape(shape)
+
+    def _one_run_few(self, secret: Secret) -> bool:
+        """Whether a release of ``secret`` takes :meth:`_noisy_few`: one run, a few values, not stacked."""
+        return self._runs == 1 and math.prod(secret.shape) <= _FEW and not stacked_rows(secret)
+
     def close(self) -> None:
         """Close the ledger file, if this ledger has one (every committed spend is already on disk)."""
         if self._hook is not None:
@@ -413,7 +438,13 @@ class LaplaceReleases(LedgerCore):
         """
         amounts = check_amounts(epsilon, self._runs)
         scale, delta = self._reserve(secret, amounts, amounts, self._derive(secret, Identity(), sensitivity), purpose)
+        few = self._one_run_few(secret)
         with charged(secret) as values:
+            if few:
+                flat = values.reshape(-1).tolist()
+                return self._noisy_few(
+                    flat, (1, *values.shape), float(amounts[0]), float(scale[0]), delta, integral=True
+                )
             return self._noisy(self._per_run(secret, values), amounts, scale, delta, per_run=True)
 
     @journaled
@@ -571,15 +602,22 @@ class LaplaceReleases(LedgerCore):
         """
         t = self._check_secret(secret)
         amounts = check_amounts(epsilon, self._runs)
-        last = np.asarray(last_release, dtype=np.float64)
         expected = (self._runs, *secret.shape)
-        if last.shape != expected or not np.isfinite(last).all():
-            raise InvalidArgument(f"last_release must be finite with shape {expected}, got shape {last.shape}")
+        few = _finite_row(last_release, expected) if self._one_run_few(secret) else None
+        if few is None:
+            last = np.asarray(last_release, dtype=np.float64)
+            if last.shape != expected or not np.isfinite(last).all():
+                raise InvalidArgument(f"last_release must be finite with shape {expected}, got shape {last.shape}")
         # ‖Δ‖₁ <= k (or 2, replace-one): the mean absolute difference moves by at most ‖Δ‖₁/n
         count = math.prod(secret.shape)
         delta_mean = _identity_sensitivity(neighbours_of(secret)) / count
         scale, delta = self._reserve(secret, amounts, amounts, delta_mean, purpose, integral=False, t=t)
         with charged(secret) as values:
+            if few is not None:  # np.add.reduce adds so few terms in order: the same sum, on Python floats
+                total = 0.0
+                for previous, value in zip(few, values.reshape(-1).tolist(), strict=True):
+                    total += abs(previous - value)
+                return self._noisy_few([total / count], (1,), float(amounts[0]), float(scale[0]), delta, integral=False)
             differences = np.abs(last - self._per_run(secret, values)).reshape(self._runs, -1)
             distance = np.add.reduce(differences, axis=1) / count  # what .mean(axis=1) computes, without its wrapper
             return self._noisy(distance, amounts, scale, delta, per_run=True, integral=False)
@@ -855,6 +893,18 @@ def _identity_release_sensitivity(relation: object, d: int) -> float:
 @functools.lru_cache(maxsize=64)
 def _remembered_identity_release(relation: object, d: int) -> float:
     return derived_sensitivity(Identity(), cast(Relation, relation), d, None)
+
+
+def _finite_row(values: object, shape: tuple[int, ...]) -> list[float] | None:
+    """The entries of a float64 array of ``shape`` as Python floats, when every one is finite; else None
+    (other types and shapes, or a non-finite entry: the array path converts, checks and names the fault)."""
+    if type(values) is not np.ndarray or values.dtype != np.float64 or values.shape != shape:
+        return None
+    row: list[float] = values.reshape(-1).tolist()
+    for value in row:
+        if not -math.inf < value < math.inf:
+            return None
+    return row
 
 
 def _frozen_max(budgets: FloatArray) -> FloatArray:
