@@ -46,6 +46,7 @@ from budgetcheck.ledger.queries import (
 )
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord, dump_lines
 from budgetcheck.ledger.validation import (
+    MAX_T,
     check_amounts,
     check_bin_amounts,
     check_label,
@@ -248,6 +249,8 @@ class LedgerCore(abc.ABC):
 
     # -- internals shared by the subclasses -----------------------------------------------------
     def _check_t(self, t: object) -> int:
+        if type(t) is int and self._t <= t <= MAX_T and t >= 1:  # the common case: no calls
+            return t
         t = check_timestamp(t, "t")
         if t < self._t:
             raise TimestampOrder(
@@ -324,7 +327,11 @@ class LedgerCore(abc.ABC):
             return np.zeros(shape)  # replaced by the stored output (durable.transaction)
         paid = amount > 0.0
         noisy = self._noise.perturb_values(values, scale if paid else 0.0, sensitivity, integral=integral)
-        return np.array(noisy if paid else [math.nan] * len(noisy), dtype=np.float64).reshape(shape)
+        if not paid:
+            noisy = [math.nan] * len(noisy)
+        if len(shape) == 1:
+            return np.array(noisy, dtype=np.float64)
+        return np.array(noisy, dtype=np.float64).reshape(shape)
 
     def _one_run_few(self, secret: Secret) -> bool:
         """Whether a release of ``secret`` takes :meth:`_noisy_few`: one run, a few values, not stacked."""

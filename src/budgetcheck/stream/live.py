@@ -26,7 +26,10 @@ _FEW = 16  # up to this many values a row is checked in plain Python (cheaper th
 def _bounded(row: NDArray[np.float64]) -> bool:
     """Every value finite with |value| <= 2^53 (NaN fails both comparisons)."""
     if row.size <= _FEW:
-        return all(-MAX_VALUE <= value <= MAX_VALUE for value in row.reshape(-1).tolist())
+        for value in row.reshape(-1).tolist():
+            if not -MAX_VALUE <= value <= MAX_VALUE:
+                return False
+        return True
     return bool((np.abs(row) <= MAX_VALUE).all())
 
 

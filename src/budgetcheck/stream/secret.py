@@ -280,8 +280,11 @@ class _Charged:
         self._secret = secret
 
     def __enter__(self) -> NDArray[np.float64]:
-        payload = _payload(self._secret)  # before opening: a failed lookup leaves nothing open
-        _OPEN.append(id(self._secret))
+        key = id(self._secret)
+        with _LOCK:  # _payload's lookup in this frame, before opening: a failed lookup leaves nothing open
+            payload = _PORT.send(("get", key, None))
+        assert payload is not None
+        _OPEN.append(key)
         return payload
 
     def __exit__(self, *exc: object) -> None:
