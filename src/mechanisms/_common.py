@@ -157,6 +157,7 @@ def fixed_schedule(rule: AllocationRule, stream: Stream, ledger: Ledger, filteri
     state = rule.initial(FLOAT, env)
     last = np.zeros((ledger.runs, stream.dimensions))
     steps: dict[tuple[int, ...], tuple[Any, Any]] = {}  # see _int_state
+    temporal = isinstance(ledger, SwellfishLedger)  # asked once: a w-event ledger's sensitivity is 1 at every t
     for secret in stream:
         key = _int_state(state)
         step = steps.get(key) if key is not None else None
@@ -168,7 +169,7 @@ def fixed_schedule(rule: AllocationRule, stream: Stream, ledger: Ledger, filteri
                     steps.clear()
                 steps[key] = step
         budget, after = step
-        if sensitivity_at(ledger, secret.t) == 0.0:
+        if temporal and sensitivity_at(ledger, secret.t) == 0.0:
             assert isinstance(ledger, SwellfishLedger)
             last = ledger.release_exact(secret)
             after = rule.advance(FLOAT, env, state, True, (0.0,))
@@ -260,11 +261,12 @@ def _one_run_dissimilarity(
     with the same amounts and releases, bit for bit, as :func:`_dissimilarity_runs` on one run."""
     state = rule.initial(FLOAT, env)
     last = np.zeros((1, stream.dimensions))
+    temporal = isinstance(ledger, SwellfishLedger)  # asked once: a w-event ledger's sensitivity is 1 at every t
     for secret in stream:
         dissimilarity_budget, candidate = rule.charges(FLOAT, env, state, True)
         if type(dissimilarity_budget) is not float or type(candidate) is not float:
             dissimilarity_budget, candidate = _plain(dissimilarity_budget), _plain(candidate)
-        delta = sensitivity_at(ledger, secret.t)
+        delta = sensitivity_at(ledger, secret.t) if temporal else 1.0
         if delta == 0.0:
             assert isinstance(ledger, SwellfishLedger)
             last = ledger.release_exact(secret)

@@ -70,6 +70,7 @@ _SCALE_MEMO_SIZE = 1 << 12
 # payload entries up to which one run's release is computed on Python floats (:meth:`LedgerCore._noisy_few`):
 # numpy adds fewer than 8 terms one after another, so the dissimilarity's sum is the same double
 _FEW = 7
+_IDENTITY = Identity()  # frozen, without fields: one value serves every release of the counts
 # the ledgers' default: exact, from the OS CSPRNG; "numpy-laplace" is reproducible noise asked for by name
 SAMPLER = DISCRETE
 
@@ -331,6 +332,8 @@ class LedgerCore(abc.ABC):
             noisy = [math.nan] * len(noisy)
         if len(shape) == 1:
             return np.array(noisy, dtype=np.float64)
+        if len(shape) == 2:  # (1, d): the one run's row
+            return np.array([noisy], dtype=np.float64)
         return np.array(noisy, dtype=np.float64).reshape(shape)
 
     def _one_run_few(self, secret: Secret) -> bool:
@@ -444,7 +447,7 @@ class LaplaceReleases(LedgerCore):
         Returns shape (runs, *secret.shape); rows of runs with ε = 0 are NaN (nothing released).
         """
         amounts = check_amounts(epsilon, self._runs)
-        scale, delta = self._reserve(secret, amounts, amounts, self._derive(secret, Identity(), sensitivity), purpose)
+        scale, delta = self._reserve(secret, amounts, amounts, self._derive(secret, _IDENTITY, sensitivity), purpose)
         few = self._one_run_few(secret)
         with charged(secret) as values:
             if few:

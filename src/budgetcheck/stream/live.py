@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck.ledger.errors import InvalidArgument, SecretAccess, TimestampOrder
-from budgetcheck.ledger.validation import MAX_VALUE, check_positive_int, check_timestamp
+from budgetcheck.ledger.validation import MAX_T, MAX_VALUE, check_positive_int, check_timestamp
 from budgetcheck.stream.neighbours import DEFAULT, Neighbours, check_neighbours
 from budgetcheck.stream.secret import Secret
 
@@ -118,6 +118,8 @@ class LiveStream:
 
     @staticmethod
     def _check_t(t: object, last: int) -> int:
+        if type(t) is int and last < t <= MAX_T:  # the common case: no calls (last >= 0)
+            return t
         t = check_timestamp(t, "t")
         if t <= last:
             raise TimestampOrder(f"t={t} after t={last}: timestamps of a live stream must increase")
