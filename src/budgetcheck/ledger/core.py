@@ -56,6 +56,7 @@ from budgetcheck.ledger.validation import (
 )
 from budgetcheck.stream.guarded import SecretSequence
 from budgetcheck.stream.live import LiveStream
+from budgetcheck.stream.neighbours import Kind, Neighbours
 from budgetcheck.stream.secret import Secret, charged, claim, neighbours_of, stacked_rows
 
 if TYPE_CHECKING:
@@ -263,7 +264,9 @@ class LedgerCore(abc.ABC):
         """The timestamp of a secret this ledger may read (type, order and stream binding checked)."""
         if not isinstance(secret, Secret):
             raise InvalidArgument(f"secret must be a Secret from a guarded stream, got {type(secret).__name__}")
-        t = self._check_t(secret.t)
+        t = secret.t
+        if not (type(t) is int and self._t <= t <= MAX_T and t >= 1):  # _check_t's common case, in this frame
+            t = self._check_t(t)
         claim(secret, self)
         return t
 
@@ -336,9 +339,10 @@ class LedgerCore(abc.ABC):
             return np.array([noisy], dtype=np.float64)
         return np.array(noisy, dtype=np.float64).reshape(shape)
 
-    def _one_run_few(self, secret: Secret) -> bool:
-        """Whether a release of ``secret`` takes :meth:`_noisy_few`: one run, a few values, not stacked."""
-        return self._runs == 1 and math.prod(secret.shape) <= _FEW and not stacked_rows(secret)
+    def _one_run_few(self, secret: Secret, size: int) -> bool:
+        """Whether a release of ``secret`` (``size`` values) takes :meth:`_noisy_few`: one run, a few values,
+        not stacked."""
+        return self._runs == 1 and size <= _FEW and not stacked_rows(secret)
 
     def close(self) -> None:
         """Close the ledger file, if this ledger has one (every committed spend is already on disk)."""
@@ -448,9 +452,8 @@ class LaplaceReleases(LedgerCore):
         """
         amounts = check_amounts(epsilon, self._runs)
         scale, delta = self._reserve(secret, amounts, amounts, self._derive(secret, _IDENTITY, sensitivity), purpose)
-        few = self._one_run_few(secret)
         with charged(secret) as values:
-            if few:
+            if self._one_run_few(secret, values.size):
                 flat = values.reshape(-1).tolist()
                 return self._noisy_few(
                     flat, (1, *values.shape), float(amounts[0]), float(scale[0]), delta, integral=True
@@ -593,9 +596,10 @@ class LaplaceReleases(LedgerCore):
         """The sensitivity of ``query`` on ``secret`` under its stream's relation, or a larger declared one."""
         if not isinstance(secret, Secret):
             raise InvalidArgument(f"secret must be a Secret from a guarded stream, got {type(secret).__name__}")
-        if len(secret.shape) > 1:
-            raise InvalidArgument(f"a query reads a one-dimensional histogram, got a secret of shape {secret.shape}")
-        d = int(secret.shape[0]) if secret.shape else 1
+        shape = secret.shape
+        if len(shape) > 1:
+            raise InvalidArgument(f"a query reads a one-dimensional histogram, got a secret of shape {shape}")
+        d = int(shape[0]) if shape else 1
         if declared is None and type(query) is Identity:  # the counts themselves: remembered per (relation, d)
             return _identity_release_sensitivity(neighbours_of(secret), d)
         return derived_sensitivity(query, cast(Relation, neighbours_of(secret)), d, declared)
@@ -612,14 +616,15 @@ class LaplaceReleases(LedgerCore):
         """
         t = self._check_secret(secret)
         amounts = check_amounts(epsilon, self._runs)
-        expected = (self._runs, *secret.shape)
-        few = _finite_row(last_release, expected) if self._one_run_few(secret) else None
+        shape = secret.shape
+        expected = (self._runs, *shape)
+        count = math.prod(shape)
+        few = _finite_row(last_release, expected) if self._one_run_few(secret, count) else None
         if few is None:
             last = np.asarray(last_release, dtype=np.float64)
             if last.shape != expected or not np.isfinite(last).all():
                 raise InvalidArgument(f"last_release must be finite with shape {expected}, got shape {last.shape}")
         # ‖Δ‖₁ <= k (or 2, replace-one): the mean absolute difference moves by at most ‖Δ‖₁/n
-        count = math.prod(secret.shape)
         delta_mean = _identity_sensitivity(neighbours_of(secret)) / count
         scale, delta = self._reserve(secret, amounts, amounts, delta_mean, purpose, integral=False, t=t)
         with charged(secret) as values:
@@ -825,8 +830,8 @@ class LaplaceReleases(LedgerCore):
             amounts, scale = self._recurring(purpose, amounts, sensitivity, integral)
         else:
             scale = self._scale(sensitivity, budgets, integral)
-        if not vouched and self._unrecorded(t, amounts, purpose):
-            return scale, sensitivity
+        if not vouched and not self._keep and self._hook is None and self._charge_unrecorded(t, amounts, purpose):
+            return scale, sensitivity  # what _unrecorded decides, in this frame
         record = SpendRecord(
             t=t,
             purpose=purpose,
@@ -877,9 +882,28 @@ def measurement_failed(what: str, failure: str) -> MeasurementFailed | SecretAcc
     )
 
 
+class _ByFields(dict[tuple[Kind, int, int], float]):
+    """A :class:`Neighbours`' (kind, bound) and d -> a sensitivity of the identity, computed on first use.
+
+    A Neighbours holds its two fields and nothing else, so they key it exactly (a relation whose fields
+    were changed is looked up afresh) without hashing the object; a hit costs no Python call."""
+
+    def __init__(self, compute: Callable[[Relation, int], float]) -> None:
+        super().__init__()
+        self._compute = compute
+
+    def __missing__(self, key: tuple[Kind, int, int]) -> float:
+        if len(self) >= 256:
+            self.clear()
+        value = self[key] = self._compute(Neighbours(key[0], key[1]), key[2])
+        return value
+
+
 def _identity_sensitivity(relation: object) -> float:
     """The identity's L1 sensitivity under a stream's neighbouring relation, remembered per relation (a
     frozen, hashable value: one whose fields changed hashes differently and is computed afresh)."""
+    if type(relation) is Neighbours:
+        return _IDENTITY_SENSITIVITY[relation.kind, relation.bound, 2]
     try:
         return _remembered_identity_sensitivity(relation)
     except TypeError:  # not hashable: computed every time
@@ -894,6 +918,8 @@ def _remembered_identity_sensitivity(relation: object) -> float:
 def _identity_release_sensitivity(relation: object, d: int) -> float:
     """:func:`derived_sensitivity` of the identity on d bins with nothing declared, remembered as
     :func:`_identity_sensitivity` is."""
+    if type(relation) is Neighbours:
+        return _IDENTITY_RELEASE[relation.kind, relation.bound, d]
     try:
         return _remembered_identity_release(relation, d)
     except TypeError:  # not hashable: computed every time
@@ -903,6 +929,10 @@ def _identity_release_sensitivity(relation: object, d: int) -> float:
 @functools.lru_cache(maxsize=64)
 def _remembered_identity_release(relation: object, d: int) -> float:
     return derived_sensitivity(Identity(), cast(Relation, relation), d, None)
+
+
+_IDENTITY_SENSITIVITY = _ByFields(lambda relation, d: Identity().sensitivity(relation, d))
+_IDENTITY_RELEASE = _ByFields(lambda relation, d: derived_sensitivity(Identity(), relation, d, None))
 
 
 def _finite_row(values: object, shape: tuple[int, ...]) -> list[float] | None:

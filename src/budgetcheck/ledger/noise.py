@@ -78,7 +78,8 @@ class NumpyLaplace:
             u = random()
             while u == 0.0:  # numpy skips a zero uniform (probability 2**-53 each)
                 u = random()
-            magnitude = log(min(u + u, 2.0 - u - u))
+            doubled, complement = u + u, 2.0 - u - u
+            magnitude = log(doubled if doubled < complement else complement)  # min of two positive doubles
             out.append(((0.0 - magnitude) if u >= 0.5 else (0.0 + magnitude)) * scale + value)
         return out
 

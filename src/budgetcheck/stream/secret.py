@@ -115,7 +115,8 @@ class Secret:
         self._shape = frozen.shape[1:] if rows else frozen.shape
         self._claim: list[object] = [] if claim is None else claim
         self._neighbours = DEFAULT if neighbours is None else neighbours  # its stream's neighbouring relation
-        _send(("put", id(self), frozen))
+        with _LOCK:  # _send, in this frame
+            _PORT.send(("put", id(self), frozen))
         if stand_in:
             _STAND_INS.add(id(self))
 
