@@ -20,6 +20,7 @@ streams stacked, 1 and 100 runs each, ε = 1, w = 120), and the fixed part's sha
     python benchmarks/bench_speed.py          # the whole grid, in one process and on both cores (minutes)
     python benchmarks/bench_speed.py --quick  # the w = 120 pass and the w = 40 pass; w = 80, 160, 200 extrapolated
     python benchmarks/bench_speed.py --live   # the live section alone (under a minute)
+    python benchmarks/live_profile.py         # where a live step's time goes (benchmarks/live-step.md)
 
 Live, one run (printed last, or alone with --live): steps per second of BD, BA (d = 2) and Uniform
 stepped one timestamp at a time through the public API as a publisher calls it (a ``LiveStream``,

@@ -188,6 +188,8 @@ class FloatOps:
         return rounding.mul_down(value, count)
 
     def share(self, total: Any, parts: int) -> Any:
+        if type(total) is float:  # one ε (a live run's rule asks at every timestamp): the remembered share
+            return rounding.share(total, parts)
         if isinstance(total, np.ndarray):  # one ε per run (WindowLedger.with_epsilons)
             return _shares(total, parts)
         return rounding.share(float(total), parts)

@@ -163,18 +163,47 @@ def fixed_schedule(rule: AllocationRule, stream: Stream, ledger: Ledger, filteri
     env = rule_env(ledger)
     state = rule.initial(FLOAT, env)
     last = np.zeros((ledger.runs, stream.dimensions))
+    steps: dict[tuple[int, ...], tuple[Any, Any]] = {}  # see _int_state
+    temporal = isinstance(ledger, SwellfishLedger)  # asked once: a w-event ledger's sensitivity is 1 at every t
     for secret in stream:
-        (budget,) = rule.charges(FLOAT, env, state, True)
-        if sensitivity_at(ledger, secret.t) == 0.0:
+        key = _int_state(state)
+        step = steps.get(key) if key is not None else None
+        if step is None:
+            (budget,) = rule.charges(FLOAT, env, state, True)
+            step = (budget, rule.advance(FLOAT, env, state, True, (budget,)))
+            if key is not None:
+                if len(steps) >= _STATES_KEPT:
+                    steps.clear()
+                steps[key] = step
+        budget, after = step
+        if temporal and sensitivity_at(ledger, secret.t) == 0.0:
             assert isinstance(ledger, SwellfishLedger)
-            last, budget = ledger.release_exact(secret), 0.0
+            last = ledger.release_exact(secret)
+            after = rule.advance(FLOAT, env, state, True, (0.0,))
         elif type(budget) in (float, int):  # a rule on plain numbers (a float ε): no array round trip
             if budget > 0:
                 last = filtered(ledger.laplace(secret, float(budget), purpose="publication"), filtering)
         elif _scheduled(budget):
             last = filtered(ledger.laplace(secret, per_run_budget(budget), purpose="publication"), filtering)
-        state = rule.advance(FLOAT, env, state, True, (budget,))
+        state = after
         yield last
+
+
+_STATES_KEPT = 4096  # rule states remembered by fixed_schedule (a periodic rule has w or fewer)
+
+
+def _int_state(state: Any) -> tuple[int, ...] | None:
+    """A rule state of plain Python ints (a fixed schedule's counters, one run), else None.
+
+    The rule's charges and advance are functions of (ε, w, state), what ``budgetcheck prove`` proves,
+    so :func:`fixed_schedule` evaluates them once per state it reaches and reuses the results, as
+    :func:`_state_key` lets :func:`run_fixed_schedule` do for a whole stream."""
+    if type(state) is not tuple:
+        return None
+    for part in state:
+        if type(part) is not int:
+            return None
+    return state
 
 
 def dissimilarity_framework(
@@ -239,9 +268,12 @@ def _one_run_dissimilarity(
     with the same amounts and releases, bit for bit, as :func:`_dissimilarity_runs` on one run."""
     state = rule.initial(FLOAT, env)
     last = np.zeros((1, stream.dimensions))
+    temporal = isinstance(ledger, SwellfishLedger)  # asked once: a w-event ledger's sensitivity is 1 at every t
     for secret in stream:
-        dissimilarity_budget, candidate = (_plain(value) for value in rule.charges(FLOAT, env, state, True))
-        delta = sensitivity_at(ledger, secret.t)
+        dissimilarity_budget, candidate = rule.charges(FLOAT, env, state, True)
+        if type(dissimilarity_budget) is not float or type(candidate) is not float:
+            dissimilarity_budget, candidate = _plain(dissimilarity_budget), _plain(candidate)
+        delta = sensitivity_at(ledger, secret.t) if temporal else 1.0
         if delta == 0.0:
             assert isinstance(ledger, SwellfishLedger)
             last = ledger.release_exact(secret)

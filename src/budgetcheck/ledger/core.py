@@ -46,6 +46,7 @@ from budgetcheck.ledger.queries import (
 )
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord, dump_lines
 from budgetcheck.ledger.validation import (
+    MAX_T,
     check_amounts,
     check_bin_amounts,
     check_label,
@@ -55,6 +56,7 @@ from budgetcheck.ledger.validation import (
 )
 from budgetcheck.stream.guarded import SecretSequence
 from budgetcheck.stream.live import LiveStream
+from budgetcheck.stream.neighbours import Kind, Neighbours
 from budgetcheck.stream.secret import Secret, charged, claim, neighbours_of, stacked_rows
 
 if TYPE_CHECKING:
@@ -66,6 +68,10 @@ _SCALES_KEPT = 8  # noise scales remembered per ledger (LedgerCore._scale)
 # budget entries up to which they are: beyond a few thousand, hashing the key costs more than the
 # division it saves (benchmarks/ledger_cost.py)
 _SCALE_MEMO_SIZE = 1 << 12
+# payload entries up to which one run's release is computed on Python floats (:meth:`LedgerCore._noisy_few`):
+# numpy adds fewer than 8 terms one after another, so the dissimilarity's sum is the same double
+_FEW = 7
+_IDENTITY = Identity()  # frozen, without fields: one value serves every release of the counts
 # the ledgers' default: exact, from the OS CSPRNG; "numpy-laplace" is reproducible noise asked for by name
 SAMPLER = DISCRETE
 
@@ -245,6 +251,8 @@ class LedgerCore(abc.ABC):
 
     # -- internals shared by the subclasses -----------------------------------------------------
     def _check_t(self, t: object) -> int:
+        if type(t) is int and self._t <= t <= MAX_T and t >= 1:  # the common case: no calls
+            return t
         t = check_timestamp(t, "t")
         if t < self._t:
             raise TimestampOrder(
@@ -256,7 +264,9 @@ class LedgerCore(abc.ABC):
         """The timestamp of a secret this ledger may read (type, order and stream binding checked)."""
         if not isinstance(secret, Secret):
             raise InvalidArgument(f"secret must be a Secret from a guarded stream, got {type(secret).__name__}")
-        t = self._check_t(secret.t)
+        t = secret.t
+        if not (type(t) is int and self._t <= t <= MAX_T and t >= 1):  # _check_t's common case, in this frame
+            t = self._check_t(t)
         claim(secret, self)
         return t
 
@@ -304,6 +314,35 @@ class LedgerCore(abc.ABC):
             full, np.where(paid, scale.reshape(scale.shape + extra), 0.0), sensitivity, integral=integral
         )
         return np.asarray(np.where(paid, out, np.nan), dtype=np.float64)  # a select: cheaper than a masked copy
+
+    def _noisy_few(
+        self,
+        values: list[float],
+        shape: tuple[int, ...],
+        amount: float,
+        scale: float,
+        sensitivity: float,
+        *,
+        integral: bool,
+    ) -> FloatArray:
+        """:meth:`_noisy` for one run and a few values, on Python floats (no array machinery per value): the
+        same draws, the same doubles and the same shape; NaN if the run does not pay."""
+        if self._hook is not None and self._hook.replaying:
+            return np.zeros(shape)  # replaced by the stored output (durable.transaction)
+        paid = amount > 0.0
+        noisy = self._noise.perturb_values(values, scale if paid else 0.0, sensitivity, integral=integral)
+        if not paid:
+            noisy = [math.nan] * len(noisy)
+        if len(shape) == 1:
+            return np.array(noisy, dtype=np.float64)
+        if len(shape) == 2:  # (1, d): the one run's row
+            return np.array([noisy], dtype=np.float64)
+        return np.array(noisy, dtype=np.float64).reshape(shape)
+
+    def _one_run_few(self, secret: Secret, size: int) -> bool:
+        """Whether a release of ``secret`` (``size`` values) takes :meth:`_noisy_few`: one run, a few values,
+        not stacked."""
+        return self._runs == 1 and size <= _FEW and not stacked_rows(secret)
 
     def close(self) -> None:
         """Close the ledger file, if this ledger has one (every committed spend is already on disk)."""
@@ -412,8 +451,13 @@ class LaplaceReleases(LedgerCore):
         Returns shape (runs, *secret.shape); rows of runs with ε = 0 are NaN (nothing released).
         """
         amounts = check_amounts(epsilon, self._runs)
-        scale, delta = self._reserve(secret, amounts, amounts, self._derive(secret, Identity(), sensitivity), purpose)
+        scale, delta = self._reserve(secret, amounts, amounts, self._derive(secret, _IDENTITY, sensitivity), purpose)
         with charged(secret) as values:
+            if self._one_run_few(secret, values.size):
+                flat = values.reshape(-1).tolist()
+                return self._noisy_few(
+                    flat, (1, *values.shape), float(amounts[0]), float(scale[0]), delta, integral=True
+                )
             return self._noisy(self._per_run(secret, values), amounts, scale, delta, per_run=True)
 
     @journaled
@@ -552,9 +596,10 @@ class LaplaceReleases(LedgerCore):
         """The sensitivity of ``query`` on ``secret`` under its stream's relation, or a larger declared one."""
         if not isinstance(secret, Secret):
             raise InvalidArgument(f"secret must be a Secret from a guarded stream, got {type(secret).__name__}")
-        if len(secret.shape) > 1:
-            raise InvalidArgument(f"a query reads a one-dimensional histogram, got a secret of shape {secret.shape}")
-        d = int(secret.shape[0]) if secret.shape else 1
+        shape = secret.shape
+        if len(shape) > 1:
+            raise InvalidArgument(f"a query reads a one-dimensional histogram, got a secret of shape {shape}")
+        d = int(shape[0]) if shape else 1
         if declared is None and type(query) is Identity:  # the counts themselves: remembered per (relation, d)
             return _identity_release_sensitivity(neighbours_of(secret), d)
         return derived_sensitivity(query, cast(Relation, neighbours_of(secret)), d, declared)
@@ -571,15 +616,23 @@ class LaplaceReleases(LedgerCore):
         """
         t = self._check_secret(secret)
         amounts = check_amounts(epsilon, self._runs)
-        last = np.asarray(last_release, dtype=np.float64)
-        expected = (self._runs, *secret.shape)
-        if last.shape != expected or not np.isfinite(last).all():
-            raise InvalidArgument(f"last_release must be finite with shape {expected}, got shape {last.shape}")
+        shape = secret.shape
+        expected = (self._runs, *shape)
+        count = math.prod(shape)
+        few = _finite_row(last_release, expected) if self._one_run_few(secret, count) else None
+        if few is None:
+            last = np.asarray(last_release, dtype=np.float64)
+            if last.shape != expected or not np.isfinite(last).all():
+                raise InvalidArgument(f"last_release must be finite with shape {expected}, got shape {last.shape}")
         # ‖Δ‖₁ <= k (or 2, replace-one): the mean absolute difference moves by at most ‖Δ‖₁/n
-        count = math.prod(secret.shape)
         delta_mean = _identity_sensitivity(neighbours_of(secret)) / count
         scale, delta = self._reserve(secret, amounts, amounts, delta_mean, purpose, integral=False, t=t)
         with charged(secret) as values:
+            if few is not None:  # np.add.reduce adds so few terms in order: the same sum, on Python floats
+                total = 0.0
+                for previous, value in zip(few, values.reshape(-1).tolist(), strict=True):
+                    total += abs(previous - value)
+                return self._noisy_few([total / count], (1,), float(amounts[0]), float(scale[0]), delta, integral=False)
             differences = np.abs(last - self._per_run(secret, values)).reshape(self._runs, -1)
             distance = np.add.reduce(differences, axis=1) / count  # what .mean(axis=1) computes, without its wrapper
             return self._noisy(distance, amounts, scale, delta, per_run=True, integral=False)
@@ -777,8 +830,8 @@ class LaplaceReleases(LedgerCore):
             amounts, scale = self._recurring(purpose, amounts, sensitivity, integral)
         else:
             scale = self._scale(sensitivity, budgets, integral)
-        if not vouched and self._unrecorded(t, amounts, purpose):
-            return scale, sensitivity
+        if not vouched and not self._keep and self._hook is None and self._charge_unrecorded(t, amounts, purpose):
+            return scale, sensitivity  # what _unrecorded decides, in this frame
         record = SpendRecord(
             t=t,
             purpose=purpose,
@@ -829,9 +882,28 @@ def measurement_failed(what: str, failure: str) -> MeasurementFailed | SecretAcc
     )
 
 
+class _ByFields(dict[tuple[Kind, int, int], float]):
+    """A :class:`Neighbours`' (kind, bound) and d -> a sensitivity of the identity, computed on first use.
+
+    A Neighbours holds its two fields and nothing else, so they key it exactly (a relation whose fields
+    were changed is looked up afresh) without hashing the object; a hit costs no Python call."""
+
+    def __init__(self, compute: Callable[[Relation, int], float]) -> None:
+        super().__init__()
+        self._compute = compute
+
+    def __missing__(self, key: tuple[Kind, int, int]) -> float:
+        if len(self) >= 256:
+            self.clear()
+        value = self[key] = self._compute(Neighbours(key[0], key[1]), key[2])
+        return value
+
+
 def _identity_sensitivity(relation: object) -> float:
     """The identity's L1 sensitivity under a stream's neighbouring relation, remembered per relation (a
     frozen, hashable value: one whose fields changed hashes differently and is computed afresh)."""
+    if type(relation) is Neighbours:
+        return _IDENTITY_SENSITIVITY[relation.kind, relation.bound, 2]
     try:
         return _remembered_identity_sensitivity(relation)
     except TypeError:  # not hashable: computed every time
@@ -846,6 +918,8 @@ def _remembered_identity_sensitivity(relation: object) -> float:
 def _identity_release_sensitivity(relation: object, d: int) -> float:
     """:func:`derived_sensitivity` of the identity on d bins with nothing declared, remembered as
     :func:`_identity_sensitivity` is."""
+    if type(relation) is Neighbours:
+        return _IDENTITY_RELEASE[relation.kind, relation.bound, d]
     try:
         return _remembered_identity_release(relation, d)
     except TypeError:  # not hashable: computed every time
@@ -855,6 +929,22 @@ def _identity_release_sensitivity(relation: object, d: int) -> float:
 @functools.lru_cache(maxsize=64)
 def _remembered_identity_release(relation: object, d: int) -> float:
     return derived_sensitivity(Identity(), cast(Relation, relation), d, None)
+
+
+_IDENTITY_SENSITIVITY = _ByFields(lambda relation, d: Identity().sensitivity(relation, d))
+_IDENTITY_RELEASE = _ByFields(lambda relation, d: derived_sensitivity(Identity(), relation, d, None))
+
+
+def _finite_row(values: object, shape: tuple[int, ...]) -> list[float] | None:
+    """The entries of a float64 array of ``shape`` as Python floats, when every one is finite; else None
+    (other types and shapes, or a non-finite entry: the array path converts, checks and names the fault)."""
+    if type(values) is not np.ndarray or values.dtype != np.float64 or values.shape != shape:
+        return None
+    row: list[float] = values.reshape(-1).tolist()
+    for value in row:
+        if not -math.inf < value < math.inf:
+            return None
+    return row
 
 
 def _frozen_max(budgets: FloatArray) -> FloatArray:

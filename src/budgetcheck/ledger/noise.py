@@ -43,6 +43,9 @@ class NoiseSource(Protocol):
     def perturb(self, values: FloatArray, scale: FloatArray, sensitivity: float, *, integral: bool) -> FloatArray:
         """values + noise of the given scale (same shape; scale broadcast against values)."""
 
+    def perturb_values(self, values: list[float], scale: float, sensitivity: float, *, integral: bool) -> list[float]:
+        """:meth:`perturb` of a few plain values under one scale: the same draws and the same doubles."""
+
 
 @final
 class NumpyLaplace:
@@ -65,6 +68,20 @@ class NumpyLaplace:
         noise *= scale  # in place: the same numbers as values + noise * scale, without temporaries
         noise += values
         return noise
+
+    def perturb_values(self, values: list[float], scale: float, sensitivity: float, *, integral: bool) -> list[float]:
+        """:meth:`perturb` on Python floats: one uniform per value (zeros skipped) turned into a Laplace
+        draw by :func:`_laplace_in_place`'s formula with the same libm ``log``, then noise·scale + value,
+        two roundings as in the array path. No numpy call beyond the generator's."""
+        random, log, out = self._rng.random, math.log, []
+        for value in values:
+            u = random()
+            while u == 0.0:  # numpy skips a zero uniform (probability 2**-53 each)
+                u = random()
+            doubled, complement = u + u, 2.0 - u - u
+            magnitude = log(doubled if doubled < complement else complement)  # min of two positive doubles
+            out.append(((0.0 - magnitude) if u >= 0.5 else (0.0 + magnitude)) * scale + value)
+        return out
 
 
 def laplace_draws(rng: np.random.Generator, shape: int | tuple[int, ...], scale: float = 1.0) -> FloatArray:
@@ -137,6 +154,11 @@ class DiscreteLaplace:
             grid = round(Fraction(float(values[index])) / gamma)  # exact for every finite value (no float overflow)
             out[index] = float((grid + noise) * gamma)
         return out
+
+    def perturb_values(self, values: list[float], scale: float, sensitivity: float, *, integral: bool) -> list[float]:
+        """:meth:`perturb` of plain values (its rational arithmetic costs far more than the arrays)."""
+        noisy = self.perturb(np.array(values, dtype=np.float64), np.array(scale), sensitivity, integral=integral)
+        return [float(value) for value in noisy]
 
 
 def bernoulli(p: Fraction) -> bool:

@@ -59,12 +59,27 @@ class ScalarWindows:
         return ExactVector.from_int(window), leaving
 
     def spend_units(self, t: int, units: int, bound: int) -> bool:
-        """Commit ``units`` at t if window [t−w+1, t] stays <= ``bound`` (exactly); else change nothing."""
-        window, leaving = self.window_units(t)
+        """Commit ``units`` at t if window [t−w+1, t] stays <= ``bound`` (exactly); else change nothing.
+
+        :meth:`window_units`, then :meth:`_retire` and :meth:`_add`, in one frame (a live step's charge)."""
+        entries, window, leaving, oldest = self._entries, self._sum, 0, t - self._w
+        for s, held in entries:
+            if s > oldest:
+                break
+            window -= held
+            leaving += 1
         if window + units > bound:
             return False
-        self._retire(t, leaving)
-        self._add(t, units)
+        past = self._past
+        for _ in range(leaving):
+            past.append(entries.popleft())
+        horizon = oldest - self._w + 1
+        while past and past[0][0] <= horizon:
+            past.popleft()
+        if entries and entries[-1][0] == t:
+            entries[-1] = (t, entries[-1][1] + units)
+        else:
+            entries.append((t, units))
         self._sum = window + units
         return True
 

@@ -12,6 +12,7 @@ not even the state of the noise generator.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Sequence
 from typing import final
 
@@ -633,7 +634,7 @@ class WindowLedger(LaplaceReleases):
 
     def _charge_one_run(self, windows: ScalarWindows, t: int, amounts: FloatArray, purpose: str) -> None:
         """Check window [t−w+1, t] of the one run exactly and commit its sum; or refuse, changing nothing."""
-        spent = rounding.to_units(float(amounts[0]))
+        spent = _units(float(amounts[0]))
         if not windows.spend_units(t, spent, self._run_units(0)):
             before = windows.window_units(t)[0]
             self._refusals += 1
@@ -671,6 +672,10 @@ class WindowLedger(LaplaceReleases):
             run=run,
             remaining_call=f"ledger.remaining({t})",
         )
+
+
+# a one-run charge's amount in exact units, remembered: a mechanism's budgets recur (BD's ε/(2w) at every t)
+_units = functools.lru_cache(maxsize=1024)(rounding.to_units)
 
 
 def _windows(w: int, runs: int) -> ExactWindows | ScalarWindows:

@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck.ledger.errors import InvalidArgument, SecretAccess, TimestampOrder
-from budgetcheck.ledger.validation import MAX_VALUE, check_positive_int, check_timestamp
+from budgetcheck.ledger.validation import MAX_T, MAX_VALUE, check_positive_int, check_timestamp
 from budgetcheck.stream.neighbours import DEFAULT, Neighbours, check_neighbours
 from budgetcheck.stream.secret import Secret
 
@@ -26,7 +26,10 @@ _FEW = 16  # up to this many values a row is checked in plain Python (cheaper th
 def _bounded(row: NDArray[np.float64]) -> bool:
     """Every value finite with |value| <= 2^53 (NaN fails both comparisons)."""
     if row.size <= _FEW:
-        return all(-MAX_VALUE <= value <= MAX_VALUE for value in row.reshape(-1).tolist())
+        for value in row.reshape(-1).tolist():
+            if not -MAX_VALUE <= value <= MAX_VALUE:
+                return False
+        return True
     return bool((np.abs(row) <= MAX_VALUE).all())
 
 
@@ -115,6 +118,8 @@ class LiveStream:
 
     @staticmethod
     def _check_t(t: object, last: int) -> int:
+        if type(t) is int and last < t <= MAX_T:  # the common case: no calls (last >= 0)
+            return t
         t = check_timestamp(t, "t")
         if t <= last:
             raise TimestampOrder(f"t={t} after t={last}: timestamps of a live stream must increase")

@@ -115,7 +115,8 @@ class Secret:
         self._shape = frozen.shape[1:] if rows else frozen.shape
         self._claim: list[object] = [] if claim is None else claim
         self._neighbours = DEFAULT if neighbours is None else neighbours  # its stream's neighbouring relation
-        _send(("put", id(self), frozen))
+        with _LOCK:  # _send, in this frame
+            _PORT.send(("put", id(self), frozen))
         if stand_in:
             _STAND_INS.add(id(self))
 
@@ -280,8 +281,11 @@ class _Charged:
         self._secret = secret
 
     def __enter__(self) -> NDArray[np.float64]:
-        payload = _payload(self._secret)  # before opening: a failed lookup leaves nothing open
-        _OPEN.append(id(self._secret))
+        key = id(self._secret)
+        with _LOCK:  # _payload's lookup in this frame, before opening: a failed lookup leaves nothing open
+            payload = _PORT.send(("get", key, None))
+        assert payload is not None
+        _OPEN.append(key)
         return payload
 
     def __exit__(self, *exc: object) -> None:
