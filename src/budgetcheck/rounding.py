@@ -10,6 +10,7 @@ of its allocation rule and is never refused for rounding.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from fractions import Fraction
@@ -247,22 +248,9 @@ def _sub_down_each(a: FloatArray, subtrahend: FloatArray, out: FloatArray, out_b
 # NaN are the library's. tests/ledger/test_rounding_scalar.py checks them against the kernels.
 
 
-def _two_product_error(x: float, y: float, product: float) -> float:
-    """:func:`_product_error` on Python floats (Dekker's TwoProduct, Veltkamp's split by 2**27 + 1;
-    a factor above 2**995 or a product above 2**1000 scaled by 2**-128 first, as there)."""
-    if abs(x) > _SPLIT_LIMIT or abs(y) > _SPLIT_LIMIT or abs(product) > _PRODUCT_LIMIT:
-        if abs(x) >= abs(y):
-            x = x * 2.0**-128
-        else:
-            y = y * 2.0**-128
-        product = product * 2.0**-128
-    factor = 134217729.0 * x
-    x_high = factor - (factor - x)
-    x_low = x - x_high
-    factor = 134217729.0 * y
-    y_high = factor - (factor - y)
-    y_low = y - y_high
-    return ((x_high * y_high - product) + x_high * y_low + x_low * y_high) + x_low * y_low
+_two_product_error: Callable[[float, float, float], float] = inspect.unwrap(_product_error)
+"""The kernel :func:`_product_error` as the plain Python function it compiles, for Python floats:
+Dekker's TwoProduct is written once, the kernel stays compiled and a scalar call costs what it did."""
 
 
 def _ordinary(value: float) -> bool:

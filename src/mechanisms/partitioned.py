@@ -98,7 +98,24 @@ def _check_period(instance: object, attribute: Any, value: int | None) -> None:
 
 
 @attrs.frozen
-class BDPartitioned(StepByStep):
+class _PartitionedFramework(StepByStep):
+    """The fields and releases of BDPartitioned and BAPartitioned: :func:`partitioned_framework`
+    with the mechanism's rule, ``groups`` groups of columns re-formed every ``period`` timestamps."""
+
+    filtering: bool = False
+    groups: int = attrs.field(default=4, validator=_check_groups)
+    period: int | None = attrs.field(default=None, validator=_check_period)
+    max_stacked_runs: ClassVar[int] = 100_000
+
+    def allocation_rule(self) -> BDRule | BARule:
+        raise NotImplementedError
+
+    def releases(self, stream: Stream, ledger: Ledger) -> Iterator[NDArray[np.float64]]:
+        return partitioned_framework(self.allocation_rule(), stream, ledger, self.filtering, self.groups, self.period)
+
+
+@attrs.frozen
+class BDPartitioned(_PartitionedFramework):
     """BD (Figure 2) run per group of columns, groups re-formed from the releases (Kellaris §4.5).
 
     The paper runs "an independent instantiation of BD or BA on every group per timestamp" and
@@ -117,21 +134,14 @@ class BDPartitioned(StepByStep):
     ``groups``: the number of groups (at most d); ``period``: timestamps between regroupings (w).
     """
 
-    filtering: bool = False
-    groups: int = attrs.field(default=4, validator=_check_groups)
-    period: int | None = attrs.field(default=None, validator=_check_period)
     name: str = attrs.field(default="BDPartitioned", init=False)
-    max_stacked_runs: ClassVar[int] = 100_000
 
     def allocation_rule(self) -> BDRule:
         return BDRule()
 
-    def releases(self, stream: Stream, ledger: Ledger) -> Iterator[NDArray[np.float64]]:
-        return partitioned_framework(self.allocation_rule(), stream, ledger, self.filtering, self.groups, self.period)
-
 
 @attrs.frozen
-class BAPartitioned(StepByStep):
+class BAPartitioned(_PartitionedFramework):
     """BA (Figure 4) run per group of columns, groups re-formed from the releases (Kellaris §4.5).
 
     Accounted as :class:`BDPartitioned` (read its docstring for why independent instances would
@@ -141,14 +151,7 @@ class BAPartitioned(StepByStep):
     of :class:`~mechanisms.rules.BARule` with decision "some group publishes".
     """
 
-    filtering: bool = False
-    groups: int = attrs.field(default=4, validator=_check_groups)
-    period: int | None = attrs.field(default=None, validator=_check_period)
     name: str = attrs.field(default="BAPartitioned", init=False)
-    max_stacked_runs: ClassVar[int] = 100_000
 
     def allocation_rule(self) -> BARule:
         return BARule()
-
-    def releases(self, stream: Stream, ledger: Ledger) -> Iterator[NDArray[np.float64]]:
-        return partitioned_framework(self.allocation_rule(), stream, ledger, self.filtering, self.groups, self.period)

@@ -117,19 +117,16 @@ def personalized_releases(
 
 
 @attrs.frozen
-class PBD:
-    """Personalized Budget Distribution (Du et al. 2025, Algorithm 4); ``strictest`` = the BD baseline."""
+class _PersonalizedFramework:
+    """The shell of PBD and PBA: PWSM (Algorithm 2) with :meth:`allocation_rule` per requirement class;
+    ``strictest`` runs it with the strictest requirement for every class (the BD/BA baseline)."""
 
     strictest: bool = False
     filtering: bool = False
     notion: str = attrs.field(default="personalized", init=False)
 
-    @property
-    def name(self) -> str:
-        return "StrictestBD" if self.strictest else "PBD"
-
-    def allocation_rule(self) -> BDRule:
-        return BDRule()
+    def allocation_rule(self) -> BDRule | BARule:
+        raise NotImplementedError
 
     def run(self, stream: PersonalizedStream, ledger: PersonalizedLedger) -> FloatArray:
         return run_personalized(
@@ -144,12 +141,20 @@ class PBD:
 
 
 @attrs.frozen
-class PBA:
-    """Personalized Budget Absorption (Du et al. 2025, Algorithm 5); ``strictest`` = the BA baseline."""
+class PBD(_PersonalizedFramework):
+    """Personalized Budget Distribution (Du et al. 2025, Algorithm 4); ``strictest`` = the BD baseline."""
 
-    strictest: bool = False
-    filtering: bool = False
-    notion: str = attrs.field(default="personalized", init=False)
+    @property
+    def name(self) -> str:
+        return "StrictestBD" if self.strictest else "PBD"
+
+    def allocation_rule(self) -> BDRule:
+        return BDRule()
+
+
+@attrs.frozen
+class PBA(_PersonalizedFramework):
+    """Personalized Budget Absorption (Du et al. 2025, Algorithm 5); ``strictest`` = the BA baseline."""
 
     @property
     def name(self) -> str:
@@ -157,17 +162,6 @@ class PBA:
 
     def allocation_rule(self) -> BARule:
         return BARule(dissimilarity_when_nullified=True)
-
-    def run(self, stream: PersonalizedStream, ledger: PersonalizedLedger) -> FloatArray:
-        return run_personalized(
-            self.allocation_rule(), stream, ledger, strictest=self.strictest, filtering=self.filtering
-        )
-
-    def releases(self, stream: PersonalizedStream | LiveStream, ledger: PersonalizedLedger) -> Iterator[FloatArray]:
-        """The release of every timestamp as it arrives (a live stream; ``budgetcheck publish``)."""
-        return personalized_releases(
-            self.allocation_rule(), stream, ledger, strictest=self.strictest, filtering=self.filtering
-        )
 
 
 def StrictestBD() -> PBD:

@@ -192,6 +192,17 @@ class _BoundedProof:
         return bounded_proof(self)
 
 
+class _NamedByLabel:
+    """A mechanism named by its ``label`` field: UnicornPS and UnicornIS, which the TINAR baselines relabel."""
+
+    __slots__ = ()
+    label: str
+
+    @property
+    def name(self) -> str:
+        return self.label
+
+
 def _noise_sensitivity(ledger: SwellfishLedger, delta: float, global_sensitivity: bool) -> float:
     """The multiplier of Δ_Q^t the ledger applies: 1, or max_t Δ_Q^t / Δ_Q^t for the TINAR baselines."""
     return ledger.policies.global_sensitivity() / delta if global_sensitivity else 1.0
@@ -202,7 +213,7 @@ def _capped(ledger: SwellfishLedger, t: int, wanted: FloatArray) -> FloatArray:
 
 
 @attrs.frozen
-class UnicornPS(StepByStep, _BoundedProof):
+class UnicornPS(StepByStep, _BoundedProof, _NamedByLabel):
     """UnicornPermanentSample: a release at every relevant t with Algorithm 3's budget (ε^op = ε).
 
     ``uniform_only`` keeps sub-strategy 1 (ε/δ(J)); ``global_sensitivity`` uses max_t Δ_Q^t
@@ -213,10 +224,6 @@ class UnicornPS(StepByStep, _BoundedProof):
     global_sensitivity: bool = False
     label: str = "UnicornPS"
     notion: str = attrs.field(default="swellfish", init=False)
-
-    @property
-    def name(self) -> str:
-        return self.label
 
     def releases(self, stream: Stream, ledger: SwellfishLedger) -> Iterator[FloatArray]:
         tops = _OpBudgets(ledger)
@@ -234,7 +241,7 @@ class UnicornPS(StepByStep, _BoundedProof):
 
 
 @attrs.frozen
-class UnicornIS(StepByStep, _BoundedProof):
+class UnicornIS(StepByStep, _BoundedProof, _NamedByLabel):
     """UnicornIntervalSample: sample with the full ε at t iff no policy relevant at t has had a sample.
 
     Each policy therefore sees at most one sample (of ε) in its interval. ``global_sensitivity``
@@ -244,10 +251,6 @@ class UnicornIS(StepByStep, _BoundedProof):
     global_sensitivity: bool = False
     label: str = "UnicornIS"
     notion: str = attrs.field(default="swellfish", init=False)
-
-    @property
-    def name(self) -> str:
-        return self.label
 
     def releases(self, stream: Stream, ledger: SwellfishLedger) -> Iterator[FloatArray]:
         sampled: set[int] = set()

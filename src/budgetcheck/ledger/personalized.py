@@ -163,14 +163,10 @@ class PersonalizedLedger(LedgerCore):
         NaN rows for runs where no class reports. LBU/PLBU's inner step (Ren et al. SIGMOD'22, LDP-IDS;
         Du et al. 2025, §5.2): the caller never sees a user's value or report, only the estimate.
         """
-        t = self._check_secret(secret)
-        if secret.shape[:1] != (self._requirements.n_classes,):
-            raise InvalidArgument(f"{secret!r} is not from a PersonalizedStream of this requirement set")
+        t = self._check_class_secret(secret)
         amounts = self._check_amounts(epsilon)
         if not amounts.any():
-            raise InvalidArgument(
-                "a local report with epsilon=0 for every user and run would read the data without paying"
-            )
+            raise _unpaid_read("a local report", "user")
         d = int(secret.shape[-1])
         self._charge_local(t, amounts, amounts, d, purpose)  # refused here: nothing drawn, nothing charged
         with charged(secret) as counts:
@@ -208,15 +204,11 @@ class PersonalizedLedger(LedgerCore):
         with 0 send nothing and are charged nothing. Returns Σ of the reporting groups' unbiased
         estimates, shape (runs, d); NaN rows for runs where no group reports.
         """
-        t = self._check_secret(secret)
-        if secret.shape[:1] != (self._requirements.n_classes,):
-            raise InvalidArgument(f"{secret!r} is not from a PersonalizedStream of this requirement set")
+        t = self._check_class_secret(secret)
         k = check_positive_int(groups, "groups")
         amounts = self._check_group_amounts(epsilon, k)
         if not amounts.any():
-            raise InvalidArgument(
-                "a local report with epsilon=0 for every group and run would read the data without paying"
-            )
+            raise _unpaid_read("a local report", "group")
         users = users_of(secret)
         if users is None:
             raise InvalidArgument(f"{secret!r} keeps no per-user data: grouped reports need a PersonalizedStream")
@@ -292,6 +284,14 @@ class PersonalizedLedger(LedgerCore):
         raw.setflags(write=False)
         return raw
 
+    def _check_class_secret(self, secret: Secret) -> int:
+        """The timestamp of a secret this ledger may read (:meth:`_check_secret`) that holds one row per
+        requirement class: a secret of a PersonalizedStream of this requirement set."""
+        t = self._check_secret(secret)
+        if secret.shape[:1] != (self._requirements.n_classes,):
+            raise InvalidArgument(f"{secret!r} is not from a PersonalizedStream of this requirement set")
+        return t
+
     def _lookback(self) -> int:
         return max(r.w for r in self._requirements.classes)
 
@@ -302,14 +302,10 @@ class PersonalizedLedger(LedgerCore):
     def _reserve_sampled(
         self, secret: Secret, epsilon: ArrayLike, sensitivity: float, purpose: str, *, integral: bool = True
     ) -> tuple[FloatArray, FloatArray, SpendRecord]:
-        t = self._check_secret(secret)
-        if secret.shape[:1] != (self._requirements.n_classes,):
-            raise InvalidArgument(f"{secret!r} is not from a PersonalizedStream of this requirement set")
+        t = self._check_class_secret(secret)
         amounts = self._check_amounts(epsilon)
         if not amounts.any():
-            raise InvalidArgument(
-                "a sampled release with epsilon=0 for every user and run would read the data without paying"
-            )
+            raise _unpaid_read("a sampled release", "user")
         theta, _ = optimal_budget(amounts, self._counts, sensitivity=sensitivity)
         scale = self._noise.scale(
             sensitivity, theta, integral=integral
@@ -391,3 +387,9 @@ class PersonalizedLedger(LedgerCore):
         for win, column, added, proposed, leaving in staged:
             win.commit(t, column, added, proposed, leaving)
         self._commit(t, record)
+
+
+def _unpaid_read(operation: str, payers: str) -> InvalidArgument:
+    """The refusal of an ``operation`` for which no one pays (ε = 0 for every one of the ``payers`` and
+    every run): it would read the data for free. Raised before anything is charged or drawn."""
+    return InvalidArgument(f"{operation} with epsilon=0 for every {payers} and run would read the data without paying")

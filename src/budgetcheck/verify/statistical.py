@@ -195,6 +195,18 @@ def _moved(releases: FloatArray, position: int) -> NDArray[np.bool_]:
     return np.asarray(np.any(releases[:, position] != previous, axis=1))
 
 
+def _half_crossing(rate: Callable[[int], float], top: int) -> int | None:
+    """The k in [0, top) with rate(k) < 1/2 <= rate(k + 1), found by bisection on integers (rate is
+    taken to grow with k); None when rate(0) < 1/2 <= rate(top) does not hold (no crossing)."""
+    low, high = 0, top
+    if not rate(low) < 0.5 <= rate(high):
+        return None
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if rate(middle) < 0.5 else (low, middle)
+    return low
+
+
 def decision_flip(run: Run, base: FloatArray, position: int, *, seed: int, top: int = 1 << 12) -> int | None:
     """The spike height h at ``position`` where the share of runs that publish there crosses 1/2:
     h publishes in fewer than half the runs, h + 1 in at least half (bisection on integers).
@@ -205,13 +217,7 @@ def decision_flip(run: Run, base: FloatArray, position: int, *, seed: int, top: 
         data[position] += height
         return float(np.mean(_moved(run(data, seed), position)))
 
-    low, high = 0, top
-    if not rate(low) < 0.5 <= rate(high):
-        return None
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (middle, high) if rate(middle) < 0.5 else (low, middle)
-    return low
+    return _half_crossing(rate, top)
 
 
 def statistical_audit(
@@ -381,13 +387,7 @@ def _users_flip(run: Run, base: FloatArray, members: NDArray[np.int64], *, seed:
         bins[1, members[:k]] = 1
         return float(np.mean(_moved(run(bins, seed), 1)))
 
-    low, high = 0, int(members.size)
-    if not rate(low) < 0.5 <= rate(high):
-        return None
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (middle, high) if rate(middle) < 0.5 else (low, middle)
-    return low
+    return _half_crossing(rate, int(members.size))
 
 
 def swellfish_audit(
