@@ -1055,7 +1055,30 @@ class BDPanPrivateAnnouncedForgetsForcedOnThirds(BDPanPrivate):
             yield last
 
 
+@attrs.frozen
+class UniformHoldsAPreciseCopy:
+    """Uniform (ε/w at every t) that also holds a precise copy of c_t (held at 4ε, never published,
+    discarded) and declares the single unannounced intrusion model, but passes
+    ``intrusions="announced"`` to the ledger: under that model a discarded held value is never read,
+    so the ledger records no exposure and refuses nothing. Replay, exploration and the output pairs
+    of the audit see Uniform; an intrusion at one timestamp reads c_t with noise of scale 1/(4ε), and
+    only the audit's intruder pairs, whose observation includes that read, catch it."""
+
+    intrusions: str = "single"
+    name: str = "Uniform-holds-a-precise-copy"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        epsilon = np.broadcast_to(np.asarray(ledger.epsilon, dtype=np.float64), (ledger.runs,))
+        share = FLOAT.share(epsilon, ledger.w)
+        out = []
+        for secret in stream:
+            out.append(ledger.laplace(secret, share))
+            ledger.held_laplace(secret, 4.0 * epsilon, False, intrusions="announced")  # the wrong model
+        return np.stack(out, axis=1)
+
+
 CORPUS: list[tuple[Callable[[], object], str]] = [
+    (UniformHoldsAPreciseCopy, "statistical audit"),
     (BDPanPrivateAnnouncedForgetsForcedOnThirds, "ledger replay"),
     (BDPanPrivateAnnouncedForgetsForced, "exploration"),
     (BDPanPrivateAsBD, "exploration"),

@@ -11,13 +11,17 @@ from broken.mutants import (
     RescueDPGroupMeanNoise,
     SwellfishMeasureThresholdUnits,
     SwellfishThresholdUnits,
+    UniformHoldsAPreciseCopy,
 )
 from budgetcheck import InvalidArgument, execute, load_mechanism, verify_mechanism
 from budgetcheck.mechanism.execute import notion_of
 from budgetcheck.verify.stages import _statistical_stage
 from budgetcheck.verify.statistical import (
+    NeighbourPair,
     Run,
+    _audit,
     decision_flip,
+    intruder_pairs,
     personalized_audit,
     statistical_audit,
     swellfish_audit,
@@ -78,7 +82,7 @@ def test_swellfish_audit_catches_noise_that_ignores_the_temporal_sensitivity() -
 
 def _one_column_audit(mechanism: object, w: int, runs: int) -> float:
     """The audit as it was before issue 28: d = 1 streams, ±1 at one timestamp, one column read."""
-    from budgetcheck.verify.statistical import NeighbourPair, _audit
+    from budgetcheck.verify.statistical import _audit
 
     base = np.full((3 * w, 1), 50.0)
     pairs = []
@@ -193,7 +197,7 @@ def test_the_bound_never_exceeds_the_epsilon_of_its_pair(name: str) -> None:
 def test_a_group_pair_is_held_to_k_epsilon() -> None:
     """Uniform at w = 1 spends ε at every t: eight individuals lose up to 8ε, and the audit proves
     more than ε for them. Held to ε, that pair would fail a correct mechanism."""
-    from budgetcheck.verify.statistical import NeighbourPair, _audit
+    from budgetcheck.verify.statistical import _audit
 
     uniform = load_mechanism("Uniform")
     base = np.full((3, 2), 50.0)
@@ -214,7 +218,7 @@ def test_a_rescuedp_twin_is_caught_only_where_rescuedp_publishes() -> None:
     """RescueDP on a steady stream samples at t = 1 and then predicts: a twin whose samples have the
     noise of a group mean (loss 1.6ε) shows nothing at the positions the audit used to change (inside
     a later window), and is caught by the pair at t = 1."""
-    from budgetcheck.verify.statistical import NeighbourPair, _audit
+    from budgetcheck.verify.statistical import _audit
 
     twin = RescueDPGroupMeanNoise()
     for w in (1, 3):
@@ -241,7 +245,7 @@ def test_a_rescuedp_twin_is_caught_only_where_rescuedp_publishes() -> None:
 def test_each_distinct_input_runs_once_and_pairs_never_share_a_sample() -> None:
     """The cache behind the audit: the shared first input runs once; a pair's two inputs are distinct
     runs with distinct seeds (the two Clopper-Pearson bounds of an event rest on independent samples)."""
-    from budgetcheck.verify.statistical import NeighbourPair, _audit
+    from budgetcheck.verify.statistical import _audit
 
     calls: list[tuple[bytes, int]] = []
 
@@ -264,7 +268,7 @@ def test_the_bound_exceeds_the_true_loss_in_at_most_alpha_of_audits() -> None:
     1 (true loss exactly 1 at every event) and one that ignores its input (true loss 0). Over 100
     independent audits at α = 0.05 the bound must exceed the true loss in at most 5% + slack of them
     (it is conservative: in practice never)."""
-    from budgetcheck.verify.statistical import NeighbourPair, _audit
+    from budgetcheck.verify.statistical import _audit
 
     def audit(shift: float, seed: int) -> float:
         def run(data: np.ndarray, run_seed: int) -> np.ndarray:
@@ -283,3 +287,52 @@ def test_the_bound_exceeds_the_true_loss_in_at_most_alpha_of_audits() -> None:
     assert np.median(exact) > 0.3  # and the audit has power on it
     null = [audit(0.0, seed) for seed in range(100)]
     assert sum(bound > 0.0 for bound in null) <= 10, sorted(null)[-10:]
+
+
+def test_the_intruder_pairs_see_what_the_ledger_held() -> None:
+    """Pan-privacy, single unannounced intrusion: the observation of an intruder pair is the releases
+    and one more row, the value held at the intruded timestamp (the release where BD published,
+    c_τ + noise where it skipped); the honest built-ins stay within the ε of each pair."""
+    bd = load_mechanism("BDPanPrivate")
+    base = np.full((9, 2), 50.0)
+    pairs = intruder_pairs(bd, base, epsilon=1.0, w=3, runs=400)  # type: ignore[arg-type]
+    assert [p.epsilon for p in pairs] == [1.0, 8.0] and all(p.changed == (4, 9) for p in pairs)
+    observed = pairs[0].run(base, 3)  # type: ignore[misc]
+    releases = execute(bd, base, epsilon=1.0, w=3, runs=400, seed=3).releases
+    assert observed.shape == (400, 10, 2) and np.array_equal(observed[:, :9], releases)
+    published = np.any(releases[:, 4] != releases[:, 3], axis=1)
+    assert np.array_equal(observed[published, 9], releases[published, 4])
+    skipped = observed[~published, 9]
+    assert (~published).sum() > 200 and not np.isin(skipped, releases[~published, 4]).any()
+    assert abs(float(np.median(skipped)) - 50.0) < 5.0  # c_τ = 50 with the held noise (scale 9 here)
+    announced = load_mechanism("BDPanPrivateAnnounced")  # the intrusion is announced: a forced publication
+    (pair, _) = intruder_pairs(announced, base, epsilon=1.0, w=3, runs=400)  # type: ignore[arg-type]
+    observed = pair.run(base, 3)  # type: ignore[misc]
+    assert "announced intrusion" in pair.name and np.array_equal(observed[:, 9], observed[:, 4])
+    assert np.all(observed[:, 4] != observed[:, 3])  # every run published at τ
+    for name in ("BDPanPrivate", "BAPanPrivate"):
+        mechanism = load_mechanism(name)
+        for w in (1, 3):
+            pairs = intruder_pairs(mechanism, np.full((3 * w, 2), 50.0), epsilon=1.0, w=w, runs=4000)  # type: ignore[arg-type]
+            for pair in pairs:
+                finding = _audit(pair.run, [pair], runs=4000, alpha=0.05, seed=7, w=w)  # type: ignore[arg-type]
+                assert finding.lower_bound <= pair.epsilon, finding
+
+
+def test_only_the_intruder_pairs_catch_a_precise_copy_held_under_the_wrong_model() -> None:
+    """A mechanism that declares the single unannounced model but holds c_t at 4ε under
+    ``intrusions="announced"`` (the ledger then records no exposure): its releases are Uniform's and
+    every output pair passes; the intruder pair, which reads the held copy, proves more than ε."""
+    import attrs
+
+    mutant = UniformHoldsAPreciseCopy()
+    finding = statistical_audit(mutant, w=1, runs=4000, seed=0)  # type: ignore[arg-type]
+    assert finding.violates and "intrusion reading the held value" in finding.position, finding
+    base = np.full((3, 2), 50.0)
+    pairs = intruder_pairs(mutant, base, epsilon=1.0, w=1, runs=4000)  # type: ignore[arg-type]
+
+    def outputs(data: np.ndarray, seed: int) -> np.ndarray:
+        return execute(mutant, data, epsilon=1.0, w=1, runs=4000, seed=seed).releases  # type: ignore[arg-type]
+
+    blind = [attrs.evolve(p, changed=p.changed[:1], run=None) for p in pairs]  # the same pairs, outputs only
+    assert not _audit(outputs, blind, runs=4000, alpha=0.05, seed=0, w=1).violates

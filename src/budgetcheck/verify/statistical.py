@@ -16,6 +16,12 @@ e.g. a release or a decision whose declared sensitivity is too small. Each disti
 once per audit (most pairs share the same first input); a pair's two inputs are always distinct
 runs with distinct seeds.
 
+Intruder pairs (pan-privacy under a single unannounced intrusion, Kellaris et al. 2014 §4.5): the
+observation is the releases plus what an intrusion at one timestamp reads, the ledger's held value
+there (:func:`intruder_pairs`); held to ε (8ε for a group of 8), as the ledger's Σ spends + largest
+exposure <= ε promises. Under announced intrusions there is nothing unannounced to read: the same
+pairs announce the intrusion, and the ledger publishes the held value there (a forced publication).
+
 Group pairs (issue 28): one individual's loss at one timestamp is ε_t, often ε/5 or less (RescueDP,
 BD/BA's first publication at ε/4, a personalized class at ε_i/(2 w_i) per decision); 4,000 runs per
 input resolve a likelihood ratio only to about ±0.15 in ln after the correction, so such pairs
@@ -50,16 +56,23 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.stats import beta
 
+from budgetcheck.ledger.access import LedgerAccess
+from budgetcheck.ledger.intrusions import ANNOUNCED, SINGLE
+from budgetcheck.ledger.noise import NUMPY
+from budgetcheck.ledger.params import WEventParams
 from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
 from budgetcheck.ledger.requirements import RequirementSet
+from budgetcheck.ledger.wevent import WindowLedger
 from budgetcheck.mechanism.execute import (
     PersonalizedMechanism,
     StreamMechanism,
     SwellfishMechanism,
     execute,
+    execute_on,
     execute_personalized,
     execute_swellfish,
 )
+from budgetcheck.stream.guarded import GuardedStream
 
 FloatArray = NDArray[np.float64]
 Run = Callable[[FloatArray, int], FloatArray]  # (input, seed) -> releases (runs, T, d)
@@ -81,6 +94,7 @@ class NeighbourPair:
     direction: float
     column: int
     epsilon: float
+    run: Run | None = attrs.field(default=None, eq=False, repr=False, kw_only=True)  # None: the audit's own
 
 
 @attrs.frozen
@@ -167,9 +181,15 @@ def _pair_bound(run: Run, pair: NeighbourPair, *, runs: int, seed: int, alpha: f
 def _audit(run: Run, pairs: Sequence[NeighbourPair], *, runs: int, alpha: float, seed: int, w: int) -> StatFinding:
     """The pair whose bound is largest relative to its ε (Bonferroni over every pair and event)."""
     corrected = alpha / (len(pairs) * _EVENTS_PER_PAIR)
-    cached = _once_per_input(run)
+    cached: dict[int, Run] = {}  # one cache per execution (the audit's own, an intruder's, a population's)
+
+    def runner(pair: NeighbourPair) -> Run:
+        own = run if pair.run is None else pair.run
+        return cached.setdefault(id(own), _once_per_input(own))
+
     findings = [
-        _pair_bound(cached, pair, runs=runs, seed=seed + 2 * i, alpha=corrected, w=w) for i, pair in enumerate(pairs)
+        _pair_bound(runner(pair), pair, runs=runs, seed=seed + 2 * i, alpha=corrected, w=w)
+        for i, pair in enumerate(pairs)
     ]
     return max(findings, key=lambda f: f.lower_bound / f.epsilon)
 
@@ -290,7 +310,63 @@ def statistical_audit(
                     f"decision flip {where} (spike {low} vs {low + 1})", spike, higher, (position,), 1.0, 0, epsilon
                 )
             )
+    if getattr(mechanism, "intrusions", None) in (SINGLE, ANNOUNCED):
+        pairs += intruder_pairs(mechanism, base, epsilon=epsilon, w=w, runs=runs)
     return _audit(run, pairs, runs=runs, alpha=alpha, seed=seed, w=w)
+
+
+def intruder_pairs(
+    mechanism: StreamMechanism, base: FloatArray, *, epsilon: float, w: int, runs: int
+) -> list[NeighbourPair]:
+    """Pan-privacy under a single unannounced intrusion (Kellaris et al. 2014, §4.5; Dwork et al.
+    2010): pairs whose observation is the releases *and* what an intrusion at one timestamp τ reads,
+    the values the ledger holds at τ (``held_laplace``: c_τ with its noise, published or discarded),
+    appended to the releases as one more row (several holds at τ summed, nothing held: 0; a function
+    of what the intruder reads, so every event stays one of the observation). The ledger keeps
+    Σ_window ε_t + the window's largest exposure <= ε, which bounds the loss of this observation by
+    ε: the pairs are held to ε, and a group of 8 to 8ε. τ is the middle of a window of the constant
+    stream, where BD and BA skip, so the held value is an exposure the releases alone do not show.
+
+    Under multiple announced intrusions (``intrusions == "announced"``) there is nothing unannounced
+    to read: the intrusion at τ is announced, the ledger forces the held value's publication, and the
+    observation is the releases (with that forced publication) plus the same row, now a release."""
+    position = w + w // 2
+    length = base.shape[0]
+    announced = getattr(mechanism, "intrusions", None) == ANNOUNCED
+
+    def run(data: FloatArray, run_seed: int) -> FloatArray:
+        params = WEventParams(epsilon=epsilon, w=w)  # execute's ledger: the same noise for the same seed
+        ledger = WindowLedger(params, runs=runs, seed=run_seed, sampler=NUMPY, keep_records=True)
+        access = LedgerAccess(ledger)
+        access.intrude(position + 1)
+        if announced:
+            ledger.announce_intrusion(position + 1)
+        releases = execute_on(mechanism, GuardedStream(data), ledger).releases
+        row = np.zeros((releases.shape[0], 1, releases.shape[2]))
+        for held in access.intruder_read():
+            if held.shape == row[:, 0].shape:
+                row[:, 0] += np.where(np.isfinite(held), held, 0.0)
+        return np.concatenate([releases, row], axis=1)
+
+    pairs = []
+    for count, bound in ((1, epsilon), (_GROUP, _GROUP * epsilon)):
+        neighbour = base.copy()
+        neighbour[position, 0] += count
+        who = "one individual" if count == 1 else f"a group of {count} individuals (group privacy: {count} epsilon)"
+        what = "an announced intrusion there" if announced else "an intrusion reading the held value there"
+        pairs.append(
+            NeighbourPair(
+                f"middle of a window, {who} added to bin 0, {what}",
+                base,
+                neighbour,
+                (position, length),
+                1.0,
+                0,
+                bound,
+                run=run,
+            )
+        )
+    return pairs
 
 
 def personalized_audit(
