@@ -14,7 +14,7 @@ from broken.mutants import (
     UniformHoldsAPreciseCopy,
 )
 from budgetcheck import InvalidArgument, execute, load_mechanism, verify_mechanism
-from budgetcheck.mechanism.execute import notion_of
+from budgetcheck.mechanism.execute import execute_personalized, notion_of
 from budgetcheck.verify.stages import _statistical_stage
 from budgetcheck.verify.statistical import (
     NeighbourPair,
@@ -23,6 +23,7 @@ from budgetcheck.verify.statistical import (
     decision_flip,
     intruder_pairs,
     personalized_audit,
+    population_pair,
     statistical_audit,
     swellfish_audit,
 )
@@ -82,7 +83,7 @@ def test_swellfish_audit_catches_noise_that_ignores_the_temporal_sensitivity() -
 
 def _one_column_audit(mechanism: object, w: int, runs: int) -> float:
     """The audit as it was before issue 28: d = 1 streams, ±1 at one timestamp, one column read."""
-    from budgetcheck.verify.statistical import _audit
+    from budgetcheck.verify.statistical import NeighbourPair, _audit
 
     base = np.full((3 * w, 1), 50.0)
     pairs = []
@@ -154,21 +155,7 @@ def test_tssample_has_a_positive_bound_now() -> None:
 _ONCE_ZERO = ("RescueDP", "PBD", "StrictestBD", "StrictestBA", "TSSample", "TSBD")  # bound 0.000 before issue 28
 
 
-# LBD and LBA (LDP-IDS): one LDP report at ε/4 per user at t = 1, then repeats; the audit's event
-# statistic does not resolve a group of 8 under the frequency oracle's noise at 4,000 runs (no false
-# alarm: the stage passes, with bound 0). Strict: the day the audit gains the power, this must go.
-_NO_POWER_YET = ("LBD", "LBA")
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="audit has no power on LDP-IDS's BD/BA yet"))
-        if n in _NO_POWER_YET
-        else n
-        for n in BUILTIN
-    ],
-)
+@pytest.mark.parametrize("name", BUILTIN)
 def test_every_builtin_passes_the_audit_with_a_positive_bound(name: str) -> None:
     """No false alarm, and no built-in left at 0: the stage as `verify` runs it (quick: 4,000 runs)."""
     mechanism = load_mechanism(name)
@@ -197,7 +184,7 @@ def test_the_bound_never_exceeds_the_epsilon_of_its_pair(name: str) -> None:
 def test_a_group_pair_is_held_to_k_epsilon() -> None:
     """Uniform at w = 1 spends ε at every t: eight individuals lose up to 8ε, and the audit proves
     more than ε for them. Held to ε, that pair would fail a correct mechanism."""
-    from budgetcheck.verify.statistical import _audit
+    from budgetcheck.verify.statistical import NeighbourPair, _audit
 
     uniform = load_mechanism("Uniform")
     base = np.full((3, 2), 50.0)
@@ -218,7 +205,7 @@ def test_a_rescuedp_twin_is_caught_only_where_rescuedp_publishes() -> None:
     """RescueDP on a steady stream samples at t = 1 and then predicts: a twin whose samples have the
     noise of a group mean (loss 1.6ε) shows nothing at the positions the audit used to change (inside
     a later window), and is caught by the pair at t = 1."""
-    from budgetcheck.verify.statistical import _audit
+    from budgetcheck.verify.statistical import NeighbourPair, _audit
 
     twin = RescueDPGroupMeanNoise()
     for w in (1, 3):
@@ -245,7 +232,7 @@ def test_a_rescuedp_twin_is_caught_only_where_rescuedp_publishes() -> None:
 def test_each_distinct_input_runs_once_and_pairs_never_share_a_sample() -> None:
     """The cache behind the audit: the shared first input runs once; a pair's two inputs are distinct
     runs with distinct seeds (the two Clopper-Pearson bounds of an event rest on independent samples)."""
-    from budgetcheck.verify.statistical import _audit
+    from budgetcheck.verify.statistical import NeighbourPair, _audit
 
     calls: list[tuple[bytes, int]] = []
 
@@ -268,7 +255,7 @@ def test_the_bound_exceeds_the_true_loss_in_at_most_alpha_of_audits() -> None:
     1 (true loss exactly 1 at every event) and one that ignores its input (true loss 0). Over 100
     independent audits at α = 0.05 the bound must exceed the true loss in at most 5% + slack of them
     (it is conservative: in practice never)."""
-    from budgetcheck.verify.statistical import _audit
+    from budgetcheck.verify.statistical import NeighbourPair, _audit
 
     def audit(shift: float, seed: int) -> float:
         def run(data: np.ndarray, run_seed: int) -> np.ndarray:
@@ -287,6 +274,35 @@ def test_the_bound_exceeds_the_true_loss_in_at_most_alpha_of_audits() -> None:
     assert np.median(exact) > 0.3  # and the audit has power on it
     null = [audit(0.0, seed) for seed in range(100)]
     assert sum(bound > 0.0 for bound in null) <= 10, sorted(null)[-10:]
+
+
+@pytest.mark.parametrize("name", ["LBD", "LBA"])
+def test_ldp_ids_is_resolved_by_a_population_not_by_a_group_of_8(name: str) -> None:
+    """LBD and LBA (LDP-IDS): every user's report goes through GRR at ε/4 or less, so 8 users moved among
+    the audit's 48 shift the aggregate by a tenth of its standard deviation and bound nothing; every
+    user of the 2 × 512 population moved over the first window is resolved, and the bound is at most
+    the Σ ε_i that protects them (on a seed of its own)."""
+    from budgetcheck import RequirementSet
+
+    mechanism = load_mechanism(name)
+    requirements = RequirementSet([(2, 0.5)] * 24 + [(3, 1.0)] * 24)
+    pair = population_pair(mechanism, requirements, runs=4000)  # type: ignore[arg-type]
+    assert pair.epsilon == 512 * 0.5 + 512 * 1.0 and pair.changed == (0, 1, 2)
+    assert pair.first.shape == (9, 1024) and (pair.second[:3] == 1).all() and (pair.second[3:] == 0).all()
+    population = _audit(pair.run, [pair], runs=4000, alpha=0.05, seed=7, w=3)  # type: ignore[arg-type]
+    assert 1.0 < population.lower_bound <= pair.epsilon, population
+
+    def run(bins: np.ndarray, seed: int) -> np.ndarray:
+        bins = bins.astype(np.int64)
+        return execute_personalized(mechanism, requirements, bins, dimensions=2, runs=4000, seed=seed).releases  # type: ignore[arg-type]
+
+    base = np.zeros((9, 48))
+    group = base.copy()
+    group[:3, :8] = 1
+    eight = _audit(
+        run, [NeighbourPair("8 of 48", base, group, (0, 1, 2), 1.0, 1, 4.0)], runs=4000, alpha=0.05, seed=7, w=3
+    )
+    assert eight.lower_bound < 0.2 < population.lower_bound, eight
 
 
 def test_the_intruder_pairs_see_what_the_ledger_held() -> None:
