@@ -34,6 +34,7 @@ class VerificationCase:
     w: int
     runs: int
     seed: int
+    intrusions: tuple[int, ...] = ()  # timestamps announced as intruded (Kellaris et al. 2014, §4.5)
 
 
 def _seasonal(length: int, d: int, amplitude: float, period: int, phase: int) -> FloatArray:
@@ -76,13 +77,30 @@ def privacy_parameters(*, max_w: int = 40) -> st.SearchStrategy[WEventParams]:
 
 
 @st.composite
-def cases(draw: st.DrawFn, *, max_length: int = 60, max_w: int = 40, max_runs: int = 4) -> VerificationCase:
-    """A whole verification input: stream, ε (ulp-unfriendly values included), w, runs, seed."""
+def cases(
+    draw: st.DrawFn, *, max_length: int = 60, max_w: int = 40, max_runs: int = 4, announced: bool = False
+) -> VerificationCase:
+    """A whole verification input: stream, ε (ulp-unfriendly values included), w, runs, seed; with
+    ``announced``, a schedule of announced intrusions too (:func:`intrusion_schedules`)."""
     kind, data = draw(streams(max_length=max_length))
     params = draw(privacy_parameters(max_w=max_w))
     runs = draw(st.integers(1, max_runs))
     seed = draw(st.integers(0, 2**32 - 1))
-    return VerificationCase(kind=kind, data=data, epsilon=params.epsilon, w=params.w, runs=runs, seed=seed)
+    intrusions = draw(intrusion_schedules(data.shape[0])) if announced else ()
+    return VerificationCase(
+        kind=kind, data=data, epsilon=params.epsilon, w=params.w, runs=runs, seed=seed, intrusions=intrusions
+    )
+
+
+@st.composite
+def intrusion_schedules(draw: st.DrawFn, length: int) -> tuple[int, ...]:
+    """Timestamps in 1..length announced as intruded (multiple announced intrusions, Kellaris et al.
+    2014, §4.5): one draw per timestamp, each one an intrusion with some probability, so every
+    subset can be drawn (a parity, a residue, isolated or back-to-back ones) and shrinking removes
+    intrusions one at a time, towards none."""
+    tenths = draw(st.sampled_from([1, 3, 5, 8]))  # the chance of an intrusion at each t, in tenths
+    intruded = st.integers(0, 9).map(lambda u: u >= 10 - tenths)  # shrinks towards 0: no intrusion
+    return tuple(t for t in range(1, length + 1) if draw(intruded))
 
 
 @st.composite

@@ -1019,7 +1019,67 @@ class BDPanPrivateAnnouncedForgetsForced(BDPanPrivate):
             yield last
 
 
+@attrs.frozen
+class BDPanPrivateAnnouncedForgetsForcedOnThirds(BDPanPrivate):
+    """Pan-private BD under announced intrusions whose budget history drops a publication the ledger
+    forced at an intrusion announced at t ≡ 0 (mod 3), and keeps every other one: the next ε_rm/2 is
+    then too large and a later publication in the window is refused. Exploration announces at
+    t ≡ 2 (mod 3) only, so it never sees the bug, and without announcements the mutant is
+    BDPanPrivateAnnounced: only replay with drawn intrusion schedules catches it. No rule (a third
+    party's mechanism may expose none)."""
+
+    intrusions: str = "announced"
+    name: str = attrs.field(default="BDPanPrivateAnnounced-forgets-forced-on-thirds", init=False)
+
+    def allocation_rule(self) -> None:  # type: ignore[override]
+        return None
+
+    def releases(self, stream: Any, ledger: Any) -> Any:
+        runs, w = ledger.runs, ledger.w
+        epsilon = np.broadcast_to(np.asarray(ledger.epsilon, dtype=np.float64), (runs,))
+        unit, half = FLOAT.share(epsilon, 2 * w), FLOAT.share(epsilon, 2)
+        spent = np.zeros((max(w - 1, 0), runs))
+        last = np.zeros((runs, stream.dimensions))
+        for t, secret in enumerate(stream, start=1):
+            candidate = np.asarray(bd_candidate(FLOAT, half, tuple(spent)), dtype=np.float64)
+            candidate = np.broadcast_to(candidate, (runs,))
+            dis = ledger.dissimilarity(secret, last, unit)
+            with np.errstate(divide="ignore"):
+                wanted = (candidate > 0.0) & (dis > 1.0 / candidate)
+            values = ledger.held_laplace(secret, candidate, wanted, intrusions="announced")
+            published = ~np.isnan(values).reshape(runs, -1).all(axis=1)
+            last = np.where(published[:, None], values.reshape(runs, -1), last)
+            kept = published if t % 3 else wanted  # a forced publication at t ≡ 0 (mod 3) is forgotten
+            if w > 1:
+                spent = np.vstack([spent[1:], np.where(kept, candidate, 0.0)])
+            yield last
+
+
+@attrs.frozen
+class UniformHoldsAPreciseCopy:
+    """Uniform (ε/w at every t) that also holds a precise copy of c_t (held at 4ε, never published,
+    discarded) and declares the single unannounced intrusion model, but passes
+    ``intrusions="announced"`` to the ledger: under that model a discarded held value is never read,
+    so the ledger records no exposure and refuses nothing. Replay, exploration and the output pairs
+    of the audit see Uniform; an intrusion at one timestamp reads c_t with noise of scale 1/(4ε), and
+    only the audit's intruder pairs, whose observation includes that read, catch it."""
+
+    intrusions: str = "single"
+    name: str = "Uniform-holds-a-precise-copy"
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> FloatArray:
+        epsilon = np.broadcast_to(np.asarray(ledger.epsilon, dtype=np.float64), (ledger.runs,))
+        share = FLOAT.share(epsilon, ledger.w)
+        out = []
+        for secret in stream:
+            out.append(ledger.laplace(secret, share))
+            ledger.held_laplace(secret, 4.0 * epsilon, False, intrusions="announced")  # the wrong model
+        return np.stack(out, axis=1)
+
+
 CORPUS: list[tuple[Callable[[], object], str]] = [
+    (UniformHoldsAPreciseCopy, "statistical audit"),
+    (BDPanPrivateAnnouncedForgetsForcedOnThirds, "ledger replay"),
     (BDPanPrivateAnnouncedForgetsForced, "exploration"),
     (BDPanPrivateAsBD, "exploration"),
     (BDPanPrivateAsSketched, "exploration"),

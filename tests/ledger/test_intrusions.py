@@ -154,3 +154,40 @@ def test_the_audit_adds_the_largest_exposure_of_every_window() -> None:
     assert not over.ok and (over.violations[0].start, over.violations[0].end) == (2, 3)
     # without the exposure records the same spends are far within ε: the exposures are what count
     assert audit_windows(records[1:2], epsilon=1.0, w=2, runs=1).worst_ratio == Fraction(1, 2)
+
+
+def test_an_intruder_reads_the_held_value_and_changes_nothing() -> None:
+    """LedgerAccess.intrude(t): what the verifier's intruder reads is every value held at t, the
+    published ones equal to their release and the discarded ones c_t with their noise; the run's
+    releases, charges and noise are those of the same seed without the intruder."""
+    from budgetcheck.ledger.access import LedgerAccess
+
+    data = np.full((5, 2), 40.0)
+    publish = np.array([True, False, True])
+
+    def run(intruded: int | None) -> tuple[WindowLedger, list[np.ndarray], LedgerAccess]:
+        ledger = WindowLedger(epsilon=1.0, w=4, runs=3, seed=11, sampler="numpy-laplace", keep_records=True)
+        access = LedgerAccess(ledger)
+        if intruded is not None:
+            access.intrude(intruded)
+        stream = GuardedStream(data)
+        ledger.bind(stream)
+        out = [ledger.held_laplace(secret, 0.05, publish) for secret in stream]
+        return ledger, out, access
+
+    plain, released, _ = run(None)
+    ledger, watched, access = run(3)
+    assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(released, watched, strict=True))
+    assert [(r.t, r.purpose, list(r.amounts)) for r in ledger.records] == [
+        (r.t, r.purpose, list(r.amounts)) for r in plain.records
+    ]
+    (read,) = access.intruder_read()
+    assert read.shape == (3, 2) and np.isfinite(read).all()
+    assert np.array_equal(read[publish], watched[2][publish])  # published: the intruder reads the release
+    assert np.isnan(watched[2][~publish]).all()  # discarded: only the intruder sees it, near c_t = 40
+    assert abs(read[~publish] - 40.0).max() < 400.0 and not np.array_equal(read[~publish], np.full((1, 2), 40.0))
+    other = LedgerAccess(_ledger())
+    with pytest.raises(InvalidArgument, match="no intrusion was placed"):
+        other.intruder_read()
+    with pytest.raises(InvalidArgument, match="t=0"):
+        other.intrude(0)

@@ -52,3 +52,31 @@ def test_home_made_pba_control_passes_every_stage_it_can() -> None:
         "statistical audit": "pass",
     }, [s.to_json() for s in result.stages]
     assert result.outcome is Outcome.BOUNDED
+
+
+def test_a_forced_publication_forgotten_on_thirds_needs_replay_with_intrusion_schedules(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kellaris et al. 2014, §4.5, announced intrusions: the mutant drops the forced publications of
+    intrusions at t ≡ 0 (mod 3) from its budget state. Replay draws intrusion schedules, shrinks the
+    failure with its schedule and prints a call that reproduces it; replay without schedules and
+    exploration (which announces at t ≡ 2 (mod 3)) both pass it."""
+    import numpy as np
+
+    import budgetcheck
+    from budgetcheck import BudgetExceeded
+    from budgetcheck.verify import stages
+
+    reference = "broken.mutants:BDPanPrivateAnnouncedForgetsForcedOnThirds"
+    found = verify_mechanism(reference, examples=60, stages="a")
+    assert found.outcome is Outcome.VIOLATED and found.counterexample is not None
+    case = found.counterexample.case
+    assert case.intrusions and any(t % 3 == 0 for t in case.intrusions), case  # type: ignore[union-attr]
+    call = found.counterexample.call(reference)
+    assert f"intrusions={list(case.intrusions)!r}" in call  # type: ignore[union-attr]
+    with pytest.raises(BudgetExceeded):
+        eval(call, {"budgetcheck": budgetcheck, "np": np})  # the printed call reproduces the refusal
+    assert verify_mechanism(reference, stages="e").outcome is not Outcome.VIOLATED
+    monkeypatch.setattr(stages, "announces_intrusions", lambda mechanism: False)
+    blind = verify_mechanism(reference, examples=60, stages="a")
+    assert blind.outcome is not Outcome.VIOLATED, [s.to_json() for s in blind.stages]

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import find, given, settings
 
 import budgetcheck
 from broken.mutants import CLASS_ONE, UniformRecalibratesLate
@@ -17,6 +18,7 @@ from budgetcheck import SpendRecord, verify_mechanism
 from budgetcheck.cli import main
 from budgetcheck.ops import FLOAT
 from budgetcheck.proving import RuleEnv
+from budgetcheck.strategies import VerificationCase, cases, intrusion_schedules
 from budgetcheck.verify.conformance import departure, first_departure
 from budgetcheck.verify.explore import Setting, bits_plan, explore, replay_outputs, run_plan
 from budgetcheck.verify.verdict import Outcome, exit_code
@@ -289,3 +291,18 @@ def test_the_announced_pan_private_builtins_conform_to_their_rule_with_forced_pu
         assert published == {2, 5, 8}  # exactly the forced ones
     else:
         assert published and published <= {2, 5, 8}  # forced unless nullified by an earlier absorption
+
+
+@settings(max_examples=50, deadline=None)
+@given(cases(max_length=30, announced=True))
+def test_replay_draws_intrusion_schedules_inside_the_stream(case: VerificationCase) -> None:
+    """Stage (a) for announced pan-privacy: each case carries announced timestamps, in order, inside 1..T."""
+    length = case.data.shape[0]
+    assert list(case.intrusions) == sorted(set(case.intrusions)) and all(1 <= t <= length for t in case.intrusions)
+
+
+def test_an_intrusion_schedule_shrinks_to_the_intrusions_a_failure_needs() -> None:
+    """Shrinking removes intrusions: a property that needs one at t ≡ 0 (mod 3) ends on that one alone."""
+    (alone,) = find(intrusion_schedules(12), lambda s: any(t % 3 == 0 for t in s))
+    assert alone % 3 == 0
+    assert find(cases(announced=False), lambda c: True).intrusions == ()

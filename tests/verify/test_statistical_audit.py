@@ -11,14 +11,19 @@ from broken.mutants import (
     RescueDPGroupMeanNoise,
     SwellfishMeasureThresholdUnits,
     SwellfishThresholdUnits,
+    UniformHoldsAPreciseCopy,
 )
 from budgetcheck import InvalidArgument, execute, load_mechanism, verify_mechanism
-from budgetcheck.mechanism.execute import notion_of
+from budgetcheck.mechanism.execute import execute_personalized, notion_of
 from budgetcheck.verify.stages import _statistical_stage
 from budgetcheck.verify.statistical import (
+    NeighbourPair,
     Run,
+    _audit,
     decision_flip,
+    intruder_pairs,
     personalized_audit,
+    population_pair,
     statistical_audit,
     swellfish_audit,
 )
@@ -150,21 +155,7 @@ def test_tssample_has_a_positive_bound_now() -> None:
 _ONCE_ZERO = ("RescueDP", "PBD", "StrictestBD", "StrictestBA", "TSSample", "TSBD")  # bound 0.000 before issue 28
 
 
-# LBD and LBA (LDP-IDS): one LDP report at ε/4 per user at t = 1, then repeats; the audit's event
-# statistic does not resolve a group of 8 under the frequency oracle's noise at 4,000 runs (no false
-# alarm: the stage passes, with bound 0). Strict: the day the audit gains the power, this must go.
-_NO_POWER_YET = ("LBD", "LBA")
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="audit has no power on LDP-IDS's BD/BA yet"))
-        if n in _NO_POWER_YET
-        else n
-        for n in BUILTIN
-    ],
-)
+@pytest.mark.parametrize("name", BUILTIN)
 def test_every_builtin_passes_the_audit_with_a_positive_bound(name: str) -> None:
     """No false alarm, and no built-in left at 0: the stage as `verify` runs it (quick: 4,000 runs)."""
     mechanism = load_mechanism(name)
@@ -283,3 +274,81 @@ def test_the_bound_exceeds_the_true_loss_in_at_most_alpha_of_audits() -> None:
     assert np.median(exact) > 0.3  # and the audit has power on it
     null = [audit(0.0, seed) for seed in range(100)]
     assert sum(bound > 0.0 for bound in null) <= 10, sorted(null)[-10:]
+
+
+@pytest.mark.parametrize("name", ["LBD", "LBA"])
+def test_ldp_ids_is_resolved_by_a_population_not_by_a_group_of_8(name: str) -> None:
+    """LBD and LBA (LDP-IDS): every user's report goes through GRR at ε/4 or less, so 8 users moved among
+    the audit's 48 shift the aggregate by a tenth of its standard deviation and bound nothing; every
+    user of the 2 × 512 population moved over the first window is resolved, and the bound is at most
+    the Σ ε_i that protects them (on a seed of its own)."""
+    from budgetcheck import RequirementSet
+
+    mechanism = load_mechanism(name)
+    requirements = RequirementSet([(2, 0.5)] * 24 + [(3, 1.0)] * 24)
+    pair = population_pair(mechanism, requirements, runs=4000)  # type: ignore[arg-type]
+    assert pair.epsilon == 512 * 0.5 + 512 * 1.0 and pair.changed == (0, 1, 2)
+    assert pair.first.shape == (9, 1024) and (pair.second[:3] == 1).all() and (pair.second[3:] == 0).all()
+    population = _audit(pair.run, [pair], runs=4000, alpha=0.05, seed=7, w=3)  # type: ignore[arg-type]
+    assert 1.0 < population.lower_bound <= pair.epsilon, population
+
+    def run(bins: np.ndarray, seed: int) -> np.ndarray:
+        bins = bins.astype(np.int64)
+        return execute_personalized(mechanism, requirements, bins, dimensions=2, runs=4000, seed=seed).releases  # type: ignore[arg-type]
+
+    base = np.zeros((9, 48))
+    group = base.copy()
+    group[:3, :8] = 1
+    eight = _audit(
+        run, [NeighbourPair("8 of 48", base, group, (0, 1, 2), 1.0, 1, 4.0)], runs=4000, alpha=0.05, seed=7, w=3
+    )
+    assert eight.lower_bound < 0.2 < population.lower_bound, eight
+
+
+def test_the_intruder_pairs_see_what_the_ledger_held() -> None:
+    """Pan-privacy, single unannounced intrusion: the observation of an intruder pair is the releases
+    and one more row, the value held at the intruded timestamp (the release where BD published,
+    c_τ + noise where it skipped); the honest built-ins stay within the ε of each pair."""
+    bd = load_mechanism("BDPanPrivate")
+    base = np.full((9, 2), 50.0)
+    pairs = intruder_pairs(bd, base, epsilon=1.0, w=3, runs=400)  # type: ignore[arg-type]
+    assert [p.epsilon for p in pairs] == [1.0, 8.0] and all(p.changed == (4, 9) for p in pairs)
+    observed = pairs[0].run(base, 3)  # type: ignore[misc]
+    releases = execute(bd, base, epsilon=1.0, w=3, runs=400, seed=3).releases
+    assert observed.shape == (400, 10, 2) and np.array_equal(observed[:, :9], releases)
+    published = np.any(releases[:, 4] != releases[:, 3], axis=1)
+    assert np.array_equal(observed[published, 9], releases[published, 4])
+    skipped = observed[~published, 9]
+    assert (~published).sum() > 200 and not np.isin(skipped, releases[~published, 4]).any()
+    assert abs(float(np.median(skipped)) - 50.0) < 5.0  # c_τ = 50 with the held noise (scale 9 here)
+    announced = load_mechanism("BDPanPrivateAnnounced")  # the intrusion is announced: a forced publication
+    (pair, _) = intruder_pairs(announced, base, epsilon=1.0, w=3, runs=400)  # type: ignore[arg-type]
+    observed = pair.run(base, 3)  # type: ignore[misc]
+    assert "announced intrusion" in pair.name and np.array_equal(observed[:, 9], observed[:, 4])
+    assert np.all(observed[:, 4] != observed[:, 3])  # every run published at τ
+    for name in ("BDPanPrivate", "BAPanPrivate"):
+        mechanism = load_mechanism(name)
+        for w in (1, 3):
+            pairs = intruder_pairs(mechanism, np.full((3 * w, 2), 50.0), epsilon=1.0, w=w, runs=4000)  # type: ignore[arg-type]
+            for pair in pairs:
+                finding = _audit(pair.run, [pair], runs=4000, alpha=0.05, seed=7, w=w)  # type: ignore[arg-type]
+                assert finding.lower_bound <= pair.epsilon, finding
+
+
+def test_only_the_intruder_pairs_catch_a_precise_copy_held_under_the_wrong_model() -> None:
+    """A mechanism that declares the single unannounced model but holds c_t at 4ε under
+    ``intrusions="announced"`` (the ledger then records no exposure): its releases are Uniform's and
+    every output pair passes; the intruder pair, which reads the held copy, proves more than ε."""
+    import attrs
+
+    mutant = UniformHoldsAPreciseCopy()
+    finding = statistical_audit(mutant, w=1, runs=4000, seed=0)  # type: ignore[arg-type]
+    assert finding.violates and "intrusion reading the held value" in finding.position, finding
+    base = np.full((3, 2), 50.0)
+    pairs = intruder_pairs(mutant, base, epsilon=1.0, w=1, runs=4000)  # type: ignore[arg-type]
+
+    def outputs(data: np.ndarray, seed: int) -> np.ndarray:
+        return execute(mutant, data, epsilon=1.0, w=1, runs=4000, seed=seed).releases  # type: ignore[arg-type]
+
+    blind = [attrs.evolve(p, changed=p.changed[:1], run=None) for p in pairs]  # the same pairs, outputs only
+    assert not _audit(outputs, blind, runs=4000, alpha=0.05, seed=0, w=1).violates

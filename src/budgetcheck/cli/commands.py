@@ -250,6 +250,7 @@ def _print_details(results: list[VerifyResult], require: str) -> None:
                 click.echo(
                     f"  shrunk case: kind={ce.case.kind} T={ce.case.data.shape[0]} d={ce.case.data.shape[1]} "
                     f"epsilon={ce.case.epsilon!r} w={ce.case.w} runs={ce.case.runs} seed={ce.case.seed}"
+                    + (f" intrusions={list(ce.case.intrusions)}" if ce.case.intrusions else "")
                 )
             click.echo(f"  reproduce: {ce.call(r.reference)}")
 

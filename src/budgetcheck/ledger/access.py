@@ -106,3 +106,28 @@ class LedgerAccess:
         if not isinstance(self._ledger, LaplaceReleases):
             raise InvalidArgument(f"{type(self._ledger).__name__} does not read per-run values")
         return self._ledger._per_run(secret, values, runs)
+
+    # -- an intruder (pan-privacy) ----------------------------------------------------------------
+    def intrude(self, t: int) -> None:
+        """Place an unannounced intrusion at t (Kellaris et al. 2014, §4.5): every value the WindowLedger
+        holds at t (``held_laplace``, published or not) is kept for :meth:`intruder_read`. The run is
+        otherwise unchanged: nothing is drawn, charged or published for the intruder."""
+        from budgetcheck.ledger.wevent import WindowLedger  # wevent imports this module (via threshold)
+
+        if not isinstance(self._ledger, WindowLedger):
+            raise InvalidArgument(
+                f"an intrusion reads a WindowLedger's held values, not a {type(self._ledger).__name__}"
+            )
+        if isinstance(t, bool) or not isinstance(t, int) or t < 1:
+            raise InvalidArgument(f"t={t!r} must be a timestamp (an integer >= 1)")
+        self._ledger._intruder = (t, [])
+
+    def intruder_read(self) -> list[FloatArray]:
+        """What the intrusion placed with :meth:`intrude` read: the values held at its t, in the order
+        they were held, each of shape (runs, *secret shape) (empty: nothing held there)."""
+        from budgetcheck.ledger.wevent import WindowLedger
+
+        intruder = self._ledger._intruder if isinstance(self._ledger, WindowLedger) else None
+        if intruder is None:
+            raise InvalidArgument("no intrusion was placed on this ledger (LedgerAccess.intrude)")
+        return list(intruder[1])

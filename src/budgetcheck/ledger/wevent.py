@@ -68,6 +68,7 @@ class WindowLedger(LaplaceReleases):
         "_epsilon",
         "_exposures",
         "_held_until",
+        "_intruder",
         "_intrusions",
         "_params",
         "_windows",
@@ -105,6 +106,7 @@ class WindowLedger(LaplaceReleases):
         self._intrusions: str | None = None
         self._announced: set[int] = set()
         self._held_until = 0
+        self._intruder: tuple[int, list[FloatArray]] | None = None  # a verifier's intruder: (t, what it read)
 
     @classmethod
     def with_epsilons(
@@ -525,6 +527,8 @@ class WindowLedger(LaplaceReleases):
         self._held_until = max(self._held_until, t)
         with charged(secret) as values:
             held = self._noisy(self._per_run(secret, values), amounts, scale, sensitivity, per_run=True)
+        if self._intruder is not None and self._intruder[0] == t:  # what an intrusion at t reads
+            self._intruder[1].append(np.array(held, dtype=np.float64))
         shown = published.reshape((self._runs,) + (1,) * (held.ndim - 1))
         return np.asarray(np.where(shown, held, np.nan), dtype=np.float64)
 

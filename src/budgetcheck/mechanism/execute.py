@@ -8,6 +8,7 @@ sample (isSamplingPoint), allocates budget (budgetAllocation), perturbs through 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import attrs
@@ -133,23 +134,27 @@ def execute(
     runs: int = 1,
     seed: int = 0,
     sampler: str = NUMPY,
+    intrusions: Iterable[int] = (),
 ) -> Execution[WindowLedger]:
     """Run ``mechanism`` on ``data`` (shape (T, d), or a GuardedStream, stacked or not) under (ε, w)
     for ``runs`` seeded runs; ``epsilon`` may give one ε per run (``WindowLedger.with_epsilons``).
+    ``intrusions``: timestamps announced as intruded before the run (multiple announced intrusions,
+    Kellaris et al. 2014, §4.5: ``ledger.announce_intrusion``, the ledger forces those publications).
 
     An experiment, not a publication: the ledger keeps its records (for audits) and its noise is reproducible from
     ``seed`` (``numpy-laplace``)
     unless ``sampler`` names another; to publish, use a ledger file (:func:`budgetcheck.publish`)."""
     stream = data if isinstance(data, GuardedStream) else GuardedStream(data)
     if np.ndim(epsilon) == 0:
-        return execute_on(
-            mechanism,
-            stream,
-            WindowLedger(WEventParams(epsilon=epsilon, w=w), runs=runs, seed=seed, sampler=sampler, keep_records=True),
+        ledger = WindowLedger(
+            WEventParams(epsilon=epsilon, w=w), runs=runs, seed=seed, sampler=sampler, keep_records=True
         )
-    ledger = WindowLedger.with_epsilons(epsilon, w, seed=seed, sampler=sampler, keep_records=True)
-    if ledger.runs != runs:
-        raise InvalidArgument(f"epsilon has {ledger.runs} budgets but runs={runs!r}; give one ε per run")
+    else:
+        ledger = WindowLedger.with_epsilons(epsilon, w, seed=seed, sampler=sampler, keep_records=True)
+        if ledger.runs != runs:
+            raise InvalidArgument(f"epsilon has {ledger.runs} budgets but runs={runs!r}; give one ε per run")
+    for t in intrusions:
+        ledger.announce_intrusion(t)
     return execute_on(mechanism, stream, ledger)
 
 

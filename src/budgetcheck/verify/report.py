@@ -109,6 +109,9 @@ def _replay(result: VerifyResult, case: AnyCase) -> tuple[LedgerCore, BudgetExce
             sampler="numpy-laplace",
             keep_records=True,
         )
+        for t in case.intrusions:  # announced intrusions (Kellaris et al. 2014, §4.5): forced publications
+            if t <= case.data.shape[0]:
+                ledger.announce_intrusion(t)
         stream = GuardedStream(case.data)
     ledger.bind(stream)
     try:

@@ -4,7 +4,13 @@ with rule conformance, is :mod:`budgetcheck.verify.explore`; the verdict a user 
 :mod:`budgetcheck.verify.verdict`.
 
 Each Hypothesis example runs the mechanism through a fresh ledger, then re-checks every window of
-every run from the ledger's records with the independent auditor (:mod:`budgetcheck.ledger.audit`). A
+every run from the ledger's records with the independent auditor (:mod:`budgetcheck.ledger.audit`).
+A mechanism under multiple announced intrusions (``intrusions == "announced"``, Kellaris et al. 2014,
+§4.5) is replayed with a Hypothesis-drawn schedule of announced intrusions too
+(:func:`budgetcheck.strategies.intrusion_schedules`), drawn, shrunk and reported with the rest of
+the case: the ledger forces the held value's publication at each, the auditor rechecks the windows
+with those publications in them, and a single unannounced intrusion needs no schedule (every
+discarded held value is an exposure record the auditor adds to its window). A
 mechanism fails when the auditor finds a window over ε, when it asked the ledger for more than a
 window allows (a refused spend, even if it caught the error), when it touched a secret, or when it
 crashed. Failures are shrunk by Hypothesis to a minimal case and reported as a reproducible call.
@@ -26,6 +32,7 @@ from hypothesis.strategies import SearchStrategy
 from budgetcheck.ledger.audit import audit_windows_per_epsilon
 from budgetcheck.ledger.audit_notions import audit_records
 from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument, SecretAccess
+from budgetcheck.ledger.intrusions import ANNOUNCED
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.mechanism.execute import (
     PersonalizedMechanism,
@@ -82,15 +89,16 @@ class Counterexample:
                 f"budgetcheck.execute_swellfish({mech}, budgetcheck.PolicyCollection([{policies}]), {data!r}, "
                 f"epsilon={case.epsilon!r}, runs={case.runs}, seed={case.seed})"
             )
+        intruded = f", intrusions={list(case.intrusions)!r}" if case.intrusions else ""
         if self.several_epsilons:
             return (
                 f"budgetcheck.execute({mech}, {data!r}, epsilon=[{case.epsilon!r}] * {case.runs} + "
                 f"[{case.epsilon / 3!r}] * "
-                f"{case.runs}, w={case.w}, runs={2 * case.runs}, seed={case.seed})"
+                f"{case.runs}, w={case.w}, runs={2 * case.runs}, seed={case.seed}{intruded})"
             )
         return (
             f"budgetcheck.execute({mech}, {data!r}, epsilon={case.epsilon!r}, w={case.w}, runs={case.runs}, "
-            f"seed={case.seed})"
+            f"seed={case.seed}{intruded})"
         )
 
 
@@ -195,6 +203,8 @@ class VerifyResult:
             }
             if isinstance(ce.case, VerificationCase):
                 found.update(epsilon=ce.case.epsilon, w=ce.case.w, stream=ce.case.data.tolist())
+                if ce.case.intrusions:
+                    found["intrusions"] = list(ce.case.intrusions)
             report["counterexample"] = found
         return report
 
@@ -511,7 +521,7 @@ def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Re
     failures: list[Counterexample] = []
     notion = notion_of(mechanism)
     strategy: SearchStrategy[Any] = {
-        Notion.W_EVENT: cases(max_length=max_length),
+        Notion.W_EVENT: cases(max_length=max_length, announced=announces_intrusions(mechanism)),
         Notion.PERSONALIZED: personalized_cases(),
         Notion.SWELLFISH: swellfish_cases(),
     }[notion]
@@ -558,6 +568,13 @@ def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Re
     )
 
 
+def announces_intrusions(mechanism: object) -> bool:
+    """Whether replay draws intrusion schedules for ``mechanism``: a w-event mechanism that declares
+    ``intrusions == "announced"`` (Kellaris et al. 2014, §4.5; the ledger forces the publication at
+    each announced t, so a budget state that misses one asks for too much later)."""
+    return notion_of(mechanism) == Notion.W_EVENT and getattr(mechanism, "intrusions", None) == ANNOUNCED
+
+
 def _run_case(mechanism: Any, case: AnyCase) -> tuple[Any, Fraction, tuple[str, ...]]:
     """Execute one case through the right ledger; return (ledger, worst ratio, violations) from the auditor."""
     if isinstance(case, PersonalizedCase):
@@ -576,7 +593,15 @@ def _run_case(mechanism: Any, case: AnyCase) -> tuple[Any, Fraction, tuple[str, 
             ledger.records, Notion.SWELLFISH, runs=case.runs, epsilon=case.epsilon, policies=case.policies
         )
     else:
-        ledger = execute(mechanism, case.data, epsilon=case.epsilon, w=case.w, runs=case.runs, seed=case.seed).ledger
+        ledger = execute(
+            mechanism,
+            case.data,
+            epsilon=case.epsilon,
+            w=case.w,
+            runs=case.runs,
+            seed=case.seed,
+            intrusions=case.intrusions,
+        ).ledger
         audit = audit_records(ledger.records, Notion.W_EVENT, runs=case.runs, epsilon=case.epsilon, w=case.w)
     return ledger, audit.worst_ratio, audit.violations
 
@@ -586,7 +611,9 @@ def _run_several_epsilons(mechanism: Any, case: VerificationCase) -> tuple[Any, 
     pass): the case again on a ledger of twice its runs, the first half under its ε and the second
     under a third of it, each half audited under its own ε."""
     epsilons = [case.epsilon] * case.runs + [case.epsilon / 3] * case.runs
-    ex = execute(mechanism, case.data, epsilon=epsilons, w=case.w, runs=2 * case.runs, seed=case.seed)
+    ex = execute(
+        mechanism, case.data, epsilon=epsilons, w=case.w, runs=2 * case.runs, seed=case.seed, intrusions=case.intrusions
+    )
     reports = audit_windows_per_epsilon(ex.ledger.records, epsilons=epsilons, w=case.w)
     ratio = max(report.worst_ratio for report in reports.values())
     violations = [

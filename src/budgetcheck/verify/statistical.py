@@ -16,6 +16,17 @@ e.g. a release or a decision whose declared sensitivity is too small. Each disti
 once per audit (most pairs share the same first input); a pair's two inputs are always distinct
 runs with distinct seeds.
 
+Population pairs (personalized): under a local randomiser (LDP-IDS's LBD and LBA) one report per
+user is aggregated over every user, so a group of 8 among the audit's 48 users is lost in the other
+users' noise; every user of a population of 2 × 512 moved over the first window is resolved, held to
+the sum of their ε_i (:func:`population_pair`).
+
+Intruder pairs (pan-privacy under a single unannounced intrusion, Kellaris et al. 2014 §4.5): the
+observation is the releases plus what an intrusion at one timestamp reads, the ledger's held value
+there (:func:`intruder_pairs`); held to ε (8ε for a group of 8), as the ledger's Σ spends + largest
+exposure <= ε promises. Under announced intrusions there is nothing unannounced to read: the same
+pairs announce the intrusion, and the ledger publishes the held value there (a forced publication).
+
 Group pairs (issue 28): one individual's loss at one timestamp is ε_t, often ε/5 or less (RescueDP,
 BD/BA's first publication at ε/4, a personalized class at ε_i/(2 w_i) per decision); 4,000 runs per
 input resolve a likelihood ratio only to about ±0.15 in ln after the correction, so such pairs
@@ -50,16 +61,23 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.stats import beta
 
+from budgetcheck.ledger.access import LedgerAccess
+from budgetcheck.ledger.intrusions import ANNOUNCED, SINGLE
+from budgetcheck.ledger.noise import NUMPY
+from budgetcheck.ledger.params import WEventParams
 from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
 from budgetcheck.ledger.requirements import RequirementSet
+from budgetcheck.ledger.wevent import WindowLedger
 from budgetcheck.mechanism.execute import (
     PersonalizedMechanism,
     StreamMechanism,
     SwellfishMechanism,
     execute,
+    execute_on,
     execute_personalized,
     execute_swellfish,
 )
+from budgetcheck.stream.guarded import GuardedStream
 
 FloatArray = NDArray[np.float64]
 Run = Callable[[FloatArray, int], FloatArray]  # (input, seed) -> releases (runs, T, d)
@@ -81,6 +99,7 @@ class NeighbourPair:
     direction: float
     column: int
     epsilon: float
+    run: Run | None = attrs.field(default=None, eq=False, repr=False, kw_only=True)  # None: the audit's own
 
 
 @attrs.frozen
@@ -167,9 +186,15 @@ def _pair_bound(run: Run, pair: NeighbourPair, *, runs: int, seed: int, alpha: f
 def _audit(run: Run, pairs: Sequence[NeighbourPair], *, runs: int, alpha: float, seed: int, w: int) -> StatFinding:
     """The pair whose bound is largest relative to its ε (Bonferroni over every pair and event)."""
     corrected = alpha / (len(pairs) * _EVENTS_PER_PAIR)
-    cached = _once_per_input(run)
+    cached: dict[int, Run] = {}  # one cache per execution (the audit's own, an intruder's, a population's)
+
+    def runner(pair: NeighbourPair) -> Run:
+        own = run if pair.run is None else pair.run
+        return cached.setdefault(id(own), _once_per_input(own))
+
     findings = [
-        _pair_bound(cached, pair, runs=runs, seed=seed + 2 * i, alpha=corrected, w=w) for i, pair in enumerate(pairs)
+        _pair_bound(runner(pair), pair, runs=runs, seed=seed + 2 * i, alpha=corrected, w=w)
+        for i, pair in enumerate(pairs)
     ]
     return max(findings, key=lambda f: f.lower_bound / f.epsilon)
 
@@ -296,7 +321,63 @@ def statistical_audit(
                     f"decision flip {where} (spike {low} vs {low + 1})", spike, higher, (position,), 1.0, 0, epsilon
                 )
             )
+    if getattr(mechanism, "intrusions", None) in (SINGLE, ANNOUNCED):
+        pairs += intruder_pairs(mechanism, base, epsilon=epsilon, w=w, runs=runs)
     return _audit(run, pairs, runs=runs, alpha=alpha, seed=seed, w=w)
+
+
+def intruder_pairs(
+    mechanism: StreamMechanism, base: FloatArray, *, epsilon: float, w: int, runs: int
+) -> list[NeighbourPair]:
+    """Pan-privacy under a single unannounced intrusion (Kellaris et al. 2014, §4.5; Dwork et al.
+    2010): pairs whose observation is the releases *and* what an intrusion at one timestamp τ reads,
+    the values the ledger holds at τ (``held_laplace``: c_τ with its noise, published or discarded),
+    appended to the releases as one more row (several holds at τ summed, nothing held: 0; a function
+    of what the intruder reads, so every event stays one of the observation). The ledger keeps
+    Σ_window ε_t + the window's largest exposure <= ε, which bounds the loss of this observation by
+    ε: the pairs are held to ε, and a group of 8 to 8ε. τ is the middle of a window of the constant
+    stream, where BD and BA skip, so the held value is an exposure the releases alone do not show.
+
+    Under multiple announced intrusions (``intrusions == "announced"``) there is nothing unannounced
+    to read: the intrusion at τ is announced, the ledger forces the held value's publication, and the
+    observation is the releases (with that forced publication) plus the same row, now a release."""
+    position = w + w // 2
+    length = base.shape[0]
+    announced = getattr(mechanism, "intrusions", None) == ANNOUNCED
+
+    def run(data: FloatArray, run_seed: int) -> FloatArray:
+        params = WEventParams(epsilon=epsilon, w=w)  # execute's ledger: the same noise for the same seed
+        ledger = WindowLedger(params, runs=runs, seed=run_seed, sampler=NUMPY, keep_records=True)
+        access = LedgerAccess(ledger)
+        access.intrude(position + 1)
+        if announced:
+            ledger.announce_intrusion(position + 1)
+        releases = execute_on(mechanism, GuardedStream(data), ledger).releases
+        row = np.zeros((releases.shape[0], 1, releases.shape[2]))
+        for held in access.intruder_read():
+            if held.shape == row[:, 0].shape:
+                row[:, 0] += np.where(np.isfinite(held), held, 0.0)
+        return np.concatenate([releases, row], axis=1)
+
+    pairs = []
+    for count, bound in ((1, epsilon), (_GROUP, _GROUP * epsilon)):
+        neighbour = base.copy()
+        neighbour[position, 0] += count
+        who = "one individual" if count == 1 else f"a group of {count} individuals (group privacy: {count} epsilon)"
+        what = "an announced intrusion there" if announced else "an intrusion reading the held value there"
+        pairs.append(
+            NeighbourPair(
+                f"middle of a window, {who} added to bin 0, {what}",
+                base,
+                neighbour,
+                (position, length),
+                1.0,
+                0,
+                bound,
+                run=run,
+            )
+        )
+    return pairs
 
 
 def personalized_audit(
@@ -372,10 +453,52 @@ def personalized_audit(
                     requirement.epsilon,
                 )
             )
+    pairs.append(population_pair(mechanism, requirements, runs=runs))
     return _audit(runner(runs), pairs, runs=runs, alpha=alpha, seed=seed, w=max(r.w for r in requirements.classes))
 
 
 _CLASS_SIZE = 24  # users per requirement class: enough for the shared decision to flip inside one class
+_POPULATION = 512  # users per class in the population pair: a local randomiser's aggregate resolves them all
+
+
+def population_pair(mechanism: PersonalizedMechanism, requirements: RequirementSet, *, runs: int) -> NeighbourPair:
+    """Every user of a large population (``requirements``' classes with ``_POPULATION`` users each)
+    moved from bin 0 to bin 1 over the first window of the longest class (t = 1 always publishes), held
+    to Σ ε_i over the users (group privacy: a chain of one-user neighbours, each user's loss at most
+    their ε_i).
+
+    Why a population. Under a local randomiser (LDP-IDS's LBD and LBA, Ren et al. 2022) each user
+    reports through GRR or OUE at its own budget and only the aggregate is released: at t = 1 LBD's
+    publication report is ε/4 = 0.125 per user for the strictest requirement (w = 3, ε = 0.5), and
+    GRR's unbiased count then has a standard deviation of about 11 √n over n users (Wang et al. 2017,
+    Eq. 2; ``estimate_variance``), while moving k users shifts it by k. A group of 8 among 48 users
+    moves it by 0.1 of a standard deviation, which 4,000 runs cannot resolve; moving all n users moves
+    it by about √n/11 standard deviations, 2.9 for n = 1,024, and the window's reports add up. The bound
+    stays a lower bound: it is compared with the Σ ε_i that protects the group, never with one ε_i."""
+    population = RequirementSet([(r.w, r.epsilon) for r in requirements.classes for _ in range(_POPULATION)])
+    w = max(r.w for r in population.classes)
+    length = 3 * w
+
+    def run(bins: FloatArray, run_seed: int) -> FloatArray:
+        return execute_personalized(
+            mechanism, population, bins.astype(np.int64), dimensions=2, runs=runs, seed=run_seed
+        ).releases
+
+    base = np.zeros((length, population.n_users))
+    moved = base.copy()
+    moved[:w] = 1
+    total = float(sum(population.classes[int(c)].epsilon for c in population.user_classes))
+    return NeighbourPair(
+        f"all {population.n_users} users of a population ({_POPULATION} per class) moved over the first "
+        f"window (group privacy: the sum of their epsilon_i, {total:g})",
+        base,
+        moved,
+        tuple(range(w)),
+        1.0,
+        1,
+        total,
+        run=run,
+    )
 
 
 def _users_flip(run: Run, base: FloatArray, members: NDArray[np.int64], *, seed: int) -> int | None:
