@@ -319,6 +319,23 @@ def live_secret(t: int, frozen: NDArray[np.float64], claim: list[object], neighb
     return secret
 
 
+def charge_view(secret: Secret) -> tuple[int, list[object], object, tuple[int, ...], int]:
+    """The public parts of a secret a charged operation checks, in one call: its timestamp, the claim of its
+    stream (the ledger bound to it, if any: see :func:`claim`), its stream's neighbouring relation, its
+    shape and its stacked rows (0 for a plain secret). Nothing of the payload."""
+    return secret._t, secret._claim, secret._neighbours, secret._shape, secret._rows
+
+
+def charged_payload(secret: Secret) -> NDArray[np.float64]:
+    """The payload of ``secret`` for a charged operation whose charge has just passed and that runs no
+    caller code while it reads (a one-run ``laplace`` or ``dissimilarity``): what :func:`charged` gives,
+    without opening the secret to :func:`reveal` (nothing could call it)."""
+    with _LOCK:  # _payload, in this frame
+        payload = _PORT.send(("get", id(secret), None))
+    assert payload is not None
+    return payload
+
+
 def claim(secret: Secret, ledger: object) -> None:
     """Bind the secret's stream to one ledger: reading it through a second ledger would hide spends."""
     if not secret._claim:
