@@ -6,8 +6,8 @@ For BD, BA and Uniform, a ``LiveStream`` of T = 5000 rows (d = 2) stepped throug
 
 - its CPU microseconds per step (least of three runs, unprofiled) and steps per second;
 - Python-level calls per step, from cProfile;
-- the profiled time split by part: the stream (``stream/live.py``: the row's checks), the secret
-  (``stream/secret.py``: its frozen copy, the vault, opening it in a charged operation), the
+- the profiled time split by part: the stream (``stream/live.py``: the row's copy and checks), the secret
+  (``stream/secret.py``: the vault's put, its finalizer, reading it in a charged operation), the
   window check and commit (``ledger/wevent.py``, ``scalar_windows.py``), the noise
   (``ledger/noise.py``), the rest of the charged operation (``ledger/``: validation, the sensitivity,
   the scale, the result), the budget rule (``mechanisms/rules.py``, ``ops.py``, ``rounding.py``,

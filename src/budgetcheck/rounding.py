@@ -411,6 +411,15 @@ def scale_up(sensitivity: float, epsilon: FloatArray) -> FloatArray:
     )  # scale >= 0, inf where ε = 0
 
 
+def scale_up_float(sensitivity: float, epsilon: float) -> float | None:
+    """:func:`scale_up` of one budget, on doubles: the quotient one double up (inf if it overflows), as
+    ``_scales_up`` steps it by its bit pattern. None outside 0 < sensitivity < inf, ε > 0: use the array path."""
+    if not (0.0 < sensitivity < math.inf and epsilon > 0.0):
+        return None
+    quotient = sensitivity / epsilon
+    return math.nextafter(quotient, math.inf) if quotient < math.inf else quotient
+
+
 @compiled
 def _scales_up(sensitivity: float, epsilon: FloatArray, out: FloatArray, out_bits: NDArray[np.int64]) -> bool:
     """:func:`scale_up` for 0 < sensitivity < inf in one pass, when every ε is +0.0 or > 0: the quotient

@@ -57,7 +57,15 @@ from budgetcheck.ledger.validation import (
 from budgetcheck.stream.guarded import SecretSequence
 from budgetcheck.stream.live import LiveStream
 from budgetcheck.stream.neighbours import Kind, Neighbours
-from budgetcheck.stream.secret import Secret, charged, claim, neighbours_of, stacked_rows
+from budgetcheck.stream.secret import (
+    Secret,
+    charge_view,
+    charged,
+    charged_payload,
+    claim,
+    neighbours_of,
+    stacked_rows,
+)
 
 if TYPE_CHECKING:
     from budgetcheck.durable.journal import Journal
@@ -71,6 +79,9 @@ _SCALE_MEMO_SIZE = 1 << 12
 # payload entries up to which one run's release is computed on Python floats (:meth:`LedgerCore._noisy_few`):
 # numpy adds fewer than 8 terms one after another, so the dissimilarity's sum is the same double
 _FEW = 7
+# constants of one-run operations remembered per ledger (LaplaceReleases._steady_constants): a mechanism's
+# recurring amounts; amounts that change at every step (BD's publication budget) are recomputed cheaply
+_STEADY_KEPT = 64
 _IDENTITY = Identity()  # frozen, without fields: one value serves every release of the counts
 # the ledgers' default: exact, from the OS CSPRNG; "numpy-laplace" is reproducible noise asked for by name
 SAMPLER = DISCRETE
@@ -135,6 +146,7 @@ class LedgerCore(abc.ABC):
         "_runs",
         "_scale_memo",
         "_seed",
+        "_steady",
         "_t",
         "_vouched",
     )
@@ -157,6 +169,7 @@ class LedgerCore(abc.ABC):
         self._hook: OperationHook | None = None
         self._scale_memo: dict[tuple[float, bool, tuple[int, ...], bytes], FloatArray] = {}  # see _scale
         self._repeated: dict[str, tuple[FloatArray, float, bool, FloatArray]] = {}  # see _recurring
+        self._steady: dict[tuple[object, ...], tuple[float, float, int]] = {}  # see LaplaceReleases._steady_constants
 
     @property
     def runs(self) -> int:
@@ -231,6 +244,7 @@ class LedgerCore(abc.ABC):
                 f"stream must be a GuardedStream, PersonalizedStream or LiveStream, got {type(stream).__name__}"
             )
         stream._bind(self, integral=self._noise.name == DISCRETE, runs=self._runs, stacking=self._stacking)
+        self._steady.clear()  # a stream bound: its operations' constants are validated afresh
 
     @abc.abstractmethod
     def header(self) -> LedgerHeader:
@@ -278,6 +292,13 @@ class LedgerCore(abc.ABC):
 
     def _charge_unrecorded(self, t: int, amounts: FloatArray, purpose: str) -> bool:
         """:meth:`_charge` without a record (a one-run w-event ledger), or False where the notion needs one."""
+        return False
+
+    _steady_notion = False  # whether the notion has :meth:`_spend_one_run` (and a sensitivity that is the declared one)
+
+    def _spend_one_run(self, t: int, amount: float) -> bool:
+        """:meth:`_charge_unrecorded` of one run's validated amount (> 0) at a checked t: True if committed;
+        False if the caller must take the full operation (over budget: nothing changed; or not this case)."""
         return False
 
     def _commit(self, t: int, record: SpendRecord) -> None:
@@ -388,9 +409,11 @@ class LedgerCore(abc.ABC):
         """Draw from a generator of its own for a store's session (a reopened file never reuses noise)."""
         self._rng = generator(self._noise.name, self._seed, session)
         self._noise = make_noise(self._noise.name, self._rng)
+        self._steady.clear()  # scales are the noise source's: validated afresh
 
     def _rebuild(self, records: Iterable[SpendRecord]) -> None:
         """Forget all accounting and account for ``records`` (stored, already checked), in order."""
+        self._steady.clear()
         self._reset()
         self._t = 0
         for record in records:
@@ -450,6 +473,10 @@ class LaplaceReleases(LedgerCore):
         default, one person in one bin); ``sensitivity`` may ask for more noise, never less.
         Returns shape (runs, *secret.shape); rows of runs with ε = 0 are NaN (nothing released).
         """
+        if sensitivity is None and self._steady_notion and self._hook is None and not self._keep:
+            steady = self._steady_laplace(secret, epsilon, purpose)
+            if steady is not None:
+                return steady
         amounts = check_amounts(epsilon, self._runs)
         scale, delta = self._reserve(secret, amounts, amounts, self._derive(secret, _IDENTITY, sensitivity), purpose)
         with charged(secret) as values:
@@ -604,6 +631,93 @@ class LaplaceReleases(LedgerCore):
             return _identity_release_sensitivity(neighbours_of(secret), d)
         return derived_sensitivity(query, cast(Relation, neighbours_of(secret)), d, declared)
 
+    # -- the steady one-run operation: a live publisher's recurring charge --------------------------
+    # A one-run w-event ledger with no hook and no kept records, stepped one timestamp at a time, charges
+    # the same few amounts again and again. Their constants (the purpose, the amount, the sensitivity the
+    # stream's relation gives, the noise scale) are validated and computed once, by the same functions as
+    # the full operation, and kept under a key of everything they depend on (the operation, the purpose,
+    # the amount's exact double, the relation's fields, the secret's shape; the ledger is the owner, and
+    # binding a stream, reseeding or rebuilding clears them). At every step the secret (type, timestamp,
+    # the binding of its stream) and the per-step argument are still checked, and the window check is
+    # the exact one; anything else (a refusal, a first use, an argument the full operation must name)
+    # takes the full operation, which raises or releases as before. The same draws and doubles.
+
+    def _steady_constants(
+        self, operation: str, purpose: str, epsilon: float, relation: Neighbours, shape: tuple[int, ...]
+    ) -> tuple[float, float, int] | None:
+        """(noise scale, sensitivity, payload size) of a one-run ``operation`` with these arguments, validated
+        and computed as the full operation does; None where the full operation must run (it raises, or a
+        path other than one run of a few values applies)."""
+        count = math.prod(shape)
+        if not (
+            0.0 < epsilon < math.inf  # check_amounts' amounts, but 0: a positive double, so equal keys are equal bits
+            and purpose.strip()  # check_label's
+            and count <= _FEW
+            and (operation == "dissimilarity" or len(shape) == 1)
+        ):
+            return None
+        if operation == "laplace":  # the identity's, as _derive gives it
+            delta, integral = _identity_release_sensitivity(relation, int(shape[0])), True
+        else:  # ‖Δ‖₁ over the size, as dissimilarity gives it
+            delta, integral = _identity_sensitivity(relation) / count, False
+        scale = self._noise.scale_value(delta, epsilon, integral=integral)
+        if scale is None:
+            return None
+        if len(self._steady) >= _STEADY_KEPT:
+            self._steady.clear()
+        constants = (scale, delta, count)
+        self._steady[operation, purpose, epsilon, relation.kind, relation.bound, shape] = constants
+        return constants
+
+    def _steady_laplace(self, secret: object, epsilon: object, purpose: object) -> FloatArray | None:
+        """:meth:`laplace` of one run's few values with validated constants, or None: the full operation runs."""
+        if type(secret) is not Secret or type(epsilon) is not float or type(purpose) is not str:
+            return None
+        t, owner, relation, shape, rows = charge_view(secret)
+        if rows or type(relation) is not Neighbours:
+            return None
+        constants = self._steady.get(("laplace", purpose, epsilon, relation.kind, relation.bound, shape))
+        if constants is None:
+            constants = self._steady_constants("laplace", purpose, epsilon, relation, shape)
+            if constants is None:
+                return None
+        if not (type(t) is int and self._t <= t <= MAX_T and t >= 1):
+            return None
+        if not owner or owner[0] is not self:
+            claim(secret, self)  # binds the stream to this ledger, or raises: it is bound to another
+        if not self._spend_one_run(t, epsilon):
+            return None
+        scale, delta, _ = constants
+        noisy = self._noise.perturb_values(charged_payload(secret).tolist(), scale, delta, integral=True)
+        return np.array([noisy], dtype=np.float64)
+
+    def _steady_dissimilarity(
+        self, secret: object, last_release: object, epsilon: object, purpose: object
+    ) -> FloatArray | None:
+        """:meth:`dissimilarity` of one run's few values with validated constants, or None: the full operation runs."""
+        if type(secret) is not Secret or type(epsilon) is not float or type(purpose) is not str:
+            return None
+        t, owner, relation, shape, rows = charge_view(secret)
+        if rows or type(relation) is not Neighbours:
+            return None
+        constants = self._steady.get(("dissimilarity", purpose, epsilon, relation.kind, relation.bound, shape))
+        if constants is None:
+            constants = self._steady_constants("dissimilarity", purpose, epsilon, relation, shape)
+            if constants is None:
+                return None
+        few = _finite_row(last_release, (1, *shape))  # the per-step argument, checked at every step
+        if few is None or not (type(t) is int and self._t <= t <= MAX_T and t >= 1):
+            return None
+        if not owner or owner[0] is not self:
+            claim(secret, self)
+        if not self._spend_one_run(t, epsilon):
+            return None
+        scale, delta, count = constants
+        total = 0.0  # np.add.reduce adds so few terms in order: the same sum, on Python floats
+        for previous, value in zip(few, charged_payload(secret).reshape(-1).tolist(), strict=True):
+            total += abs(previous - value)
+        return np.array(self._noise.perturb_values([total / count], scale, delta, integral=False), dtype=np.float64)
+
     @journaled
     def dissimilarity(
         self, secret: Secret, last_release: ArrayLike, epsilon: ArrayLike, *, purpose: str = "dissimilarity"
@@ -614,6 +728,10 @@ class LaplaceReleases(LedgerCore):
         the stream's relation), Laplace scale (1/d)/ε. Returns
         shape (runs,); NaN for runs with ε = 0.
         """
+        if self._steady_notion and self._hook is None and not self._keep:
+            steady = self._steady_dissimilarity(secret, last_release, epsilon, purpose)
+            if steady is not None:
+                return steady
         t = self._check_secret(secret)
         amounts = check_amounts(epsilon, self._runs)
         shape = secret.shape

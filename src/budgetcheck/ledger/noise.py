@@ -40,6 +40,9 @@ class NoiseSource(Protocol):
     def scale(self, sensitivity: float, budgets: FloatArray, *, integral: bool) -> FloatArray:
         """The noise scale per budget (rounded up; inf where the budget is 0)."""
 
+    def scale_value(self, sensitivity: float, budget: float, *, integral: bool) -> float | None:
+        """:meth:`scale` of one budget > 0 as a double, bit for bit; None: use :meth:`scale`."""
+
     def perturb(self, values: FloatArray, scale: FloatArray, sensitivity: float, *, integral: bool) -> FloatArray:
         """values + noise of the given scale (same shape; scale broadcast against values)."""
 
@@ -62,6 +65,9 @@ class NumpyLaplace:
 
     def scale(self, sensitivity: float, budgets: FloatArray, *, integral: bool) -> FloatArray:
         return rounding.scale_up(sensitivity, budgets)
+
+    def scale_value(self, sensitivity: float, budget: float, *, integral: bool) -> float | None:
+        return rounding.scale_up_float(sensitivity, budget)
 
     def perturb(self, values: FloatArray, scale: FloatArray, sensitivity: float, *, integral: bool) -> FloatArray:
         noise = laplace_draws(self._rng, values.shape)
@@ -136,9 +142,16 @@ class DiscreteLaplace:
         return DISCRETE
 
     def scale(self, sensitivity: float, budgets: FloatArray, *, integral: bool) -> FloatArray:
+        return rounding.scale_up(self._covered(sensitivity, integral), budgets)
+
+    def scale_value(self, sensitivity: float, budget: float, *, integral: bool) -> float | None:
+        return rounding.scale_up_float(self._covered(sensitivity, integral), budget)
+
+    @staticmethod
+    def _covered(sensitivity: float, integral: bool) -> float:
+        """The sensitivity the noise must cover on the grid γ·Z (one more γ unless γ = 1)."""
         gamma = granularity(sensitivity, integral=integral)
-        covered = sensitivity if gamma == 1 else float(Fraction(sensitivity) + gamma)
-        return rounding.scale_up(covered, budgets)
+        return sensitivity if gamma == 1 else float(Fraction(sensitivity) + gamma)
 
     def perturb(self, values: FloatArray, scale: FloatArray, sensitivity: float, *, integral: bool) -> FloatArray:
         gamma = granularity(sensitivity, integral=integral)

@@ -644,6 +644,20 @@ class WindowLedger(LaplaceReleases):
             self._refusals += 1
             self._refuse(t, amounts, ExactVector.from_int(before), ExactVector.from_int(before + spent), 0, purpose)
 
+    _steady_notion = True  # the sensitivity is the declared one at every t
+
+    def _spend_one_run(self, t: int, amount: float) -> bool:
+        """:meth:`_charge_unrecorded`'s check and commit of one run's amount, exact, in this frame: True if
+        committed; False if over ε (nothing changed) or not one run without exposures."""
+        windows, bound = self._windows, self._eps_units
+        if self._exposures or type(windows) is not ScalarWindows or type(bound) is not int:
+            return False
+        if not windows.spend_units(t, _units(amount), bound):
+            return False
+        if t > self._t:
+            self._t = t
+        return True
+
     def _charge_unrecorded(self, t: int, amounts: FloatArray, purpose: str) -> bool:
         """One run without exposures: :meth:`_charge` with no record to keep (see LedgerCore)."""
         windows = self._windows

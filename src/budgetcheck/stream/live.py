@@ -18,7 +18,7 @@ from numpy.typing import ArrayLike, NDArray
 from budgetcheck.ledger.errors import InvalidArgument, SecretAccess, TimestampOrder
 from budgetcheck.ledger.validation import MAX_T, MAX_VALUE, check_positive_int, check_timestamp
 from budgetcheck.stream.neighbours import DEFAULT, Neighbours, check_neighbours
-from budgetcheck.stream.secret import Secret
+from budgetcheck.stream.secret import Secret, live_secret
 
 _FEW = 16  # up to this many values a row is checked in plain Python (cheaper than two numpy calls)
 
@@ -104,17 +104,24 @@ class LiveStream:
             yield Secret(t, nothing, self._claim, stand_in=True, neighbours=self._neighbours)
         for t, values in self._rows:
             last = self._check_t(t, last)
-            row = np.asarray(values, dtype=np.float64)
-            if row.shape != self._shape or not _bounded(row):
-                raise InvalidArgument(
-                    f"row t={t} must hold finite values of at most 2^53 in shape {self._shape}, got {row.tolist()!r}"
-                )
-            if self._integral and not np.array_equal(row, np.round(row)):
-                raise InvalidArgument(
-                    f"row t={t} must hold integer counts (the discrete-laplace sampler), got {row.tolist()!r}"
-                )
+            secret = self._secret(t, values)
+            del values  # while the mechanism holds the secret, this frame holds nothing of the row
             self._current = t
-            yield Secret(t, row, self._claim, neighbours=self._neighbours)
+            yield secret
+
+    def _secret(self, t: int, values: object) -> Secret:
+        """The secret of row t: the row copied once, checked, frozen and handed to the vault as it is."""
+        row = np.array(values, dtype=np.float64)  # the one copy: the caller's array is never the payload
+        if row.shape != self._shape or not _bounded(row):
+            raise InvalidArgument(
+                f"row t={t} must hold finite values of at most 2^53 in shape {self._shape}, got {row.tolist()!r}"
+            )
+        if self._integral and not np.array_equal(row, np.round(row)):
+            raise InvalidArgument(
+                f"row t={t} must hold integer counts (the discrete-laplace sampler), got {row.tolist()!r}"
+            )
+        row.setflags(write=False)
+        return live_secret(t, row, self._claim, self._neighbours)
 
     @staticmethod
     def _check_t(t: object, last: int) -> int:

@@ -8,7 +8,7 @@ data (one row per user) fits the same type.
 
 The vault is not a module attribute, a closure cell or a bound method's ``__self__``: it is a local
 of a suspended generator (:func:`_vault`), so neither ``import``, a method's ``__globals__``, the
-finalizer (``Secret.__del__`` passes :func:`_forget` the secret's id only), nor
+finalizer (``Secret.__del__`` notes the secret's id only, as :func:`_forget` does), nor
 ``gc.get_referents`` of a secret, of its class or of a module function reaches the payloads.
 
 What a Python-level guard cannot stop: code in the same process can reach any object by introspection
@@ -123,9 +123,11 @@ class Secret:
     def __del__(self) -> None:
         """Its payload leaves the vault at the vault's next operation (:func:`_forget`); a stand-in is forgotten."""
         try:
-            _forget(id(self))
-            _STAND_INS.discard(id(self))
-        except (AttributeError, TypeError):  # at interpreter exit the module's globals may be gone already
+            key = id(self)
+            _DEAD.append(key)  # _forget, in this frame
+            if _STAND_INS:
+                _STAND_INS.discard(key)
+        except (AttributeError, TypeError, NameError):  # at interpreter exit the module's globals may be gone already
             pass
 
     @property
@@ -290,6 +292,48 @@ class _Charged:
 
     def __exit__(self, *exc: object) -> None:
         _OPEN.pop()
+
+
+def live_secret(t: int, frozen: NDArray[np.float64], claim: list[object], neighbours: object) -> Secret:
+    """A live stream's secret of timestamp t, handed over with the row the stream has just checked and frozen.
+
+    ``frozen`` must be a read-only float64 array that owns its memory and that the caller drops right
+    after this call (the stream's own copy of the row): it goes into the vault as it is, without the
+    second copy :class:`Secret` makes of an array someone else may still hold. Anything else is copied.
+    """
+    if (
+        type(frozen) is not np.ndarray
+        or frozen.dtype != np.float64
+        or frozen.flags.writeable
+        or frozen.base is not None
+    ):
+        return Secret(t, frozen, claim, neighbours=neighbours)
+    secret = object.__new__(Secret)
+    secret._t = t
+    secret._rows = 0
+    secret._shape = frozen.shape
+    secret._claim = claim
+    secret._neighbours = neighbours
+    with _LOCK:  # _send, in this frame
+        _PORT.send(("put", id(secret), frozen))
+    return secret
+
+
+def charge_view(secret: Secret) -> tuple[int, list[object], object, tuple[int, ...], int]:
+    """The public parts of a secret a charged operation checks, in one call: its timestamp, the claim of its
+    stream (the ledger bound to it, if any: see :func:`claim`), its stream's neighbouring relation, its
+    shape and its stacked rows (0 for a plain secret). Nothing of the payload."""
+    return secret._t, secret._claim, secret._neighbours, secret._shape, secret._rows
+
+
+def charged_payload(secret: Secret) -> NDArray[np.float64]:
+    """The payload of ``secret`` for a charged operation whose charge has just passed and that runs no
+    caller code while it reads (a one-run ``laplace`` or ``dissimilarity``): what :func:`charged` gives,
+    without opening the secret to :func:`reveal` (nothing could call it)."""
+    with _LOCK:  # _payload, in this frame
+        payload = _PORT.send(("get", id(secret), None))
+    assert payload is not None
+    return payload
 
 
 def claim(secret: Secret, ledger: object) -> None:
