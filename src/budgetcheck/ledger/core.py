@@ -652,7 +652,7 @@ class LaplaceReleases(LedgerCore):
         if not (
             0.0 < epsilon < math.inf  # check_amounts' amounts, but 0: a positive double, so equal keys are equal bits
             and purpose.strip()  # check_label's
-            and count <= _FEW
+            and 0 < count <= _FEW  # an empty secret: the full operation checks it, then names the fault
             and (operation == "dissimilarity" or len(shape) == 1)
         ):
             return None

@@ -112,6 +112,10 @@ class LiveStream:
     def _secret(self, t: int, values: object) -> Secret:
         """The secret of row t: the row copied once, checked, frozen and handed to the vault as it is."""
         row = np.array(values, dtype=np.float64)  # the one copy: the caller's array is never the payload
+        if type(values) is not list and type(values) is not np.ndarray and type(values) is not tuple:
+            # numpy trusts an object's __array__ with copy=True: one that ignores it hands back an array the
+            # caller keeps, which would be frozen under the caller and could change after these checks
+            row = row.copy()
         if row.shape != self._shape or not _bounded(row):
             raise InvalidArgument(
                 f"row t={t} must hold finite values of at most 2^53 in shape {self._shape}, got {row.tolist()!r}"
