@@ -13,6 +13,7 @@ import contextlib
 import functools
 import math
 import secrets
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
@@ -103,22 +104,37 @@ F = TypeVar("F", bound=Callable[..., Any])
 C = TypeVar("C", bound="LedgerCore")
 
 
+def locked(method: F) -> F:
+    """Make a read of the ledger's state (``remaining``, ``window_sum``) wait for an operation that
+    another thread has under way, so that it sees the state before or after it, never between."""
+
+    @functools.wraps(method)
+    def wrapper(self: LedgerCore, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return cast(F, wrapper)
+
+
 def journaled(method: F) -> F:
     """Make a method one charged operation of its ledger (:meth:`LedgerCore._run_operation`): it runs
-    through the ledger's hooks, if any are installed — a durable ledger's transaction (lock, catch up,
-    check, append, commit, and only then return the value; a refusal appends nothing) and the
-    verifier's tap (see :mod:`budgetcheck.ledger.hooks`)."""
+    under the ledger's lock (threads sharing a ledger charge one at a time: a check and its commit
+    are never interleaved with another thread's) and through the ledger's hooks, if any are
+    installed — a durable ledger's transaction (lock, catch up, check, append, commit, and only then
+    return the value; a refusal appends nothing) and the verifier's tap (see
+    :mod:`budgetcheck.ledger.hooks`)."""
 
     @functools.wraps(method)
     def wrapper(self: LedgerCore, *args: Any, **kwargs: Any) -> Any:
         try:
-            if self._hook is None:  # no hook: the operation itself (a refusal noted as _run_operation notes it)
-                try:
-                    return method(self, *args, **kwargs)
-                except BudgetExceeded as exc:
-                    self._note_refusal(exc)
-                    raise
-            return self._run_operation(functools.partial(method, self), args, kwargs)
+            with self._lock:  # check, commit and draw as one step for every thread sharing the ledger
+                if self._hook is None:  # no hook: the operation itself (a refusal noted as _run_operation notes it)
+                    try:
+                        return method(self, *args, **kwargs)
+                    except BudgetExceeded as exc:
+                        self._note_refusal(exc)
+                        raise
+                return self._run_operation(functools.partial(method, self), args, kwargs)
         except TypeError as exc:  # a call that does not fit the signature names the public class, not a base
             inner = f"{method.__qualname__}()"
             if str(exc).startswith(inner):
@@ -137,6 +153,7 @@ class LedgerCore(abc.ABC):
         "_applying",
         "_hook",
         "_keep",
+        "_lock",
         "_noise",
         "_records",
         "_refused_worst",
@@ -155,6 +172,7 @@ class LedgerCore(abc.ABC):
         if not isinstance(keep_records, bool):
             raise InvalidArgument(f"keep_records={keep_records!r} must be True or False")
         self._keep = keep_records  # in memory, records are kept only when asked: a long stream's memory stays flat
+        self._lock = threading.RLock()  # see journaled: reentrant, as a hook or a test runs operations inside one
         self._runs = check_positive_int(runs, "runs")
         self._seed = check_positive_int(seed, "seed", minimum=0)
         self._rng = generator(sampler, self._seed)
@@ -233,6 +251,7 @@ class LedgerCore(abc.ABC):
             )
         return self._hook.idempotent(operation_id)
 
+    @locked
     def bind(self, stream: object) -> None:
         """Make this ledger the only one that may read ``stream`` (``execute`` does this first).
 
@@ -382,7 +401,8 @@ class LedgerCore(abc.ABC):
         """Run one charged operation ``fn(*args, **kwargs)`` through the hooks, if any; a refusal's
         window sum / ε is remembered (:attr:`worst_refused_ratio`)."""
         try:
-            return fn(*args, **kwargs) if self._hook is None else self._hook.run(fn, args, kwargs)
+            with self._lock:
+                return fn(*args, **kwargs) if self._hook is None else self._hook.run(fn, args, kwargs)
         except BudgetExceeded as exc:
             self._note_refusal(exc)
             raise

@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck import rounding
-from budgetcheck.ledger.core import LedgerCore, journaled
+from budgetcheck.ledger.core import LedgerCore, journaled, locked
 from budgetcheck.ledger.errors import InvalidArgument
 from budgetcheck.ledger.exact import ExactVector
 from budgetcheck.ledger.local import GRR, OUE, estimate_variance, group_counts, perturbed_estimate, uses_grr
@@ -87,12 +87,14 @@ class PersonalizedLedger(LedgerCore):
     def requirements(self) -> RequirementSet:
         return self._requirements
 
+    @locked
     def remaining(self, t: int) -> FloatArray:
         """Shape (runs, classes): what every user of each class can still spend at t (rounded down)."""
         self._refresh()
         t = self._check_t(t)
         return np.asarray(self.remaining_groups(t).min(axis=2), dtype=np.float64)
 
+    @locked
     def remaining_groups(self, t: int) -> FloatArray:
         """Shape (runs, classes, groups): what every user of each (class, group) can still spend at t."""
         self._refresh()
@@ -103,6 +105,7 @@ class PersonalizedLedger(LedgerCore):
         ]
         return np.stack(columns, axis=1)
 
+    @locked
     def window_sum(self, t: int) -> tuple[tuple[int, ...], ...]:
         """Per class, the exact sums of [t−w_c+1, t] per run (the largest over its groups), in units of
         2**-1127 (for auditors)."""

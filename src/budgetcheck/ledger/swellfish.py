@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck import rounding
-from budgetcheck.ledger.core import LaplaceReleases, journaled
+from budgetcheck.ledger.core import LaplaceReleases, journaled, locked
 from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument
 from budgetcheck.ledger.noise import DISCRETE
 from budgetcheck.ledger.notion import Notion
@@ -76,6 +76,7 @@ class SwellfishLedger(LaplaceReleases):
         """Δ_Q^t(Φ) (public: it depends on the policies only)."""
         return self._policies.temporal_sensitivity(self._check_t(t))
 
+    @locked
     def remaining(self, t: int) -> FloatArray:
         """What each run can still spend at t, rounded down; inf where no policy is relevant."""
         self._refresh()
@@ -94,6 +95,7 @@ class SwellfishLedger(LaplaceReleases):
         room = np.min(np.stack(rooms), axis=0)
         return rounding.units_to_float_down_array(np.maximum(room, 0).astype(object))
 
+    @locked
     def top_set(self, index: int, run: int = 0) -> tuple[tuple[int, float], ...]:
         """TOP_δ(J) of policy ``index`` so far: (timestamp, budget) pairs, largest first (zero padding left out)."""
         if not 0 <= index < len(self._policies):
@@ -107,6 +109,7 @@ class SwellfishLedger(LaplaceReleases):
         ]
         return tuple(sorted(pairs, key=lambda p: (-p[1], p[0])))
 
+    @locked
     def top_sum(self, index: int) -> tuple[int, ...]:
         """Exact Σ TOP_δ(J) of policy ``index`` per run, in units of 2**-1127."""
         return tuple(int(v) for v in self._sums[index].tolist())

@@ -24,6 +24,7 @@ from budgetcheck.ledger.core import (
     LaplaceReleases,
     call_measured,
     journaled,
+    locked,
     measurement_failed,
 )
 from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument, LedgerCorrupt
@@ -150,6 +151,7 @@ class WindowLedger(LaplaceReleases):
     def w(self) -> int:
         return self._params.w
 
+    @locked
     def remaining(self, t: int) -> FloatArray:
         """What each run can still spend at timestamp t, rounded down (safe to spend in full; under a
         single intrusion, net of the largest exposure in the window)."""
@@ -164,6 +166,7 @@ class WindowLedger(LaplaceReleases):
             left = np.maximum(left - self._exposures.largest(t), 0)
         return rounding.units_to_float_down_array(left)
 
+    @locked
     def window_sum(self, t: int) -> tuple[int, ...]:
         """The exact sum of window [t-w+1, t] per run, in units of 2**-1127 (for auditors)."""
         self._refresh()
@@ -459,6 +462,7 @@ class WindowLedger(LaplaceReleases):
         held release or an announcement fixes it (:mod:`budgetcheck.ledger.intrusions`)."""
         return self._intrusions
 
+    @locked
     def announce_intrusion(self, t: int) -> None:
         """An intrusion detected at t (multiple announced intrusions, Kellaris et al. 2014, §4.5): the
         held release at t is published in every run, whatever the mechanism asks (the ledger forces it)."""
