@@ -49,3 +49,21 @@ def test_a_bad_row_is_refused_at_its_timestamp_by_name() -> None:
         stream = bc.LiveStream(iter([(1, values)]), dimensions=2)
         with pytest.raises(bc.InvalidArgument, match="row t=1"):
             next(iter(stream))
+
+
+def test_a_stream_iterated_before_its_ledger_is_bound_is_refused_before_any_charge() -> None:
+    """A row handed out before ``bind`` was not checked for the ledger's sampler (the discrete
+    sampler needs integer counts): binding then is refused, and nothing is spent."""
+    stream = bc.LiveStream(iter([(1, [0.5, 1.5]), (2, [1.0, 2.0])]), dimensions=2)
+    early = next(iter(stream))
+    ledger = bc.WindowLedger(epsilon=1.0, w=2, seed=0, keep_records=True)  # discrete sampler: integer counts
+    with pytest.raises(bc.InvalidArgument, match="bind the ledger before iterating"):
+        ledger.bind(stream)
+    assert early.t == 1 and float(ledger.remaining(1)[0]) == 1.0 and ledger.records == ()
+
+
+def test_binding_first_checks_every_row_for_the_sampler() -> None:
+    stream = bc.LiveStream(iter([(1, [0.5, 1.5])]), dimensions=2)
+    bc.WindowLedger(epsilon=1.0, w=2, seed=0).bind(stream)
+    with pytest.raises(bc.InvalidArgument, match="row t=1 must hold integer counts"):
+        next(iter(stream))

@@ -137,6 +137,10 @@ class LiveStream:
         return t
 
     def _bind(self, ledger: object, *, integral: bool = False, runs: int = 1, stacking: bool = False) -> None:
+        if not self._claim and self._used:  # a row handed out before was not checked for this ledger's sampler
+            raise InvalidArgument(
+                f"bind the ledger before iterating {self!r}: its rows are checked for the ledger when handed out"
+            )
         self._integral = self._integral or integral
         if not self._claim:
             self._claim.append(ledger)
