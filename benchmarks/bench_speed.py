@@ -330,7 +330,7 @@ def main() -> None:
         print(f"  {name:<9} {fixed * 1e6:>14.0f} {per_run * 1e9:>11.0f} {fixed_total / modelled:>12.0%}")
 
 
-def _live_steps(mechanism: str, data: np.ndarray) -> float:
+def live_step_seconds(mechanism: str, data: np.ndarray) -> float:
     """CPU seconds per timestamp of one run of ``mechanism`` stepped over ``data`` (T, d) as a publisher does."""
     ledger = WindowLedger(epsilon=1.0, w=120, seed=1, sampler="numpy-laplace")
     stream = LiveStream(((t + 1, row) for t, row in enumerate(data)), dimensions=data.shape[1])
@@ -393,8 +393,8 @@ def live() -> None:
     data = np.random.default_rng(0).integers(0, 100, size=(5000, 2)).astype(np.float64)
     print("live, one run stepped one timestamp at a time (d = 2, w = 120, ε = 1, CPU time, least of 3):")
     for name in ("BD", "BA", "Uniform"):
-        _live_steps(name, data[:200])  # compiled kernels loaded, caches warm
-        ours = min(_live_steps(name, data) for _ in range(3))
+        live_step_seconds(name, data[:200])  # compiled kernels loaded, caches warm
+        ours = min(live_step_seconds(name, data) for _ in range(3))
         plain = min(_plain_steps(name, data) for _ in range(3))
         print(
             f"  {name:<8} {1 / ours:>8,.0f} steps/s = {1 / ours / LIVE_TARGETS[name]:.2f}x the target "

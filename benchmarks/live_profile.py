@@ -26,13 +26,11 @@ from __future__ import annotations
 import cProfile
 import pstats
 import sys
-import time
 from collections import defaultdict
 
 import numpy as np
 
-from budgetcheck import LiveStream, WindowLedger
-from budgetcheck.mechanism.loading import load_mechanism
+from bench_speed import live_step_seconds  # this folder: the live step bench_speed times
 
 PARTS = (
     ("stream", ("budgetcheck/stream/live.py",)),
@@ -51,17 +49,6 @@ def _part(filename: str) -> str | None:
         if any(path in filename for path in paths):
             return name
     return None
-
-
-def _run(mechanism: str, data: np.ndarray) -> float:
-    """CPU seconds per step of one live run over ``data``."""
-    ledger = WindowLedger(epsilon=1.0, w=120, seed=1, sampler="numpy-laplace")
-    stream = LiveStream(((t + 1, row) for t, row in enumerate(data)), dimensions=data.shape[1])
-    ledger.bind(stream)
-    start = time.process_time()
-    for _ in load_mechanism(mechanism).releases(stream, ledger):
-        pass
-    return (time.process_time() - start) / len(data)
 
 
 def _split(stats: pstats.Stats) -> tuple[dict[str, float], float]:
@@ -95,11 +82,11 @@ def main(mechanisms: list[str]) -> None:
     print(f"live, one run, d = 2, w = 120, ε = 1, T = {STEPS} (profiled split of a step, in % of profiled time):")
     print(f"  {'mechanism':<9} {'us/step':>8} {'steps/s':>8} {'calls':>6} " + " ".join(f"{n:>9}" for n in names))
     for mechanism in mechanisms:
-        _run(mechanism, data[:200])  # kernels loaded, caches warm
-        per_step = min(_run(mechanism, data) for _ in range(3))
+        live_step_seconds(mechanism, data[:200])  # kernels loaded, caches warm
+        per_step = min(live_step_seconds(mechanism, data) for _ in range(3))
         profile = cProfile.Profile()
         profile.enable()
-        _run(mechanism, data)
+        live_step_seconds(mechanism, data)
         profile.disable()
         seconds, calls = _split(pstats.Stats(profile))
         total = sum(seconds.values()) or 1.0
