@@ -166,3 +166,21 @@ def test_the_auditor_reads_grouped_records_per_group() -> None:
     assert not report.violations and report.worst_ratio == 1
     flattened = [type(r)(t=r.t, purpose=r.purpose, amounts=r.amounts.max(axis=2)) for r in ledger.records]
     assert audit_personalized(flattened, [(2, 1.0)], runs=1).violations
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int32, np.float64])
+def test_the_reports_do_not_depend_on_the_dtype_the_bins_arrive_in(dtype: type) -> None:
+    """The per-user bins are kept in their checked integer dtype (not copied to float64): int8 rows,
+    uint8 rows (no -1), and integral floats give the same counts and the same noisy reports."""
+    requirements = RequirementSet.from_counts([((3, 1.0), 9), ((5, 2.0), 6)])
+    low = 0 if dtype is np.uint8 else -1
+    bins = np.random.default_rng(4).integers(low, 3, size=(4, 15))
+    eps = np.full((2, 2, 3), 0.25)
+    reference_stream, reference = _setup(requirements, bins.astype(np.int64), 3, runs=2, seed=5)
+    stream, ledger = _setup(requirements, bins.astype(dtype), 3, runs=2, seed=5)
+    for t in (1, 2, 3):
+        assert np.array_equal(
+            ledger.local_report_groups(stream.secret(t), eps, groups=3),
+            reference.local_report_groups(reference_stream.secret(t), eps, groups=3),
+            equal_nan=True,
+        )

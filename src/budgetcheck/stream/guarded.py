@@ -160,8 +160,9 @@ class PersonalizedStream(SecretSequence):
         self._requirements = requirements
         self._dimensions = d
         super().__init__(counts)
-        # per-user bins, for population division (ledger.local_report_groups); bound to the same ledger
-        self._users = tuple(Secret(t + 1, row, self._claim) for t, row in enumerate(data.astype(np.float64)))
+        # per-user bins in their checked integer dtype, for population division (ledger.local_report_groups);
+        # bound to the same ledger
+        self._users = tuple(Secret(t + 1, row, self._claim, integer=True) for t, row in enumerate(data))
         for secret, users in zip(self._secrets, self._users, strict=True):
             attach_users(secret, users)
 

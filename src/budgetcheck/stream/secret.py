@@ -106,8 +106,10 @@ class Secret:
         stand_in: bool = False,
         rows: int = 0,
         neighbours: object = None,
+        integer: bool = False,
     ) -> None:
-        frozen = np.array(values, dtype=np.float64)
+        # integer: per-user bins (a PersonalizedStream's companion), kept in their own integer dtype
+        frozen = np.array(values, dtype=None if integer else np.float64)
         frozen.setflags(write=False)
         self._t = t
         # rows > 0: a stacked stream's timestamp, one payload row per stream (see GuardedStream.stacked).
