@@ -60,6 +60,7 @@ from budgetcheck.stream.live import LiveStream
 from budgetcheck.stream.neighbours import Kind, Neighbours
 from budgetcheck.stream.secret import (
     Secret,
+    StreamClaim,
     charge_view,
     charged,
     charged_payload,
@@ -264,6 +265,11 @@ class LedgerCore(abc.ABC):
             )
         stream._bind(self, integral=self._noise.name == DISCRETE, runs=self._runs, stacking=self._stacking)
         self._steady.clear()  # a stream bound: its operations' constants are validated afresh
+
+    def _bind_claim(self, claim: StreamClaim) -> None:
+        """:meth:`bind` on the first charged read of a stream never bound (see :func:`stream.secret.claim`)."""
+        claim.bind(self, integral=self._noise.name == DISCRETE, runs=self._runs, stacking=self._stacking)
+        self._steady.clear()
 
     @abc.abstractmethod
     def header(self) -> LedgerHeader:

@@ -17,18 +17,17 @@ from budgetcheck.ledger.errors import InvalidArgument, SecretAccess
 from budgetcheck.ledger.requirements import RequirementSet
 from budgetcheck.ledger.validation import check_positive_int, check_stream
 from budgetcheck.stream.neighbours import DEFAULT, Neighbours, check_neighbours
-from budgetcheck.stream.secret import Secret, attach_users
+from budgetcheck.stream.secret import Secret, StreamClaim, attach_users
 
 
 class SecretSequence:
     """T secrets bound together: one ledger may read them (see ``ledger.bind``)."""
 
-    __slots__ = ("_claim", "_integral", "_length", "_neighbours", "_rows", "_secrets")
+    __slots__ = ("__weakref__", "_claim", "_length", "_neighbours", "_rows", "_secrets")
 
     def __init__(self, payloads: NDArray[np.float64], *, rows: int = 0, neighbours: Neighbours = DEFAULT) -> None:
         self._length = int(payloads.shape[0])
-        self._integral = bool(np.array_equal(payloads, np.round(payloads)))
-        self._claim: list[object] = []
+        self._claim = StreamClaim(self, integral=bool(np.array_equal(payloads, np.round(payloads))), rows=rows)
         self._rows = rows
         self._neighbours = check_neighbours(neighbours)
         self._secrets = tuple(
@@ -58,25 +57,8 @@ class SecretSequence:
         return self._secrets[t - 1]
 
     def _bind(self, ledger: object, *, integral: bool = False, runs: int = 1, stacking: bool = False) -> None:
-        """Bind every secret of this stream to ``ledger`` (``integral``: its sampler publishes integer counts only;
-        ``stacking``: it reads stacked streams, run r from stream r // (runs / streams))."""
-        if self._rows and not stacking:
-            raise InvalidArgument(
-                f"{self!r} is stacked: only a WindowLedger reads stacked streams, not a {type(ledger).__name__}"
-            )
-        if self._rows and runs % self._rows:
-            raise InvalidArgument(
-                f"{self!r} stacks {self._rows} streams: the ledger's runs={runs} must be a multiple of {self._rows}"
-            )
-        if integral and not self._integral:
-            raise InvalidArgument(
-                f"{self!r} holds values that are not integers: the discrete-laplace sampler publishes "
-                "integer counts (use sampler='numpy-laplace', or round the stream first)"
-            )
-        if not self._claim:
-            self._claim.append(ledger)
-        elif self._claim[0] is not ledger:
-            raise SecretAccess(f"{self!r} is already accounted by another ledger")
+        """Bind every secret of this stream to ``ledger`` (:meth:`StreamClaim.bind`)."""
+        self._claim.bind(ledger, integral=integral, runs=runs, stacking=stacking)
 
     def __reduce_ex__(self, protocol: object) -> tuple[object, ...]:
         raise SecretAccess(f"a {type(self).__name__} cannot be pickled: it holds the true stream")

@@ -32,7 +32,7 @@ from typing import Any, NoReturn, final
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck.ledger.errors import SecretAccess
+from budgetcheck.ledger.errors import InvalidArgument, SecretAccess
 from budgetcheck.stream.neighbours import DEFAULT
 
 
@@ -338,10 +338,52 @@ def charged_payload(secret: Secret) -> NDArray[np.float64]:
     return payload
 
 
+@final
+class StreamClaim(list[object]):
+    """The claim of a stream's secrets: empty until a ledger binds the stream (then that ledger), with
+    what binding checks: whether the stream holds integers only and how many streams it stacks. A
+    ledger's first charged read of a stream never bound binds it with the same checks as
+    ``ledger.bind`` (:func:`claim`), before anything is charged."""
+
+    __slots__ = ("_described", "integral", "rows")
+
+    def __init__(self, stream: object, *, integral: bool, rows: int) -> None:
+        super().__init__()
+        self.integral = integral  # every value an integer (what the discrete sampler publishes)
+        self.rows = rows  # streams stacked (0: a plain stream)
+        self._described = weakref.ref(stream)  # for messages only: a secret may outlive its stream
+
+    def bind(self, ledger: object, *, integral: bool, runs: int, stacking: bool) -> None:
+        """Bind the stream to ``ledger`` (``integral``: its sampler publishes integer counts only;
+        ``stacking``: it reads stacked streams, run r from stream r // (runs / streams)); a second ledger is refused."""
+        stream = self._described() or "the stream"
+        if self.rows and not stacking:
+            raise InvalidArgument(
+                f"{stream!r} is stacked: only a WindowLedger reads stacked streams, not a {type(ledger).__name__}"
+            )
+        if self.rows and runs % self.rows:
+            raise InvalidArgument(
+                f"{stream!r} stacks {self.rows} streams: the ledger's runs={runs} must be a multiple of {self.rows}"
+            )
+        if integral and not self.integral:
+            raise InvalidArgument(
+                f"{stream!r} holds values that are not integers: the discrete-laplace sampler publishes "
+                "integer counts (use sampler='numpy-laplace', or round the stream first)"
+            )
+        if not self:
+            self.append(ledger)
+        elif self[0] is not ledger:
+            raise SecretAccess(f"{stream!r} is already accounted by another ledger")
+
+
 def claim(secret: Secret, ledger: object) -> None:
-    """Bind the secret's stream to one ledger: reading it through a second ledger would hide spends."""
+    """Bind the secret's stream to one ledger: reading it through a second ledger would hide spends.
+    A stream never bound is bound here with ``ledger.bind``'s checks (:class:`StreamClaim`)."""
     if not secret._claim:
-        secret._claim.append(ledger)
+        if type(secret._claim) is StreamClaim:
+            ledger._bind_claim(secret._claim)  # type: ignore[attr-defined]  # a Ledger (this layer does not import it)
+        else:
+            secret._claim.append(ledger)
     elif secret._claim[0] is not ledger:
         raise SecretAccess(
             f"{secret!r} belongs to a stream already accounted by another ledger; a stream is read "
