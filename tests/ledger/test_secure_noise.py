@@ -145,3 +145,28 @@ def test_the_discrete_threshold_test_answers_as_the_continuous_one() -> None:
         error = 5 * np.sqrt(max(q * (1 - q), 1e-4) * 2 / 2000)
         assert abs(p - q) <= error, (discrete, continuous)
     assert discrete == sorted(discrete) and discrete[0] < 0.2 and discrete[-1] > 0.8
+
+
+@pytest.mark.parametrize("epsilon", [5e-324, 1e-323, 2.0**-1060])
+def test_a_budget_whose_discrete_scale_passes_the_largest_double_is_refused_before_the_charge(epsilon: float) -> None:
+    """Δ/ε beyond the largest double: the rational sampler cannot draw (it raised OverflowError after
+    the charge); now InvalidArgument names ε, and nothing is charged, in one run and in several."""
+    for runs, amount in ((1, epsilon), (2, np.array([0.5, epsilon]))):
+        ledger = bc.WindowLedger(epsilon=1.0, w=2, runs=runs, keep_records=True)
+        stream = bc.GuardedStream(COUNTS)
+        ledger.bind(stream)
+        with pytest.raises(bc.InvalidArgument, match=r"epsilon=.* too small for the discrete-laplace sampler"):
+            ledger.laplace(stream.secret(1), amount)
+        assert not ledger.records
+        assert ledger.laplace(stream.secret(1), 0.5).shape == (runs, 3)  # the ledger goes on
+
+
+def test_discrete_draws_past_the_largest_double_release_infinities_not_a_traceback() -> None:
+    """A scale near the largest double: some draws land beyond it (about 1 in 40 at ε = 2e-308); the
+    release rounds them to ±inf (post-processing of the draw) instead of failing after the charge."""
+    ledger = bc.WindowLedger(epsilon=1.0, w=2, keep_records=True)
+    stream = bc.GuardedStream(np.zeros((1, 2000)))
+    ledger.bind(stream)
+    released = ledger.laplace(stream.secret(1), 2e-308)
+    assert len(ledger.records) == 1 and not np.isnan(released).any()
+    assert np.isinf(released).any() and (np.abs(released[np.isfinite(released)]) <= np.finfo(float).max).all()

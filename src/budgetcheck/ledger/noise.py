@@ -142,10 +142,22 @@ class DiscreteLaplace:
         return DISCRETE
 
     def scale(self, sensitivity: float, budgets: FloatArray, *, integral: bool) -> FloatArray:
-        return rounding.scale_up(self._covered(sensitivity, integral), budgets)
+        """Δ/ε rounded up per budget; refused (before any charge) where a paid budget's scale passes
+        the largest double: the sampler draws on a rational scale, which must be finite."""
+        covered = self._covered(sensitivity, integral)
+        scale = rounding.scale_up(covered, budgets)
+        if not np.isfinite(scale).all():
+            beyond = (budgets > 0.0) & ~np.isfinite(np.broadcast_to(scale, budgets.shape))
+            if beyond.any():
+                raise InvalidArgument(
+                    f"epsilon={float(budgets[beyond].min())!r} is too small for the discrete-laplace sampler: its "
+                    f"noise scale {covered!r}/epsilon passes the largest double"
+                )
+        return scale
 
     def scale_value(self, sensitivity: float, budget: float, *, integral: bool) -> float | None:
-        return rounding.scale_up_float(self._covered(sensitivity, integral), budget)
+        scale = rounding.scale_up_float(self._covered(sensitivity, integral), budget)
+        return scale if scale is not None and scale < math.inf else None  # None: the array path refuses it
 
     @staticmethod
     def _covered(sensitivity: float, integral: bool) -> float:
@@ -165,13 +177,22 @@ class DiscreteLaplace:
             units = Fraction(float(scales[index])) / gamma
             noise = discrete_laplace(units) if units > 0 else 0
             grid = round(Fraction(float(values[index])) / gamma)  # exact for every finite value (no float overflow)
-            out[index] = float((grid + noise) * gamma)
+            out[index] = _nearest_double((grid + noise) * gamma)
         return out
 
     def perturb_values(self, values: list[float], scale: float, sensitivity: float, *, integral: bool) -> list[float]:
         """:meth:`perturb` of plain values (its rational arithmetic costs far more than the arrays)."""
         noisy = self.perturb(np.array(values, dtype=np.float64), np.array(scale), sensitivity, integral=integral)
         return [float(value) for value in noisy]
+
+
+def _nearest_double(value: Fraction) -> float:
+    """``float(value)``, and ±inf beyond the largest double (a draw at a scale near it may land there;
+    rounding a drawn value is post-processing)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def bernoulli(p: Fraction) -> bool:
