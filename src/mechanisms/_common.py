@@ -92,25 +92,22 @@ def run_fixed_schedule(rule: AllocationRule, stream: GuardedStream, ledger: Ledg
         return collect(fixed_schedule(rule, stream, ledger, filtering), stream, ledger.runs)
     env = rule_env(ledger)
     state = rule.initial(FLOAT, env)
-    secrets, budgets = [], []
-    released = np.zeros(stream.length, dtype=np.int64)
-    steps: dict[tuple[tuple[str, bytes], ...], tuple[Any, Any]] = {}  # see _state_key
-    for secret in stream:
+    schedule: list[float | FloatArray | None] = []  # per timestamp: the budgets of its release, None: none
+    first: dict[tuple[tuple[str, bytes], ...], int] = {}  # see _state_key: state -> index of its first timestamp
+    for index in range(stream.length):
         key = _state_key(state)
-        step = steps.get(key) if key is not None else None
-        if step is None:
-            (budget,) = rule.charges(FLOAT, env, state, True)
-            step = (
-                per_run_budget(budget) if _scheduled(budget) else None,
-                rule.advance(FLOAT, env, state, True, (budget,)),
-            )
-            if key is not None:
-                steps[key] = step
-        scheduled, state = step
-        if scheduled is not None:
-            secrets.append(secret)
-            budgets.append(scheduled)
-            released[secret.t - 1] = 1
+        if key is not None:
+            start = first.setdefault(key, index)
+            if start < index:  # the state repeats, and with it the schedule: the rest follows the cycle
+                period = index - start
+                schedule += [schedule[start + (later - start) % period] for later in range(index, stream.length)]
+                break
+        (budget,) = rule.charges(FLOAT, env, state, True)
+        schedule.append(per_run_budget(budget) if _scheduled(budget) else None)
+        state = rule.advance(FLOAT, env, state, True, (budget,))
+    released = np.array([budgets is not None for budgets in schedule], dtype=np.int64)
+    secrets = [stream.secret(index + 1) for index in np.flatnonzero(released).tolist()]
+    budgets = [budgets for budgets in schedule if budgets is not None]
     latest = np.cumsum(released)  # per t: how many releases so far (its latest is the last of them)
     if not secrets:
         return empty_releases(ledger.runs, stream.length, stream.dimensions)
@@ -125,7 +122,8 @@ def _state_key(state: Any) -> tuple[tuple[str, bytes], ...] | None:
     """The exact bits of a rule state made of scalars (a fixed schedule's counters), else None.
 
     A rule's charges and advance are functions of (ε, w, state) (what ``budgetcheck prove`` proves),
-    so a fixed schedule evaluates each state it reaches once: w or fewer evaluations, not T."""
+    so once a fixed schedule reaches a state it has been in, its schedule repeats from there:
+    :func:`run_fixed_schedule` evaluates the rule until then (w or fewer times, not T)."""
     if not isinstance(state, tuple):
         return None
     parts = []

@@ -106,3 +106,57 @@ def test_a_rule_whose_states_never_repeat_releases_the_same_past_the_memo_bound(
     assert bounded == evaluated
     assert len(bounded[1]) == 100
     assert FLOAT.share(1.0, 5) * 5 <= 1.0
+
+
+class _Lasso:
+    """A rule whose states run 0, 1, ..., 5 and then cycle 4, 5, 4, 5, ...: a prefix before the cycle.
+    It releases at states 0, 2 and 5, at a tenth of ε/w (never refused)."""
+
+    purposes = ("publication",)
+
+    def initial(self, ops: Any, env: RuleEnv) -> tuple[int]:
+        return (0,)
+
+    def charges(self, ops: Any, env: RuleEnv, state: tuple[int], decision: Any) -> tuple[Any, ...]:
+        return (ops.where(state[0] in (0, 2, 5), ops.share(env.epsilon, 10 * env.w), 0),)
+
+    def advance(self, ops: Any, env: RuleEnv, state: tuple[int], decision: Any, spent: Any) -> tuple[int]:
+        return (state[0] + 1 if state[0] < 5 else 4,)
+
+
+def _whole_and_stepped(rule: Any, length: int, w: int, runs: int) -> tuple[Any, Any]:
+    """(run_fixed_schedule's releases and records, the same rule stepped timestamp by timestamp)."""
+    counts = np.random.default_rng(length + w).poisson(30, size=(length, 2)).astype(float)
+    out = []
+    for whole in (True, False):
+        if runs == 1:
+            ledger = bc.WindowLedger(epsilon=0.9, w=w, seed=3, sampler="numpy-laplace", keep_records=True)
+        else:  # several ε in one pass, as the benchmark stacks them
+            ledger = bc.WindowLedger.with_epsilons(
+                np.linspace(0.5, 2.0, runs), w, seed=3, sampler="numpy-laplace", keep_records=True
+            )
+        stream = bc.GuardedStream(counts)
+        ledger.bind(stream)
+        if whole:
+            releases = _common.run_fixed_schedule(rule, stream, ledger, False)
+        else:
+            releases = _common.collect(_common.fixed_schedule(rule, stream, ledger, False), stream, runs)
+        out.append(_signature(releases, ledger))
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize("length", [1, 2, 7, 45])
+@pytest.mark.parametrize("w", [1, 4, 10])
+@pytest.mark.parametrize("runs", [1, 3])
+def test_the_whole_stream_schedule_follows_the_cycle_of_the_rules_states(length: int, w: int, runs: int) -> None:
+    """run_fixed_schedule stops evaluating the rule at the first repeated state and repeats the
+    schedule from there: against the rule stepped at every timestamp, the same records and releases,
+    bit for bit, for Uniform, Sample, a hybrid of period 3, a rule with a prefix before its cycle and
+    one whose states never repeat."""
+    for rule in (BUILTIN["Uniform"]().allocation_rule(), BUILTIN["Sample"]().allocation_rule(), _Lasso()):
+        whole, stepped = _whole_and_stepped(rule, length, w, runs)
+        assert whole[1] == stepped[1] and whole[0] == stepped[0]
+    hybrid = type(BUILTIN["Uniform"]().allocation_rule())(every=3)
+    assert _whole_and_stepped(hybrid, length, w, runs)[0] == _whole_and_stepped(hybrid, length, w, runs)[1]
+    counter = _whole_and_stepped(_Counter(), length, w, runs)
+    assert counter[0] == counter[1] and len(counter[0][1]) == length
