@@ -129,13 +129,21 @@ def journaled(method: F) -> F:
     def wrapper(self: LedgerCore, *args: Any, **kwargs: Any) -> Any:
         try:
             with self._lock:  # check, commit and draw as one step for every thread sharing the ledger
-                if self._hook is None:  # no hook: the operation itself (a refusal noted as _run_operation notes it)
-                    try:
-                        return method(self, *args, **kwargs)
-                    except BudgetExceeded as exc:
-                        self._note_refusal(exc)
-                        raise
-                return self._run_operation(functools.partial(method, self), args, kwargs)
+                try:
+                    if self._hook is None:  # no hook: the operation itself (a refusal noted as _run_operation notes it)
+                        try:
+                            return method(self, *args, **kwargs)
+                        except BudgetExceeded as exc:
+                            self._note_refusal(exc)
+                            raise
+                    return self._run_operation(functools.partial(method, self), args, kwargs)
+                except BudgetExceeded:
+                    if self._fresh_claims:  # a refusal changes nothing: not even the binding of a stream
+                        self._unbind_fresh()
+                    raise
+                finally:
+                    if self._fresh_claims:
+                        self._fresh_claims.clear()
         except TypeError as exc:  # a call that does not fit the signature names the public class, not a base
             inner = f"{method.__qualname__}()"
             if str(exc).startswith(inner):
@@ -152,6 +160,7 @@ class LedgerCore(abc.ABC):
 
     __slots__ = (
         "_applying",
+        "_fresh_claims",
         "_hook",
         "_keep",
         "_lock",
@@ -181,6 +190,7 @@ class LedgerCore(abc.ABC):
         self._t = 0
         self._records: list[SpendRecord] = []
         self._refusals = 0
+        self._fresh_claims: list[list[object]] = []  # streams the operation under way bound (see _bind_claim)
         self._refused_worst = 0.0  # the largest window sum / ε a refused spend would have made
         self._vouched = 0  # charges whose sensitivity the caller vouched for (measure, measure_footprint)
         self._applying = False  # accounting for a stored record (see _apply_row): not a new spend
@@ -266,10 +276,22 @@ class LedgerCore(abc.ABC):
         stream._bind(self, integral=self._noise.name == DISCRETE, runs=self._runs, stacking=self._stacking)
         self._steady.clear()  # a stream bound: its operations' constants are validated afresh
 
-    def _bind_claim(self, claim: StreamClaim) -> None:
-        """:meth:`bind` on the first charged read of a stream never bound (see :func:`stream.secret.claim`)."""
-        claim.bind(self, integral=self._noise.name == DISCRETE, runs=self._runs, stacking=self._stacking)
-        self._steady.clear()
+    def _bind_claim(self, owner: list[object]) -> None:
+        """:meth:`bind` on the first charged read of a stream never bound (see :func:`stream.secret.claim`);
+        undone if the operation is refused (a refusal changes nothing)."""
+        if type(owner) is StreamClaim:
+            owner.bind(self, integral=self._noise.name == DISCRETE, runs=self._runs, stacking=self._stacking)
+            self._steady.clear()
+        else:  # a secret made on its own (a stand-in, a secret outside any stream)
+            owner.append(self)
+        self._fresh_claims.append(owner)
+
+    def _unbind_fresh(self) -> None:
+        """Undo the bindings the refused operation made (:meth:`_bind_claim`)."""
+        for bound in self._fresh_claims:
+            if bound and bound[0] is self:
+                bound.clear()
+        self._fresh_claims.clear()
 
     @abc.abstractmethod
     def header(self) -> LedgerHeader:

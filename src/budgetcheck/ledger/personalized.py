@@ -25,7 +25,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck import rounding
 from budgetcheck.ledger.core import LedgerCore, journaled, locked
-from budgetcheck.ledger.errors import InvalidArgument
+from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument
 from budgetcheck.ledger.exact import ExactVector
 from budgetcheck.ledger.local import GRR, OUE, estimate_variance, group_counts, perturbed_estimate, uses_grr
 from budgetcheck.ledger.noise import DISCRETE
@@ -36,6 +36,7 @@ from budgetcheck.ledger.sampling import inclusion_probabilities, optimal_budget
 from budgetcheck.ledger.validation import check_bin_amounts, check_label, check_positive_int, float_array
 from budgetcheck.ledger.wevent import window_exceeded
 from budgetcheck.ledger.windows import ExactWindows
+from budgetcheck.stream.live import LiveStream
 from budgetcheck.stream.secret import Secret, charged, users_of
 
 FloatArray = NDArray[np.float64]
@@ -147,7 +148,7 @@ class PersonalizedLedger(LedgerCore):
 
         c̃_t are the Sampling Mechanism's counts at the per-user budgets. Returns shape (runs,).
         """
-        self._check_secret(secret)
+        self._check_class_secret(secret)
         d = int(secret.shape[-1])
         last = np.asarray(last_release, dtype=np.float64)
         if last.shape != (self._runs, d) or not np.isfinite(last).all():
@@ -215,10 +216,17 @@ class PersonalizedLedger(LedgerCore):
         users = users_of(secret)
         if users is None:
             raise InvalidArgument(f"{secret!r} keeps no per-user data: grouped reports need a PersonalizedStream")
+        partition = self._groups
         self._divide(k)
         d = int(secret.shape[-1])
         flat = amounts.reshape(self._runs, -1)
-        self._charge_local(t, amounts, flat, d, purpose)  # refused here: nothing drawn, nothing charged
+        try:
+            self._charge_local(t, amounts, flat, d, purpose)  # refused here: nothing drawn, nothing charged
+        except BudgetExceeded:
+            if self._groups != partition:  # nor the partition this report would have fixed
+                self._groups = partition
+                self._reset()
+            raise
         sizes = self.group_sizes(k).reshape(-1).astype(np.float64)
         with charged(users) as bins:
             counts = group_counts(bins, self._requirements.user_classes, self._requirements.n_classes, k, d)
@@ -259,11 +267,7 @@ class PersonalizedLedger(LedgerCore):
         """Fix the partition into k groups: only before the first spend, and never a different k after."""
         if k == self._groups:
             return
-        if (
-            self._t > 0
-            or self._refusals
-            or any(win.prospective(1)[0].tolist() != [0] * self._runs for win in self._windows)
-        ):
+        if self._t > 0 or any(win.prospective(1)[0].tolist() != [0] * self._runs for win in self._windows):
             raise InvalidArgument(
                 f"groups={k!r}: this ledger's users are already split into {self._groups} group(s); the "
                 "partition is fixed by the first grouped report, which must come before any spend"
@@ -287,13 +291,24 @@ class PersonalizedLedger(LedgerCore):
         raw.setflags(write=False)
         return raw
 
+    def bind(self, stream: object) -> None:
+        """:meth:`Ledger.bind`; a live stream's (classes, d) rows are then checked against this requirement
+        set as they arrive (counts are integers >= 0, at most a class's users)."""
+        if isinstance(stream, LiveStream):
+            stream._limit_classes(self._requirements.counts, check_only=True)  # refused before binding
+        super().bind(stream)
+        if isinstance(stream, LiveStream):
+            stream._limit_classes(self._requirements.counts)
+
     def _check_class_secret(self, secret: Secret) -> int:
         """The timestamp of a secret this ledger may read (:meth:`_check_secret`) that holds one row per
         requirement class: a secret of a PersonalizedStream of this requirement set."""
-        t = self._check_secret(secret)
-        if secret.shape[:1] != (self._requirements.n_classes,):
-            raise InvalidArgument(f"{secret!r} is not from a PersonalizedStream of this requirement set")
-        return t
+        if isinstance(secret, Secret) and (len(secret.shape) != 2 or secret.shape[0] != self._requirements.n_classes):
+            raise InvalidArgument(  # before the claim: a stream of other shapes is not bound by the attempt
+                f"{secret!r} is not from a PersonalizedStream of this requirement set: its secrets hold (classes, d) "
+                f"= ({self._requirements.n_classes}, d) counts"
+            )
+        return self._check_secret(secret)
 
     def _lookback(self) -> int:
         return max(r.w for r in self._requirements.classes)

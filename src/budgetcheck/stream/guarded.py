@@ -17,7 +17,7 @@ from budgetcheck.ledger.errors import InvalidArgument, SecretAccess
 from budgetcheck.ledger.requirements import RequirementSet
 from budgetcheck.ledger.validation import check_positive_int, check_stream
 from budgetcheck.stream.neighbours import DEFAULT, Neighbours, check_neighbours
-from budgetcheck.stream.secret import Secret, StreamClaim, attach_users
+from budgetcheck.stream.secret import COMPANION, Secret, StreamClaim, attach_users
 
 
 class SecretSequence:
@@ -144,7 +144,8 @@ class PersonalizedStream(SecretSequence):
         super().__init__(counts)
         # per-user bins in their checked integer dtype, for population division (ledger.local_report_groups);
         # bound to the same ledger
-        self._users = tuple(Secret(t + 1, row, self._claim, integer=True) for t, row in enumerate(data))
+        companions = StreamClaim(self, kind=COMPANION)  # never bound: no ledger operation reads them by claim
+        self._users = tuple(Secret(t + 1, row, companions, integer=True) for t, row in enumerate(data))
         for secret, users in zip(self._secrets, self._users, strict=True):
             attach_users(secret, users)
 
@@ -217,6 +218,11 @@ def _check_bins(bins: ArrayLike, users: int, d: int) -> NDArray[np.integer[Any]]
         raw = np.asarray(bins)
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(f"bins must be an integer array of shape (T, {users}): {exc}") from exc
+    if raw.dtype == object and raw.ndim == 2:  # numpy keeps Python ints beyond 64 bits (or mixed types) as objects
+        raise InvalidArgument(
+            "bins must hold integer bins in [0, d) or -1 (absent) that fit in 64 bits, got entries numpy keeps as "
+            "Python objects"
+        )
     if raw.dtype == object or raw.ndim != 2 or raw.shape[1] != users or raw.shape[0] < 1:
         raise InvalidArgument(f"bins must have shape (T, {users}) (one column per user, T >= 1), got shape {raw.shape}")
     if raw.dtype.kind not in "iuf":  # strings, booleans, …: not bin numbers

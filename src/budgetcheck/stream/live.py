@@ -9,7 +9,7 @@ file: the ledger answers them with the stored outputs, and refuses to read them)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import final
 
 import numpy as np
@@ -18,7 +18,7 @@ from numpy.typing import ArrayLike, NDArray
 from budgetcheck.ledger.errors import InvalidArgument, SecretAccess, TimestampOrder
 from budgetcheck.ledger.validation import MAX_T, MAX_VALUE, check_positive_int, check_timestamp
 from budgetcheck.stream.neighbours import DEFAULT, Neighbours, check_neighbours
-from budgetcheck.stream.secret import Secret, live_secret
+from budgetcheck.stream.secret import LIVE, Secret, StreamClaim, live_secret
 
 _FEW = 16  # up to this many values a row is checked in plain Python (cheaper than two numpy calls)
 
@@ -33,6 +33,23 @@ def _bounded(row: NDArray[np.float64]) -> bool:
     return bool((np.abs(row) <= MAX_VALUE).all())
 
 
+def _unbounded(row: NDArray[np.float64]) -> NDArray[np.bool_]:
+    return np.asarray(~(np.abs(row) <= MAX_VALUE))
+
+
+def _negative(row: NDArray[np.float64]) -> NDArray[np.bool_]:
+    return np.asarray(row < 0)
+
+
+def _fractional(row: NDArray[np.float64]) -> NDArray[np.bool_]:
+    return np.asarray(row != np.round(row))
+
+
+def _first(row: NDArray[np.float64], bad: Callable[[NDArray[np.float64]], NDArray[np.bool_]]) -> str:
+    """The position of the first entry ``bad`` marks (a position, not a count)."""
+    return f"entry {tuple(int(i) for i in np.argwhere(bad(row))[0])}"
+
+
 @final
 class LiveStream:
     """(t, d counts) rows, t strictly increasing; ``replayed`` timestamps come first, as stand-ins.
@@ -42,7 +59,9 @@ class LiveStream:
     """
 
     __slots__ = (
+        "__weakref__",
         "_claim",
+        "_class_sizes",
         "_current",
         "_dimensions",
         "_integral",
@@ -69,8 +88,9 @@ class LiveStream:
         self._rows = rows
         self._neighbours = check_neighbours(neighbours)  # the relation every sensitivity is derived from
         self._replayed = tuple(replayed)
-        self._claim: list[object] = []
+        self._claim = StreamClaim(self, kind=LIVE)  # bound by ledger.bind only (see StreamClaim)
         self._integral = False
+        self._class_sizes: NDArray[np.float64] | None = None  # see _limit_classes
         self._used = False
         self._current = 0
 
@@ -110,22 +130,48 @@ class LiveStream:
             yield secret
 
     def _secret(self, t: int, values: object) -> Secret:
-        """The secret of row t: the row copied once, checked, frozen and handed to the vault as it is."""
-        row = np.array(values, dtype=np.float64)  # the one copy: the caller's array is never the payload
+        """The secret of row t: the row copied once, checked, frozen and handed to the vault as it is.
+        A refused row's message names its shape or one offending position, never the row's counts."""
+        try:
+            row = np.array(values, dtype=np.float64)  # the one copy: the caller's array is never the payload
+        except (TypeError, ValueError, OverflowError):
+            raise InvalidArgument(
+                f"row t={t} must be real numbers in shape {self._shape}, got a {type(values).__name__} that is not"
+            ) from None
         if type(values) is not list and type(values) is not np.ndarray and type(values) is not tuple:
             # numpy trusts an object's __array__ with copy=True: one that ignores it hands back an array the
             # caller keeps, which would be frozen under the caller and could change after these checks
             row = row.copy()
-        if row.shape != self._shape or not _bounded(row):
+        if row.shape != self._shape:
+            raise InvalidArgument(f"row t={t} must have shape {self._shape}, got shape {row.shape}")
+        if not _bounded(row):
             raise InvalidArgument(
-                f"row t={t} must hold finite values of at most 2^53 in shape {self._shape}, got {row.tolist()!r}"
+                f"row t={t} must hold finite values of at most 2^53, not at {_first(row, _unbounded)}"
             )
-        if self._integral and not np.array_equal(row, np.round(row)):
-            raise InvalidArgument(
-                f"row t={t} must hold integer counts (the discrete-laplace sampler), got {row.tolist()!r}"
-            )
+        if (self._integral or self._class_sizes is not None) and not np.array_equal(row, np.round(row)):
+            raise InvalidArgument(f"row t={t} must hold integer counts, not at {_first(row, _fractional)}")
+        if self._class_sizes is not None:
+            if (row < 0).any():
+                raise InvalidArgument(f"row t={t} must hold counts >= 0, not at {_first(row, _negative)}")
+            over = np.flatnonzero(row.sum(axis=1) > self._class_sizes)
+            if over.size:
+                c = int(over[0])
+                raise InvalidArgument(
+                    f"row t={t}: class {c} counts more users than the {int(self._class_sizes[c])} it has"
+                )
         row.setflags(write=False)
         return live_secret(t, row, self._claim, self._neighbours)
+
+    def _limit_classes(self, sizes: Sequence[int], *, check_only: bool = False) -> None:
+        """Check every (C, d) row against the requirement set's class sizes (a PersonalizedLedger binds it):
+        counts are integers >= 0 and a class's row sums to at most its users."""
+        if len(self._shape) != 2 or self._shape[0] != len(sizes):
+            raise InvalidArgument(
+                f"{self!r} must hold (classes, d) = ({len(sizes)}, {self._dimensions}) counts per row for a "
+                "PersonalizedLedger (LiveStream(..., classes=...))"
+            )
+        if not check_only:
+            self._class_sizes = np.array(sizes, dtype=np.float64)
 
     @staticmethod
     def _check_t(t: object, last: int) -> int:

@@ -338,17 +338,24 @@ def charged_payload(secret: Secret) -> NDArray[np.float64]:
     return payload
 
 
+COMPANION, LIVE, STORED = "companion", "live", "stored"  # kinds of StreamClaim
+
+
 @final
 class StreamClaim(list[object]):
     """The claim of a stream's secrets: empty until a ledger binds the stream (then that ledger), with
-    what binding checks: whether the stream holds integers only and how many streams it stacks. A
-    ledger's first charged read of a stream never bound binds it with the same checks as
-    ``ledger.bind`` (:func:`claim`), before anything is charged."""
+    what binding checks. ``kind``: a stored stream (``STORED``: whether it holds integers only, how
+    many streams it stacks), a live one (``LIVE``: its rows are checked for the ledger as they are
+    handed out, so it must be bound before it is iterated) or a PersonalizedStream's per-user
+    companions (``COMPANION``: never bound, read only by the grouped report of its class counts). A
+    ledger's first charged read of a stream never bound binds it here, with ``ledger.bind``'s checks,
+    before anything is charged (:func:`claim`)."""
 
-    __slots__ = ("_described", "integral", "rows")
+    __slots__ = ("_described", "integral", "kind", "rows")
 
-    def __init__(self, stream: object, *, integral: bool, rows: int) -> None:
+    def __init__(self, stream: object, *, kind: str = STORED, integral: bool = False, rows: int = 0) -> None:
         super().__init__()
+        self.kind = kind
         self.integral = integral  # every value an integer (what the discrete sampler publishes)
         self.rows = rows  # streams stacked (0: a plain stream)
         self._described = weakref.ref(stream)  # for messages only: a secret may outlive its stream
@@ -357,6 +364,15 @@ class StreamClaim(list[object]):
         """Bind the stream to ``ledger`` (``integral``: its sampler publishes integer counts only;
         ``stacking``: it reads stacked streams, run r from stream r // (runs / streams)); a second ledger is refused."""
         stream = self._described() or "the stream"
+        if self.kind == COMPANION:
+            raise SecretAccess(
+                f"the per-user bins of {stream!r} are read only by PersonalizedLedger.local_report_groups on "
+                "the stream's own secret (a release of them would be charged at the wrong sensitivity)"
+            )
+        if self.kind == LIVE:
+            raise InvalidArgument(
+                f"bind the ledger before iterating {stream!r}: its rows are checked for the ledger when handed out"
+            )
         if self.rows and not stacking:
             raise InvalidArgument(
                 f"{stream!r} is stacked: only a WindowLedger reads stacked streams, not a {type(ledger).__name__}"
@@ -378,12 +394,9 @@ class StreamClaim(list[object]):
 
 def claim(secret: Secret, ledger: object) -> None:
     """Bind the secret's stream to one ledger: reading it through a second ledger would hide spends.
-    A stream never bound is bound here with ``ledger.bind``'s checks (:class:`StreamClaim`)."""
+    A stream never bound is bound by the ledger here, with ``ledger.bind``'s checks (:class:`StreamClaim`)."""
     if not secret._claim:
-        if type(secret._claim) is StreamClaim:
-            ledger._bind_claim(secret._claim)  # type: ignore[attr-defined]  # a Ledger (this layer does not import it)
-        else:
-            secret._claim.append(ledger)
+        ledger._bind_claim(secret._claim)  # type: ignore[attr-defined]  # a Ledger (this layer does not import it)
     elif secret._claim[0] is not ledger:
         raise SecretAccess(
             f"{secret!r} belongs to a stream already accounted by another ledger; a stream is read "
