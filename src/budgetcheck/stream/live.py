@@ -85,6 +85,8 @@ class LiveStream:
         self._shape = (
             (self._dimensions,) if classes is None else (check_positive_int(classes, "classes"), self._dimensions)
         )
+        if not isinstance(rows, Iterable) or isinstance(rows, (str, bytes)):
+            raise InvalidArgument(f"rows must be an iterable of (t, counts) pairs, got {type(rows).__name__}")
         self._rows = rows
         self._neighbours = check_neighbours(neighbours)  # the relation every sensitivity is derived from
         self._replayed = tuple(replayed)
@@ -122,10 +124,17 @@ class LiveStream:
             last = self._check_t(t, last)
             self._current = t
             yield Secret(t, nothing, self._claim, stand_in=True, neighbours=self._neighbours)
-        for t, values in self._rows:
+        for item in self._rows:
+            try:
+                t, values = item
+            except (TypeError, ValueError):
+                raise InvalidArgument(
+                    f"each row of a LiveStream must be a pair (t, counts); the one after t={last} is a "
+                    f"{type(item).__name__} that is not"
+                ) from None
             last = self._check_t(t, last)
             secret = self._secret(t, values)
-            del values  # while the mechanism holds the secret, this frame holds nothing of the row
+            del item, values  # while the mechanism holds the secret, this frame holds nothing of the row
             self._current = t
             yield secret
 
