@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import budgetcheck as bc
+from budgetcheck import rounding
 from budgetcheck.ledger.noise import DiscreteLaplace, NumpyLaplace
 from budgetcheck.stream.neighbours import Neighbours
 
@@ -227,6 +228,13 @@ def test_one_budgets_scale_is_the_arrays_bit_for_bit(sensitivity: float, budget:
     """The steady path's scale of one amount (a double) is the array path's, for both noise sources."""
     for source in (NumpyLaplace(np.random.default_rng(0)), DiscreteLaplace()):
         value = source.scale_value(sensitivity, budget, integral=integral)
+        if isinstance(source, DiscreteLaplace) and not math.isfinite(
+            rounding.scale_up(source._covered(sensitivity, integral), np.array([budget]))[0]
+        ):  # a scale past the largest double: the discrete sampler refuses it on both paths
+            assert value is None
+            with pytest.raises(bc.InvalidArgument, match="too small for the discrete-laplace sampler"):
+                source.scale(sensitivity, np.array([budget]), integral=integral)
+            continue
         expected = source.scale(sensitivity, np.array([budget]), integral=integral)[0]
         assert value is not None and np.float64(value).tobytes() == np.float64(expected).tobytes()
     for source in (NumpyLaplace(np.random.default_rng(0)), DiscreteLaplace()):  # outside the case: the array path
