@@ -430,6 +430,12 @@ def audit(log: Path | str, epsilon: float | None, w: int | None, as_json: bool, 
 
         audit_ledger_file(log, expect_head, as_json, epsilon, w)
     log = Path(log)
+    if expect_head is not None:
+        raise click.BadParameter(
+            f"{expect_head!r}: {log} is an exported JSON-lines log, which has no hash chain and no head to check; "
+            "--expect-head applies to ledger files",
+            param_hint="--expect-head",
+        )
     try:
         with log.open(encoding="utf-8") as handle:
             header, records = load_lines(handle)
@@ -443,6 +449,11 @@ def audit(log: Path | str, epsilon: float | None, w: int | None, as_json: bool, 
         )
     except InvalidArgument as exc:
         raise InputError(f"{log}: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{log}: not a ledger log: it holds byte {exc.object[exc.start : exc.start + 1]!r}, which is not UTF-8 "
+            "text (an exported log is JSON lines; a ledger file starts with an SQLite header)"
+        ) from None
     if as_json:
         click.echo(
             json.dumps(
