@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from budgetcheck.cli.types import FilePath, LedgerTarget, Progress
+from budgetcheck.cli.types import FilePath, LedgerTarget, OutputPath, Progress
 from budgetcheck.ledger.audit import audit_windows
 from budgetcheck.ledger.errors import InvalidArgument
 from budgetcheck.ledger.notion import Notion
@@ -103,12 +103,10 @@ def main() -> None:
 @click.option(
     "--timings", is_flag=True, help="With --json: each stage's seconds (the report is then not reproducible)."
 )
-@click.option(
-    "--junit-xml", type=FilePath(dir_okay=False, path_type=Path), default=None, help="Also write a JUnit XML report."
-)
+@click.option("--junit-xml", type=OutputPath(), default=None, help="Also write a JUnit XML report.")
 @click.option(
     "--report",
-    type=FilePath(dir_okay=False, path_type=Path),
+    type=OutputPath(),
     default=None,
     help="Plot the window sums of the worst run found against ε (PNG, or HTML for .html); one mechanism only.",
 )
@@ -158,9 +156,7 @@ def verify(
         raise click.UsageError("name a MECHANISM (e.g. BD or my_module:MyMechanism) or pass --all")
     if not stages or set(stages) - set(STAGES):
         raise click.BadParameter(f"stages={stages!r} must be letters from {STAGES!r}", param_hint="--stages")
-    results = []
-    if not as_json:
-        _print_header()
+    results: list[VerifyResult] = []
     decided = verify_in_order(
         references,
         jobs=jobs,
@@ -173,9 +169,11 @@ def verify(
     )
     try:
         for result in decided:
-            results.append(result)
             if not as_json:
+                if not results:  # the header with the first row: a name that does not load is a bare usage error
+                    _print_header()
                 _print_row(result)  # as soon as it and every earlier one are decided
+            results.append(result)
     except InvalidArgument as exc:
         raise click.BadParameter(str(exc), param_hint="MECHANISM") from exc
     if as_json:
@@ -430,6 +428,12 @@ def audit(log: Path | str, epsilon: float | None, w: int | None, as_json: bool, 
 
         audit_ledger_file(log, expect_head, as_json, epsilon, w)
     log = Path(log)
+    if expect_head is not None:
+        raise click.BadParameter(
+            f"{expect_head!r}: {log} is an exported JSON-lines log, which has no hash chain and no head to check; "
+            "--expect-head applies to ledger files",
+            param_hint="--expect-head",
+        )
     try:
         with log.open(encoding="utf-8") as handle:
             header, records = load_lines(handle)
@@ -443,6 +447,11 @@ def audit(log: Path | str, epsilon: float | None, w: int | None, as_json: bool, 
         )
     except InvalidArgument as exc:
         raise InputError(f"{log}: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{log}: not a ledger log: it holds byte {exc.object[exc.start : exc.start + 1]!r}, which is not UTF-8 "
+            "text (an exported log is JSON lines; a ledger file starts with an SQLite header)"
+        ) from None
     if as_json:
         click.echo(
             json.dumps(
@@ -573,7 +582,7 @@ def _plain(text: str) -> str:
 )
 @click.option(
     "--results",
-    type=FilePath(dir_okay=False, path_type=Path),
+    type=OutputPath(),
     default=None,
     help="Results database (SQLite); an existing one is resumed. Default: bench-<grid>.sqlite.",
 )
@@ -582,7 +591,7 @@ def _plain(text: str) -> str:
 @click.option("--scheduler", default=None, help="Dask scheduler address (with --executor dask), e.g. tcp://host:8786.")
 @click.option(
     "--export",
-    type=FilePath(dir_okay=False, path_type=Path),
+    type=OutputPath(),
     default=None,
     help="Also export the rows to .csv or .parquet.",
 )

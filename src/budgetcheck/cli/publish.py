@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from budgetcheck.cli.types import FilePath, LedgerTarget
+from budgetcheck.cli.types import FilePath, LedgerTarget, OutputPath
 from budgetcheck.durable.audit_file import audit_file
 from budgetcheck.durable.journal import DURABILITY, LOCK_TIMEOUT
 from budgetcheck.ledger.errors import (
@@ -80,7 +80,7 @@ def _finite(value: float) -> float:
     "--out",
     "out_path",
     default=None,
-    type=FilePath(dir_okay=False, path_type=Path),
+    type=OutputPath(),
     help="Append releases to this file (exactly once across restarts); default stdout.",
 )
 @click.option(

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
+
+from budgetcheck.ledger.errors import InvalidArgument
+from budgetcheck.ledger.paths import check_output_path
 
 
 class FilePath(click.Path):
@@ -16,6 +20,21 @@ class FilePath(click.Path):
             return super().convert(value, param, ctx)
         except ValueError as exc:
             self.fail(f"{value!r} is not a usable path: {exc}", param, ctx)
+
+
+class OutputPath(FilePath):
+    """A file the command will write: its directory must exist, checked when the arguments are parsed
+    (before any run, charge or benchmark), so a typo is a usage error (exit 2) naming the option."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False, path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        path = super().convert(value, param, ctx)
+        try:
+            return check_output_path(path, "path")
+        except InvalidArgument as exc:
+            self.fail(str(exc).removeprefix("path="), param, ctx)
 
 
 class LedgerTarget(FilePath):

@@ -38,7 +38,7 @@ from budgetcheck.ledger.audit import StreamingWindows
 from budgetcheck.ledger.audit_notions import audit_by_header
 from budgetcheck.ledger.errors import InvalidArgument, LedgerCorrupt
 from budgetcheck.ledger.notion import Notion
-from budgetcheck.ledger.records import LedgerHeader, SpendRecord
+from budgetcheck.ledger.records import LedgerHeader, SpendRecord, parse_header
 from budgetcheck.ledger.validation import check_epsilon, check_positive_int
 
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ def audit_file(
     try:
         with db.guard("read the ledger"):
             db.begin_read()  # one read snapshot for the head and every row up to it
-        header, count, head = read_meta(db, name)
+        header, sampler, count, head = _read_meta(db, name)
         checked = header
         if override:
             if header.notion != Notion.W_EVENT:
@@ -173,7 +173,7 @@ def audit_file(
                 header, epsilon=header.epsilon if epsilon is None else epsilon, w=header.w if w is None else w
             )
         with db.guard("read the ledger"):
-            return _audit(db, str(path), header, count, head, expect_head, max_violations, checked)
+            return _audit(db, str(path), header, sampler, count, head, expect_head, max_violations, checked)
     except LedgerCorrupt as exc:
         if isinstance(exc.__cause__, LedgerCorrupt) or exc.__cause__ is None:
             raise
@@ -186,6 +186,29 @@ def audit_file(
 def read_meta(db: Store, path: str) -> tuple[LedgerHeader, int, str]:
     """The header, the record count and the head hash (hex) a ledger store keeps; LedgerCorrupt if
     ``path`` is not a budgetcheck ledger of this version."""
+    header, _, count, head = _read_meta(db, path)
+    return header, count, head
+
+
+@attrs.frozen
+class _Sampler:
+    """The sampler a file's chained header names (None in a file made before it was chained) and the
+    ``sampler`` meta entry a writer's claim compares (None if no writer claimed one yet)."""
+
+    chained: str | None
+    entry: str | None
+
+    def problem(self) -> str | None:
+        if self.chained is None or self.entry == self.chained:
+            return None
+        return (
+            f"the sampler entry {self.entry!r} is not the sampler {self.chained!r} the hash chain covers "
+            "(the meta table was edited)"
+        )
+
+
+def _read_meta(db: Store, path: str) -> tuple[LedgerHeader, _Sampler, int, str]:
+    """:func:`read_meta` and the file's sampler."""
     try:
         with db.guard("read the meta table"):
             meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
@@ -197,35 +220,35 @@ def read_meta(db: Store, path: str) -> tuple[LedgerHeader, int, str]:
         raise LedgerCorrupt(f"{path}: file version {meta.get('version')!r} is not supported (expected {FILE_VERSION})")
     try:
         raw = json.loads(meta["header"])
-        header = LedgerHeader(
-            notion=str(raw["notion"]),
-            epsilon=float(raw["epsilon"]),
-            w=int(raw["w"]),
-            runs=int(raw["runs"]),
-            classes=raw.get("classes", ()),
-            policies=raw.get("policies", ()),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
+        if not isinstance(raw, dict):
+            raise InvalidArgument(f"the stored header {raw!r} is not a JSON object")
+        header = parse_header(raw, ("format", "version", "sampler"))
+        chained = raw.get("sampler")
+        if chained is not None and not isinstance(chained, str):
+            raise InvalidArgument(f"sampler={chained!r} is not a sampler name")
+    except (KeyError, TypeError, ValueError, InvalidArgument) as exc:
         raise LedgerCorrupt(f"{path}: malformed meta table: {exc}") from exc
     with db.guard("read the head"):
         count, head = stored_head(db, path)
-    return header, count, head.hex()
+    entry = meta.get("sampler")
+    return header, _Sampler(chained, None if entry is None else str(entry)), count, head.hex()
 
 
 def _audit(
     db: Store,
     path: str,
     header: LedgerHeader,
+    sampler: _Sampler,
     count: int,
     head: str,
     expect_head: str | None,
     max_violations: int,
     checked_against: LedgerHeader,
 ) -> FileAudit:
-    """The chain from the file's own header; the composition against ``checked_against`` (the header,
-    or the caller's stricter ε and w)."""
+    """The chain from the file's own header (and the sampler it covers); the composition against
+    ``checked_against`` (the header, or the caller's stricter ε and w)."""
     streaming = header.notion == Notion.W_EVENT
-    start = genesis(header).hex()
+    start = genesis(header, sampler.chained).hex()
     anchor = None if expect_head is None else expect_head.lower()
     if count < _PARALLEL_FROM:
         problem, seen, last, found = verify_chain(path, 0, count, start, anchor)
@@ -244,6 +267,8 @@ def _audit(
     checked, worst, violations, broken = composition
     if problem is None and broken is not None:
         problem = broken
+    if problem is None:
+        problem = sampler.problem()
     return FileAudit(
         path=db.name,
         notion=header.notion,

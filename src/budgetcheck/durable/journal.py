@@ -86,9 +86,19 @@ class JournalRow:
     output: FloatArray | None
 
 
-def genesis(header: LedgerHeader) -> bytes:
-    """H_0: the hash of the header's canonical JSON."""
-    return hashlib.sha256(canonical(header.to_json())).digest()
+def genesis(header: LedgerHeader, sampler: str | None = None) -> bytes:
+    """H_0: the hash of the stored header's canonical JSON (:func:`chained_header`)."""
+    return hashlib.sha256(canonical(chained_header(header, sampler))).digest()
+
+
+def chained_header(header: LedgerHeader, sampler: str | None) -> dict[str, Any]:
+    """The header a file stores and H_0 covers: the ledger's header and, in files made since the sampler
+    was chained, the noise sampler the file keeps (so an edited sampler breaks the chain). Files made
+    before keep the sampler only in the unchained ``sampler`` meta entry (``sampler`` None here)."""
+    stored = header.to_json()
+    if sampler is not None:
+        stored["sampler"] = sampler
+    return stored
 
 
 def canonical(value: Any) -> bytes:
@@ -220,20 +230,24 @@ def connect(path: str | Path, *, durability: str = "full", lock_timeout: float =
     return db
 
 
-def initial_meta(header: LedgerHeader) -> list[tuple[str, str]]:
-    """The meta table of a new ledger (either store)."""
-    return [
+def initial_meta(header: LedgerHeader, sampler: str | None = None) -> list[tuple[str, str]]:
+    """The meta table of a new ledger (either store): the header (with the sampler, in the chain) and
+    the sampler entry that :meth:`Journal.claim` compares (it must agree with the chained one)."""
+    meta = [
         ("format", FORMAT),
         ("version", str(FILE_VERSION)),
-        ("header", canonical(header.to_json()).decode()),
+        ("header", canonical(chained_header(header, sampler)).decode()),
         ("sessions", "0"),
     ]
+    if sampler is not None:
+        meta.append(("sampler", sampler))
+    return meta
 
 
-def create(path: str | Path, header: LedgerHeader) -> None:
+def create(path: str | Path, header: LedgerHeader, sampler: str | None = None) -> None:
     """Make a ledger file at ``path`` unless one is there: built whole beside it, then linked into
     place (atomic: a reader or a second creator sees no file or the whole one, never an empty one)."""
-    create_file(path, initial_meta(header), genesis(header))
+    create_file(path, initial_meta(header, sampler), genesis(header, sampler))
 
 
 def create_file(path: str | Path, meta: list[tuple[str, str]], start: bytes) -> None:
@@ -241,6 +255,11 @@ def create_file(path: str | Path, meta: list[tuple[str, str]], start: bytes) -> 
     path = Path(path)
     if path.exists():
         return
+    if not path.parent.is_dir():
+        raise InvalidArgument(
+            f"cannot create the ledger file {str(path)!r}: {str(path.parent)!r} is not an existing directory "
+            "(nothing is damaged: create the directory or choose another path)"
+        )
     aside = path.with_name(f".{path.name}.{uuid.uuid4().hex}.new")
     try:
         db = sqlite3.connect(aside, isolation_level=None)
@@ -311,12 +330,19 @@ def open_store(
     durability: str = "full",
     lock_timeout: float = LOCK_TIMEOUT,
     header: LedgerHeader | None = None,
+    sampler: str | None = None,
 ) -> Store:
     """A connection to the ledger store ``target`` (a file path or a ``postgresql://`` URL), made first
-    (atomically, whole) from ``header`` if one is given and the store holds no ledger yet."""
+    (atomically, whole) from ``header`` (and the ``sampler`` it keeps) if one is given and the store
+    holds no ledger yet."""
     if durability not in DURABILITY:
         raise InvalidArgument(f"durability={durability!r} must be one of {sorted(DURABILITY)}")
-    create_with = None if header is None else (initial_meta(header), genesis(header))
+    if not isinstance(target, (str, os.PathLike)):
+        raise InvalidArgument(
+            f"path={target!r} must be a file path (str or pathlib.Path) or a postgresql:// URL, "
+            f"not {type(target).__name__}"
+        )
+    create_with = None if header is None else (initial_meta(header, sampler), genesis(header, sampler))
     if is_url(target):
         from budgetcheck.durable.postgres import PostgresStore
 
@@ -344,6 +370,11 @@ class SqliteStore:
         self._path, self._timeout = str(path), lock_timeout
         self._db = connect(path, durability=durability, lock_timeout=lock_timeout)
         self._closed = False
+        try:
+            self._check_tables()
+        except BaseException:
+            self._db.close()
+            raise
         if create is not None:  # files made before operation ids: add their index (a no-op when there)
             try:
                 with self.guard("add the operation-id index"):
@@ -354,6 +385,18 @@ class SqliteStore:
             except BaseException:
                 self._db.close()
                 raise
+
+    def _check_tables(self) -> None:
+        """LedgerCorrupt naming the file when it is an SQLite database but not a budgetcheck ledger file."""
+        with self.guard("read the schema"):
+            tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        missing = sorted({"meta", "records", "head"} - tables)
+        if missing:
+            raise LedgerCorrupt(
+                f"{self._path!r} is an SQLite database but not a budgetcheck ledger file (it has no "
+                f"{', '.join(missing)} table{'s' if len(missing) > 1 else ''}): it holds no ledger, and none is "
+                "made over it"
+            )
 
     @property
     def name(self) -> str:
@@ -406,13 +449,31 @@ class Journal:
     between an SQLite file and a PostgreSQL database is in its :class:`~budgetcheck.durable.store.Store`.
     """
 
-    __slots__ = ("_begun", "_head", "_header", "_last", "_published", "_store", "session", "session_entropy")
+    __slots__ = (
+        "_begun",
+        "_genesis",
+        "_head",
+        "_header",
+        "_last",
+        "_published",
+        "_sampler",
+        "_store",
+        "session",
+        "session_entropy",
+    )
 
     def __init__(
-        self, path: str | Path, header: LedgerHeader, *, durability: str = "full", lock_timeout: float = LOCK_TIMEOUT
+        self,
+        path: str | Path,
+        header: LedgerHeader,
+        *,
+        sampler: str | None = None,
+        durability: str = "full",
+        lock_timeout: float = LOCK_TIMEOUT,
     ) -> None:
-        self._header = header
-        self._store = open_store(path, durability=durability, lock_timeout=lock_timeout, header=header)
+        self._header, self._sampler = header, sampler
+        self._genesis = genesis(header, sampler)  # a file made before the sampler was chained: see _check_meta
+        self._store = open_store(path, durability=durability, lock_timeout=lock_timeout, header=header, sampler=sampler)
         try:
             with self._guard("open"):
                 self._store.begin_write()
@@ -433,7 +494,7 @@ class Journal:
         # not repeat once a session has drawn noise (every draw appends a record), so an editor who
         # resets the counter cannot make a later session draw the same noise again.
         self.session_entropy = (sessions, int(count), int.from_bytes(head, "big"))
-        self._last, self._head = 0, genesis(header)
+        self._last, self._head = 0, self._genesis
         self._published: list[tuple[int, FloatArray]] = []
         self._begun = (self._last, self._head, 0)
 
@@ -471,7 +532,7 @@ class Journal:
             try:
                 (latest,) = self._store.execute("SELECT COALESCE(MAX(t), 0) FROM records WHERE kind = 0").fetchone()
                 since = 0 if lookback is None else int(latest) - lookback
-                self._last, self._head, self._published = 0, genesis(self._header), []
+                self._last, self._head, self._published = 0, self._genesis, []
                 return self._verified(since)
             finally:
                 self._store.rollback()  # read only: ends the snapshot
@@ -666,9 +727,19 @@ class Journal:
             stored = json.loads(self._meta("header"))
         except json.JSONDecodeError as exc:
             raise LedgerCorrupt(f"{self.path}: the stored header is not JSON: {exc}") from exc
-        wanted = json.loads(canonical(self._header.to_json()))
         if not isinstance(stored, dict):
             raise LedgerCorrupt(f"{self.path}: the stored header is not a JSON object: {stored!r}")
+        chained = stored.get("sampler") if "sampler" in stored else None
+        if "sampler" in stored:  # the sampler is in the chain: the meta entry the claims compare must agree
+            entry = self._store.execute("SELECT value FROM meta WHERE key='sampler'").fetchone()
+            if entry is None or entry[0] != chained:
+                raise LedgerCorrupt(
+                    f"{self.path}: the sampler entry {None if entry is None else entry[0]!r} is not the sampler "
+                    f"{chained!r} the hash chain covers (the meta table was edited)"
+                )
+        else:  # made before the sampler was chained: it is kept by the meta entry alone
+            self._genesis = genesis(self._header)
+        wanted = json.loads(canonical(chained_header(self._header, self._sampler if "sampler" in stored else None)))
         if stored != wanted:
             if not self._chain_starts_at(stored):
                 raise LedgerCorrupt(

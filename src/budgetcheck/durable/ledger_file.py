@@ -71,4 +71,6 @@ def _journal(path: str | Path, ledger: LedgerCore, durability: str, lock_timeout
         raise InvalidArgument(f"{ledger!r} has already been used: open a ledger file with a fresh ledger")
     if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)) or not 0 < lock_timeout < math.inf:
         raise InvalidArgument(f"lock_timeout={lock_timeout!r} must be a finite number of seconds > 0")
-    return Journal(path, ledger.header(), durability=durability, lock_timeout=float(lock_timeout))
+    return Journal(
+        path, ledger.header(), sampler=ledger.sampler, durability=durability, lock_timeout=float(lock_timeout)
+    )

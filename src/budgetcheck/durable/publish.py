@@ -30,6 +30,7 @@ from budgetcheck.ledger.errors import BadRow, InvalidArgument, LedgerCorrupt
 from budgetcheck.ledger.noise import DISCRETE, NUMPY
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.params import WEventParams
+from budgetcheck.ledger.paths import check_output_path
 from budgetcheck.ledger.personalized import PersonalizedLedger
 from budgetcheck.ledger.policies import PolicyCollection
 from budgetcheck.ledger.requirements import RequirementSet
@@ -151,6 +152,8 @@ def publish(
         )
     if (out is None) == (out_path is None):
         raise InvalidArgument("give exactly one of out (a stream) and out_path (a file)")
+    if out_path is not None:
+        out_path = check_output_path(out_path, "out_path")  # before the ledger is opened: nothing charged
     out_fmt = (
         fmt if output_format is None else output_format
     )  # fmt: the input rows' format (and the output's by default)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -11,6 +12,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck.ledger.errors import InvalidArgument
+from budgetcheck.ledger.notion import Notion, check_notion
+from budgetcheck.ledger.policies import StreamPolicy
+from budgetcheck.ledger.requirements import Requirement
+from budgetcheck.ledger.validation import check_epsilon, check_label, check_positive_int, check_timestamp, float_array
 
 FORMAT = "budgetcheck.ledger"
 VERSION = 1
@@ -125,7 +130,12 @@ def dump_lines(header: LedgerHeader, records: Iterable[SpendRecord]) -> Iterator
 
 
 def load_lines(lines: Iterable[str]) -> tuple[LedgerHeader, list[SpendRecord]]:
-    """Parse an exported ledger; unknown formats or versions are refused, never guessed."""
+    """Parse an exported ledger; unknown formats or versions are refused, never guessed.
+
+    Every field is checked as strictly as the ledger that wrote it checks it: integers are integers
+    (``2.5``, ``2.0`` and ``true`` are refused, never rounded), amounts are finite and >= 0, t is in
+    [1, 2^62]; a field the format does not have is refused (InvalidArgument naming the line).
+    """
     iterator = iter(lines)
     try:
         first = next(iterator)
@@ -134,45 +144,126 @@ def load_lines(lines: Iterable[str]) -> tuple[LedgerHeader, list[SpendRecord]]:
     head = _parse(first, 1)
     if head.get("format") != FORMAT:
         raise InvalidArgument(f"line 1: format={head.get('format')!r} is not {FORMAT!r}")
-    if head.get("version") != VERSION:
+    if type(head.get("version")) is not int or head.get("version") != VERSION:
         raise InvalidArgument(f"line 1: version={head.get('version')!r} is not supported (expected {VERSION})")
     try:
-        header = LedgerHeader(
-            notion=str(head["notion"]),
-            epsilon=float(head["epsilon"]),
-            w=int(head["w"]),
-            runs=int(head["runs"]),
-            classes=head.get("classes", ()),
-            policies=head.get("policies", ()),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InvalidArgument(f"line 1: malformed header {first.strip()!r}: {exc}") from exc
+        header = parse_header(head, ("format", "version"))
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"line 1: malformed header: {exc}") from None
     records = []
     for number, line in enumerate(iterator, start=2):
         if not line.strip():
             continue
         raw = _parse(line, number)
         try:
-            scales = raw.get("noise_scale")
-            record = SpendRecord(
-                t=int(raw["t"]),
-                purpose=str(raw["purpose"]),
-                amounts=raw["amounts"],
-                sensitivity=None if raw.get("sensitivity") is None else float(raw["sensitivity"]),
-                noise_scale=None if scales is None else none_to_inf(scales),
-                sampler=raw.get("sampler"),
-                vouched=raw.get("vouched", False) is True,
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InvalidArgument(f"line {number}: malformed record {line.strip()!r}: {exc}") from exc
-        expected = (header.runs, len(header.classes)) if header.classes else (header.runs,)
-        grouped = header.classes and record.amounts.ndim == 3 and record.amounts.shape[2] >= 1  # per (class, group)
-        if record.amounts.shape[: len(expected)] != expected or (record.amounts.ndim != len(expected) and not grouped):
-            raise InvalidArgument(
-                f"line {number}: amounts of shape {record.amounts.shape}, the header implies {expected}"
-            )
+            record = parse_record(raw, header)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"line {number}: malformed record: {exc}") from None
         records.append(record)
     return header, records
+
+
+_HEADER_FIELDS = frozenset(("notion", "epsilon", "w", "runs", "classes", "policies"))
+_RECORD_FIELDS = frozenset(("t", "purpose", "amounts", "sensitivity", "noise_scale", "sampler", "vouched"))
+
+
+def parse_header(raw: dict[str, Any], extra: Iterable[str] = ()) -> LedgerHeader:
+    """A header's fields (``to_json`` without format and version; ``extra`` keys are the caller's),
+    each checked as the ledgers check their parameters; InvalidArgument naming the first bad one."""
+    _known_fields(raw, _HEADER_FIELDS | set(extra))
+    for name in ("notion", "epsilon", "w", "runs"):
+        if name not in raw:
+            raise InvalidArgument(f"the field {name!r} is missing")
+    notion = check_notion(raw["notion"])
+    epsilon = check_epsilon(raw["epsilon"])
+    w = check_positive_int(raw["w"], "w")
+    runs = check_positive_int(raw["runs"], "runs")
+    classes = []
+    for index, item in enumerate(_list(raw.get("classes", []), "classes")):
+        entry = _list(item, f"classes[{index}]")
+        if len(entry) != 3:
+            raise InvalidArgument(f"classes[{index}]={item!r} must be [w, epsilon, users]")
+        try:
+            requirement = Requirement(w=entry[0], epsilon=entry[1])
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"classes[{index}]: {exc}") from None
+        classes.append((requirement.w, requirement.epsilon, check_positive_int(entry[2], f"classes[{index}] users")))
+    policies = []
+    for index, item in enumerate(_list(raw.get("policies", []), "policies")):
+        entry = _list(item, f"policies[{index}]")
+        if len(entry) != 3:
+            raise InvalidArgument(f"policies[{index}]={item!r} must be [start, end, thresholds]")
+        start = check_timestamp(entry[0], f"policies[{index}] start")
+        end = check_timestamp(entry[1], f"policies[{index}] end")
+        try:
+            policy = StreamPolicy(start, end, _list(entry[2], f"policies[{index}] thresholds"))
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"policies[{index}]: {exc}") from None
+        policies.append((policy.start, policy.end, policy.thresholds))
+    if (notion == Notion.PERSONALIZED) != bool(classes):
+        raise InvalidArgument(f"notion={notion.value!r} with {len(classes)} requirement classes")
+    if (notion == Notion.SWELLFISH) != bool(policies):
+        raise InvalidArgument(f"notion={notion.value!r} with {len(policies)} policies")
+    return LedgerHeader(notion=notion, epsilon=epsilon, w=w, runs=runs, classes=classes, policies=policies)
+
+
+def parse_record(raw: dict[str, Any], header: LedgerHeader) -> SpendRecord:
+    """One exported spend record, each field checked as the ledger checks a spend (t in [1, 2^62],
+    a non-empty purpose, amounts finite and >= 0 of the header's shape); InvalidArgument naming it."""
+    _known_fields(raw, _RECORD_FIELDS)
+    for name in ("t", "purpose", "amounts"):
+        if name not in raw:
+            raise InvalidArgument(f"the field {name!r} is missing")
+    t = check_timestamp(raw["t"])
+    purpose = check_label(raw["purpose"])
+    amounts = float_array(raw["amounts"], "amounts", "a list of finite numbers >= 0")
+    if amounts.size and not (np.isfinite(amounts) & (amounts >= 0.0)).all():
+        bad = next(float(v) for v in amounts.flat if not 0.0 <= v < math.inf)
+        raise InvalidArgument(f"amounts holds {bad!r}; every amount must be a finite number >= 0")
+    expected = (header.runs, len(header.classes)) if header.classes else (header.runs,)
+    grouped = header.classes and amounts.ndim == 3 and amounts.shape[2] >= 1  # per (class, group)
+    if amounts.shape[: len(expected)] != expected or (amounts.ndim != len(expected) and not grouped):
+        raise InvalidArgument(f"amounts of shape {amounts.shape}, the header implies {expected}")
+    sensitivity = raw.get("sensitivity")
+    if sensitivity is not None:
+        if isinstance(sensitivity, bool) or not isinstance(sensitivity, (int, float)):
+            raise InvalidArgument(f"sensitivity={sensitivity!r} must be a finite number >= 0 or null")
+        sensitivity = float(sensitivity)
+        if not 0.0 <= sensitivity < math.inf:
+            raise InvalidArgument(f"sensitivity={sensitivity!r} must be a finite number >= 0 or null")
+    scales = raw.get("noise_scale")
+    noise_scale = None
+    if scales is not None:
+        noise_scale = float_array(none_to_inf(_list(scales, "noise_scale")), "noise_scale", "a list of numbers >= 0")
+        if np.isnan(noise_scale).any() or (noise_scale < 0.0).any():
+            raise InvalidArgument(f"noise_scale={scales!r} must hold numbers >= 0 (null for none released)")
+    sampler = raw.get("sampler")
+    if sampler is not None:
+        sampler = check_label(sampler, "sampler")
+    vouched = raw.get("vouched", False)
+    if type(vouched) is not bool:
+        raise InvalidArgument(f"vouched={vouched!r} must be true or false")
+    return SpendRecord(
+        t=t,
+        purpose=purpose,
+        amounts=amounts,
+        sensitivity=sensitivity,
+        noise_scale=noise_scale,
+        sampler=sampler,
+        vouched=vouched,
+    )
+
+
+def _known_fields(raw: dict[str, Any], known: Iterable[str]) -> None:
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise InvalidArgument(f"unknown field {unknown[0]!r} (this format has {sorted(known)})")
+
+
+def _list(value: object, name: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise InvalidArgument(f"{name}={value!r} must be a list")
+    return value
 
 
 def finite_or_none(values: FloatArray) -> Any:
@@ -189,10 +280,20 @@ def none_to_inf(values: Any) -> Any:
 
 
 def _parse(line: str, number: int) -> dict[str, Any]:
+    """One line as a JSON object; NaN and Infinity (not JSON) and nesting too deep to parse are refused."""
     try:
-        value = json.loads(line)
+        value = json.loads(line, parse_constant=_not_json)
     except json.JSONDecodeError as exc:
         raise InvalidArgument(f"line {number}: not JSON: {exc}") from exc
+    except RecursionError:
+        raise InvalidArgument(f"line {number}: not a ledger line: JSON nested too deeply to parse") from None
+    except ValueError as exc:  # _not_json
+        raise InvalidArgument(f"line {number}: {exc}") from None
     if not isinstance(value, dict):
         raise InvalidArgument(f"line {number}: expected a JSON object, got {line.strip()!r}")
     return value
+
+
+def _not_json(name: str) -> Any:
+    """``parse_constant`` of :func:`_parse`: Python's json reads NaN and Infinity, which JSON has not."""
+    raise ValueError(f"{name} is not a JSON number (a ledger writes finite amounts only)")

@@ -34,6 +34,7 @@ from budgetcheck.ledger.audit_notions import audit_records
 from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument, SecretAccess
 from budgetcheck.ledger.intrusions import ANNOUNCED
 from budgetcheck.ledger.notion import Notion
+from budgetcheck.ledger.validation import check_positive_int
 from budgetcheck.mechanism.execute import (
     PersonalizedMechanism,
     StreamMechanism,
@@ -258,6 +259,10 @@ def verify_mechanism(
         raise InvalidArgument(f"profile={profile!r} must be one of {sorted(PROFILES)}")
     if not isinstance(stages, str) or not stages or set(stages) - set(STAGES):
         raise InvalidArgument(f"stages={stages!r} must be letters from {STAGES!r}")
+    if examples is not None:
+        examples = check_positive_int(examples, "examples")
+    max_length = check_positive_int(max_length, "max_length")
+    seed = check_positive_int(seed, "seed", minimum=0)
     chosen = PROFILES[profile]
     examples = chosen.examples if examples is None else examples
     started = time.perf_counter()
