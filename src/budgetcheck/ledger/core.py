@@ -33,6 +33,7 @@ from budgetcheck.ledger.errors import (
 from budgetcheck.ledger.hooks import OperationHook
 from budgetcheck.ledger.isolation import FORK, SECRET_ACCESS, check_isolation, forked, in_process
 from budgetcheck.ledger.noise import DISCRETE, NUMPY, NoiseSource, make_noise
+from budgetcheck.ledger.paths import check_output_path
 from budgetcheck.ledger.queries import (
     Identity,
     LinearQuery,
@@ -304,7 +305,7 @@ class LedgerCore(abc.ABC):
     def export(self, target: str | Path | IO[str]) -> None:
         """Write :meth:`jsonl` to a path or an open text file."""
         if isinstance(target, (str, Path)):
-            with open(target, "w", encoding="utf-8") as handle:
+            with open(check_output_path(target, "target"), "w", encoding="utf-8") as handle:
                 self.export(handle)
             return
         for line in self.jsonl():
