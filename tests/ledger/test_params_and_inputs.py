@@ -50,11 +50,19 @@ def test_params_are_frozen_values() -> None:
         ([], r"at least one timestamp"),
         (np.zeros((2, 2, 2)), r"shape \(T, d\)"),
         ([["a"]], r"numbers only"),
+        (
+            np.array([[1 + 1j, 2.0]]),
+            r"data must hold real numbers only, got an array of complex128 \(first value \(1\+1j\)\)",
+        ),
+        ([[1.0, 2 + 0j]], r"data must hold real numbers only, got an array of complex128"),
+        (np.array([["1", "2"]]), r"data must hold real numbers only, got an array of <U1"),
+        ([[1.0, None]], r"data must hold real numbers only, got None \(NoneType\) at index \(0, 1\)"),
         (5, r"data must be a sequence of rows, got int"),
     ],
 )
 def test_bad_streams_are_refused(data: object, match: str) -> None:
-    """Ragged, NaN, infinite, empty, 3-D and non-numeric streams raise InvalidArgument."""
+    """Ragged, NaN, infinite, empty, 3-D and non-numeric streams raise InvalidArgument; complex values
+    (an imaginary part, even 0j) and numeric strings are refused, never converted."""
     with pytest.raises(InvalidArgument, match=match):
         GuardedStream(data)  # type: ignore[arg-type]
 

@@ -195,8 +195,13 @@ def check_stream(data: object, name: str = "data") -> FloatArray:
             if width != widths[0]:
                 raise InvalidArgument(f"{name} is ragged: row {index + 1} has {width} values, row 1 has {widths[0]}")
     try:
-        arr = np.array(rows, dtype=np.float64)
+        raw = np.asarray(rows)
     except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"{name} must hold numbers only: {exc}") from exc
+    _check_real(raw, name)
+    try:
+        arr = np.array(raw, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidArgument(f"{name} must hold numbers only: {exc}") from exc
     if arr.ndim == 1:
         arr = arr.reshape(-1, 1)
@@ -213,6 +218,23 @@ def check_stream(data: object, name: str = "data") -> FloatArray:
         )
     arr.setflags(write=False)
     return arr
+
+
+def _check_real(raw: NDArray[Any], name: str) -> None:
+    """Real numbers only: complex values (whose imaginary part a conversion would drop), strings
+    (which numpy would parse), dates and other objects are refused, naming the first one."""
+    if raw.dtype.kind in "biuf":
+        return
+    if raw.dtype.kind == "O":
+        for index, item in enumerate(raw.flat):
+            if not isinstance(item, numbers.Real):
+                where = tuple(int(i) for i in np.unravel_index(index, raw.shape))
+                raise InvalidArgument(
+                    f"{name} must hold real numbers only, got {item!r} ({type(item).__name__}) at index {where}"
+                )
+        return
+    first = f" (first value {raw.reshape(-1)[0].tolist()!r})" if raw.size else ""
+    raise InvalidArgument(f"{name} must hold real numbers only, got an array of {raw.dtype}{first}")
 
 
 def _row_width(row: object) -> int:
