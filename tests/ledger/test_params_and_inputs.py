@@ -79,6 +79,8 @@ def test_one_dimensional_stream_is_a_column() -> None:
         ({"runs": 0}, r"runs=0 must be an integer >= 1"),
         ({"runs": 1.5}, r"runs=1\.5 must be an integer >= 1"),
         ({"seed": -1}, r"seed=-1 must be an integer >= 0"),
+        ({"runs": 2**24 + 1}, r"runs=16777217 is more than the 16,777,216 runs \(2\^24\) one ledger holds"),
+        ({"runs": 10**12}, r"runs=1000000000000 is more than"),
     ],
 )
 def test_bad_ledger_arguments(kwargs: dict[str, object], match: str) -> None:
@@ -126,3 +128,21 @@ def test_empty_purpose_is_refused() -> None:
     ledger = WindowLedger(WEventParams(1.0, 3), sampler="numpy-laplace", keep_records=True)
     with pytest.raises(InvalidArgument, match=r"purpose='' must be a non-empty string"):
         ledger.spend(1, 0.1, purpose="")
+
+
+def test_runs_the_machine_cannot_allocate_are_an_invalid_argument(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At the 2^24 bound runs is accepted; a ledger whose window arrays do not fit on the machine is refused
+    naming runs, never a MemoryError."""
+    import budgetcheck.ledger.wevent as wevent
+    from budgetcheck.ledger.validation import check_runs
+
+    assert check_runs(2**24) == 2**24
+
+    def no_memory(*args: object) -> object:
+        raise MemoryError
+
+    monkeypatch.setattr(wevent, "Exposures", no_memory)
+    with pytest.raises(
+        InvalidArgument, match=r"runs=4 is more runs than this machine can hold window sums for \(w=3\)"
+    ):
+        WindowLedger(WEventParams(1.0, 3), runs=4)

@@ -52,6 +52,7 @@ from budgetcheck.ledger.validation import (
     check_bin_amounts,
     check_label,
     check_positive_int,
+    check_runs,
     check_sensitivity,
     check_timestamp,
 )
@@ -174,7 +175,7 @@ class LedgerCore(abc.ABC):
             raise InvalidArgument(f"keep_records={keep_records!r} must be True or False")
         self._keep = keep_records  # in memory, records are kept only when asked: a long stream's memory stays flat
         self._lock = threading.RLock()  # see journaled: reentrant, as a hook or a test runs operations inside one
-        self._runs = check_positive_int(runs, "runs")
+        self._runs = check_runs(runs)
         self._seed = check_positive_int(seed, "seed", minimum=0)
         self._rng = generator(sampler, self._seed)
         self._noise: NoiseSource = make_noise(sampler, self._rng)

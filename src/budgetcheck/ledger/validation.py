@@ -30,6 +30,8 @@ def check_epsilon(value: object, name: str = "epsilon") -> float:
 
 MAX_VALUE = float(2**53)  # the largest |value| of a stream: exact integers; any sum, mean or difference a mechanism
 # computes from d <= 2^20 of them stays finite, so no operation can fail on the data after its charge
+MAX_RUNS = 2**24  # the most runs of one ledger: its per-run arrays stay allocatable (16,777,216 runs; the
+# benchmark's largest stacked pass is about 12,000); a ledger too large for the machine below it is refused too
 MAX_T = 2**62  # the largest timestamp: every store keeps t as a 64-bit integer with room for t + w
 
 
@@ -39,6 +41,14 @@ def check_timestamp(value: object, name: str = "t") -> int:
     if t > MAX_T:
         raise InvalidArgument(f"{name}={t} is beyond the largest timestamp 2^62 = {MAX_T}")
     return t
+
+
+def check_runs(value: object, name: str = "runs") -> int:
+    """A number of runs: an integer in [1, 2^24] (:data:`MAX_RUNS`)."""
+    runs = check_positive_int(value, name)
+    if runs > MAX_RUNS:
+        raise InvalidArgument(f"{name}={runs} is more than the {MAX_RUNS:,} runs (2^24) one ledger holds")
+    return runs
 
 
 def check_positive_int(value: object, name: str, *, minimum: int = 1) -> int:

@@ -102,8 +102,14 @@ class WindowLedger(LaplaceReleases):
         self._epsilon: float | FloatArray = params.epsilon
         self._eps_units: int | ObjectArray = rounding.to_units(params.epsilon)
         self._eps_bound = ExactVector.from_int(rounding.to_units(params.epsilon))
-        self._windows = _windows(params.w, self._runs)
-        self._exposures = Exposures(params.w, self._runs)
+        try:
+            self._windows = _windows(params.w, self._runs)
+            self._exposures = Exposures(params.w, self._runs)
+        except MemoryError:
+            raise InvalidArgument(
+                f"runs={self._runs} is more runs than this machine can hold window sums for (w={params.w}); "
+                "use fewer runs per ledger"
+            ) from None
         self._intrusions: str | None = None
         self._announced: set[int] = set()
         self._held_until = 0
