@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -136,7 +137,8 @@ def check_bin_amounts(
 
 def float_array(value: object, name: str, expected: str) -> FloatArray:
     """A fresh float64 array of ``value``, naming ``expected`` when it is not numbers: booleans,
-    strings (``"0.1"`` is not converted), None and other objects are refused, alone or inside arrays."""
+    strings (``"0.1"`` is not converted), None and other objects are refused, alone or inside arrays, and
+    so are numbers no double equals (Fraction(1, 3), 2**53 + 1: see :func:`_exact_doubles`)."""
     if type(value) is np.ndarray and value.dtype == np.float64:  # a mechanism's budgets: a copy, nothing to convert
         return value.copy()
     if value is None or isinstance(value, (bool, str, bytes)):
@@ -145,16 +147,43 @@ def float_array(value: object, name: str, expected: str) -> FloatArray:
         raw = np.asarray(value)
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(f"{name}={value!r} must be {expected}") from exc
-    if raw.dtype.kind == "O":  # e.g. Fractions (accepted) or a None or string among numbers (refused)
+    if raw.dtype.kind == "O":  # e.g. Fractions (accepted if a double equals them) or a None or a string (refused)
         for item in raw.flat:
             if isinstance(item, bool) or not isinstance(item, numbers.Real):
                 raise InvalidArgument(f"{name} holds {item!r} ({type(item).__name__}); it must be {expected}")
     elif raw.dtype.kind not in "iuf":
         raise InvalidArgument(f"{name}={value!r} must be {expected}, not an array of {raw.dtype}")
     try:
-        return np.array(raw, dtype=np.float64)
+        arr = np.array(raw, dtype=np.float64)
     except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidArgument(f"{name}={value!r} must be {expected}") from exc
+    return _exact_doubles(raw, arr, name)
+
+
+def _exact_doubles(raw: NDArray[Any], arr: FloatArray, name: str) -> FloatArray:
+    """``arr`` (raw as doubles), refused if some entry is a number that no double equals: a Fraction such as
+    1/3, an integer beyond 2^53, a long double. Budgets are exact sums of doubles (units of 2^-1127); rounding
+    such a number to nearest could charge below its value (three Fraction(1, 3) plus 2^-60 would fit ε = 1),
+    rounding it up would refuse three thirds that fit: it is refused, as Decimal is. Doubles, float32 and
+    integers up to 2^53 convert exactly and pass untouched; Fraction(1, 4) is charged as 0.25."""
+    if raw.dtype.kind == "f" and raw.dtype.itemsize <= 8:
+        return arr
+    if raw.dtype.kind in "iu" and (raw.size == 0 or (raw.max() <= 2**53 and raw.min() >= -(2**53))):
+        return arr
+    exact = raw.reshape(-1).tolist() if raw.dtype.kind == "O" else list(raw.reshape(-1))
+    for item, converted in zip(exact, arr.reshape(-1).tolist(), strict=True):
+        if isinstance(item, np.longdouble):
+            inexact = bool(item != np.longdouble(converted))
+        elif isinstance(item, (numbers.Rational, np.integer)):
+            inexact = Fraction(int(item) if isinstance(item, np.integer) else item) != Fraction(converted)
+        else:  # a float, or another Real numpy converts exactly (float32, float16)
+            inexact = False
+        if inexact and math.isfinite(converted):
+            raise InvalidArgument(
+                f"{name} holds {item!r}, which no double equals (the nearest is {converted!r}): a budget must be "
+                "exactly a double; pass a float knowingly (rounding.share(total, parts) is the largest share that fits)"
+            )
+    return arr
 
 
 def _finite_nonnegative(
