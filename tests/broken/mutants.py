@@ -428,7 +428,7 @@ class MeasureTinySensitivity:
         out = np.zeros((ledger.runs, stream.length, stream.dimensions))
         for secret in stream:
             out[:, secret.t - 1] = ledger.measure(
-                lambda v: v, secret, sensitivity=0.01, epsilon=budget, isolation="trusted"
+                lambda v: v, secret, sensitivity=0.01, epsilon=budget, isolation="trusted", shape=secret.shape
             )
         return out
 
@@ -450,7 +450,7 @@ class RescueDPGroupMeanNoise:
         last = np.zeros((ledger.runs, stream.dimensions))
         for secret in stream:
             if (secret.t - 1) % interval == 0:
-                last = ledger.measure(lambda v: v, secret, sensitivity=1 / 8, epsilon=budget)
+                last = ledger.measure(lambda v: v, secret, sensitivity=1 / 8, epsilon=budget, shape=secret.shape)
             out[:, secret.t - 1] = last
         return out
 
@@ -659,7 +659,12 @@ class _DissimilarityOverPopulation:
     ) -> FloatArray:
         d = int(np.prod(secret.shape))
         noisy = self._ledger.measure(
-            lambda v: v, secret, sensitivity=1.0 / (self._users * d), epsilon=epsilon, purpose=purpose
+            lambda v: v,
+            secret,
+            sensitivity=1.0 / (self._users * d),
+            epsilon=epsilon,
+            purpose=purpose,
+            shape=secret.shape,
         )
         return np.asarray(np.abs(np.asarray(last_release) - noisy).reshape(noisy.shape[0], -1).mean(axis=1))
 
@@ -737,7 +742,11 @@ class SwellfishMeasureThresholdUnits:
                 out[:, secret.t - 1] = ledger.release_exact(secret)
             else:
                 out[:, secret.t - 1] = ledger.measure(
-                    lambda v: v, secret, sensitivity=1e-3, epsilon=rounding.share(ledger.epsilon, w)
+                    lambda v: v,
+                    secret,
+                    sensitivity=1e-3,
+                    epsilon=rounding.share(ledger.epsilon, w),
+                    shape=secret.shape,
                 )
         return out
 
@@ -873,7 +882,7 @@ def _keeping_uniform(
         return np.asarray(values)
 
     for secret in stream:
-        noisy = ledger.measure(counts, secret, sensitivity=1.0, epsilon=budget, isolation="trusted")
+        noisy = ledger.measure(counts, secret, sensitivity=1.0, epsilon=budget, isolation="trusted", shape=secret.shape)
         out[:, secret.t - 1] = kept[-1][None, :] if leak(kept) else noisy
     return out
 
@@ -919,7 +928,9 @@ class PrefixCountsDeclaresOne:
         budget = rounding.share(ledger.params.epsilon, ledger.params.w)
         out = np.zeros((ledger.runs, stream.length, stream.dimensions))
         for secret in stream:
-            out[:, secret.t - 1] = ledger.measure(np.cumsum, secret, sensitivity=1.0, epsilon=budget)
+            out[:, secret.t - 1] = ledger.measure(
+                np.cumsum, secret, sensitivity=1.0, epsilon=budget, shape=secret.shape
+            )
         return out
 
 

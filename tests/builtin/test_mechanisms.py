@@ -8,7 +8,18 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from budgetcheck import StreamMechanism, audit_windows, execute, rounding
+from budgetcheck import (
+    InvalidArgument,
+    PolicyCollection,
+    RequirementSet,
+    StreamMechanism,
+    StreamPolicy,
+    audit_windows,
+    execute,
+    execute_personalized,
+    execute_swellfish,
+    rounding,
+)
 from budgetcheck.ops import EXACT, FLOAT
 from budgetcheck.proving import AllocationRule, RuleEnv
 from budgetcheck.strategies import VerificationCase, cases
@@ -229,3 +240,24 @@ def test_hybrid_rejects_bad_period() -> None:
 
     with pytest.raises(InvalidArgument, match=r"every=0 must be an integer >= 1"):
         Hybrid(every=0)
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "match"),
+    [
+        (None, r"mechanism=None is not a StreamMechanism .* got NoneType"),
+        (3, r"mechanism=3 is not a StreamMechanism"),
+        ("Uniform", r"mechanism='Uniform' is a name, not a mechanism: pass load_mechanism\('Uniform'\)"),
+        (Uniform, r"mechanism=Uniform is a class, not a StreamMechanism: pass an instance, Uniform\(\)"),
+    ],
+)
+def test_execute_refuses_what_is_not_a_mechanism_by_name(mechanism: object, match: str) -> None:
+    """execute, execute_personalized and execute_swellfish refuse a non-mechanism before any work."""
+    with pytest.raises(InvalidArgument, match=match):
+        execute(mechanism, np.ones((5, 2)), epsilon=1.0, w=3)  # type: ignore[arg-type]
+    kind = match.replace("StreamMechanism", "PersonalizedMechanism")
+    with pytest.raises(InvalidArgument, match=kind):
+        execute_personalized(mechanism, RequirementSet([(3, 1.0)]), np.zeros((5, 1)), dimensions=2)  # type: ignore[arg-type]
+    kind = match.replace("StreamMechanism", "SwellfishMechanism")
+    with pytest.raises(InvalidArgument, match=kind):
+        execute_swellfish(mechanism, PolicyCollection([StreamPolicy(1, 2, [1.0])]), np.ones((5, 2)), epsilon=1.0)  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ from budgetcheck import (
     execute_swellfish,
     goal_affected_maximum,
     load_lines,
+    rounding,
 )
 from budgetcheck.ledger.audit_notions import audit_swellfish
 from budgetcheck.strategies import policy_collections
@@ -94,7 +95,23 @@ def test_remaining_is_spendable_and_one_ulp_more_is_refused() -> None:
         assert (ledger.remaining(t) == 0).all()
         with pytest.raises(BudgetExceeded):
             ledger.spend(t, np.nextafter(0.0, 1.0), purpose="one ulp")
-    assert ledger.remaining(7).tolist() == [np.inf, np.inf]
+    largest = float(np.finfo(np.float64).max)
+    assert ledger.remaining(7).tolist() == [largest, largest]  # no policy is relevant: nothing bounds a spend
+
+
+def test_remaining_where_no_policy_is_relevant_is_spendable_and_free() -> None:
+    """Where no policy is relevant remaining is the largest finite double; spending it is accepted, enters no
+    TOP set, and the records export and audit."""
+    ledger = SwellfishLedger(EXAMPLE, epsilon=1.0, runs=2, sampler="numpy-laplace", keep_records=True)
+    for t in range(1, 9):
+        ledger.spend(t, ledger.remaining(t), purpose="remaining")
+    assert ledger.remaining(8).tolist() == [float(np.finfo(np.float64).max)] * 2
+    limit = rounding.to_units(1.0)  # the huge spends at t = 1, 7, 8 entered no TOP set
+    assert all(0 < total <= limit for i in range(2) for total in ledger.top_sum(i))
+    assert audit_swellfish(ledger.records, EXAMPLE, epsilon=1.0, runs=2).ok
+    assert len(load_lines(ledger.jsonl())[1]) == 8
+    with pytest.raises(InvalidArgument, match="finite"):
+        ledger.spend(9, np.inf, purpose="inf is not an amount")
 
 
 def test_top_set_names_the_timestamps_that_count() -> None:
@@ -102,6 +119,26 @@ def test_top_set_names_the_timestamps_that_count() -> None:
     for t, x in [(3, 0.125), (4, 0.25), (4, 0.25), (5, 0.1875), (6, 0.25)]:
         ledger.spend(t, x, purpose="p")
     assert ledger.top_set(1) == ((4, 0.5), (6, 0.25), (5, 0.1875))
+    assert ledger.top_set(EXAMPLE.policies[1]) == ledger.top_set(1)  # the README's top_set(policy)
+    assert ledger.top_sum(EXAMPLE.policies[0]) == ledger.top_sum(0)
+
+
+@pytest.mark.parametrize(
+    ("policy", "match"),
+    [
+        (StreamPolicy(1, 9, [1.0]), r"policy=StreamPolicy\(.*\) is not one of this ledger's 2 policies"),
+        (2, r"policy=2 must be a StreamPolicy of the collection or a policy index in \[0, 2\)"),
+        (-1, r"policy=-1 must be"),
+        (True, r"policy=True must be"),
+        ("0", r"policy='0' must be"),
+    ],
+)
+def test_top_set_refuses_what_is_not_a_policy_of_the_ledger(policy: object, match: str) -> None:
+    ledger = SwellfishLedger(EXAMPLE, epsilon=1.0)
+    with pytest.raises(InvalidArgument, match=match):
+        ledger.top_set(policy)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match=match):
+        ledger.top_sum(policy)  # type: ignore[arg-type]
 
 
 def test_exact_release_only_where_nothing_is_relevant() -> None:

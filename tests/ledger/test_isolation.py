@@ -38,8 +38,8 @@ def _ledger(isolation: str, data: Any = None) -> tuple[bc.WindowLedger, list[bc.
     ledger = bc.WindowLedger(epsilon=3e6, w=3, sampler="numpy-laplace", keep_records=True)
     ledger.bind(stream)
 
-    def measure(fn: Callable[[np.ndarray], Any], secret: bc.Secret) -> np.ndarray:
-        return ledger.measure(fn, secret, sensitivity=1.0, epsilon=1e6, isolation=isolation)
+    def measure(fn: Callable[[np.ndarray], Any], secret: bc.Secret, shape: tuple[int, ...] = ()) -> np.ndarray:
+        return ledger.measure(fn, secret, sensitivity=1.0, epsilon=1e6, isolation=isolation, shape=shape)
 
     return ledger, list(stream), measure
 
@@ -141,8 +141,8 @@ def _later_timestamp(measure: Callable[..., Any], secrets: list[bc.Secret]) -> A
         store["kept"] = v.copy()
         return np.zeros_like(v)
 
-    measure(fn, secrets[0])
-    return measure(fn, secrets[1])  # ε = 1e6: the noise is about 1e-6, the leak would be exact to 1e-5
+    measure(fn, secrets[0], (2,))
+    return measure(fn, secrets[1], (2,))  # ε = 1e6: the noise is about 1e-6, the leak would be exact to 1e-5
 
 
 # --- attacks through what comes back -------------------------------------------------------------
@@ -160,7 +160,7 @@ def _ndarray_subclass(measure: Callable[..., Any], secret: bc.Secret) -> Any:
         out.kept = v.copy()
         return out
 
-    result = measure(fn, secret)
+    result = measure(fn, secret, (2,))
     return [type(result) is not np.ndarray, getattr(result, "kept", None), getattr(result, "__dict__", {})]
 
 
@@ -183,7 +183,7 @@ class _Rereads:
 
 def _object_rereading(measure: Callable[..., Any], secret: bc.Secret) -> Any:
     _Rereads.stash = []
-    result = measure(lambda v: _Rereads(v), secret)
+    result = measure(lambda v: _Rereads(v), secret, (2,))
     return [list(_Rereads.stash), type(result) is not np.ndarray]
 
 
@@ -310,13 +310,13 @@ def test_a_read_of_another_secret_is_still_secret_access() -> None:
         measure(lambda v: float(secrets[1]), secrets[0])
 
 
-def test_results_are_plain_finite_float_arrays_of_fns_shape() -> None:
+def test_results_are_plain_finite_float_arrays_of_the_declared_shape() -> None:
     ledger, secrets, measure = _ledger(FORK)
-    out = measure(lambda v: np.arange(6.0).reshape(2, 3) + v[0] * 0, secrets[0])
+    out = measure(lambda v: np.arange(6.0).reshape(2, 3) + v[0] * 0, secrets[0], (2, 3))
     assert type(out) is np.ndarray and out.dtype == np.float64 and out.shape == (1, 2, 3)
     with pytest.raises(bc.MeasurementFailed, match="non-finite"):
-        measure(lambda v: np.array([np.inf]), secrets[1])
-    footprint = ledger.measure_footprint(lambda v: v.sum(axis=1), secrets[1:], sensitivity=1.0, epsilon=1e5)
+        measure(lambda v: np.array([np.inf]), secrets[1], (1,))
+    footprint = ledger.measure_footprint(lambda v: v.sum(axis=1), secrets[1:], sensitivity=1.0, epsilon=1e5, shape=(2,))
     assert footprint.shape == (1, 2) and [r.vouched for r in ledger.records[-2:]] == [True, True]
 
 

@@ -15,6 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from budgetcheck import (
     BudgetExceeded,
     GuardedStream,
+    InvalidArgument,
     WEventParams,
     WindowLedger,
     audit_windows,
@@ -162,6 +163,23 @@ def test_one_ulp_over_is_refused_and_exact_fill_is_accepted(epsilon: float, runs
             ledger.spend(3, over, purpose="c")
     ledger.spend(3, left, purpose="c")
     assert len(ledger.records) == 3
+
+
+def test_exact_numbers_are_charged_exactly_or_refused() -> None:
+    """A Fraction a double equals is charged as that double (one ulp over still refused); a Fraction, an
+    integer or a long double no double equals is refused before anything changes, never rounded."""
+    ledger = WindowLedger(WEventParams(1.0, 3), runs=2, sampler="numpy-laplace", keep_records=True)
+    ledger.spend(1, [Fraction(1, 4), Fraction(3, 4)], purpose="a")
+    left = ledger.remaining(1)
+    assert left.tolist() == [0.75, 0.25]
+    for amount in (Fraction(1, 3), [Fraction(1, 3), 0.0], 2**53 + 1, np.array([2**53 + 1, 0]), np.longdouble(1) / 3):
+        with pytest.raises(InvalidArgument, match=r"which no double equals \(the nearest is "):
+            ledger.spend(1, amount, purpose="inexact")
+    assert ledger.remaining(1).tolist() == left.tolist() and len(ledger.records) == 1
+    with pytest.raises(BudgetExceeded):
+        ledger.spend(1, [Fraction(math.nextafter(0.75, 1.0)), Fraction(0)], purpose="one ulp over")
+    ledger.spend(1, [Fraction(3, 4), Fraction(1, 4)], purpose="exactly the rest")
+    assert ledger.remaining(1).tolist() == [0.0, 0.0]
 
 
 def test_classic_float_drift_is_not_refused() -> None:

@@ -80,3 +80,89 @@ def test_a_working_measurement_is_unchanged() -> None:
     out = ledger.measure(lambda v: v.mean(), secret, sensitivity=1.0, epsilon=0.5)
     expected = 5.0 + np.random.default_rng(3).laplace(0.0, 2.0, (1,))
     np.testing.assert_allclose(out, expected)
+
+
+def _failing_in_every_way(count: int, may_exit: bool) -> Any:
+    """fn that picks, from the data, how to fail: an exception class, an exit status, a wrong shape, a NaN,
+    a made-up SecretAccess. Any of these told apart would carry log2(choices) bits per call, unnoised."""
+    import os
+
+    def fn(values: np.ndarray) -> Any:
+        kind = int(values[0]) % count
+        if kind == 0:
+            raise ZeroDivisionError
+        if kind == 1:
+            raise KeyError("k")
+        if kind == 2 and may_exit:  # in a forked child only: in-process it would end the test run
+            os._exit(int(values[0]) % 256)
+        if kind == 2:
+            raise SystemExit(int(values[0]))
+        if kind == 3:
+            return np.zeros(int(values[0]))  # a shape that is the count
+        if kind == 4:
+            return np.nan
+        raise bc.SecretAccess(f"made up at t={int(values[0])}")
+
+    return fn
+
+
+@pytest.mark.parametrize("isolation", ["fork", "trusted"])
+@pytest.mark.parametrize("operation", ["measure", "measure_footprint"])
+def test_every_way_fn_can_fail_reads_the_same(isolation: str, operation: str) -> None:
+    """Whatever fn does on the data, a failure is one MeasurementFailed with one message (the declared
+    shape is public), and the charge stands."""
+    messages = set()
+    for value in range(6):
+        stream = bc.GuardedStream(np.array([[float(value), 1.0]]))
+        ledger = bc.WindowLedger(epsilon=1.0, w=2, sampler="numpy-laplace")
+        ledger.bind(stream)
+        (secret,) = stream
+        with pytest.raises(bc.MeasurementFailed) as caught:
+            if operation == "measure":
+                ledger.measure(
+                    _failing_in_every_way(6, isolation == "fork"),
+                    secret,
+                    sensitivity=1.0,
+                    epsilon=0.5,
+                    isolation=isolation,
+                )
+            else:
+                ledger.measure_footprint(
+                    _failing_in_every_way(6, isolation == "fork"),
+                    [secret],
+                    sensitivity=1.0,
+                    epsilon=0.5,
+                    isolation=isolation,
+                )
+        assert type(caught.value) is bc.MeasurementFailed
+        messages.add(str(caught.value))
+        assert ledger.t == 1
+    assert len(messages) == 1, messages
+
+
+def test_the_release_has_the_declared_shape_whatever_the_data() -> None:
+    """The shape is declared before the data is read: fn's result must have it, else the fixed failure; a
+    declared shape is what comes back, (runs, *shape)."""
+    stream = bc.GuardedStream(np.array([[5.0, 7.0], [6.0, 7.0]]))
+    ledger = bc.WindowLedger(epsilon=1.0, w=2, runs=3, sampler="numpy-laplace")
+    ledger.bind(stream)
+    first, second = stream
+    assert ledger.measure(np.cumsum, first, sensitivity=2.0, epsilon=0.25, shape=(2,)).shape == (3, 2)
+    assert ledger.measure(np.cumsum, second, sensitivity=2.0, epsilon=0.25, shape=2).shape == (3, 2)
+    with pytest.raises(bc.MeasurementFailed, match=r"the declared shape=\(1, 2\)"):
+        ledger.measure(np.cumsum, second, sensitivity=2.0, epsilon=0.25, shape=(1, 2))  # (2,) is not (1, 2)
+    with pytest.raises(bc.MeasurementFailed, match=r"the declared shape=\(\)"):
+        ledger.measure(np.cumsum, second, sensitivity=2.0, epsilon=0.25)  # the default is one statistic
+
+
+@pytest.mark.parametrize("shape", [(-1,), (2.0,), "2", None, True, (1,) * 33, (1 << 30,)])
+def test_a_bad_declared_shape_is_refused_before_the_charge(shape: Any) -> None:
+    stream = bc.GuardedStream(np.array([[5.0, 7.0]]))
+    ledger = bc.WindowLedger(epsilon=1.0, w=2, sampler="numpy-laplace")
+    ledger.bind(stream)
+    (secret,) = stream
+    with pytest.raises(bc.InvalidArgument, match=r"shape="):
+        ledger.measure(np.sum, secret, sensitivity=1.0, epsilon=0.5, shape=shape)
+    with pytest.raises(bc.InvalidArgument, match=r"shape="):
+        ledger.measure_footprint(np.sum, [secret], sensitivity=1.0, epsilon=0.5, shape=shape)
+    assert ledger.t == 0 and ledger.remaining(1).tolist() == [1.0]

@@ -50,11 +50,19 @@ def test_params_are_frozen_values() -> None:
         ([], r"at least one timestamp"),
         (np.zeros((2, 2, 2)), r"shape \(T, d\)"),
         ([["a"]], r"numbers only"),
+        (
+            np.array([[1 + 1j, 2.0]]),
+            r"data must hold real numbers only, got an array of complex128 \(first value \(1\+1j\)\)",
+        ),
+        ([[1.0, 2 + 0j]], r"data must hold real numbers only, got an array of complex128"),
+        (np.array([["1", "2"]]), r"data must hold real numbers only, got an array of <U1"),
+        ([[1.0, None]], r"data must hold real numbers only, got None \(NoneType\) at index \(0, 1\)"),
         (5, r"data must be a sequence of rows, got int"),
     ],
 )
 def test_bad_streams_are_refused(data: object, match: str) -> None:
-    """Ragged, NaN, infinite, empty, 3-D and non-numeric streams raise InvalidArgument."""
+    """Ragged, NaN, infinite, empty, 3-D and non-numeric streams raise InvalidArgument; complex values
+    (an imaginary part, even 0j) and numeric strings are refused, never converted."""
     with pytest.raises(InvalidArgument, match=match):
         GuardedStream(data)  # type: ignore[arg-type]
 
@@ -71,6 +79,8 @@ def test_one_dimensional_stream_is_a_column() -> None:
         ({"runs": 0}, r"runs=0 must be an integer >= 1"),
         ({"runs": 1.5}, r"runs=1\.5 must be an integer >= 1"),
         ({"seed": -1}, r"seed=-1 must be an integer >= 0"),
+        ({"runs": 2**24 + 1}, r"runs=16777217 is more than the 16,777,216 runs \(2\^24\) one ledger holds"),
+        ({"runs": 10**12}, r"runs=1000000000000 is more than"),
     ],
 )
 def test_bad_ledger_arguments(kwargs: dict[str, object], match: str) -> None:
@@ -118,3 +128,21 @@ def test_empty_purpose_is_refused() -> None:
     ledger = WindowLedger(WEventParams(1.0, 3), sampler="numpy-laplace", keep_records=True)
     with pytest.raises(InvalidArgument, match=r"purpose='' must be a non-empty string"):
         ledger.spend(1, 0.1, purpose="")
+
+
+def test_runs_the_machine_cannot_allocate_are_an_invalid_argument(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At the 2^24 bound runs is accepted; a ledger whose window arrays do not fit on the machine is refused
+    naming runs, never a MemoryError."""
+    import budgetcheck.ledger.wevent as wevent
+    from budgetcheck.ledger.validation import check_runs
+
+    assert check_runs(2**24) == 2**24
+
+    def no_memory(*args: object) -> object:
+        raise MemoryError
+
+    monkeypatch.setattr(wevent, "Exposures", no_memory)
+    with pytest.raises(
+        InvalidArgument, match=r"runs=4 is more runs than this machine can hold window sums for \(w=3\)"
+    ):
+        WindowLedger(WEventParams(1.0, 3), runs=4)

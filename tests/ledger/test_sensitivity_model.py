@@ -239,6 +239,23 @@ def test_bad_relations_and_queries_are_refused_with_their_value(make, match) -> 
         make()
 
 
+@pytest.mark.parametrize(
+    ("weights", "match"),
+    [
+        ("ab", r"weights='ab' must be a finite two-dimensional array \(m, d\) of real numbers, not str"),
+        (None, r"weights=None must be .* not NoneType"),
+        ([["1", "2"]], r"weights=\[\['1', '2'\]\] must be .* got an array of <U1"),
+        ([[1 + 1j, 0.0]], r"got an array of complex128"),
+        ([[1.0, None]], r"got an array of object"),
+        ([[1.0], [2.0, 3.0]], r"weights=\[\[1\.0\], \[2\.0, 3\.0\]\] must be"),
+    ],
+)
+def test_weights_that_are_not_real_numbers_are_invalid_arguments(weights: object, match: str) -> None:
+    """Linear refuses text, None, complex and ragged weights by name and value, never converting them."""
+    with pytest.raises(InvalidArgument, match=match):
+        Linear(weights)
+
+
 def test_the_stream_states_its_relation() -> None:
     assert GuardedStream([[1.0, 2.0]]).neighbours == Neighbours.one_bin()
     assert (

@@ -134,6 +134,7 @@ def test_the_linear_event_sees_a_change_at_a_later_timestamp() -> None:
                     sensitivity=0.25,
                     epsilon=budget,  # too little noise,
                     isolation="trusted",
+                    shape=secret.shape,
                 )  # shown late
                 if secret.t < stream.length:
                     out[:, secret.t, -1] = noisy[:, 0]

@@ -31,7 +31,16 @@ from budgetcheck.ledger.errors import (
     TimestampOrder,
 )
 from budgetcheck.ledger.hooks import OperationHook
-from budgetcheck.ledger.isolation import FORK, SECRET_ACCESS, check_isolation, forked, in_process
+from budgetcheck.ledger.isolation import (
+    FAILED,
+    FORK,
+    MOST_BYTES,
+    MOST_DIMENSIONS,
+    SECRET_ACCESS,
+    check_isolation,
+    forked,
+    in_process,
+)
 from budgetcheck.ledger.noise import DISCRETE, NUMPY, NoiseSource, make_noise
 from budgetcheck.ledger.paths import check_output_path
 from budgetcheck.ledger.queries import (
@@ -53,6 +62,7 @@ from budgetcheck.ledger.validation import (
     check_bin_amounts,
     check_label,
     check_positive_int,
+    check_runs,
     check_sensitivity,
     check_timestamp,
 )
@@ -184,7 +194,7 @@ class LedgerCore(abc.ABC):
             raise InvalidArgument(f"keep_records={keep_records!r} must be True or False")
         self._keep = keep_records  # in memory, records are kept only when asked: a long stream's memory stays flat
         self._lock = threading.RLock()  # see journaled: reentrant, as a hook or a test runs operations inside one
-        self._runs = check_positive_int(runs, "runs")
+        self._runs = check_runs(runs)
         self._seed = check_positive_int(seed, "seed", minimum=0)
         self._rng = generator(sampler, self._seed)
         self._noise: NoiseSource = make_noise(sampler, self._rng)
@@ -857,6 +867,7 @@ class LaplaceReleases(LedgerCore):
         epsilon: ArrayLike,
         purpose: str = "measurement",
         isolation: str = FORK,
+        shape: int | tuple[int, ...] = (),
     ) -> FloatArray:
         """Noisy fn(values): the caller *vouches* that fn has L1 sensitivity ``sensitivity``.
 
@@ -866,19 +877,25 @@ class LaplaceReleases(LedgerCore):
         nothing it stores survives, only its finite float result comes back (see
         :mod:`budgetcheck.ledger.isolation`; ``isolation='trusted'`` runs it here, for code you
         trust). The result gets Laplace noise of scale sensitivity/ε per run; the record is marked
-        ``vouched`` (only the statistical audit can check such a sensitivity). Returns shape
-        (runs, *fn_output.shape).
+        ``vouched`` (only the statistical audit can check such a sensitivity).
+
+        ``shape`` is the shape fn's result must have, declared before the data is read (default
+        ``()``: one statistic; e.g. ``shape=secret.shape`` for a per-bin map): the release's shape is
+        then public, never the data's. A result of any other shape, like any failure of fn, raises
+        one fixed :class:`MeasurementFailed` that says nothing of what happened (the charge stands).
+        Returns shape (runs, *shape).
         """
         amounts = self._measurement_amounts(fn, epsilon, "measure")
         isolation = check_isolation(isolation)
+        declared = check_result_shape(shape)
         vouched = check_sensitivity(sensitivity)
         scale, delta = self._reserve(secret, amounts, amounts, vouched, purpose, integral=False, vouched=True)
         stacked = bool(stacked_rows(secret))
         with charged(secret) as values:
-            outcome = call_measured(fn, list(values) if stacked else [values], isolation)
+            outcome = call_measured(fn, list(values) if stacked else [values], isolation, declared)
             del values  # nothing of the data stays in this frame, which a raised error's traceback shows
         if isinstance(outcome, str):
-            raise measurement_failed("measure", outcome)
+            raise measurement_failed("measure", outcome, declared)
         # stacked: fn sees one stream's payload; each run gets its own stream's result
         result = self._per_run(secret, np.stack(outcome)) if stacked else outcome[0]
         return self._noisy(result, amounts, scale, delta, per_run=stacked, integral=False)
@@ -1022,30 +1039,52 @@ def _same_bits(a: FloatArray, b: FloatArray) -> bool:
     return bool(x[0] == y[0] and x[middle] == y[middle] and x[-1] == y[-1] and np.array_equal(x, y))
 
 
+def check_result_shape(value: object, name: str = "shape") -> tuple[int, ...]:
+    """The declared shape of a measured result: an int or a tuple of ints >= 0, at most MOST_DIMENSIONS axes
+    and MOST_BYTES of float64 values (what a forked child may send back)."""
+    dims = (value,) if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else value
+    if (
+        not isinstance(dims, tuple)
+        or len(dims) > MOST_DIMENSIONS
+        or not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 0 for n in dims)
+    ):
+        raise InvalidArgument(
+            f"{name}={value!r} must be the shape of fn's result: a tuple of integers >= 0 (or one integer), "
+            f"at most {MOST_DIMENSIONS} of them"
+        )
+    declared = tuple(int(n) for n in dims)
+    if math.prod(declared) * 8 > MOST_BYTES:
+        raise InvalidArgument(f"{name}={value!r} holds more than {MOST_BYTES // 8:,} values, the most fn may return")
+    return declared
+
+
 def call_measured(
-    fn: Callable[[FloatArray], ArrayLike], payloads: list[FloatArray], isolation: str
+    fn: Callable[[FloatArray], ArrayLike], payloads: list[FloatArray], isolation: str, shape: tuple[int, ...]
 ) -> list[FloatArray] | str:
-    """fn on each payload (a forked child per call, or here if ``trusted``): its finite results of one shape,
-    or why it failed — only the kind of failure, never its message, arguments, result or traceback (they
-    may hold the data). The caller raises :func:`measurement_failed` once no local of its own holds the data."""
+    """fn on each payload (a forked child per call, or here if ``trusted``): its finite results, each of the
+    declared ``shape``, or that it failed — never how (its exception, message, exit status, the shape it
+    returned: they may follow the data). The caller raises :func:`measurement_failed` once no local of its
+    own holds the data."""
     if isolation == FORK:
         outcome = forked(fn, payloads)
     else:
         results = [in_process(fn, payload) for payload in payloads]
         failed = [result for result in results if isinstance(result, str)]
         outcome = failed[0] if failed else [result for result in results if not isinstance(result, str)]
-    if not isinstance(outcome, str) and len({result.shape for result in outcome}) > 1:
-        return "returned results of different shapes"
+    if not isinstance(outcome, str) and any(result.shape != shape for result in outcome):
+        return FAILED
     return outcome
 
 
-def measurement_failed(what: str, failure: str) -> MeasurementFailed | SecretAccess:
-    """The error of a failed measured function: SecretAccess (where it read) or MeasurementFailed."""
+def measurement_failed(what: str, failure: str, shape: tuple[int, ...]) -> MeasurementFailed | SecretAccess:
+    """The error of a failed measured function: SecretAccess (where it read another Secret) or one fixed
+    MeasurementFailed, the same whatever fn did."""
     if failure.startswith(SECRET_ACCESS):
         return SecretAccess(f"{what}: fn {failure}")
     return MeasurementFailed(
-        f"{what}: fn {failure}; its message, arguments and traceback are withheld (they may hold "
-        "the data); the charge stands, since the data was read"
+        f"{what}: fn failed: it raised, exited, returned non-finite values or a result whose shape is not the "
+        f"declared shape={shape!r}, or wrote into its pipe; which of these, and its message, arguments and "
+        "traceback, are withheld (they may follow the data); the charge stands, since the data was read"
     )
 
 

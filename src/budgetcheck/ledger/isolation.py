@@ -5,9 +5,14 @@
 outlives the call, an object returned whose ``__float__`` or ``__array__`` re-reads them later).
 Here fn runs in a child forked for this one call: every object it changes is the child's copy,
 gone when the child exits (``os._exit``: no atexit handler, no flush, every thread ends). The
-child sends back only bytes — each result's ndim, shape and float64 values, or the kind of its
-failure — and the parent builds plain float64 arrays from them (no unpickling, no object of the
-child's ever enters the parent), checking shape, size and finiteness itself.
+child sends back only bytes — each result's ndim, shape and float64 values, or that it failed —
+and the parent builds plain float64 arrays from them (no unpickling, no object of the child's ever
+enters the parent), checking shape, size and finiteness itself.
+
+A failure is one fixed word, :data:`FAILED`, whatever fn did (raised any exception, exited, returned
+non-finite values or another shape, wrote into the pipe): which of these happened may depend on the
+data, so it is not told. Only a read of another Secret is named, with its code line (a mistake to fix,
+not a value).
 
 What a process cannot hide from the operating system (files, sockets, shared memory, pipes it
 inherited, signals to its parent, a grandchild it forks) is not stopped here: that needs an OS
@@ -19,7 +24,6 @@ effects survive (so nothing but the statistical audit can catch a leak).
 
 from __future__ import annotations
 
-import builtins
 import gc
 import os
 import re
@@ -40,6 +44,7 @@ ISOLATIONS = (FORK, TRUSTED)
 MOST_BYTES = 1 << 28  # the largest answer a child may send (256 MiB): larger ones are refused, not read
 MOST_DIMENSIONS = 32
 SECRET_ACCESS = "read a Secret outside its charge"
+FAILED = "failed"  # every other failure of fn: one word, whatever it was (see the module docstring)
 _OK, _FAILED = 0, 1
 
 
@@ -57,14 +62,16 @@ def check_isolation(value: object) -> str:
 
 
 def failure_kind(exc: BaseException) -> str:
-    """Why fn failed, without anything fn chose: a built-in exception's name, else a fixed phrase (a
-    user-defined class's name could spell the data); SecretAccess with the code location of the
-    read, when that is a line of a file that exists (a made-up file name or line could carry data)."""
+    """Why fn failed, without anything fn chose: :data:`FAILED` (never the exception's class, message or
+    arguments: a choice among classes is a side channel too), or, for a read of another Secret that the
+    library refused (a SecretAccess raised inside budgetcheck, not one fn made up), SecretAccess with the
+    code location of the read when that is a line of a file that exists (a made-up name could carry data)."""
     if isinstance(exc, SecretAccess):
-        outside = [frame for frame in traceback.extract_tb(exc.__traceback__) if "/budgetcheck/" not in frame.filename]
-        return SECRET_ACCESS + (_location(outside[-1].filename, outside[-1].lineno) if outside else "")
-    kind = type(exc)
-    return f"raised {kind.__name__}" if kind.__module__ == "builtins" else "raised an exception of a user-defined class"
+        frames = traceback.extract_tb(exc.__traceback__)
+        if frames and "/budgetcheck/" in frames[-1].filename:
+            outside = [frame for frame in frames if "/budgetcheck/" not in frame.filename]
+            return SECRET_ACCESS + (_location(outside[-1].filename, outside[-1].lineno) if outside else "")
+    return FAILED
 
 
 def _location(filename: str, lineno: int | None) -> str:
@@ -86,7 +93,7 @@ def in_process(fn: Callable[[FloatArray], ArrayLike], payload: FloatArray) -> Fl
     except BaseException as exc:  # noqa: BLE001 — whatever it was, it leaves without what it carried
         return failure_kind(exc)
     if not np.isfinite(result).all():
-        return "returned non-finite values"
+        return FAILED
     return result
 
 
@@ -108,10 +115,9 @@ def forked(fn: Callable[[FloatArray], ArrayLike], payloads: Sequence[FloatArray]
         message = _receive(read_end)
     finally:
         os.close(read_end)
-        _, status = os.waitpid(pid, 0)
-    if message is None:
-        code = os.waitstatus_to_exitcode(status)
-        return f"ended without a result (exit status {code})"
+        os.waitpid(pid, 0)
+    if message is None:  # it exited or was killed: its exit status is fn's to choose, so it is not told
+        return FAILED
     return _decode(message, len(payloads))
 
 
@@ -156,28 +162,15 @@ def _read_exactly(fd: int, size: int) -> bytes | None:
     return b"".join(chunks)
 
 
-_FIXED = frozenset({"returned non-finite values", "raised an exception of a user-defined class"})
-
-
 def _known_failure(text: str) -> str:
-    """The child's failure text, if it is one the child's own code writes (checked again here: fn may
-    have written a message of its own into the pipe, and a free text could spell the data)."""
-    if text in _FIXED:
-        return text
-    name = text.removeprefix("raised ")
-    if (
-        text.startswith("raised ")
-        and name.isidentifier()
-        and isinstance(getattr(builtins, name, None), type)
-        and issubclass(getattr(builtins, name), BaseException)
-    ):
-        return text
+    """The child's failure text, if it is a read of another Secret at a real code line; anything else is
+    :data:`FAILED` (fn may have written a message of its own into the pipe: a free text could spell the data)."""
     if text.startswith(SECRET_ACCESS):
         where = text.removeprefix(SECRET_ACCESS)
         match = re.fullmatch(r" at (.+):([0-9]{1,9})", where)
         if where == "" or (match is not None and _location(match[1], int(match[2])) == where):
             return text
-    return "sent a malformed answer"
+    return FAILED
 
 
 def _decode(message: bytes, count: int) -> list[FloatArray] | str:
@@ -187,27 +180,27 @@ def _decode(message: bytes, count: int) -> list[FloatArray] | str:
         offset = 9
         if status == _FAILED:
             if not n:
-                return "sent an answer too large to read"
+                return FAILED  # an answer too large to read
             return _known_failure(message[offset : offset + n].decode("utf-8", "replace"))
         if status != _OK or n != count:
-            return "sent a malformed answer"
+            return FAILED
         results = []
         for _ in range(count):
             (ndim,) = struct.unpack_from("<q", message, offset)
             if not 0 <= ndim <= MOST_DIMENSIONS:
-                return "sent a malformed answer"
+                return FAILED
             shape = struct.unpack_from(f"<{ndim}q", message, offset + 8)
             offset += 8 + 8 * ndim
             size = int(np.prod(shape, dtype=np.int64)) if ndim else 1
             if min(shape, default=0) < 0 or offset + 8 * size > len(message):
-                return "sent a malformed answer"
+                return FAILED
             values = np.frombuffer(message, dtype="<f8", count=size, offset=offset).reshape(shape).astype(np.float64)
             offset += 8 * size
             if not np.isfinite(values).all():
-                return "returned non-finite values"
+                return FAILED
             results.append(values)
     except (struct.error, ValueError):
-        return "sent a malformed answer"
+        return FAILED
     if offset != len(message):
-        return "sent a malformed answer"
+        return FAILED
     return results

@@ -24,6 +24,8 @@ import abc
 import functools
 import hashlib
 import math
+import numbers
+import reprlib
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -282,15 +284,39 @@ def _matrix(value: object) -> Any:
     import scipy.sparse  # noqa: PLC0415 — scipy loads only when a matrix query is built
 
     if scipy.sparse.issparse(value):
+        kind = value.dtype.kind  # type: ignore[attr-defined]
+        if kind not in "biuf":
+            raise InvalidArgument(f"weights must hold real numbers, got a sparse matrix of {value.dtype}")  # type: ignore[attr-defined]
         out = scipy.sparse.csc_array(value, dtype=np.float64)
         data = out.data
     else:
-        out = np.array(value, dtype=np.float64)
+        out = _dense_weights(value)
         data = out
         out.setflags(write=False)
     if out.ndim != 2 or not np.isfinite(data).all():
         raise InvalidArgument(f"matrix must be a finite two-dimensional array (m, d), got shape {out.shape}")
     return out
+
+
+def _dense_weights(value: object) -> FloatArray:
+    """A fresh float64 array of real weights: strings, complex numbers and other objects are refused, never
+    converted (numpy would parse ``'1'`` and drop an imaginary part)."""
+    expected = "a finite two-dimensional array (m, d) of real numbers"
+    if isinstance(value, (str, bytes)) or value is None:
+        raise InvalidArgument(f"weights={value!r} must be {expected}, not {type(value).__name__}")
+    try:
+        raw = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"weights={reprlib.repr(value)} must be {expected}: {exc}") from None
+    reals = raw.dtype.kind in "biuf" or (
+        raw.dtype.kind == "O" and all(isinstance(item, numbers.Real) for item in raw.flat)
+    )
+    if not reals:
+        raise InvalidArgument(f"weights={reprlib.repr(value)} must be {expected}, got an array of {raw.dtype}")
+    try:
+        return np.array(raw, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidArgument(f"weights={reprlib.repr(value)} must be {expected}: {exc}") from None
 
 
 @attrs.frozen(eq=False)

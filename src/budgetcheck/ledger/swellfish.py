@@ -23,13 +23,14 @@ from budgetcheck.ledger.core import LaplaceReleases, journaled, locked
 from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument
 from budgetcheck.ledger.noise import DISCRETE
 from budgetcheck.ledger.notion import Notion
-from budgetcheck.ledger.policies import PolicyCollection
+from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord
 from budgetcheck.ledger.validation import check_epsilon
 from budgetcheck.rounding import ObjectArray
 from budgetcheck.stream.secret import Secret, charged
 
 FloatArray = NDArray[np.float64]
+UNBOUNDED = float(np.finfo(np.float64).max)  # remaining(t) where no policy is relevant: any finite spend fits
 
 
 @final
@@ -78,12 +79,14 @@ class SwellfishLedger(LaplaceReleases):
 
     @locked
     def remaining(self, t: int) -> FloatArray:
-        """What each run can still spend at t, rounded down; inf where no policy is relevant."""
+        """What each run can still spend at t, rounded down; where no policy is relevant nothing bounds a
+        spend (it enters no TOP_δ(J) and Δ_Q^t = 0): the largest amount a spend can name, the largest
+        finite double (amounts are finite), so spending ``remaining(t)`` is never refused."""
         self._refresh()
         t = self._check_t(t)
         relevant = self._policies.relevant(t)
         if not relevant:
-            return np.full(self._runs, np.inf)
+            return np.full(self._runs, UNBOUNDED)
         current = self._current if self._current_t == t else _zeros(self._runs)
         rooms = []
         for index in relevant:
@@ -96,12 +99,12 @@ class SwellfishLedger(LaplaceReleases):
         return rounding.units_to_float_down_array(np.maximum(room, 0).astype(object))
 
     @locked
-    def top_set(self, index: int, run: int = 0) -> tuple[tuple[int, float], ...]:
-        """TOP_δ(J) of policy ``index`` so far: (timestamp, budget) pairs, largest first (zero padding left out)."""
-        if not 0 <= index < len(self._policies):
-            raise InvalidArgument(f"index={index!r} must be a policy index in [0, {len(self._policies)})")
-        if not 0 <= run < self._runs:
-            raise InvalidArgument(f"run={run!r} must be in [0, {self._runs})")
+    def top_set(self, policy: int | StreamPolicy, run: int = 0) -> tuple[tuple[int, float], ...]:
+        """TOP_δ(J) of ``policy`` so far (a StreamPolicy of the collection, or its index): (timestamp, budget)
+        pairs, largest first (zero padding left out)."""
+        index = self._policy_index(policy)
+        if isinstance(run, bool) or not isinstance(run, int) or not 0 <= run < self._runs:
+            raise InvalidArgument(f"run={run!r} must be an integer in [0, {self._runs})")
         pairs = [
             (int(t), rounding.units_to_float_near(int(u)))
             for u, t in zip(self._tops[index][run].tolist(), self._top_times[index][run].tolist(), strict=True)
@@ -110,9 +113,24 @@ class SwellfishLedger(LaplaceReleases):
         return tuple(sorted(pairs, key=lambda p: (-p[1], p[0])))
 
     @locked
-    def top_sum(self, index: int) -> tuple[int, ...]:
-        """Exact Σ TOP_δ(J) of policy ``index`` per run, in units of 2**-1127."""
-        return tuple(int(v) for v in self._sums[index].tolist())
+    def top_sum(self, policy: int | StreamPolicy) -> tuple[int, ...]:
+        """Exact Σ TOP_δ(J) of ``policy`` (a StreamPolicy of the collection, or its index) per run, in units
+        of 2**-1127."""
+        return tuple(int(v) for v in self._sums[self._policy_index(policy)].tolist())
+
+    def _policy_index(self, policy: object) -> int:
+        """The index of ``policy`` in the collection: given as an index, or as the StreamPolicy itself (its
+        first occurrence: equal policies hold equal TOP sets)."""
+        count = len(self._policies)
+        if isinstance(policy, StreamPolicy):
+            if policy not in self._policies.policies:
+                raise InvalidArgument(f"policy={policy!r} is not one of this ledger's {count} policies")
+            return self._policies.policies.index(policy)
+        if isinstance(policy, bool) or not isinstance(policy, int) or not 0 <= policy < count:
+            raise InvalidArgument(
+                f"policy={policy!r} must be a StreamPolicy of the collection or a policy index in [0, {count})"
+            )
+        return policy
 
     @journaled
     def release_exact(self, secret: Secret, *, purpose: str = "exact release") -> FloatArray:

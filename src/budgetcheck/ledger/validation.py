@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,8 @@ def check_epsilon(value: object, name: str = "epsilon") -> float:
 
 MAX_VALUE = float(2**53)  # the largest |value| of a stream: exact integers; any sum, mean or difference a mechanism
 # computes from d <= 2^20 of them stays finite, so no operation can fail on the data after its charge
+MAX_RUNS = 2**24  # the most runs of one ledger: its per-run arrays stay allocatable (16,777,216 runs; the
+# benchmark's largest stacked pass is about 12,000); a ledger too large for the machine below it is refused too
 MAX_T = 2**62  # the largest timestamp: every store keeps t as a 64-bit integer with room for t + w
 
 
@@ -39,6 +42,14 @@ def check_timestamp(value: object, name: str = "t") -> int:
     if t > MAX_T:
         raise InvalidArgument(f"{name}={t} is beyond the largest timestamp 2^62 = {MAX_T}")
     return t
+
+
+def check_runs(value: object, name: str = "runs") -> int:
+    """A number of runs: an integer in [1, 2^24] (:data:`MAX_RUNS`)."""
+    runs = check_positive_int(value, name)
+    if runs > MAX_RUNS:
+        raise InvalidArgument(f"{name}={runs} is more than the {MAX_RUNS:,} runs (2^24) one ledger holds")
+    return runs
 
 
 def check_positive_int(value: object, name: str, *, minimum: int = 1) -> int:
@@ -126,7 +137,8 @@ def check_bin_amounts(
 
 def float_array(value: object, name: str, expected: str) -> FloatArray:
     """A fresh float64 array of ``value``, naming ``expected`` when it is not numbers: booleans,
-    strings (``"0.1"`` is not converted), None and other objects are refused, alone or inside arrays."""
+    strings (``"0.1"`` is not converted), None and other objects are refused, alone or inside arrays, and
+    so are numbers no double equals (Fraction(1, 3), 2**53 + 1: see :func:`_exact_doubles`)."""
     if type(value) is np.ndarray and value.dtype == np.float64:  # a mechanism's budgets: a copy, nothing to convert
         return value.copy()
     if value is None or isinstance(value, (bool, str, bytes)):
@@ -135,16 +147,43 @@ def float_array(value: object, name: str, expected: str) -> FloatArray:
         raw = np.asarray(value)
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(f"{name}={value!r} must be {expected}") from exc
-    if raw.dtype.kind == "O":  # e.g. Fractions (accepted) or a None or string among numbers (refused)
+    if raw.dtype.kind == "O":  # e.g. Fractions (accepted if a double equals them) or a None or a string (refused)
         for item in raw.flat:
             if isinstance(item, bool) or not isinstance(item, numbers.Real):
                 raise InvalidArgument(f"{name} holds {item!r} ({type(item).__name__}); it must be {expected}")
     elif raw.dtype.kind not in "iuf":
         raise InvalidArgument(f"{name}={value!r} must be {expected}, not an array of {raw.dtype}")
     try:
-        return np.array(raw, dtype=np.float64)
+        arr = np.array(raw, dtype=np.float64)
     except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidArgument(f"{name}={value!r} must be {expected}") from exc
+    return _exact_doubles(raw, arr, name)
+
+
+def _exact_doubles(raw: NDArray[Any], arr: FloatArray, name: str) -> FloatArray:
+    """``arr`` (raw as doubles), refused if some entry is a number that no double equals: a Fraction such as
+    1/3, an integer beyond 2^53, a long double. Budgets are exact sums of doubles (units of 2^-1127); rounding
+    such a number to nearest could charge below its value (three Fraction(1, 3) plus 2^-60 would fit ε = 1),
+    rounding it up would refuse three thirds that fit: it is refused, as Decimal is. Doubles, float32 and
+    integers up to 2^53 convert exactly and pass untouched; Fraction(1, 4) is charged as 0.25."""
+    if raw.dtype.kind == "f" and raw.dtype.itemsize <= 8:
+        return arr
+    if raw.dtype.kind in "iu" and (raw.size == 0 or (raw.max() <= 2**53 and raw.min() >= -(2**53))):
+        return arr
+    exact = raw.reshape(-1).tolist() if raw.dtype.kind == "O" else list(raw.reshape(-1))
+    for item, converted in zip(exact, arr.reshape(-1).tolist(), strict=True):
+        if isinstance(item, np.longdouble):
+            inexact = bool(item != np.longdouble(converted))
+        elif isinstance(item, (numbers.Rational, np.integer)):
+            inexact = Fraction(int(item) if isinstance(item, np.integer) else item) != Fraction(converted)
+        else:  # a float, or another Real numpy converts exactly (float32, float16)
+            inexact = False
+        if inexact and math.isfinite(converted):
+            raise InvalidArgument(
+                f"{name} holds {item!r}, which no double equals (the nearest is {converted!r}): a budget must be "
+                "exactly a double; pass a float knowingly (rounding.share(total, parts) is the largest share that fits)"
+            )
+    return arr
 
 
 def _finite_nonnegative(
@@ -195,8 +234,13 @@ def check_stream(data: object, name: str = "data") -> FloatArray:
             if width != widths[0]:
                 raise InvalidArgument(f"{name} is ragged: row {index + 1} has {width} values, row 1 has {widths[0]}")
     try:
-        arr = np.array(rows, dtype=np.float64)
+        raw = np.asarray(rows)
     except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"{name} must hold numbers only: {exc}") from exc
+    _check_real(raw, name)
+    try:
+        arr = np.array(raw, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidArgument(f"{name} must hold numbers only: {exc}") from exc
     if arr.ndim == 1:
         arr = arr.reshape(-1, 1)
@@ -213,6 +257,23 @@ def check_stream(data: object, name: str = "data") -> FloatArray:
         )
     arr.setflags(write=False)
     return arr
+
+
+def _check_real(raw: NDArray[Any], name: str) -> None:
+    """Real numbers only: complex values (whose imaginary part a conversion would drop), strings
+    (which numpy would parse), dates and other objects are refused, naming the first one."""
+    if raw.dtype.kind in "biuf":
+        return
+    if raw.dtype.kind == "O":
+        for index, item in enumerate(raw.flat):
+            if not isinstance(item, numbers.Real):
+                where = tuple(int(i) for i in np.unravel_index(index, raw.shape))
+                raise InvalidArgument(
+                    f"{name} must hold real numbers only, got {item!r} ({type(item).__name__}) at index {where}"
+                )
+        return
+    first = f" (first value {raw.reshape(-1)[0].tolist()!r})" if raw.size else ""
+    raise InvalidArgument(f"{name} must hold real numbers only, got an array of {raw.dtype}{first}")
 
 
 def _row_width(row: object) -> int:

@@ -23,6 +23,7 @@ from budgetcheck import rounding
 from budgetcheck.ledger.core import (
     LaplaceReleases,
     call_measured,
+    check_result_shape,
     journaled,
     locked,
     measurement_failed,
@@ -102,8 +103,14 @@ class WindowLedger(LaplaceReleases):
         self._epsilon: float | FloatArray = params.epsilon
         self._eps_units: int | ObjectArray = rounding.to_units(params.epsilon)
         self._eps_bound = ExactVector.from_int(rounding.to_units(params.epsilon))
-        self._windows = _windows(params.w, self._runs)
-        self._exposures = Exposures(params.w, self._runs)
+        try:
+            self._windows = _windows(params.w, self._runs)
+            self._exposures = Exposures(params.w, self._runs)
+        except MemoryError:
+            raise InvalidArgument(
+                f"runs={self._runs} is more runs than this machine can hold window sums for (w={params.w}); "
+                "use fewer runs per ledger"
+            ) from None
         self._intrusions: str | None = None
         self._announced: set[int] = set()
         self._held_until = 0
@@ -342,6 +349,7 @@ class WindowLedger(LaplaceReleases):
         epsilon: ArrayLike,
         purpose: str = "footprint measurement",
         isolation: str = FORK,
+        shape: int | tuple[int, ...] = (),
     ) -> FloatArray:
         """Noisy fn over the true values of several timestamps, charged ε at *each* timestamp read.
 
@@ -351,13 +359,15 @@ class WindowLedger(LaplaceReleases):
         window then pays for every change it can contain. fn receives the stacked payloads
         (k, *shape) in the order given. Every secret must lie in the current window [t−w+1, t]
         of the newest one. fn runs as in :meth:`measure` (a forked process per call unless
-        ``isolation='trusted'``); the records are marked ``vouched``. Returns shape (runs, *fn_output.shape).
+        ``isolation='trusted'``); the records are marked ``vouched``. ``shape``: the declared shape of fn's
+        result, as for :meth:`measure` (default ``()``). Returns shape (runs, *shape).
         """
         secrets = list(secrets)
         if not secrets:
             raise InvalidArgument("secrets must name at least one timestamp (the footprint), got none")
         amounts = self._measurement_amounts(fn, epsilon, "measure_footprint")
         isolation = check_isolation(isolation)
+        declared = check_result_shape(shape)
         if not all(isinstance(secret, Secret) for secret in secrets):
             raise InvalidArgument(
                 f"secrets must be Secrets from a guarded stream, got {[type(x).__name__ for x in secrets]}"
@@ -422,10 +432,10 @@ class WindowLedger(LaplaceReleases):
             self._vouched += 1
         with contextlib.ExitStack() as stack:
             payload = np.stack([stack.enter_context(charged(secret)) for secret in secrets])
-            outcome = call_measured(fn, [payload], isolation)
+            outcome = call_measured(fn, [payload], isolation, declared)
             del payload
         if isinstance(outcome, str):
-            raise measurement_failed("measure_footprint", outcome)
+            raise measurement_failed("measure_footprint", outcome, declared)
         return self._noisy(outcome[0], amounts, scale, sensitivity, integral=False)
 
     def above_threshold(

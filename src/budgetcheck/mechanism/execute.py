@@ -8,6 +8,7 @@ sample (isSamplingPoint), allocates budget (budgetAllocation), perturbs through 
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Iterable
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
@@ -102,6 +103,22 @@ def notion_of(mechanism: object) -> Notion:
 L = TypeVar("L", bound=LedgerCore)
 
 
+def check_mechanism(value: object, kind: str = "StreamMechanism", name: str = "mechanism") -> None:
+    """``value`` is a mechanism (a ``name`` and a ``run(stream, ledger)``), else InvalidArgument naming it;
+    a string is a mechanism's *name*, which :func:`budgetcheck.load_mechanism` resolves."""
+    if isinstance(value, str):
+        raise InvalidArgument(
+            f"{name}={value!r} is a name, not a mechanism: pass load_mechanism({value!r}) or a mechanism object"
+        )
+    if isinstance(value, type):
+        raise InvalidArgument(f"{name}={value.__name__} is a class, not a {kind}: pass an instance, {value.__name__}()")
+    if not isinstance(value, StreamMechanism) or not callable(value.run):
+        raise InvalidArgument(
+            f"{name}={reprlib.repr(value)} is not a {kind} (it needs .name and .run(stream, ledger)), "
+            f"got {type(value).__name__}"
+        )
+
+
 @attrs.frozen(eq=False)
 class Execution(Generic[L]):
     """The releases of one execution (shape (runs, T, d)) and the ledger that paid for them."""
@@ -144,6 +161,7 @@ def execute(
     An experiment, not a publication: the ledger keeps its records (for audits) and its noise is reproducible from
     ``seed`` (``numpy-laplace``)
     unless ``sampler`` names another; to publish, use a ledger file (:func:`budgetcheck.publish`)."""
+    check_mechanism(mechanism)
     stream = data if isinstance(data, GuardedStream) else GuardedStream(data)
     if np.ndim(epsilon) == 0:
         ledger = WindowLedger(
@@ -170,6 +188,7 @@ def execute_personalized(
 ) -> Execution[PersonalizedLedger]:
     """Run a personalized mechanism on per-user ``bins`` (shape (T, n)) under ``requirements``
     (an experiment: reproducible noise from ``seed``, as :func:`execute`)."""
+    check_mechanism(mechanism, "PersonalizedMechanism")
     stream = PersonalizedStream(requirements, bins, dimensions=dimensions)
     return execute_on(
         mechanism, stream, PersonalizedLedger(requirements, runs=runs, seed=seed, sampler=sampler, keep_records=True)
@@ -188,6 +207,7 @@ def execute_swellfish(
 ) -> Execution[SwellfishLedger]:
     """Run a Swellfish mechanism on ``data`` (shape (T, d)) under (ε, Φ) (an experiment: reproducible
     noise from ``seed``, as :func:`execute`)."""
+    check_mechanism(mechanism, "SwellfishMechanism")
     return execute_on(
         mechanism,
         GuardedStream(data),
