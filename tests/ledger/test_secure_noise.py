@@ -170,3 +170,17 @@ def test_discrete_draws_past_the_largest_double_release_infinities_not_a_traceba
     released = ledger.laplace(stream.secret(1), 2e-308)
     assert len(ledger.records) == 1 and not np.isnan(released).any()
     assert np.isinf(released).any() and (np.abs(released[np.isfinite(released)]) <= np.finfo(float).max).all()
+
+
+def test_the_discrete_sampler_releases_a_timestamp_no_policy_covers_exactly() -> None:
+    """Swellfish: where no policy applies the temporal sensitivity is 0; the discrete sampler raised a
+    math domain error there (log2 of 0). It now releases on the finest grid: the exact counts, and an
+    exact dissimilarity, as the float sampler does."""
+    ledger = bc.SwellfishLedger(
+        bc.PolicyCollection([bc.StreamPolicy(3, 4, [1.0])]), epsilon=1.0, sampler="discrete-laplace", keep_records=True
+    )
+    stream = bc.GuardedStream(np.array([[1.0, 2.0]] * 6))
+    ledger.bind(stream)
+    assert ledger.temporal_sensitivity(1) == 0.0
+    assert ledger.laplace(stream.secret(1), 0.5).tolist() == [[1.0, 2.0]]
+    assert ledger.dissimilarity(stream.secret(2), np.array([[0.5, 0.25]]), 0.5).tolist() == [1.125]

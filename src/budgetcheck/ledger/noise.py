@@ -125,9 +125,12 @@ def _laplace_in_place(values: FloatArray, scale: float, start: int) -> int:
 
 
 def granularity(sensitivity: float, *, integral: bool = True) -> Fraction:
-    """γ of the discrete sampler: 1 for integral values at an integer sensitivity, else 2^(⌊log2 Δ⌋−20)."""
+    """γ of the discrete sampler: 1 for integral values at an integer sensitivity, else 2^(⌊log2 Δ⌋−20)
+    (Δ = 0: 1 for integral values, else 2^-1074, on which every double lies)."""
     if integral and sensitivity >= 1.0 and float(sensitivity).is_integer():
         return Fraction(1)
+    if sensitivity == 0.0:  # nothing to hide (a Swellfish timestamp no policy covers): the finest grid, exact
+        return Fraction(1) if integral else Fraction(2) ** -1074
     return Fraction(2) ** (math.floor(math.log2(sensitivity)) - 20)
 
 
