@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -146,3 +147,22 @@ def test_runs_the_machine_cannot_allocate_are_an_invalid_argument(monkeypatch: p
         InvalidArgument, match=r"runs=4 is more runs than this machine can hold window sums for \(w=3\)"
     ):
         WindowLedger(WEventParams(1.0, 3), runs=4)
+
+
+@pytest.mark.parametrize(
+    "epsilon", [Fraction(1, 3), 2**53 + 1, np.longdouble(1) / 3, Fraction(1, 10)], ids=["1/3", "2^53+1", "ld", "1/10"]
+)
+def test_an_epsilon_no_double_equals_is_refused_as_amounts_are(epsilon: object) -> None:
+    """The ledger's ε was rounded to the nearest double, which can lie above it (Fraction(1, 10) does):
+    then a window could hold more than the exact ε. It is refused, naming it, as such amounts are; an ε
+    a double equals (Fraction(1, 4), 3, float32) is kept exactly."""
+    for build in (
+        lambda: WindowLedger(epsilon=epsilon, w=2),
+        lambda: WindowLedger.with_epsilons([1.0, epsilon], 2),
+        lambda: WEventParams(epsilon, 2),
+    ):
+        with pytest.raises(InvalidArgument, match="no double equals it"):
+            build()
+    assert WindowLedger(epsilon=Fraction(1, 4), w=2).epsilon == 0.25
+    assert WindowLedger(epsilon=3, w=2).epsilon == 3.0
+    assert WindowLedger(epsilon=np.float32(0.1), w=2).epsilon == float(np.float32(0.1))

@@ -26,7 +26,20 @@ def check_epsilon(value: object, name: str = "epsilon") -> float:
     as_float = float(value)
     if not math.isfinite(as_float) or as_float <= 0.0:
         raise InvalidArgument(f"{name}={value!r} must be a finite number > 0")
+    if _inexact(value, as_float):  # as amounts are (see _exact_doubles): the nearest double may be above it
+        raise InvalidArgument(
+            f"{name}={value!r}: no double equals it (the nearest is {as_float!r}); a budget must be exactly a double"
+        )
     return as_float
+
+
+def _inexact(value: object, as_float: float) -> bool:
+    """Whether ``value`` (a real number) differs from the double ``as_float`` it converts to."""
+    if isinstance(value, np.longdouble):
+        return bool(value != np.longdouble(as_float))
+    if isinstance(value, (numbers.Rational, np.integer)):
+        return Fraction(int(value) if isinstance(value, np.integer) else value) != Fraction(as_float)
+    return False
 
 
 MAX_VALUE = float(2**53)  # the largest |value| of a stream: exact integers; any sum, mean or difference a mechanism
@@ -172,13 +185,7 @@ def _exact_doubles(raw: NDArray[Any], arr: FloatArray, name: str) -> FloatArray:
         return arr
     exact = raw.reshape(-1).tolist() if raw.dtype.kind == "O" else list(raw.reshape(-1))
     for item, converted in zip(exact, arr.reshape(-1).tolist(), strict=True):
-        if isinstance(item, np.longdouble):
-            inexact = bool(item != np.longdouble(converted))
-        elif isinstance(item, (numbers.Rational, np.integer)):
-            inexact = Fraction(int(item) if isinstance(item, np.integer) else item) != Fraction(converted)
-        else:  # a float, or another Real numpy converts exactly (float32, float16)
-            inexact = False
-        if inexact and math.isfinite(converted):
+        if math.isfinite(converted) and _inexact(item, converted):
             raise InvalidArgument(
                 f"{name} holds {item!r}, which no double equals (the nearest is {converted!r}): a budget must be "
                 "exactly a double; pass a float knowingly (rounding.share(total, parts) is the largest share that fits)"
