@@ -508,7 +508,7 @@ def test_a_footprint_after_a_discarded_held_value_counts_its_exposure(runs: int)
     ledger.held_laplace(stream.secret(1), 0.5, False)
 
     def total(x: np.ndarray) -> np.ndarray:
-        return np.asarray(x.sum(keepdims=True))
+        return np.asarray(x.sum())
 
     secrets = [stream.secret(1), stream.secret(2)]
     assert _refused(lambda: ledger.measure_footprint(total, secrets, sensitivity=1.0, epsilon=0.4, isolation="trusted"))
@@ -533,7 +533,7 @@ def test_a_footprint_reaching_back_past_an_older_exposure_counts_it(runs: int) -
 
     def footprint(epsilon: float) -> None:
         ledger.measure_footprint(
-            lambda x: np.asarray(x.sum(keepdims=True)),
+            lambda x: np.asarray(x.sum()),
             [stream.secret(3), stream.secret(4)],
             sensitivity=1.0,
             epsilon=epsilon,
@@ -604,7 +604,7 @@ def test_pan_private_exposures_hold_on_every_path(runs: int, w: int, data: st.Da
             secrets = [stream.secret(s) for s in stamps]
             refused = _refused(
                 lambda: ledger.measure_footprint(
-                    lambda x: np.asarray(x.sum(keepdims=True)),
+                    lambda x: np.asarray(x.sum()),
                     secrets,
                     sensitivity=1.0,
                     epsilon=amount,
@@ -799,7 +799,7 @@ def test_a_footprint_costs_what_its_stamps_span_not_w(runs: int, w: int) -> None
 
     def footprint(stamps: list[int], epsilon: float) -> None:
         ledger.measure_footprint(
-            lambda x: np.asarray(x.sum(keepdims=True)),
+            lambda x: np.asarray(x.sum()),
             [stream.secret(s) for s in stamps],
             sensitivity=1.0,
             epsilon=epsilon,

@@ -78,11 +78,19 @@ def test_amounts_that_are_not_numbers_are_refused_and_change_nothing(amount: obj
     assert ledger.t == 0 and float(ledger.remaining(1)[0]) == 1.0
 
 
-@pytest.mark.parametrize("amount", [0.1, Fraction(1, 10), np.float32(0.25), np.int64(0), [0.1], np.array([0.5])])
+@pytest.mark.parametrize("amount", [0.1, Fraction(1, 4), np.float32(0.25), np.int64(0), [0.1], np.array([0.5])])
 def test_numbers_of_every_kind_are_accepted(amount: object) -> None:
     ledger = bc.WindowLedger(epsilon=1.0, w=3, sampler="numpy-laplace")
     ledger.spend(1, amount, purpose="x")  # type: ignore[arg-type]
     assert ledger.t == 1
+
+
+def test_a_fraction_no_double_equals_is_refused_naming_its_nearest_double() -> None:
+    """Fraction(1, 10) lies between two doubles: charging either would not be the amount asked for."""
+    ledger = bc.WindowLedger(epsilon=1.0, w=3, sampler="numpy-laplace")
+    with pytest.raises(bc.InvalidArgument, match=r"Fraction\(1, 10\), which no double equals \(the nearest is 0.1\)"):
+        ledger.spend(1, Fraction(1, 10), purpose="x")
+    assert ledger.t == 0
 
 
 def _budgetcheck(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:

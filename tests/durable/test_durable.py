@@ -40,7 +40,7 @@ def test_spends_survive_a_reopen_and_match_an_in_memory_twin(tmp_path: Path) -> 
         amount = [0.15, 0.1 * (k % 3)]
         ledger.laplace(secret, amount)
         twin.spend(secret.t, amount, purpose="twin")
-    ledger.measure_footprint(lambda v: v.sum(axis=0), secrets[4:6], sensitivity=1.0, epsilon=0.05)
+    ledger.measure_footprint(lambda v: v.sum(axis=0), secrets[4:6], sensitivity=1.0, epsilon=0.05, shape=2)
     for s in (5, 6):
         twin.spend(6, 0.0, purpose="twin")
         twin._windows.commit_footprint(6, {s: ExactVector.from_floats(np.full(2, 0.05))})

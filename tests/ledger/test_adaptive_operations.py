@@ -30,16 +30,16 @@ from mechanisms._smoothing import smooth
 # -- footprint measurements ---------------------------------------------------------------------
 def test_footprint_charges_every_timestamp_it_reads_and_rechecks_old_windows() -> None:
     ledger, secrets = bound_ledger(w=4)
-    out = ledger.measure_footprint(lambda v: v.sum(axis=0), secrets[0:3], sensitivity=3.0, epsilon=0.25)
+    out = ledger.measure_footprint(lambda v: v.sum(axis=0), secrets[0:3], sensitivity=3.0, epsilon=0.25, shape=3)
     assert out.shape == (1, 3)
     assert [r.t for r in ledger.records] == [1, 2, 3] and all(float(r.amounts[0]) == 0.25 for r in ledger.records)
     before = (len(ledger.records), ledger.remaining(3).tolist(), ledger.t)
     # windows [1, 3] and [1, 4] would hold 0.25 * (3 + 2) > 1: refused, nothing changes
     with pytest.raises(BudgetExceeded, match=r"window \[1, 3\]"):
-        ledger.measure_footprint(lambda v: v.sum(axis=0), secrets[1:4], sensitivity=3.0, epsilon=0.25)
+        ledger.measure_footprint(lambda v: v.sum(axis=0), secrets[1:4], sensitivity=3.0, epsilon=0.25, shape=3)
     assert (len(ledger.records), ledger.remaining(3).tolist(), ledger.t) == before
     assert ledger.refusals == 1
-    ledger.measure_footprint(lambda v: v.sum(axis=0), secrets[3:4], sensitivity=3.0, epsilon=0.25)
+    ledger.measure_footprint(lambda v: v.sum(axis=0), secrets[3:4], sensitivity=3.0, epsilon=0.25, shape=3)
     assert window_sums(ledger.records, 4, 1) == [Fraction(1)]
 
 

@@ -141,6 +141,7 @@ def test_refused_series_and_footprint_leave_a_one_run_ledger_as_it_was() -> None
             sensitivity=2.0,
             epsilon=0.125,
             isolation="trusted",
+            shape=2,
         )  # window [1, 4] holds 0.25 + 0.25 + 0.375 + 0.125 = ε exactly
         with pytest.raises(BudgetExceeded):  # the smallest subnormal more at t = 2 and t = 4 is over
             ledger.measure_footprint(
@@ -148,6 +149,7 @@ def test_refused_series_and_footprint_leave_a_one_run_ledger_as_it_was() -> None
                 [stream.secret(2), stream.secret(4)],
                 sensitivity=2.0,
                 epsilon=TINY,
+                shape=2,
                 isolation="trusted",
             )
         assert ledger.remaining(4)[0] == 0.0 and ledger.remaining(5)[0] == 0.25 and ledger.remaining(6)[0] == 0.5

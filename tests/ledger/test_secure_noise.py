@@ -88,7 +88,7 @@ def test_the_sampling_mechanisms_draws_are_unpredictable_unless_named(tmp_path: 
 def test_a_ledger_file_keeps_its_sampler(tmp_path: Path) -> None:
     path = tmp_path / "l.db"
     bc.open_ledger(path, bc.WindowLedger(epsilon=1.0, w=3, keep_records=True)).close()
-    with pytest.raises(bc.InvalidArgument, match="sampler discrete-laplace, not numpy-laplace"):
+    with pytest.raises(bc.InvalidArgument, match="kept under sampler='discrete-laplace', not sampler='numpy-laplace'"):
         bc.open_ledger(path, bc.WindowLedger(epsilon=1.0, w=3, sampler="numpy-laplace", keep_records=True))
     with bc.open_ledger(path, bc.WindowLedger(epsilon=1.0, w=3, keep_records=True)) as again:
         assert again.sampler == "discrete-laplace"
