@@ -306,7 +306,7 @@ def test_a_grandchild_holding_the_pipe_does_not_stall_the_call() -> None:
 
 def test_a_read_of_another_secret_is_still_secret_access() -> None:
     _, secrets, measure = _ledger(FORK)
-    with pytest.raises(bc.SecretAccess, match="read a Secret outside its charge at .*test_isolation.py:[0-9]+"):
+    with pytest.raises(bc.SecretAccess, match="read a Secret outside its charge$"):  # not where: fn could choose it
         measure(lambda v: float(secrets[1]), secrets[0])
 
 

@@ -140,21 +140,20 @@ def journaled(method: F) -> F:
     def wrapper(self: LedgerCore, *args: Any, **kwargs: Any) -> Any:
         try:
             with self._lock:  # check, commit and draw as one step for every thread sharing the ledger
-                try:
-                    if self._hook is None:  # no hook: the operation itself (a refusal noted as _run_operation notes it)
-                        try:
-                            return method(self, *args, **kwargs)
-                        except BudgetExceeded as exc:
-                            self._note_refusal(exc)
-                            raise
+                if self._hook is not None:
                     return self._run_operation(functools.partial(method, self), args, kwargs)
-                except BudgetExceeded:
-                    if self._fresh_claims:  # a refusal changes nothing: not even the binding of a stream
-                        self._unbind_fresh()
+                mark, charges = len(self._fresh_claims), self._charges  # see _unbind_fresh
+                try:  # no hook: the operation itself, as _run_operation runs it
+                    return method(self, *args, **kwargs)
+                except BudgetExceeded as exc:
+                    self._unbind_fresh(mark, charges)  # a refusal changes nothing: not even the binding of a stream
+                    self._note_refusal(exc)
+                    raise
+                except InvalidArgument:
+                    self._unbind_fresh(mark, charges)
                     raise
                 finally:
-                    if self._fresh_claims:
-                        self._fresh_claims.clear()
+                    del self._fresh_claims[mark:]
         except TypeError as exc:  # a call that does not fit the signature names the public class, not a base
             inner = f"{method.__qualname__}()"
             if str(exc).startswith(inner):
@@ -171,6 +170,7 @@ class LedgerCore(abc.ABC):
 
     __slots__ = (
         "_applying",
+        "_charges",
         "_fresh_claims",
         "_hook",
         "_keep",
@@ -202,6 +202,7 @@ class LedgerCore(abc.ABC):
         self._records: list[SpendRecord] = []
         self._refusals = 0
         self._fresh_claims: list[list[object]] = []  # streams the operation under way bound (see _bind_claim)
+        self._charges = 0  # spends committed so far: an operation that raised without one may unbind its streams
         self._refused_worst = 0.0  # the largest window sum / ε a refused spend would have made
         self._vouched = 0  # charges whose sensitivity the caller vouched for (measure, measure_footprint)
         self._applying = False  # accounting for a stored record (see _apply_row): not a new spend
@@ -297,12 +298,15 @@ class LedgerCore(abc.ABC):
             owner.append(self)
         self._fresh_claims.append(owner)
 
-    def _unbind_fresh(self) -> None:
-        """Undo the bindings the refused operation made (:meth:`_bind_claim`)."""
-        for bound in self._fresh_claims:
+    def _unbind_fresh(self, mark: int, charges: int) -> None:
+        """Undo the bindings made since ``mark`` by an operation refused or given a bad argument
+        (:meth:`_bind_claim`), if it committed no spend since the count ``charges`` (a spend binds its
+        stream for good); those of an operation still under way around it (a reentrant call) stay."""
+        if self._charges != charges:
+            return
+        for bound in self._fresh_claims[mark:]:
             if bound and bound[0] is self:
                 bound.clear()
-        self._fresh_claims.clear()
 
     @abc.abstractmethod
     def header(self) -> LedgerHeader:
@@ -360,6 +364,7 @@ class LedgerCore(abc.ABC):
         return False
 
     def _commit(self, t: int, record: SpendRecord) -> None:
+        self._charges += 1
         self._t = max(self._t, t)
         if self._applying or (self._hook is not None and self._hook.take(record)):
             return
@@ -439,12 +444,19 @@ class LedgerCore(abc.ABC):
     def _run_operation(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run one charged operation ``fn(*args, **kwargs)`` through the hooks, if any; a refusal's
         window sum / ε is remembered (:attr:`worst_refused_ratio`)."""
-        try:
-            with self._lock:
+        with self._lock:
+            mark, charges = len(self._fresh_claims), self._charges
+            try:
                 return fn(*args, **kwargs) if self._hook is None else self._hook.run(fn, args, kwargs)
-        except BudgetExceeded as exc:
-            self._note_refusal(exc)
-            raise
+            except BudgetExceeded as exc:
+                self._unbind_fresh(mark, charges)  # what this operation bound, nothing an operation before it bound
+                self._note_refusal(exc)
+                raise
+            except InvalidArgument:
+                self._unbind_fresh(mark, charges)
+                raise
+            finally:
+                del self._fresh_claims[mark:]
 
     def _note_refusal(self, exc: BudgetExceeded) -> None:
         self._refused_worst = max(self._refused_worst, exc.window_sum / exc.epsilon)

@@ -11,7 +11,7 @@ enters the parent), checking shape, size and finiteness itself.
 
 A failure is one fixed word, :data:`FAILED`, whatever fn did (raised any exception, exited, returned
 non-finite values or another shape, wrote into the pipe): which of these happened may depend on the
-data, so it is not told. Only a read of another Secret is named, with its code line (a mistake to fix,
+data, so it is not told. Only a read of another Secret is named, without its code line (a mistake to fix,
 not a value).
 
 What a process cannot hide from the operating system (files, sockets, shared memory, pipes it
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import gc
 import os
-import re
 import struct
 import traceback
 import warnings
@@ -64,23 +63,13 @@ def check_isolation(value: object) -> str:
 def failure_kind(exc: BaseException) -> str:
     """Why fn failed, without anything fn chose: :data:`FAILED` (never the exception's class, message or
     arguments: a choice among classes is a side channel too), or, for a read of another Secret that the
-    library refused (a SecretAccess raised inside budgetcheck, not one fn made up), SecretAccess with the
-    code location of the read when that is a line of a file that exists (a made-up name could carry data)."""
+    library refused (a SecretAccess raised inside budgetcheck, not one fn made up), :data:`SECRET_ACCESS`
+    alone: not where (fn can choose the file and line a read is reported at, and so spell the data)."""
     if isinstance(exc, SecretAccess):
         frames = traceback.extract_tb(exc.__traceback__)
         if frames and "/budgetcheck/" in frames[-1].filename:
-            outside = [frame for frame in frames if "/budgetcheck/" not in frame.filename]
-            return SECRET_ACCESS + (_location(outside[-1].filename, outside[-1].lineno) if outside else "")
+            return SECRET_ACCESS
     return FAILED
-
-
-def _location(filename: str, lineno: int | None) -> str:
-    try:
-        with open(filename, "rb") as handle:
-            lines = sum(1 for _ in handle)
-    except OSError:
-        return ""
-    return f" at {filename}:{lineno}" if lineno is not None and 0 < lineno <= lines else ""
 
 
 def in_process(fn: Callable[[FloatArray], ArrayLike], payload: FloatArray) -> FloatArray | str:
@@ -163,14 +152,9 @@ def _read_exactly(fd: int, size: int) -> bytes | None:
 
 
 def _known_failure(text: str) -> str:
-    """The child's failure text, if it is a read of another Secret at a real code line; anything else is
+    """The child's failure text, if it is a read of another Secret (the fixed text); anything else is
     :data:`FAILED` (fn may have written a message of its own into the pipe: a free text could spell the data)."""
-    if text.startswith(SECRET_ACCESS):
-        where = text.removeprefix(SECRET_ACCESS)
-        match = re.fullmatch(r" at (.+):([0-9]{1,9})", where)
-        if where == "" or (match is not None and _location(match[1], int(match[2])) == where):
-            return text
-    return FAILED
+    return SECRET_ACCESS if text == SECRET_ACCESS else FAILED
 
 
 def _decode(message: bytes, count: int) -> list[FloatArray] | str:

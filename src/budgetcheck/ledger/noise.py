@@ -166,7 +166,15 @@ class DiscreteLaplace:
     def _covered(sensitivity: float, integral: bool) -> float:
         """The sensitivity the noise must cover on the grid γ·Z (one more γ unless γ = 1)."""
         gamma = granularity(sensitivity, integral=integral)
-        return sensitivity if gamma == 1 else float(Fraction(sensitivity) + gamma)
+        if gamma == 1:
+            return sensitivity
+        try:
+            return float(Fraction(sensitivity) + gamma)
+        except OverflowError:  # Δ + γ past the largest double: no finite scale covers it
+            raise InvalidArgument(
+                f"sensitivity={sensitivity!r} is too large for the discrete-laplace sampler: Δ plus its grid step "
+                "passes the largest double"
+            ) from None
 
     def perturb(self, values: FloatArray, scale: FloatArray, sensitivity: float, *, integral: bool) -> FloatArray:
         gamma = granularity(sensitivity, integral=integral)

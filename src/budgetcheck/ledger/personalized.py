@@ -37,7 +37,7 @@ from budgetcheck.ledger.validation import check_bin_amounts, check_label, check_
 from budgetcheck.ledger.wevent import window_exceeded
 from budgetcheck.ledger.windows import ExactWindows
 from budgetcheck.stream.live import LiveStream
-from budgetcheck.stream.secret import Secret, charged, users_of
+from budgetcheck.stream.secret import Secret, charged, requirements_of, users_of
 
 FloatArray = NDArray[np.float64]
 SM_SAMPLER = "sampling-mechanism"  # recorded as sampling-mechanism+<the Laplace sampler>
@@ -303,11 +303,18 @@ class PersonalizedLedger(LedgerCore):
     def _check_class_secret(self, secret: Secret) -> int:
         """The timestamp of a secret this ledger may read (:meth:`_check_secret`) that holds one row per
         requirement class: a secret of a PersonalizedStream of this requirement set."""
-        if isinstance(secret, Secret) and (len(secret.shape) != 2 or secret.shape[0] != self._requirements.n_classes):
-            raise InvalidArgument(  # before the claim: a stream of other shapes is not bound by the attempt
-                f"{secret!r} is not from a PersonalizedStream of this requirement set: its secrets hold (classes, d) "
-                f"= ({self._requirements.n_classes}, d) counts"
-            )
+        if isinstance(secret, Secret):
+            if len(secret.shape) != 2 or secret.shape[0] != self._requirements.n_classes:
+                raise InvalidArgument(  # before the claim: a stream of other shapes is not bound by the attempt
+                    f"{secret!r} is not from a PersonalizedStream of this requirement set: its secrets hold "
+                    f"(classes, d) = ({self._requirements.n_classes}, d) counts"
+                )
+            theirs = requirements_of(secret)
+            if theirs is not None and not _same_classes(theirs, self._requirements):
+                raise InvalidArgument(
+                    f"{secret!r} is from a PersonalizedStream of another requirement set ({theirs!r}); this ledger "
+                    f"accounts {self._requirements!r}"
+                )
         return self._check_secret(secret)
 
     def _lookback(self) -> int:
@@ -411,3 +418,16 @@ def _unpaid_read(operation: str, payers: str) -> InvalidArgument:
     """The refusal of an ``operation`` for which no one pays (ε = 0 for every one of the ``payers`` and
     every run): it would read the data for free. Raised before anything is charged or drawn."""
     return InvalidArgument(f"{operation} with epsilon=0 for every {payers} and run would read the data without paying")
+
+
+def _same_classes(theirs: object, ours: RequirementSet) -> bool:
+    """Whether a stream's requirement set assigns every user column the class this ledger's does (the
+    same classes, sizes and column order: what the counts, windows and groups are built from)."""
+    if theirs is ours:
+        return True
+    return (
+        isinstance(theirs, RequirementSet)
+        and theirs.classes == ours.classes
+        and theirs.counts == ours.counts
+        and np.array_equal(theirs.user_classes, ours.user_classes)
+    )

@@ -170,6 +170,11 @@ def float_array(value: object, name: str, expected: str) -> FloatArray:
         arr = np.array(raw, dtype=np.float64)
     except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidArgument(f"{name}={value!r} must be {expected}") from exc
+    if isinstance(value, (list, tuple)) and raw.dtype.kind == "f":  # numpy rounded any Python int beside a float
+        try:
+            raw = np.array(value, dtype=object)  # the numbers as given
+        except ValueError:  # ragged: numpy refused it above unless it held doubles only
+            return arr
     return _exact_doubles(raw, arr, name)
 
 

@@ -668,6 +668,7 @@ class WindowLedger(LaplaceReleases):
             return False
         if not windows.spend_units(t, _units(amount), bound):
             return False
+        self._charges += 1
         if t > self._t:
             self._t = t
         return True
@@ -678,6 +679,7 @@ class WindowLedger(LaplaceReleases):
         if self._exposures or not isinstance(windows, ScalarWindows):
             return False
         self._charge_one_run(windows, t, amounts, purpose)
+        self._charges += 1
         if t > self._t:
             self._t = t
         return True

@@ -142,6 +142,7 @@ class PersonalizedStream(SecretSequence):
         self._requirements = requirements
         self._dimensions = d
         super().__init__(counts)
+        self._claim.requirements = requirements  # a PersonalizedLedger of another requirement set refuses it
         # per-user bins in their checked integer dtype, for population division (ledger.local_report_groups);
         # bound to the same ledger
         companions = StreamClaim(self, kind=COMPANION)  # never bound: no ledger operation reads them by claim

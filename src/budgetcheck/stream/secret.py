@@ -351,11 +351,14 @@ class StreamClaim(list[object]):
     ledger's first charged read of a stream never bound binds it here, with ``ledger.bind``'s checks,
     before anything is charged (:func:`claim`)."""
 
-    __slots__ = ("_described", "integral", "kind", "rows")
+    __slots__ = ("_described", "integral", "kind", "requirements", "rows")
 
-    def __init__(self, stream: object, *, kind: str = STORED, integral: bool = False, rows: int = 0) -> None:
+    def __init__(
+        self, stream: object, *, kind: str = STORED, integral: bool = False, rows: int = 0, requirements: object = None
+    ) -> None:
         super().__init__()
         self.kind = kind
+        self.requirements = requirements  # a PersonalizedStream's RequirementSet (None: not per-class counts)
         self.integral = integral  # every value an integer (what the discrete sampler publishes)
         self.rows = rows  # streams stacked (0: a plain stream)
         self._described = weakref.ref(stream)  # for messages only: a secret may outlive its stream
@@ -402,6 +405,12 @@ def claim(secret: Secret, ledger: object) -> None:
             f"{secret!r} belongs to a stream already accounted by another ledger; a stream is read "
             "through exactly one ledger so that every spend on it is in one record"
         )
+
+
+def requirements_of(secret: Secret) -> object:
+    """The RequirementSet of the PersonalizedStream the secret belongs to (None for other streams)."""
+    owner = secret._claim
+    return owner.requirements if type(owner) is StreamClaim else None
 
 
 def stacked_rows(secret: Secret) -> int:
