@@ -78,6 +78,7 @@ from budgetcheck.stream.secret import (
     claim,
     neighbours_of,
     stacked_rows,
+    take,
 )
 
 if TYPE_CHECKING:
@@ -295,7 +296,7 @@ class LedgerCore(abc.ABC):
             owner.bind(self, integral=self._noise.name == DISCRETE, runs=self._runs, stacking=self._stacking)
             self._steady.clear()
         else:  # a secret made on its own (a stand-in, a secret outside any stream)
-            owner.append(self)
+            take(owner, self)
         self._fresh_claims.append(owner)
 
     def _unbind_fresh(self, mark: int, charges: int) -> None:

@@ -18,7 +18,7 @@ from numpy.typing import ArrayLike, NDArray
 from budgetcheck.ledger.errors import InvalidArgument, SecretAccess, TimestampOrder
 from budgetcheck.ledger.validation import MAX_T, MAX_VALUE, check_positive_int, check_timestamp
 from budgetcheck.stream.neighbours import DEFAULT, Neighbours, check_neighbours
-from budgetcheck.stream.secret import LIVE, Secret, StreamClaim, live_secret
+from budgetcheck.stream.secret import LIVE, Secret, StreamClaim, live_secret, take
 
 _FEW = 16  # up to this many values a row is checked in plain Python (cheaper than two numpy calls)
 
@@ -196,11 +196,8 @@ class LiveStream:
             raise InvalidArgument(
                 f"bind the ledger before iterating {self!r}: its rows are checked for the ledger when handed out"
             )
+        take(self._claim, ledger, self)  # refused if another ledger has it: then nothing here changed
         self._integral = self._integral or integral
-        if not self._claim:
-            self._claim.append(ledger)
-        elif self._claim[0] is not ledger:
-            raise SecretAccess(f"{self!r} is already accounted by another ledger")
 
     def __repr__(self) -> str:
         return f"LiveStream(shape={self._shape}, replayed={len(self._replayed)})"

@@ -389,9 +389,20 @@ class StreamClaim(list[object]):
                 f"{stream!r} holds values that are not integers: the discrete-laplace sampler publishes "
                 "integer counts (use sampler='numpy-laplace', or round the stream first)"
             )
-        if not self:
-            self.append(ledger)
-        elif self[0] is not ledger:
+        take(self, ledger, stream)
+
+
+_TAKING = threading.Lock()  # two ledgers (each under its own lock) binding one stream at once: one wins
+
+
+def take(owner: list[object], ledger: object, stream: object = "the stream") -> None:
+    """Make ``ledger`` the owner of a stream's claim ``owner`` if it has none, atomically across threads;
+    a claim owned by another ledger is refused (SecretAccess)."""
+    with _TAKING:
+        if not owner:
+            owner.append(ledger)
+            return
+        if owner[0] is not ledger:
             raise SecretAccess(f"{stream!r} is already accounted by another ledger")
 
 
