@@ -365,7 +365,8 @@ class LedgerCore(abc.ABC):
         return False
 
     def _commit(self, t: int, record: SpendRecord) -> None:
-        self._charges += 1
+        if not self._applying:  # a stored row another writer committed is not this operation's spend
+            self._charges += 1
         self._t = max(self._t, t)
         if self._applying or (self._hook is not None and self._hook.take(record)):
             return

@@ -36,6 +36,7 @@ from budgetcheck.ledger.sampling import inclusion_probabilities, optimal_budget
 from budgetcheck.ledger.validation import check_bin_amounts, check_label, check_positive_int, float_array
 from budgetcheck.ledger.wevent import window_exceeded
 from budgetcheck.ledger.windows import ExactWindows
+from budgetcheck.stream.guarded import SecretSequence
 from budgetcheck.stream.live import LiveStream
 from budgetcheck.stream.secret import Secret, charged, requirements_of, users_of
 
@@ -211,6 +212,7 @@ class PersonalizedLedger(LedgerCore):
         t = self._check_class_secret(secret)
         k = check_positive_int(groups, "groups")
         amounts = self._check_group_amounts(epsilon, k)
+        purpose = check_label(purpose)  # every argument checked before the partition is fixed
         if not amounts.any():
             raise _unpaid_read("a local report", "group")
         users = users_of(secret)
@@ -222,7 +224,7 @@ class PersonalizedLedger(LedgerCore):
         flat = amounts.reshape(self._runs, -1)
         try:
             self._charge_local(t, amounts, flat, d, purpose)  # refused here: nothing drawn, nothing charged
-        except BudgetExceeded:
+        except (BudgetExceeded, InvalidArgument):
             if self._groups != partition:  # nor the partition this report would have fixed
                 self._groups = partition
                 self._reset()
@@ -296,11 +298,13 @@ class PersonalizedLedger(LedgerCore):
         set as they arrive (counts are integers >= 0, at most a class's users)."""
         if isinstance(stream, LiveStream):
             stream._limit_classes(self._requirements.counts, check_only=True)  # refused before binding
+        elif isinstance(stream, SecretSequence) and stream.length:
+            self._check_class_secret(stream.secret(1), claim=False)  # another requirement set: refused first
         super().bind(stream)
         if isinstance(stream, LiveStream):
             stream._limit_classes(self._requirements.counts)
 
-    def _check_class_secret(self, secret: Secret) -> int:
+    def _check_class_secret(self, secret: Secret, *, claim: bool = True) -> int:
         """The timestamp of a secret this ledger may read (:meth:`_check_secret`) that holds one row per
         requirement class: a secret of a PersonalizedStream of this requirement set."""
         if isinstance(secret, Secret):
@@ -315,7 +319,7 @@ class PersonalizedLedger(LedgerCore):
                     f"{secret!r} is from a PersonalizedStream of another requirement set ({theirs!r}); this ledger "
                     f"accounts {self._requirements!r}"
                 )
-        return self._check_secret(secret)
+        return self._check_secret(secret) if claim else 0
 
     def _lookback(self) -> int:
         return max(r.w for r in self._requirements.classes)

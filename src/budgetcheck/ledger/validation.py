@@ -34,12 +34,19 @@ def check_epsilon(value: object, name: str = "epsilon") -> float:
 
 
 def _inexact(value: object, as_float: float) -> bool:
-    """Whether ``value`` (a real number) differs from the double ``as_float`` it converts to."""
+    """Whether ``value`` (a real number, or a 0-d array of one) differs from the double ``as_float`` it
+    converts to; a value of a kind not known here counts as inexact (refused, never rounded)."""
+    if isinstance(value, np.ndarray):
+        if value.ndim:
+            return True
+        value = value[()]
+    if isinstance(value, (float, np.floating)) and not isinstance(value, np.longdouble):
+        return False  # float16/32/64 convert exactly
     if isinstance(value, np.longdouble):
         return bool(value != np.longdouble(as_float))
     if isinstance(value, (numbers.Rational, np.integer)):
         return Fraction(int(value) if isinstance(value, np.integer) else value) != Fraction(as_float)
-    return False
+    return True
 
 
 MAX_VALUE = float(2**53)  # the largest |value| of a stream: exact integers; any sum, mean or difference a mechanism
@@ -170,11 +177,14 @@ def float_array(value: object, name: str, expected: str) -> FloatArray:
         arr = np.array(raw, dtype=np.float64)
     except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidArgument(f"{name}={value!r} must be {expected}") from exc
-    if isinstance(value, (list, tuple)) and raw.dtype.kind == "f":  # numpy rounded any Python int beside a float
+    if not isinstance(value, np.ndarray) and raw.dtype.kind == "f":  # numpy may have rounded an int beside a float
         try:
-            raw = np.array(value, dtype=object)  # the numbers as given
+            given = np.array(value, dtype=object)  # the numbers as given (0-d arrays among them unwrapped below)
         except ValueError:  # ragged: numpy refused it above unless it held doubles only
-            return arr
+            given = None
+        if given is None or given.shape != arr.shape:
+            raise InvalidArgument(f"{name}={value!r} must be {expected}: a sequence of numbers of one shape")
+        raw = given
     return _exact_doubles(raw, arr, name)
 
 

@@ -258,12 +258,12 @@ class WindowLedger(LaplaceReleases):
         if groups is not None and totals is not None:  # exact checks in Python integers
             self._charge_shared(stamps, amounts, records, groups, totals)
             return
-        windows, t, kept = self._windows.copy(), self._t, self._kept_mark()
+        windows, t, kept, charges = self._windows.copy(), self._t, self._kept_mark(), self._charges
         try:
             for stamp, row, record in zip(stamps, amounts, records, strict=True):
                 self._charge(stamp, row, record)
         except BudgetExceeded:
-            self._windows, self._t = windows, t
+            self._windows, self._t, self._charges = windows, t, charges
             self._rollback_kept(kept)
             raise
 
@@ -529,9 +529,9 @@ class WindowLedger(LaplaceReleases):
         exposed = np.where(published, 0.0, amounts) if model == SINGLE else np.zeros(self._runs)
         if exposed.any():
             self._check_exposed(t, amounts, purpose)
-        self._fix_model(model)
         sensitivity = self._derive(secret, Identity(), None)
         _, sensitivity = self._reserve(secret, spent, spent, sensitivity, purpose)
+        self._fix_model(model)  # after the charge: a refused hold fixes no model (checked above)
         scale = self._scale(sensitivity, amounts, True)
         if exposed.any():
             self._exposures.add(t, exposed)
