@@ -161,6 +161,8 @@ def float_array(value: object, name: str, expected: str) -> FloatArray:
     so are numbers no double equals (Fraction(1, 3), 2**53 + 1: see :func:`_exact_doubles`)."""
     if type(value) is np.ndarray and value.dtype == np.float64:  # a mechanism's budgets: a copy, nothing to convert
         return value.copy()
+    if type(value) is float:  # a double already: nothing to check for exactness
+        return np.array(value)
     if value is None or isinstance(value, (bool, str, bytes)):
         raise InvalidArgument(f"{name}={value!r} must be {expected}, not {type(value).__name__}")
     try:
