@@ -27,7 +27,7 @@ import math
 import numbers
 import reprlib
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import attrs
 import numpy as np
@@ -284,9 +284,9 @@ def _matrix(value: object) -> Any:
     import scipy.sparse  # noqa: PLC0415 — scipy loads only when a matrix query is built
 
     if scipy.sparse.issparse(value):
-        kind = value.dtype.kind  # type: ignore[attr-defined]
-        if kind not in "biuf":
-            raise InvalidArgument(f"weights must hold real numbers, got a sparse matrix of {value.dtype}")  # type: ignore[attr-defined]
+        dtype = np.dtype(cast(Any, value).dtype)  # scipy ships no types: a sparse matrix's dtype, as numpy's
+        if dtype.kind not in "biuf":
+            raise InvalidArgument(f"weights must hold real numbers, got a sparse matrix of {dtype}")
         out = scipy.sparse.csc_array(value, dtype=np.float64)
         data = out.data
     else:
