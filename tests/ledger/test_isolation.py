@@ -353,3 +353,28 @@ def test_the_vouched_flag_survives_export_and_the_ledger_file(tmp_path: Any) -> 
     with open_ledger(path, bc.WindowLedger(epsilon=1.0, w=2, sampler="numpy-laplace")) as reopened:
         assert [r.vouched for r in reopened.records] == [False, True]
         assert reopened.remaining(2).tolist() == [0.5]
+
+
+@pytest.mark.parametrize("streams", [1, 2])
+def test_a_shape_whose_answer_could_never_come_back_is_refused_before_the_charge(streams: int) -> None:
+    """The largest declared shape allowed alone would need framing beyond what the parent reads, and a stacked
+    pass sends one result per stream: such a call was charged and then always failed. It is refused first, for
+    measure and measure_footprint, and the forked child's limit is exactly what the check computes."""
+    from budgetcheck.ledger.isolation import MOST_BYTES, answer_bytes
+
+    stream = bc.GuardedStream.stacked([[[1.0]]] * streams) if streams > 1 else bc.GuardedStream([[1.0]])
+    ledger = bc.WindowLedger(epsilon=1.0, w=1, runs=streams)
+    ledger.bind(stream)
+    secret = next(iter(stream))
+    largest = MOST_BYTES // 8 if streams == 1 else MOST_BYTES // 16
+    assert answer_bytes((largest,), streams) > MOST_BYTES  # what the child would have had to send
+    with pytest.raises(bc.InvalidArgument, match=f"shape=\\({largest},\\).*more than {MOST_BYTES:,} bytes"):
+        ledger.measure(lambda v: np.zeros(largest), secret, sensitivity=1.0, epsilon=0.5, shape=(largest,))
+    assert ledger.remaining(1).tolist() == [1.0] * streams
+    if streams == 1:
+        with pytest.raises(bc.InvalidArgument, match="more than"):
+            ledger.measure_footprint(lambda v: v, [secret], sensitivity=1.0, epsilon=0.5, shape=(largest,))
+        assert ledger.remaining(1).tolist() == [1.0]
+    fits = (MOST_BYTES - answer_bytes((), streams)) // (8 * streams)  # the largest count the framing leaves room for
+    assert answer_bytes((fits,), streams) <= MOST_BYTES
+    assert ledger.measure(lambda v: np.zeros(2), secret, sensitivity=1.0, epsilon=0.5, shape=(2,)).shape == (streams, 2)

@@ -166,3 +166,27 @@ def test_a_bad_declared_shape_is_refused_before_the_charge(shape: Any) -> None:
     with pytest.raises(bc.InvalidArgument, match=r"shape="):
         ledger.measure_footprint(np.sum, [secret], sensitivity=1.0, epsilon=0.5, shape=shape)
     assert ledger.t == 0 and ledger.remaining(1).tolist() == [1.0]
+
+
+class _Escaping(Exception):
+    """An error built to get out of measure with a type of fn's choosing: asking its class raises."""
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # type: ignore[override]
+        raise LookupError("the count, spelled as a type")
+
+
+@pytest.mark.parametrize("isolation", ["fork", "trusted"])
+def test_an_error_whose_class_raises_is_one_more_failure(isolation: str) -> None:
+    """failure_kind asks the exception what it is; an error whose ``__class__`` raises must not leave with the
+    error it raises instead (in-process, its type and message were fn's choice after reading the data)."""
+    stream = bc.GuardedStream(np.array([[3.0]]))
+    ledger = bc.WindowLedger(epsilon=1.0, w=1, sampler="numpy-laplace")
+    ledger.bind(stream)
+
+    def fn(values: np.ndarray) -> float:
+        raise _Escaping(str(values))
+
+    with pytest.raises(bc.MeasurementFailed) as caught:
+        ledger.measure(fn, next(iter(stream)), sensitivity=1.0, epsilon=0.5, isolation=isolation)
+    assert type(caught.value) is bc.MeasurementFailed and "3.0" not in str(caught.value)

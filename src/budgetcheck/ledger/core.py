@@ -37,6 +37,7 @@ from budgetcheck.ledger.isolation import (
     MOST_BYTES,
     MOST_DIMENSIONS,
     SECRET_ACCESS,
+    check_answer_fits,
     check_isolation,
     forked,
     in_process,
@@ -902,6 +903,8 @@ class LaplaceReleases(LedgerCore):
         amounts = self._measurement_amounts(fn, epsilon, "measure")
         isolation = check_isolation(isolation)
         declared = check_result_shape(shape)
+        if isolation == FORK and isinstance(secret, Secret):
+            check_answer_fits(declared, max(1, stacked_rows(secret)))
         vouched = check_sensitivity(sensitivity)
         scale, delta = self._reserve(secret, amounts, amounts, vouched, purpose, integral=False, vouched=True)
         stacked = bool(stacked_rows(secret))

@@ -25,6 +25,7 @@ effects survive (so nothing but the statistical audit can catch a leak).
 from __future__ import annotations
 
 import gc
+import math
 import os
 import struct
 import traceback
@@ -72,6 +73,32 @@ def failure_kind(exc: BaseException) -> str:
     return FAILED
 
 
+def answer_bytes(shape: tuple[int, ...], count: int) -> int:
+    """The size of a child's answer of ``count`` results of ``shape`` (its framing included): what
+    :func:`forked` reads back, at most :data:`MOST_BYTES`."""
+    return 9 + count * (8 + 8 * len(shape) + 8 * math.prod(shape))
+
+
+def check_answer_fits(shape: tuple[int, ...], count: int, name: str = "shape") -> None:
+    """Refuse, before any charge, a declared shape whose ``count`` results a forked child could never send
+    back (the call would be charged and then always fail, whatever the data)."""
+    if answer_bytes(shape, count) > MOST_BYTES:
+        per_stream = f" for each of the {count} stacked streams" if count > 1 else ""
+        raise InvalidArgument(
+            f"{name}={shape!r}{per_stream} makes an answer of more than {MOST_BYTES:,} bytes, the most a forked fn "
+            "may send back: declare a smaller result (or measure fewer streams at once)"
+        )
+
+
+def _kind_of(exc: BaseException) -> str:
+    """:func:`failure_kind`, where asking the exception itself may raise (fn's class can make ``__class__``
+    or ``__traceback__`` a property that raises an error of fn's choosing): then it is :data:`FAILED`."""
+    try:
+        return failure_kind(exc)
+    except BaseException:  # noqa: BLE001 — an error fn built to escape is one more failure of fn
+        return FAILED
+
+
 def in_process(fn: Callable[[FloatArray], ArrayLike], payload: FloatArray) -> FloatArray | str:
     """fn on a read-only copy of the payload, here (``isolation='trusted'``): its finite result, or the kind
     of failure."""
@@ -80,7 +107,7 @@ def in_process(fn: Callable[[FloatArray], ArrayLike], payload: FloatArray) -> Fl
     try:
         result = np.asarray(fn(copy), dtype=np.float64)
     except BaseException as exc:  # noqa: BLE001 — whatever it was, it leaves without what it carried
-        return failure_kind(exc)
+        return _kind_of(exc)
     if not np.isfinite(result).all():
         return FAILED
     return result

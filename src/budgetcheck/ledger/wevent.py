@@ -31,7 +31,7 @@ from budgetcheck.ledger.core import (
 from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument, LedgerCorrupt
 from budgetcheck.ledger.exact import ExactVector
 from budgetcheck.ledger.intrusions import ANNOUNCED, EXPOSURE, SINGLE, Exposures, as_mask, check_model
-from budgetcheck.ledger.isolation import FORK, check_isolation
+from budgetcheck.ledger.isolation import FORK, check_answer_fits, check_isolation
 from budgetcheck.ledger.noise import DISCRETE
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.params import WEventParams
@@ -376,6 +376,8 @@ class WindowLedger(LaplaceReleases):
             raise InvalidArgument(
                 "measure_footprint does not read stacked streams (GuardedStream.stacked); run each stream alone"
             )
+        if isolation == FORK:
+            check_answer_fits(declared, 1)
         stamps = [secret.t for secret in secrets]
         t = self._check_t(max(stamps))
         for secret in secrets:
