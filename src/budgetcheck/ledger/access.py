@@ -99,7 +99,7 @@ class LedgerAccess:
     @property
     def rng(self) -> np.random.Generator:
         """The ledger's generator of other randomness (see :func:`budgetcheck.ledger.core.generator`)."""
-        return self._ledger._rng
+        return self._ledger._randomness()
 
     def per_run(self, secret: Secret, values: FloatArray, runs: NDArray[np.int64] | None = None) -> FloatArray:
         """What every run (or the runs indexed by ``runs``) reads of ``values``, shape (runs, ...)."""

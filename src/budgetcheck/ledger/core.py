@@ -12,6 +12,7 @@ import abc
 import contextlib
 import functools
 import math
+import os
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -183,6 +184,7 @@ class LedgerCore(abc.ABC):
         "_refusals",
         "_repeated",
         "_rng",
+        "_rng_pid",
         "_runs",
         "_scale_memo",
         "_seed",
@@ -199,6 +201,7 @@ class LedgerCore(abc.ABC):
         self._runs = check_runs(runs)
         self._seed = check_positive_int(seed, "seed", minimum=0)
         self._rng = generator(sampler, self._seed)
+        self._rng_pid = os.getpid()  # see _randomness: a forked process draws afresh
         self._noise: NoiseSource = make_noise(sampler, self._rng)
         self._t = 0
         self._records: list[SpendRecord] = []
@@ -479,9 +482,21 @@ class LedgerCore(abc.ABC):
         if self._hook is not None:
             self._hook.rollback_to(mark[1])
 
+    def _randomness(self) -> np.random.Generator:
+        """The generator of the ledger's other randomness (:func:`generator`), drawn afresh from the OS in a
+        process forked since it was made: a child and its parent (a pre-forking server, a pool) would
+        otherwise draw the same local-DP randomisations and the same Sampling Mechanism picks, so one could
+        predict the other's. Reproducible noise (``numpy-laplace``, asked for by name) is kept as seeded."""
+        if self._rng_pid != os.getpid():
+            self._rng_pid = os.getpid()
+            if self._noise.name != NUMPY:
+                self._rng = generator(self._noise.name, self._seed)
+        return self._rng
+
     def _reseed(self, session: Sequence[int]) -> None:
         """Draw from a generator of its own for a store's session (a reopened file never reuses noise)."""
         self._rng = generator(self._noise.name, self._seed, session)
+        self._rng_pid = os.getpid()
         self._noise = make_noise(self._noise.name, self._rng)
         self._steady.clear()  # scales are the noise source's: validated afresh
 

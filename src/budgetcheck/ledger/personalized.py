@@ -175,7 +175,7 @@ class PersonalizedLedger(LedgerCore):
         d = int(secret.shape[-1])
         self._charge_local(t, amounts, amounts, d, purpose)  # refused here: nothing drawn, nothing charged
         with charged(secret) as counts:
-            estimate = perturbed_estimate(self._rng, counts, self._counts, amounts)
+            estimate = perturbed_estimate(self._randomness(), counts, self._counts, amounts)
         reporting = np.asarray(amounts.any(axis=1), dtype=bool)
         return np.asarray(np.where(reporting[:, None], estimate, np.nan), dtype=np.float64)
 
@@ -232,7 +232,7 @@ class PersonalizedLedger(LedgerCore):
         sizes = self.group_sizes(k).reshape(-1).astype(np.float64)
         with charged(users) as bins:
             counts = group_counts(bins, self._requirements.user_classes, self._requirements.n_classes, k, d)
-        estimate = perturbed_estimate(self._rng, counts, sizes, flat)
+        estimate = perturbed_estimate(self._randomness(), counts, sizes, flat)
         reporting = np.asarray(flat.any(axis=1), dtype=bool)
         return np.asarray(np.where(reporting[:, None], estimate, np.nan), dtype=np.float64)
 
@@ -354,7 +354,7 @@ class PersonalizedLedger(LedgerCore):
         """Σ_c Binomial(count[c, b], p_c) per run and bin: the per-bin counts of the sampled users."""
         p = inclusion_probabilities(amounts, theta)  # (runs, classes)
         whole = counts.astype(np.int64)
-        draws = self._rng.binomial(whole[None, :, :], p[:, :, None])
+        draws = self._randomness().binomial(whole[None, :, :], p[:, :, None])
         return np.asarray(draws.sum(axis=1), dtype=np.float64)
 
     def _lanes(self, amounts: FloatArray, c: int) -> FloatArray:
