@@ -142,7 +142,7 @@ def test_above_threshold_opens_tests_closes_and_charges_each_query_once() -> Non
     third = test.query(secrets[2], deviation, 4.0)  # cell 1 reopens at t = 3
     assert third.opened.tolist() == [[False, True]] and test.starts.tolist() == [[1, 3]]
     seen: list[np.ndarray] = []
-    test.query(secrets[3], lambda v: seen.append(v.copy()) or deviation(v), 4.0)
+    test.query(secrets[3], lambda v: seen.append(v.copy()) or deviation(v), 4.0, isolation="trusted")
     assert np.isnan(seen[0][0, :2, 1]).all() and seen[0][0, :, 0].tolist() == [0.0, 0.0, 0.0, 0.0]
     assert [r.t for r in ledger.records] == [1, 2, 3, 4] and all(float(r.amounts[0]) == 1e9 for r in ledger.records)
 

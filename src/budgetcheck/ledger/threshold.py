@@ -27,8 +27,9 @@ from numpy.typing import ArrayLike, NDArray
 from budgetcheck import rounding
 from budgetcheck.kernels import compiled
 from budgetcheck.ledger.access import LedgerAccess
-from budgetcheck.ledger.core import LaplaceReleases
+from budgetcheck.ledger.core import LaplaceReleases, call_measured, measurement_failed
 from budgetcheck.ledger.errors import InvalidArgument
+from budgetcheck.ledger.isolation import FORK, check_isolation
 from budgetcheck.ledger.noise import DISCRETE, discrete_laplace, granularity, laplace_draws
 from budgetcheck.ledger.queries import Identity, LinearQuery, Relation, check_query
 from budgetcheck.ledger.ranked import RankedRows
@@ -168,14 +169,25 @@ class ThresholdTest:
         return self._starts.copy()
 
     def query(
-        self, secret: Secret, statistic: Callable[[FloatArray], ArrayLike], thresholds: ArrayLike
+        self,
+        secret: Secret,
+        statistic: Callable[[FloatArray], ArrayLike],
+        thresholds: ArrayLike,
+        *,
+        isolation: str = FORK,
     ) -> ThresholdAnswer:
         """Charge ε at the secret's t and test (one charged operation of the ledger; see :meth:`_query`)."""
-        outcome = np.asarray(self._access.run(self._query, secret, statistic, thresholds))
+        outcome = np.asarray(self._access.run(self._query, secret, statistic, thresholds, isolation=isolation))
         self._starts = outcome[2].astype(np.int64)  # the instances that go with the answer
         return ThresholdAnswer(above=outcome[0] != 0.0, opened=outcome[1] != 0.0)
 
-    def _query(self, secret: Secret, statistic: Callable[[FloatArray], ArrayLike], thresholds: ArrayLike) -> FloatArray:
+    def _query(
+        self,
+        secret: Secret,
+        statistic: Callable[[FloatArray], ArrayLike],
+        thresholds: ArrayLike,
+        isolation: str = FORK,
+    ) -> FloatArray:
         """Charge ε at the secret's t; open an instance where none is open; test the others.
 
         Returns (above, opened, starts) stacked as one float array: the output a ledger file
@@ -193,7 +205,14 @@ class ThresholdTest:
         query on, the footprints are kept sorted per run and cell instead (:class:`RankedRows`),
         the deviation comes from them (the same value to rounding, without re-reading the
         footprints), and every later query must be a deviation too.
+
+        Any other ``statistic`` is the caller's code on true values: it runs as ``measure``'s fn does, in a
+        process forked for the call (``isolation='fork'``; nothing it keeps survives, only finite values of the
+        tested cells come back, and a failure is one fixed :class:`MeasurementFailed` after the charge), or
+        here with ``isolation='trusted'``, for code you trust.
         """
+        if statistic is not deviation:  # the library's own statistic needs no process of its own
+            isolation = check_isolation(isolation)
         ledger = self._ledger
         if not isinstance(secret, Secret):
             raise InvalidArgument(f"secret must be a Secret from a guarded stream, got {type(secret).__name__}")
@@ -255,6 +274,7 @@ class ThresholdTest:
                 self._groups.insert(self._access.per_run(secret, values), opened)
             else:
                 self._recent.append(t, values)
+            del read, values  # nothing of the data stays in this frame, which a raised error's traceback shows
         tested = ~opened
         if self._groups is None:
             self._recent.keep_from(int(self._starts[tested].min()) if tested_cells else t)
@@ -264,13 +284,10 @@ class ThresholdTest:
             if self._groups is not None:
                 result = self._groups.deviation()  # the footprints' deviation, kept up to date
             else:
-                result = np.zeros(shape)
-                lengths = np.where(tested, t - self._starts + 1, 0).reshape(ledger.runs, -1).max(axis=1)
-                for rows, width in _buckets(lengths):
-                    masked = self._footprints(secret, tested, rows, width)
-                    result[rows] = np.broadcast_to(
-                        np.asarray(statistic(masked), dtype=np.float64), (len(rows), *self._cells)
-                    )
+                computed = self._statistic(secret, statistic, tested, t, isolation)
+                if isinstance(computed, str):
+                    raise measurement_failed("query", computed, self._cells)
+                result = computed
             if not np.isfinite(result).all() and not np.isfinite(result.reshape(shape)[tested]).all():
                 raise InvalidArgument("statistic returned non-finite values for tested cells")
             if self._grid is None:
@@ -306,6 +323,25 @@ class ThresholdTest:
         )
         return outcome
 
+    def _statistic(
+        self, secret: Secret, statistic: Callable[[FloatArray], ArrayLike], tested: BoolArray, t: int, isolation: str
+    ) -> FloatArray | str:
+        """The statistic of every run's tested cells, (runs, *cells) (0 where not tested), or the kind of its
+        failure (:func:`call_measured`); the footprints it read leave with this frame. :func:`deviation` is the
+        library's and runs here; any other statistic runs as ``measure``'s fn, under ``isolation``."""
+        result = np.zeros(tested.shape)
+        lengths = np.where(tested, t - self._starts + 1, 0).reshape(self._ledger.runs, -1).max(axis=1)
+        for rows, width in _buckets(lengths):
+            masked = self._footprints(secret, tested, rows, width)
+            if statistic is deviation:
+                result[rows] = np.broadcast_to(deviation(masked), (len(rows), *self._cells))
+                continue
+            outcome = call_measured(_on_tested(statistic, tested[rows]), [masked], isolation, tested[rows].shape)
+            if isinstance(outcome, str):
+                return outcome
+            result[rows] = outcome[0]
+        return result
+
     def _footprints(self, secret: Secret, tested: BoolArray, rows: IntArray, width: int) -> FloatArray:
         """The true values of the footprints of the tested cells of ``rows`` (runs whose longest
         footprint is at most ``width``): shape (len(rows), width, *cells), NaN outside; read-only.
@@ -319,6 +355,16 @@ class ThresholdTest:
         masked = np.where(inside, self._access.per_run(secret, footprints, rows), np.nan)
         masked.setflags(write=False)
         return np.asarray(masked, dtype=np.float64)
+
+
+def _on_tested(statistic: Callable[[FloatArray], ArrayLike], tested: BoolArray) -> Callable[[FloatArray], FloatArray]:
+    """``statistic`` kept to the tested cells (0 elsewhere, whatever it gives there: the footprints of cells
+    not tested are all NaN), broadcast to their shape; run where the statistic runs (a forked child)."""
+
+    def on_tested(footprints: FloatArray) -> FloatArray:
+        return np.where(tested, np.asarray(statistic(footprints), dtype=np.float64), 0.0)
+
+    return on_tested
 
 
 def _buckets(lengths: IntArray) -> list[tuple[IntArray, int]]:
