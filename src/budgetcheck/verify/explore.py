@@ -359,6 +359,8 @@ class Exploration:
     seconds: float
     nondeterministic: str | None = None
     undecided: int = 0  # runs whose charges conformance could not follow (too many rule states)
+    failed: int = 0  # runs on which the mechanism failed (``errors`` names each distinct failure once)
+    vouched: bool = False  # some explored run charged a sensitivity the mechanism vouched for (measure)
 
 
 def small_settings(notion: str) -> Iterator[Setting]:
@@ -401,15 +403,27 @@ def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any 
     notion = notion_of(mechanism)
     rng = np.random.default_rng(seed)
     start = time.perf_counter()
-    state: dict[str, Any] = {"runs": 0, "worst": None, "w": 0, "T": 0, "errors": [], "undecided": 0, "longest": None}
+    state: dict[str, Any] = {
+        "runs": 0,
+        "worst": None,
+        "w": 0,
+        "T": 0,
+        "errors": {},
+        "failed": 0,
+        "undecided": 0,
+        "longest": None,
+        "vouched": False,
+    }
 
     def judge(run: Run) -> str | None:
         """A violation or departure found in this run, or None; keeps the tally and the worst run."""
         state["runs"] += 1
         state["w"] = max(state["w"], run.setting.window)
         state["T"] = max(state["T"], run.setting.length)
-        if run.error is not None:
-            state["errors"].append(f"{run.setting.describe()}: {run.error}")
+        if run.error is not None:  # each distinct failure once, with the first setting it showed at
+            state["failed"] += 1
+            state["errors"].setdefault(run.error, f"{run.setting.describe()}: {run.error}")
+        state["vouched"] = state["vouched"] or any(record.vouched for record in run.records)
         if state["worst"] is None or run.ratio > state["worst"].ratio:
             state["worst"] = run
         if state["longest"] is None or run.setting.length > state["longest"].setting.length:
@@ -434,9 +448,11 @@ def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any 
             violation=violation if violation is not None and violation.violated else None,
             conformance=departure[0] if departure else None,
             conformance_run=departure[1] if departure else None,
-            errors=tuple(state["errors"]),
+            errors=tuple(state["errors"].values()),
             checked_rule=rule is not None,
             undecided=state["undecided"],
+            failed=state["failed"],
+            vouched=state["vouched"],
             seconds=time.perf_counter() - start,
             nondeterministic=nondeterministic,
         )

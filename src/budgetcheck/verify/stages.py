@@ -54,6 +54,7 @@ from budgetcheck.strategies import (
     personalized_cases,
     swellfish_cases,
 )
+from budgetcheck.verify.live import has_live_path, live_departure
 from budgetcheck.verify.seeded import run_seeded
 from budgetcheck.verify.verdict import FAIL, INCONCLUSIVE, NOT_PROVED, PASS, Outcome, Verdict, meets, outcome
 
@@ -299,8 +300,10 @@ def verify_mechanism(
             )
         bound = Bound(w_max=_replay_w_max(notion_of(mechanism), max_length), horizon=max_length, runs_explored=0)
     notion = notion_of(mechanism)
+    explored_vouched = False  # exploration's runs charged a vouched sensitivity (a stream longer than replay's)
     if "e" in stages:
         explored, found = _exploration_stages(reference, mechanism, chosen.explore, seed)
+        explored_vouched = found.vouched
         results += explored
         bound = Bound(
             w_max=max(bound.w_max, found.w_max), horizon=max(bound.horizon, found.horizon), runs_explored=found.runs
@@ -321,7 +324,7 @@ def verify_mechanism(
         notion=notion,
         worst_refused=replay.worst_refused if replay else False,
         bound=bound,
-        vouched=bool(replay and replay.vouched),
+        vouched=bool(replay and replay.vouched) or explored_vouched,
     )
 
 
@@ -364,13 +367,19 @@ def _exploration_stages(
             f"the mechanism is not a function of its charged outputs and seed: {found.nondeterministic}",
             found.seconds,
         )
-    elif worst is None or worst.error is not None and found.runs == len(found.errors):
+    elif worst is None or worst.error is not None and found.runs == found.failed:
         exploration = StageResult(
-            "exploration", INCONCLUSIVE, f"no run completed: {'; '.join(found.errors)}", found.seconds
+            "exploration",
+            INCONCLUSIVE,
+            f"no run completed: {found.failed} runs failed ({len(found.errors)} distinct messages), the first at "
+            f"{found.errors[0]}"
+            if found.errors
+            else "no run completed",
+            found.seconds,
         )
     else:
         failed = (
-            f"; the mechanism failed on {len(found.errors)}+ output sequences (e.g. {found.errors[0]})"
+            f"; the mechanism failed on {found.failed} output sequences (e.g. {found.errors[0]})"
             if found.errors
             else ""
         )
@@ -663,7 +672,24 @@ def _check_case(mechanism: Any, case: AnyCase, worst: list[Fraction]) -> int:
         if violations:
             raise _Violation("window over epsilon", violations[0], several_epsilons=several)
         vouched = max(vouched, int(ledger.vouched > 0))
+    if isinstance(case, (VerificationCase, SwellfishCase)) and has_live_path(mechanism):
+        _check_live_path(mechanism, case)
     return vouched
+
+
+def _check_live_path(mechanism: Any, case: VerificationCase | SwellfishCase) -> None:
+    """The publisher's path, ``releases``, against ``run`` on the case (:mod:`budgetcheck.verify.live`)."""
+    where = " (the live path, releases())"
+    try:
+        departure = live_departure(mechanism, case)
+    except BudgetExceeded as exc:
+        raise _Violation(f"overspend refused by the ledger{where}", str(exc)) from exc
+    except SecretAccess as exc:
+        raise _Violation("secret access", _located(exc)) from exc
+    except Exception as exc:
+        raise _Violation(f"crash{where}", f"{type(exc).__name__}: {exc} ({_located(exc)})") from exc
+    if departure is not None:
+        raise _Violation("live path departs from run()", departure)
 
 
 def _note_refused(worst: list[Fraction], attempted: Fraction) -> None:
