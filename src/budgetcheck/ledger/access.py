@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar, final
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck.ledger.core import LaplaceReleases, LedgerCore
 from budgetcheck.ledger.errors import InvalidArgument
@@ -100,6 +100,12 @@ class LedgerAccess:
     def rng(self) -> np.random.Generator:
         """The ledger's generator of other randomness (see :func:`budgetcheck.ledger.core.generator`)."""
         return self._ledger._randomness()
+
+    def call_measured(
+        self, fn: Callable[[FloatArray], ArrayLike], payloads: list[FloatArray], isolation: str, shape: tuple[int, ...]
+    ) -> list[FloatArray] | str:
+        """Run the caller's ``fn`` on true values as ``measure`` does (counted in ``ledger.in_process`` if here)."""
+        return self._ledger._call_measured(fn, payloads, isolation, shape)
 
     def per_run(self, secret: Secret, values: FloatArray, runs: NDArray[np.int64] | None = None) -> FloatArray:
         """What every run (or the runs indexed by ``runs``) reads of ``values``, shape (runs, ...)."""

@@ -38,6 +38,7 @@ from budgetcheck.ledger.isolation import (
     MOST_BYTES,
     MOST_DIMENSIONS,
     SECRET_ACCESS,
+    TRUSTED,
     check_answer_fits,
     check_isolation,
     forked,
@@ -176,6 +177,7 @@ class LedgerCore(abc.ABC):
         "_charges",
         "_fresh_claims",
         "_hook",
+        "_in_process",
         "_keep",
         "_lock",
         "_noise",
@@ -210,6 +212,7 @@ class LedgerCore(abc.ABC):
         self._charges = 0  # spends committed so far: an operation that raised without one may unbind its streams
         self._refused_worst = 0.0  # the largest window sum / ε a refused spend would have made
         self._vouched = 0  # charges whose sensitivity the caller vouched for (measure, measure_footprint)
+        self._in_process = 0  # calls of the caller's code on true values in this process (isolation='trusted')
         self._applying = False  # accounting for a stored record (see _apply_row): not a new spend
         # the durable transaction and the verifier's tap, installed by their layers (ledger.hooks)
         self._hook: OperationHook | None = None
@@ -261,6 +264,21 @@ class LedgerCore(abc.ABC):
         """How many charges paid for a sensitivity the caller vouched for (``measure``): if any, only the
         statistical audit can check the releases (verify: "needs the statistical audit", never "proved")."""
         return self._vouched
+
+    @property
+    def in_process(self) -> int:
+        """How many times the caller's code read true values in this process (``isolation='trusted'``:
+        ``measure``, ``measure_footprint``, a threshold test's own statistic): what it kept there cannot be
+        ruled out, so ``verify`` calls such a mechanism inconclusive rather than verified."""
+        return self._in_process
+
+    def _call_measured(
+        self, fn: Callable[[FloatArray], ArrayLike], payloads: list[FloatArray], isolation: str, shape: tuple[int, ...]
+    ) -> list[FloatArray] | str:
+        """:func:`call_measured`, counting the calls that run the caller's code here (:attr:`in_process`)."""
+        if isolation == TRUSTED:
+            self._in_process += 1
+        return call_measured(fn, payloads, isolation, shape)
 
     @property
     def refusals(self) -> int:
@@ -924,7 +942,7 @@ class LaplaceReleases(LedgerCore):
         scale, delta = self._reserve(secret, amounts, amounts, vouched, purpose, integral=False, vouched=True)
         stacked = bool(stacked_rows(secret))
         with charged(secret) as values:
-            outcome = call_measured(fn, list(values) if stacked else [values], isolation, declared)
+            outcome = self._call_measured(fn, list(values) if stacked else [values], isolation, declared)
             del values  # nothing of the data stays in this frame, which a raised error's traceback shows
         if isinstance(outcome, str):
             raise measurement_failed("measure", outcome, declared)

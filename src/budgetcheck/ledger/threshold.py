@@ -27,7 +27,7 @@ from numpy.typing import ArrayLike, NDArray
 from budgetcheck import rounding
 from budgetcheck.kernels import compiled
 from budgetcheck.ledger.access import LedgerAccess
-from budgetcheck.ledger.core import LaplaceReleases, call_measured, measurement_failed
+from budgetcheck.ledger.core import LaplaceReleases, measurement_failed
 from budgetcheck.ledger.errors import InvalidArgument
 from budgetcheck.ledger.isolation import FORK, check_isolation
 from budgetcheck.ledger.noise import DISCRETE, discrete_laplace, granularity, laplace_draws
@@ -327,8 +327,9 @@ class ThresholdTest:
         self, secret: Secret, statistic: Callable[[FloatArray], ArrayLike], tested: BoolArray, t: int, isolation: str
     ) -> FloatArray | str:
         """The statistic of every run's tested cells, (runs, *cells) (0 where not tested), or the kind of its
-        failure (:func:`call_measured`); the footprints it read leave with this frame. :func:`deviation` is the
-        library's and runs here; any other statistic runs as ``measure``'s fn, under ``isolation``."""
+        failure (:func:`budgetcheck.ledger.core.call_measured`); the footprints it read leave with this frame.
+        :func:`deviation` is the library's and runs here; any other statistic runs as ``measure``'s fn, under
+        ``isolation``."""
         result = np.zeros(tested.shape)
         lengths = np.where(tested, t - self._starts + 1, 0).reshape(self._ledger.runs, -1).max(axis=1)
         for rows, width in _buckets(lengths):
@@ -336,7 +337,9 @@ class ThresholdTest:
             if statistic is deviation:
                 result[rows] = np.broadcast_to(deviation(masked), (len(rows), *self._cells))
                 continue
-            outcome = call_measured(_on_tested(statistic, tested[rows]), [masked], isolation, tested[rows].shape)
+            outcome = self._access.call_measured(
+                _on_tested(statistic, tested[rows]), [masked], isolation, tested[rows].shape
+            )
             if isinstance(outcome, str):
                 return outcome
             result[rows] = outcome[0]

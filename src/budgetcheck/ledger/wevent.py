@@ -22,7 +22,6 @@ from numpy.typing import ArrayLike, NDArray
 from budgetcheck import rounding
 from budgetcheck.ledger.core import (
     LaplaceReleases,
-    call_measured,
     check_result_shape,
     journaled,
     locked,
@@ -434,7 +433,7 @@ class WindowLedger(LaplaceReleases):
             self._vouched += 1
         with contextlib.ExitStack() as stack:
             payload = np.stack([stack.enter_context(charged(secret)) for secret in secrets])
-            outcome = call_measured(fn, [payload], isolation, declared)
+            outcome = self._call_measured(fn, [payload], isolation, declared)
             del payload
         if isinstance(outcome, str):
             raise measurement_failed("measure_footprint", outcome, declared)

@@ -178,6 +178,7 @@ class Run:
     refused: str | None = None  # the ledger's refusal (raised, or caught and swallowed by the mechanism)
     violations: tuple[str, ...] = ()
     error: str | None = None  # the mechanism failed on these outputs
+    in_process: bool = False  # the mechanism's own code read true values in its process (isolation='trusted')
 
     @property
     def violated(self) -> bool:
@@ -265,6 +266,7 @@ def run_plan(mechanism: Any, setting: Setting, plan: Plan) -> Run:
         refused=refused,
         violations=violations,
         error=error,
+        in_process=ledger.in_process > 0,
     )
 
 
@@ -361,6 +363,7 @@ class Exploration:
     undecided: int = 0  # runs whose charges conformance could not follow (too many rule states)
     failed: int = 0  # runs on which the mechanism failed (``errors`` names each distinct failure once)
     vouched: bool = False  # some explored run charged a sensitivity the mechanism vouched for (measure)
+    in_process: int = 0  # explored runs in which the mechanism's code read true values here (isolation='trusted')
 
 
 def small_settings(notion: str) -> Iterator[Setting]:
@@ -413,6 +416,7 @@ def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any 
         "undecided": 0,
         "longest": None,
         "vouched": False,
+        "in_process": 0,
     }
 
     def judge(run: Run) -> str | None:
@@ -424,6 +428,7 @@ def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any 
             state["failed"] += 1
             state["errors"].setdefault(run.error, f"{run.setting.describe()}: {run.error}")
         state["vouched"] = state["vouched"] or any(record.vouched for record in run.records)
+        state["in_process"] += run.in_process
         if state["worst"] is None or run.ratio > state["worst"].ratio:
             state["worst"] = run
         if state["longest"] is None or run.setting.length > state["longest"].setting.length:
@@ -453,6 +458,7 @@ def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any 
             undecided=state["undecided"],
             failed=state["failed"],
             vouched=state["vouched"],
+            in_process=state["in_process"],
             seconds=time.perf_counter() - start,
             nondeterministic=nondeterministic,
         )

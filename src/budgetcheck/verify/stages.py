@@ -296,7 +296,11 @@ def verify_mechanism(
             )
         if "b" in stages:
             results.append(
-                _timed(lambda: _secret_stage(mechanism, counterexample.detail if secret and counterexample else None))
+                _timed(
+                    lambda: _secret_stage(
+                        mechanism, counterexample.detail if secret and counterexample else None, replay.in_process
+                    )
+                )
             )
         bound = Bound(w_max=_replay_w_max(notion_of(mechanism), max_length), horizon=max_length, runs_explored=0)
     notion = notion_of(mechanism)
@@ -377,6 +381,15 @@ def _exploration_stages(
             else "no run completed",
             found.seconds,
         )
+    elif found.in_process:
+        exploration = StageResult(
+            "exploration",
+            INCONCLUSIVE,
+            f"{scope}: the mechanism's own code read true values in its process (isolation='trusted') in "
+            f"{found.in_process} runs, which the stand-in stream does not hold: what it keeps there cannot be "
+            "ruled out",
+            found.seconds,
+        )
     else:
         failed = (
             f"; the mechanism failed on {found.failed} output sequences (e.g. {found.errors[0]})"
@@ -425,9 +438,11 @@ def _exploration_stages(
     return stages, found
 
 
-def _secret_stage(mechanism: AnyMechanism, read: str | None) -> StageResult:
+def _secret_stage(mechanism: AnyMechanism, read: str | None, in_process: int = 0) -> StageResult:
     """Stage (b): a read caught during replay, else a difference found by the non-interference check
-    (the fixed pairs and _PAIRS generated ones)."""
+    (the fixed pairs and _PAIRS generated ones); inconclusive at best where the mechanism's own code read
+    true values in its process (``in_process`` replayed cases, ``isolation='trusted'``): what it kept there
+    can come out in settings no check runs (another sampler, one run, a longer stream)."""
     from budgetcheck.verify.interference import interference
 
     if read is not None:
@@ -449,6 +464,13 @@ def _secret_stage(mechanism: AnyMechanism, read: str | None) -> StageResult:
             "secret access",
             INCONCLUSIVE,
             f"no read outside a charged operation; the flow check did not run: {flow.detail}",
+        )
+    if in_process:
+        return StageResult(
+            "secret access",
+            INCONCLUSIVE,
+            f"the mechanism's own code read true values in its process (isolation='trusted') in {in_process} replayed "
+            "cases: what it keeps there cannot be ruled out; with the default isolation='fork' verify can judge it",
         )
     return StageResult(
         "secret access",
@@ -524,12 +546,13 @@ class _Replay:
     worst_case: AnyCase | None = None
     worst_refused: bool = False  # the worst figure is a spend the ledger refused (what was attempted)
     vouched: int = 0  # cases whose ledger charged a sensitivity the mechanism vouched for (measure)
+    in_process: int = 0  # cases whose ledger ran the mechanism's code on true values here (isolation='trusted')
 
 
 def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Replay:
     """Stages (a) and (b): ``examples`` generated cases, shrinking any failure."""
     mechanism = load_mechanism(reference)
-    tally = {"examples": 0, "runs": 0, "vouched": 0}
+    tally = {"examples": 0, "runs": 0, "vouched": 0, "in_process": 0}
     worst = [Fraction(0), Fraction(0)]  # the largest window / ε, and 1 if it was a refused attempt
     worst_case: list[AnyCase] = []
     failures: list[Counterexample] = []
@@ -545,7 +568,9 @@ def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Re
         tally["runs"] += case.runs
         before = worst[0]
         try:
-            tally["vouched"] += _check_case(mechanism, case, worst)
+            vouched, in_process = _check_case(mechanism, case, worst)
+            tally["vouched"] += vouched
+            tally["in_process"] += in_process
             if worst[0] > before or not worst_case:
                 worst_case[:] = [case]
         except _Violation as violation:
@@ -579,6 +604,7 @@ def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Re
         worst_case=worst_case[0] if worst_case else None,
         worst_refused=bool(worst[1]),
         vouched=tally["vouched"],
+        in_process=tally["in_process"],
     )
 
 
@@ -638,10 +664,11 @@ def _run_several_epsilons(mechanism: Any, case: VerificationCase) -> tuple[Any, 
     return ex.ledger, ratio, tuple(violations)
 
 
-def _check_case(mechanism: Any, case: AnyCase, worst: list[Fraction]) -> int:
-    """Run and audit one case (raising :class:`_Violation`); 1 if its ledger charged a vouched
-    sensitivity (``measure``: the releases then need the statistical audit), else 0."""
-    vouched = 0
+def _check_case(mechanism: Any, case: AnyCase, worst: list[Fraction]) -> tuple[int, int]:
+    """Run and audit one case (raising :class:`_Violation`): (1 if its ledger charged a vouched sensitivity
+    (``measure``: the releases then need the statistical audit), 1 if it ran the mechanism's code on true
+    values in this process (``isolation='trusted'``: what that code kept cannot be ruled out))."""
+    vouched = in_process = 0
     runs: list[Callable[[Any, Any], tuple[Any, Fraction, tuple[str, ...]]]] = [_run_case]
     if isinstance(case, VerificationCase) and max_stacked_runs(mechanism) > 0:
         runs.append(_run_several_epsilons)
@@ -672,9 +699,10 @@ def _check_case(mechanism: Any, case: AnyCase, worst: list[Fraction]) -> int:
         if violations:
             raise _Violation("window over epsilon", violations[0], several_epsilons=several)
         vouched = max(vouched, int(ledger.vouched > 0))
+        in_process = max(in_process, int(ledger.in_process > 0))
     if isinstance(case, (VerificationCase, SwellfishCase)) and has_live_path(mechanism):
         _check_live_path(mechanism, case)
-    return vouched
+    return vouched, in_process
 
 
 def _check_live_path(mechanism: Any, case: VerificationCase | SwellfishCase) -> None:
