@@ -38,6 +38,7 @@ from numpy.typing import NDArray
 
 from budgetcheck.ledger.errors import InvalidArgument, LedgerBusy, LedgerCorrupt
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord, finite_or_none, none_to_inf
+from budgetcheck.ledger.validation import MAX_T
 
 if TYPE_CHECKING:
     from budgetcheck.durable.store import Store
@@ -167,9 +168,37 @@ def decode_array(blob: bytes, where: str) -> FloatArray:
         shape = struct.unpack_from(f"<{ndim}q", blob, 8)
         body = blob[8 + 8 * ndim :]
         values = np.frombuffer(body, dtype="<f8").reshape(shape).astype(np.float64)
-    except (struct.error, ValueError) as exc:
+    except (struct.error, ValueError, TypeError) as exc:
         raise LedgerCorrupt(f"{where}: malformed array: {exc}") from exc
     return values
+
+
+def decode_release(row: tuple[Any, ...]) -> tuple[int, FloatArray]:
+    """(t, value) of a stored release row (seq, version, kind, op, t, amounts, detail, output, ...);
+    LedgerCorrupt when it has no value or one that is not a stored array (a release always has one)."""
+    seq, t, output = row[0], row[4], row[7]
+    where = f"release at record {seq}"
+    if not isinstance(output, bytes):
+        raise LedgerCorrupt(f"{where}: the published value is missing ({type(output).__name__}; the record was edited)")
+    return int(t), decode_array(output, where)
+
+
+def _amounts(blob: bytes, shape: tuple[int, ...], where: str) -> FloatArray:
+    """A spend row's amounts: finite and >= 0, as the ledger charged them (a forged negative amount
+    would be a refund, a NaN or inf one breaks the exact accounting)."""
+    amounts = np.frombuffer(blob, dtype="<f8").reshape(shape)
+    if not ((amounts >= 0.0) & (amounts < np.inf)).all():
+        raise LedgerCorrupt(f"{where}: amounts {amounts.ravel().tolist()} must be finite and >= 0")
+    return amounts
+
+
+def _number(value: Any, name: str, where: str) -> float | None:
+    """An optional stored number (the sensitivity): None, or finite and >= 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) < np.inf:
+        raise LedgerCorrupt(f"{where}: {name}={value!r} must be a finite number >= 0 or null")
+    return float(value)
 
 
 def decode_row(row: tuple[Any, ...], header: LedgerHeader) -> JournalRow:
@@ -181,16 +210,21 @@ def decode_row(row: tuple[Any, ...], header: LedgerHeader) -> JournalRow:
         raise LedgerCorrupt(f"{where}: record version {version!r} is not supported (expected {RECORD_VERSION})")
     if kind != SPEND:
         raise LedgerCorrupt(f"{where}: record kind {kind!r} is not a spend record")
+    if isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= MAX_T:
+        raise LedgerCorrupt(f"{where}: t={t!r} must be an integer in [1, 2**62]")
     shape = (header.runs, len(header.classes)) if header.classes else (header.runs,)
     try:
         fields = json.loads(detail)
         scale = fields["noise_scale"]
+        noise_scale = None if scale is None else np.asarray(none_to_inf(scale), dtype=np.float64)
+        if noise_scale is not None and not (noise_scale >= 0.0).all():
+            raise LedgerCorrupt(f"{where}: noise_scale={scale!r} must hold numbers >= 0 (null for none released)")
         record = SpendRecord(
-            t=int(t),
+            t=t,
             purpose=str(fields["purpose"]),
-            amounts=np.frombuffer(amounts, dtype="<f8").reshape(shape),
-            sensitivity=None if fields["sensitivity"] is None else float(fields["sensitivity"]),
-            noise_scale=None if scale is None else none_to_inf(scale),
+            amounts=_amounts(amounts, shape, where),
+            sensitivity=_number(fields["sensitivity"], "sensitivity", where),
+            noise_scale=noise_scale,
             sampler=fields["sampler"],
             vouched=fields.get("vouched", False) is True,
         )
@@ -698,7 +732,7 @@ class Journal:
                     raise LedgerCorrupt(f"{self.path}: {problem}")
                 previous, seen = row[8], seen + 1
                 if row[2] == RELEASE:
-                    self._published.append((int(row[4]), decode_array(row[7], f"release at record {row[0]}")))
+                    self._published.append(decode_release(row))
                 elif row[4] >= since_t:
                     rows.append(decode_row(row, self._header))
         if previous != head or seen != count:
