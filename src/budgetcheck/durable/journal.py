@@ -27,6 +27,7 @@ import json
 import os
 import sqlite3
 import struct
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -254,14 +255,86 @@ def connect(path: str | Path, *, durability: str = "full", lock_timeout: float =
         raise LedgerCorrupt(
             f"{str(path)!r} is not a budgetcheck ledger file ({what}): it holds no ledger, and none is made over it"
         )
+    _wait_for_one_name(path)
+    db = None
     try:
         db = sqlite3.connect(path, isolation_level=None, timeout=lock_timeout, check_same_thread=False)
-        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA journal_mode=WAL")  # from here this connection holds SQLite's shared lock on the file
         db.execute(f"PRAGMA synchronous={DURABILITY[durability]}")
         db.execute(f"PRAGMA busy_timeout={int(lock_timeout * 1000)}")
     except sqlite3.DatabaseError as exc:
+        if db is not None:
+            db.close()
+        if _busy(exc):  # another program holds the file's lock: the file is intact, a later try opens it
+            raise LedgerBusy(
+                f"{str(path)!r}: cannot open the ledger file: another process held its lock for more than "
+                f"lock_timeout={lock_timeout} s; nothing was charged, try again"
+            ) from exc
         raise LedgerCorrupt(f"{str(path)!r} cannot be opened as a ledger file (damaged?): {exc}") from exc
+    try:
+        _check_names(path)
+    except BaseException:
+        db.close()
+        raise
     return db
+
+
+def _wait_for_one_name(path: Path) -> None:
+    """:func:`create_file` links a file made aside into place, then removes the aside name: a second
+    name for that instant is waited out (up to a second), so that concurrent openers of a new file
+    are not refused by :func:`_check_names`."""
+    deadline = time.monotonic() + 1.0
+    while path.stat().st_nlink > 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _check_names(path: Path) -> None:
+    """InvalidArgument when the ledger file has several names (hard links) and another process has it
+    open: SQLite keys its WAL and its write lock on the name, so writers through two names would not
+    be serialised. While a file has several names one process at a time keeps it (on Linux the
+    holders are read from /proc/locks; elsewhere such a file is not opened at all). Called with the
+    caller's connection open, so two processes opening at once both see the other."""
+    info = path.stat()
+    if info.st_nlink <= 1:
+        return
+    others = _other_holders(info.st_ino)
+    if others is not None and not others:
+        return
+    held = "" if others is None else f" and another process (pid {', '.join(map(str, sorted(others)))}) has it open"
+    raise InvalidArgument(
+        f"ledger file {str(path)!r} has {info.st_nlink} names (hard links){held}: writers through different "
+        "names would not be serialised (SQLite locks a file by its name), so it is not opened (nothing is "
+        f"damaged): keep one name and remove the others (a '.{path.name}.*.new' file beside it is left over "
+        "from an interrupted creation)"
+    )
+
+
+def _other_holders(inode: int) -> set[int] | None:
+    """The ids of the other processes holding a lock on the file with this inode number (every open
+    SQLite connection in WAL mode holds one), from Linux's /proc/locks; None where that cannot be read.
+    Matched on the inode number alone (a device number may differ under an overlay file system): a
+    file of another file system with the same number only refuses a file that has several names."""
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as table:
+            lines = table.readlines()
+    except OSError:
+        return None
+    own, holders = os.getpid(), set()
+    for line in lines:
+        fields = line.split()
+        for index, field in enumerate(fields[1:], start=1):
+            if field.count(":") == 2 and field.rsplit(":", 1)[1] == str(inode):
+                with contextlib.suppress(ValueError):
+                    pid = int(fields[index - 1])
+                    if pid != own:
+                        holders.add(pid)
+                break
+    return holders
+
+
+def _busy(exc: BaseException | None) -> bool:
+    """Whether an SQLite error is a lock held by another connection past the busy timeout."""
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
 
 
 def initial_meta(header: LedgerHeader, sampler: str | None = None) -> list[tuple[str, str]]:
@@ -311,10 +384,11 @@ def create_file(path: str | Path, meta: list[tuple[str, str]], start: bytes) -> 
             db.close()  # checkpoints the WAL into the file
         with contextlib.suppress(FileExistsError):  # another process made it first: theirs is the ledger
             os.link(aside, path)
-    except OSError as exc:
-        raise InvalidArgument(f"cannot create the ledger file {str(path)!r}: {exc}") from exc
-    except sqlite3.DatabaseError as exc:
-        raise LedgerCorrupt(f"cannot create the ledger file {str(path)!r}: {exc}") from exc
+    except (OSError, sqlite3.Error) as exc:  # the new file is ours alone: no ledger is damaged, the place is unusable
+        raise InvalidArgument(
+            f"cannot create the ledger file {str(path)!r}: {exc} (nothing is damaged: is the directory "
+            f"{str(path.parent)!r} writable? choose another path)"
+        ) from exc
     finally:
         for leftover in (aside, aside.with_name(aside.name + "-wal"), aside.with_name(aside.name + "-shm")):
             with contextlib.suppress(FileNotFoundError):
@@ -376,6 +450,8 @@ def open_store(
             f"path={target!r} must be a file path (str or pathlib.Path) or a postgresql:// URL, "
             f"not {type(target).__name__}"
         )
+    if isinstance(target, str) and not target:  # Path('') would be '.', the working directory
+        raise InvalidArgument("path='' is empty: name a ledger file or a postgresql:// URL")
     create_with = None if header is None else (initial_meta(header, sampler), genesis(header, sampler))
     if is_url(target):
         from budgetcheck.durable.postgres import PostgresStore
@@ -818,7 +894,7 @@ class _Guard:
         return None
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc)):
+        if _busy(exc):
             raise LedgerBusy(
                 f"{self._path}: cannot {self._what}: another process held the ledger's write lock for more "
                 f"than lock_timeout={self._timeout} s; nothing was charged, try again"
