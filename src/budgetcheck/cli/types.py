@@ -43,6 +43,8 @@ class LedgerTarget(FilePath):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and value.startswith(("postgresql://", "postgres://")):
             return value
+        if isinstance(value, str) and not value:  # click.Path would read '' as '.', the working directory
+            self.fail("'' is empty: name a ledger file or a postgresql:// URL", param, ctx)
         return super().convert(value, param, ctx)
 
 

@@ -27,7 +27,9 @@ from budgetcheck import rounding
 from budgetcheck.durable.journal import (
     FILE_VERSION,
     FORMAT,
+    RELEASE,
     ROW_COLUMNS,
+    decode_release,
     decode_row,
     genesis,
     link_problem,
@@ -85,6 +87,11 @@ def verify_chain(
             )
             for row in cursor:
                 problem = link_problem(row, seen + 1, previous)
+                if problem is None and row[2] == RELEASE:  # a release charges nothing, but must hold its value
+                    try:
+                        decode_release(row)
+                    except LedgerCorrupt as exc:
+                        problem = str(exc)
                 if problem is not None:
                     return problem, seen, previous.hex(), found
                 previous, seen = row[8], seen + 1

@@ -27,6 +27,7 @@ import json
 import os
 import sqlite3
 import struct
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -38,6 +39,7 @@ from numpy.typing import NDArray
 
 from budgetcheck.ledger.errors import InvalidArgument, LedgerBusy, LedgerCorrupt
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord, finite_or_none, none_to_inf
+from budgetcheck.ledger.validation import MAX_T
 
 if TYPE_CHECKING:
     from budgetcheck.durable.store import Store
@@ -167,9 +169,37 @@ def decode_array(blob: bytes, where: str) -> FloatArray:
         shape = struct.unpack_from(f"<{ndim}q", blob, 8)
         body = blob[8 + 8 * ndim :]
         values = np.frombuffer(body, dtype="<f8").reshape(shape).astype(np.float64)
-    except (struct.error, ValueError) as exc:
+    except (struct.error, ValueError, TypeError) as exc:
         raise LedgerCorrupt(f"{where}: malformed array: {exc}") from exc
     return values
+
+
+def decode_release(row: tuple[Any, ...]) -> tuple[int, FloatArray]:
+    """(t, value) of a stored release row (seq, version, kind, op, t, amounts, detail, output, ...);
+    LedgerCorrupt when it has no value or one that is not a stored array (a release always has one)."""
+    seq, t, output = row[0], row[4], row[7]
+    where = f"release at record {seq}"
+    if not isinstance(output, bytes):
+        raise LedgerCorrupt(f"{where}: the published value is missing ({type(output).__name__}; the record was edited)")
+    return int(t), decode_array(output, where)
+
+
+def _amounts(blob: bytes, shape: tuple[int, ...], where: str) -> FloatArray:
+    """A spend row's amounts: finite and >= 0, as the ledger charged them (a forged negative amount
+    would be a refund, a NaN or inf one breaks the exact accounting)."""
+    amounts = np.frombuffer(blob, dtype="<f8").reshape(shape)
+    if not ((amounts >= 0.0) & (amounts < np.inf)).all():
+        raise LedgerCorrupt(f"{where}: amounts {amounts.ravel().tolist()} must be finite and >= 0")
+    return amounts
+
+
+def _number(value: Any, name: str, where: str) -> float | None:
+    """An optional stored number (the sensitivity): None, or finite and >= 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) < np.inf:
+        raise LedgerCorrupt(f"{where}: {name}={value!r} must be a finite number >= 0 or null")
+    return float(value)
 
 
 def decode_row(row: tuple[Any, ...], header: LedgerHeader) -> JournalRow:
@@ -181,16 +211,21 @@ def decode_row(row: tuple[Any, ...], header: LedgerHeader) -> JournalRow:
         raise LedgerCorrupt(f"{where}: record version {version!r} is not supported (expected {RECORD_VERSION})")
     if kind != SPEND:
         raise LedgerCorrupt(f"{where}: record kind {kind!r} is not a spend record")
+    if isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= MAX_T:
+        raise LedgerCorrupt(f"{where}: t={t!r} must be an integer in [1, 2**62]")
     shape = (header.runs, len(header.classes)) if header.classes else (header.runs,)
     try:
         fields = json.loads(detail)
         scale = fields["noise_scale"]
+        noise_scale = None if scale is None else np.asarray(none_to_inf(scale), dtype=np.float64)
+        if noise_scale is not None and not (noise_scale >= 0.0).all():
+            raise LedgerCorrupt(f"{where}: noise_scale={scale!r} must hold numbers >= 0 (null for none released)")
         record = SpendRecord(
-            t=int(t),
+            t=t,
             purpose=str(fields["purpose"]),
-            amounts=np.frombuffer(amounts, dtype="<f8").reshape(shape),
-            sensitivity=None if fields["sensitivity"] is None else float(fields["sensitivity"]),
-            noise_scale=None if scale is None else none_to_inf(scale),
+            amounts=_amounts(amounts, shape, where),
+            sensitivity=_number(fields["sensitivity"], "sensitivity", where),
+            noise_scale=noise_scale,
             sampler=fields["sampler"],
             vouched=fields.get("vouched", False) is True,
         )
@@ -220,14 +255,86 @@ def connect(path: str | Path, *, durability: str = "full", lock_timeout: float =
         raise LedgerCorrupt(
             f"{str(path)!r} is not a budgetcheck ledger file ({what}): it holds no ledger, and none is made over it"
         )
+    _wait_for_one_name(path)
+    db = None
     try:
         db = sqlite3.connect(path, isolation_level=None, timeout=lock_timeout, check_same_thread=False)
-        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA journal_mode=WAL")  # from here this connection holds SQLite's shared lock on the file
         db.execute(f"PRAGMA synchronous={DURABILITY[durability]}")
         db.execute(f"PRAGMA busy_timeout={int(lock_timeout * 1000)}")
     except sqlite3.DatabaseError as exc:
+        if db is not None:
+            db.close()
+        if _busy(exc):  # another program holds the file's lock: the file is intact, a later try opens it
+            raise LedgerBusy(
+                f"{str(path)!r}: cannot open the ledger file: another process held its lock for more than "
+                f"lock_timeout={lock_timeout} s; nothing was charged, try again"
+            ) from exc
         raise LedgerCorrupt(f"{str(path)!r} cannot be opened as a ledger file (damaged?): {exc}") from exc
+    try:
+        _check_names(path)
+    except BaseException:
+        db.close()
+        raise
     return db
+
+
+def _wait_for_one_name(path: Path) -> None:
+    """:func:`create_file` links a file made aside into place, then removes the aside name: a second
+    name for that instant is waited out (up to a second), so that concurrent openers of a new file
+    are not refused by :func:`_check_names`."""
+    deadline = time.monotonic() + 1.0
+    while path.stat().st_nlink > 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _check_names(path: Path) -> None:
+    """InvalidArgument when the ledger file has several names (hard links) and another process has it
+    open: SQLite keys its WAL and its write lock on the name, so writers through two names would not
+    be serialised. While a file has several names one process at a time keeps it (on Linux the
+    holders are read from /proc/locks; elsewhere such a file is not opened at all). Called with the
+    caller's connection open, so two processes opening at once both see the other."""
+    info = path.stat()
+    if info.st_nlink <= 1:
+        return
+    others = _other_holders(info.st_ino)
+    if others is not None and not others:
+        return
+    held = "" if others is None else f" and another process (pid {', '.join(map(str, sorted(others)))}) has it open"
+    raise InvalidArgument(
+        f"ledger file {str(path)!r} has {info.st_nlink} names (hard links){held}: writers through different "
+        "names would not be serialised (SQLite locks a file by its name), so it is not opened (nothing is "
+        f"damaged): keep one name and remove the others (a '.{path.name}.*.new' file beside it is left over "
+        "from an interrupted creation)"
+    )
+
+
+def _other_holders(inode: int) -> set[int] | None:
+    """The ids of the other processes holding a lock on the file with this inode number (every open
+    SQLite connection in WAL mode holds one), from Linux's /proc/locks; None where that cannot be read.
+    Matched on the inode number alone (a device number may differ under an overlay file system): a
+    file of another file system with the same number only refuses a file that has several names."""
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as table:
+            lines = table.readlines()
+    except OSError:
+        return None
+    own, holders = os.getpid(), set()
+    for line in lines:
+        fields = line.split()
+        for index, field in enumerate(fields[1:], start=1):
+            if field.count(":") == 2 and field.rsplit(":", 1)[1] == str(inode):
+                with contextlib.suppress(ValueError):
+                    pid = int(fields[index - 1])
+                    if pid != own:
+                        holders.add(pid)
+                break
+    return holders
+
+
+def _busy(exc: BaseException | None) -> bool:
+    """Whether an SQLite error is a lock held by another connection past the busy timeout."""
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
 
 
 def initial_meta(header: LedgerHeader, sampler: str | None = None) -> list[tuple[str, str]]:
@@ -277,10 +384,11 @@ def create_file(path: str | Path, meta: list[tuple[str, str]], start: bytes) -> 
             db.close()  # checkpoints the WAL into the file
         with contextlib.suppress(FileExistsError):  # another process made it first: theirs is the ledger
             os.link(aside, path)
-    except OSError as exc:
-        raise InvalidArgument(f"cannot create the ledger file {str(path)!r}: {exc}") from exc
-    except sqlite3.DatabaseError as exc:
-        raise LedgerCorrupt(f"cannot create the ledger file {str(path)!r}: {exc}") from exc
+    except (OSError, sqlite3.Error) as exc:  # the new file is ours alone: no ledger is damaged, the place is unusable
+        raise InvalidArgument(
+            f"cannot create the ledger file {str(path)!r}: {exc} (nothing is damaged: is the directory "
+            f"{str(path.parent)!r} writable? choose another path)"
+        ) from exc
     finally:
         for leftover in (aside, aside.with_name(aside.name + "-wal"), aside.with_name(aside.name + "-shm")):
             with contextlib.suppress(FileNotFoundError):
@@ -342,6 +450,8 @@ def open_store(
             f"path={target!r} must be a file path (str or pathlib.Path) or a postgresql:// URL, "
             f"not {type(target).__name__}"
         )
+    if isinstance(target, str) and not target:  # Path('') would be '.', the working directory
+        raise InvalidArgument("path='' is empty: name a ledger file or a postgresql:// URL")
     create_with = None if header is None else (initial_meta(header, sampler), genesis(header, sampler))
     if is_url(target):
         from budgetcheck.durable.postgres import PostgresStore
@@ -698,7 +808,7 @@ class Journal:
                     raise LedgerCorrupt(f"{self.path}: {problem}")
                 previous, seen = row[8], seen + 1
                 if row[2] == RELEASE:
-                    self._published.append((int(row[4]), decode_array(row[7], f"release at record {row[0]}")))
+                    self._published.append(decode_release(row))
                 elif row[4] >= since_t:
                     rows.append(decode_row(row, self._header))
         if previous != head or seen != count:
@@ -784,7 +894,7 @@ class _Guard:
         return None
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc)):
+        if _busy(exc):
             raise LedgerBusy(
                 f"{self._path}: cannot {self._what}: another process held the ledger's write lock for more "
                 f"than lock_timeout={self._timeout} s; nothing was charged, try again"

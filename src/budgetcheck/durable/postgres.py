@@ -14,6 +14,7 @@ lock, so hosts creating the same ledger at once make it once. psycopg is importe
 
 from __future__ import annotations
 
+import contextlib
 import re
 import urllib.parse
 import zlib
@@ -30,6 +31,9 @@ _NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 # PostgreSQL reserves the pg_ prefix for system schemas and keeps the SQL standard's catalog views in
 # information_schema: a ledger there would fail as "damaged" or put its tables among the catalog's
 _RESERVED = re.compile(r"pg_.*|information_schema")
+# a password in a URL urllib cannot split: user:password@ after the scheme, or a password= parameter
+_USERINFO = re.compile(r"^([^:/?#]+://[^:/?#@\[\]]*):[^@]*@")
+_PASSWORD_PARAM = re.compile(r"([?&]password=)[^&#]*")
 
 _SCHEMA = """
 CREATE TABLE {s}.meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -59,7 +63,10 @@ CREATE TRIGGER records_no_truncate BEFORE TRUNCATE ON {s}.records FOR EACH STATE
 
 def split_url(url: str) -> tuple[str, str, str]:
     """(connection URL for the driver, ledger name, the URL as messages show it: no password)."""
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as exc:  # e.g. an unclosed IPv6 bracket: the driver would not read it either
+        raise InvalidArgument(f"ledger URL {redact(url)!r} is not a valid URL: {exc}") from None
     query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
     names = [value for key, value in query if key == "ledger"]
     if len(names) > 1:
@@ -88,7 +95,10 @@ def with_ledger(url: str, name: str) -> str:
 
 def redact(url: str) -> str:
     """``url`` without its password (in the authority or a ``password=`` parameter)."""
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # not a URL urllib reads: the password is cut out of the text as it is
+        return _PASSWORD_PARAM.sub(r"\1***", _USERINFO.sub(r"\1:***@", url))
     netloc = parts.netloc
     if "@" in netloc:
         user, host = netloc.rsplit("@", 1)
@@ -96,6 +106,27 @@ def redact(url: str) -> str:
     query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
     shown = "&".join(f"{k}={'***' if k == 'password' else v}" for k, v in query)
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=shown))
+
+
+def scrub(message: str, url: str) -> str:
+    """``message`` (e.g. the driver's) without the password of ``url``, as written or percent-decoded:
+    the driver may quote the part of the URL it could not read."""
+    secrets: set[str] = set()
+    with contextlib.suppress(ValueError):
+        parts = urllib.parse.urlsplit(url)
+        userinfo = parts.netloc.rsplit("@", 1)[0] if "@" in parts.netloc else ""
+        if ":" in userinfo:
+            secrets.add(userinfo.split(":", 1)[1])
+        for piece in parts.query.split("&"):
+            key, _, value = piece.partition("=")
+            if urllib.parse.unquote_plus(key) == "password":
+                secrets.add(value)
+    for secret in [*secrets]:
+        secrets.add(urllib.parse.unquote(secret))
+        secrets.add(urllib.parse.unquote_plus(secret))
+    for secret in sorted(filter(None, secrets), key=len, reverse=True):
+        message = message.replace(secret, "***")
+    return message
 
 
 def _driver() -> Any:
@@ -131,7 +162,9 @@ class PostgresStore:
                 conninfo, autocommit=True, connect_timeout=max(1, int(lock_timeout))
             )
         except driver.Error as exc:
-            raise LedgerUnavailable(f"cannot connect to the ledger {self._name}: {_first_line(exc)}") from None
+            raise LedgerUnavailable(
+                f"cannot connect to the ledger {self._name}: {scrub(_first_line(exc), url)}"
+            ) from None
         try:
             with self.guard("set up the connection"):
                 self._db.execute(f"SET lock_timeout = {max(1, round(lock_timeout * 1000))}")
