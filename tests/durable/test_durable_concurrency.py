@@ -65,3 +65,36 @@ def test_a_commit_in_the_gap_after_a_refusal_or_commit_is_applied_before_the_nex
     report = bc.audit_file(path)
     assert report.ok, report
     assert float(report.worst_ratio) <= 1.0
+
+
+def _posix_locks_held_here(path: Path) -> int:
+    """How many POSIX locks this process holds on ``path`` (Linux's /proc/locks)."""
+    import os
+
+    inode, pid = path.stat().st_ino, str(os.getpid())
+    with open("/proc/locks", encoding="ascii") as table:
+        rows = [line.split() for line in table]
+    return sum(1 for row in rows if pid in row and any(f.endswith(f":{inode}") and f.count(":") == 2 for f in row))
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="reads Linux's table of POSIX locks")
+def test_opening_a_ledger_file_again_keeps_the_locks_of_the_one_already_open(tmp_path: Path) -> None:
+    """Closing any descriptor of a file drops every POSIX lock the process holds on it. Opening a ledger file
+    that this process already has open (a publisher and a library writer, two threads) must not read its header
+    through a descriptor of its own: the first connection's shared lock would be gone, and another process
+    closing its last connection could then checkpoint and delete the write-ahead log under it."""
+    path = tmp_path / "l.db"
+    first = bc.open_ledger(path, bc.WindowLedger(epsilon=1.0, w=3))
+    first.spend(1, 0.25, purpose="p")
+    held = _posix_locks_held_here(path)
+    assert held >= 1
+    second = bc.open_ledger(path, bc.WindowLedger(epsilon=1.0, w=3))
+    second.close()  # SQLite itself keeps the descriptors of a file with locks held until the last one goes
+    assert _posix_locks_held_here(path) == held
+    first.spend(2, 0.25, purpose="p")
+    assert first.remaining(3).tolist() == [0.5]
+    first.close()
+    foreign = tmp_path / "notes.db"
+    foreign.write_text("hello, not a database: " * 8)
+    with pytest.raises(bc.LedgerCorrupt, match="no SQLite header"):
+        bc.open_ledger(foreign, bc.WindowLedger(epsilon=1.0, w=3))

@@ -250,11 +250,8 @@ def connect(path: str | Path, *, durability: str = "full", lock_timeout: float =
     path = Path(path)
     if not path.exists():
         raise InvalidArgument(f"ledger file {str(path)!r} does not exist")
-    if path.is_dir() or not path.stat().st_size or not is_journal(path):
-        what = "a directory" if path.is_dir() else "empty" if not path.stat().st_size else "no SQLite header"
-        raise LedgerCorrupt(
-            f"{str(path)!r} is not a budgetcheck ledger file ({what}): it holds no ledger, and none is made over it"
-        )
+    if path.is_dir() or not path.stat().st_size:  # (no open() of our own: see _not_a_ledger)
+        raise _not_a_ledger(path, "a directory" if path.is_dir() else "empty")
     _wait_for_one_name(path)
     db = None
     try:
@@ -265,6 +262,8 @@ def connect(path: str | Path, *, durability: str = "full", lock_timeout: float =
     except sqlite3.DatabaseError as exc:
         if db is not None:
             db.close()
+        if getattr(exc, "sqlite_errorname", None) == "SQLITE_NOTADB":
+            raise _not_a_ledger(path, "no SQLite header") from exc
         if _busy(exc):  # another program holds the file's lock: the file is intact, a later try opens it
             raise LedgerBusy(
                 f"{str(path)!r}: cannot open the ledger file: another process held its lock for more than "
@@ -277,6 +276,16 @@ def connect(path: str | Path, *, durability: str = "full", lock_timeout: float =
         db.close()
         raise
     return db
+
+
+def _not_a_ledger(path: Path, what: str) -> LedgerCorrupt:
+    """The error for a file that holds no ledger. Its header is read by SQLite itself, never by an open() and
+    close() of ours: closing any descriptor of a file drops every POSIX lock this process holds on it, SQLite's
+    shared lock of a ledger already open here included (another process could then checkpoint and delete the
+    write-ahead log under that connection)."""
+    return LedgerCorrupt(
+        f"{str(path)!r} is not a budgetcheck ledger file ({what}): it holds no ledger, and none is made over it"
+    )
 
 
 def _wait_for_one_name(path: Path) -> None:
