@@ -179,6 +179,8 @@ def decode_release(row: tuple[Any, ...]) -> tuple[int, FloatArray]:
     LedgerCorrupt when it has no value or one that is not a stored array (a release always has one)."""
     seq, t, output = row[0], row[4], row[7]
     where = f"release at record {seq}"
+    if isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= MAX_T:
+        raise LedgerCorrupt(f"{where}: t={t!r} must be an integer in [1, 2**62] (the record was edited)")
     if not isinstance(output, bytes):
         raise LedgerCorrupt(f"{where}: the published value is missing ({type(output).__name__}; the record was edited)")
     return int(t), decode_array(output, where)
@@ -262,6 +264,8 @@ def connect(path: str | Path, *, durability: str = "full", lock_timeout: float =
     except sqlite3.DatabaseError as exc:
         if db is not None:
             db.close()
+        if path.stat().st_nlink > 1:  # e.g. this process has the file open under its other name
+            raise _several_names(path, "") from exc
         if getattr(exc, "sqlite_errorname", None) == "SQLITE_NOTADB":
             raise _not_a_ledger(path, "no SQLite header") from exc
         if _busy(exc):  # another program holds the file's lock: the file is intact, a later try opens it
@@ -310,8 +314,21 @@ def _check_names(path: Path) -> None:
     if others is not None and not others:
         return
     held = "" if others is None else f" and another process (pid {', '.join(map(str, sorted(others)))}) has it open"
-    raise InvalidArgument(
-        f"ledger file {str(path)!r} has {info.st_nlink} names (hard links){held}: writers through different "
+    raise _several_names(path, held)
+
+
+def _linked(path: str) -> bool:
+    """Whether ``path`` names a file with several names (an SQLite error on it is then most likely the
+    other name's connection in this process, not damage)."""
+    try:
+        return os.stat(path).st_nlink > 1
+    except (OSError, ValueError):
+        return False
+
+
+def _several_names(path: Path, held: str) -> InvalidArgument:
+    return InvalidArgument(
+        f"ledger file {str(path)!r} has {path.stat().st_nlink} names (hard links){held}: writers through different "
         "names would not be serialised (SQLite locks a file by its name), so it is not opened (nothing is "
         f"damaged): keep one name and remove the others (a '.{path.name}.*.new' file beside it is left over "
         "from an interrupted creation)"
@@ -908,5 +925,7 @@ class _Guard:
                 f"{self._path}: cannot {self._what}: another process held the ledger's write lock for more "
                 f"than lock_timeout={self._timeout} s; nothing was charged, try again"
             ) from exc
+        if isinstance(exc, sqlite3.DatabaseError) and _linked(self._path):  # open here under its other name
+            raise _several_names(Path(self._path), "") from exc
         if isinstance(exc, sqlite3.DatabaseError):
             raise LedgerCorrupt(f"{self._path}: cannot {self._what}: {exc}") from exc

@@ -14,7 +14,6 @@ lock, so hosts creating the same ledger at once make it once. psycopg is importe
 
 from __future__ import annotations
 
-import contextlib
 import re
 import urllib.parse
 import zlib
@@ -32,8 +31,10 @@ _NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 # information_schema: a ledger there would fail as "damaged" or put its tables among the catalog's
 _RESERVED = re.compile(r"pg_.*|information_schema")
 # a password in a URL urllib cannot split: user:password@ after the scheme, or a password= parameter
-_USERINFO = re.compile(r"^([^:/?#]+://[^:/?#@\[\]]*):[^@]*@")
-_PASSWORD_PARAM = re.compile(r"([?&]password=)[^&#]*")
+# A password may hold '/', '?' or '#' (the driver reads up to the last '@'), so the user information is cut
+# out of the text as written, up to the last '@', never through urllib (which ends the authority at them).
+_USERINFO = re.compile(r"^([^:/?#]+://[^:@]*):.*@", re.DOTALL)
+_PASSWORD_PARAM = re.compile(r"([?&][^=&#]*password=)[^&#]*", re.IGNORECASE)  # password=, sslpassword=, …
 
 _SCHEMA = """
 CREATE TABLE {s}.meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -94,33 +95,19 @@ def with_ledger(url: str, name: str) -> str:
 
 
 def redact(url: str) -> str:
-    """``url`` without its password (in the authority or a ``password=`` parameter)."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:  # not a URL urllib reads: the password is cut out of the text as it is
-        return _PASSWORD_PARAM.sub(r"\1***", _USERINFO.sub(r"\1:***@", url))
-    netloc = parts.netloc
-    if "@" in netloc:
-        user, host = netloc.rsplit("@", 1)
-        netloc = f"{user.split(':', 1)[0]}{':***' if ':' in user else ''}@{host}"
-    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    shown = "&".join(f"{k}={'***' if k == 'password' else v}" for k, v in query)
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=shown))
+    """``url`` without its passwords: the user information's (up to the last '@', as the driver reads it) and
+    every ``…password=`` parameter's (``password``, libpq's ``sslpassword``)."""
+    return _PASSWORD_PARAM.sub(r"\1***", _USERINFO.sub(r"\1:***@", url))
 
 
 def scrub(message: str, url: str) -> str:
-    """``message`` (e.g. the driver's) without the password of ``url``, as written or percent-decoded:
+    """``message`` (e.g. the driver's) without the passwords of ``url``, as written or percent-decoded:
     the driver may quote the part of the URL it could not read."""
     secrets: set[str] = set()
-    with contextlib.suppress(ValueError):
-        parts = urllib.parse.urlsplit(url)
-        userinfo = parts.netloc.rsplit("@", 1)[0] if "@" in parts.netloc else ""
-        if ":" in userinfo:
-            secrets.add(userinfo.split(":", 1)[1])
-        for piece in parts.query.split("&"):
-            key, _, value = piece.partition("=")
-            if urllib.parse.unquote_plus(key) == "password":
-                secrets.add(value)
+    userinfo = _USERINFO.match(url)
+    if userinfo is not None:
+        secrets.add(url[userinfo.end(1) + 1 : userinfo.end() - 1])
+    secrets.update(match.group(0)[len(match.group(1)) :] for match in _PASSWORD_PARAM.finditer(url))
     for secret in [*secrets]:
         secrets.add(urllib.parse.unquote(secret))
         secrets.add(urllib.parse.unquote_plus(secret))

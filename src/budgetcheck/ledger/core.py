@@ -15,6 +15,7 @@ import math
 import os
 import secrets
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
@@ -116,6 +117,16 @@ def generator(sampler: str, seed: int, session: Sequence[int] | None = None) -> 
     return np.random.default_rng(secrets.randbits(256))
 
 
+_LEDGERS: weakref.WeakSet[LedgerCore] = weakref.WeakSet()  # every ledger of this process
+
+
+def _redraw_all_after_fork() -> None:
+    for ledger in list(_LEDGERS):
+        ledger._redraw_after_fork()
+
+
+os.register_at_fork(after_in_child=_redraw_all_after_fork)
+
 F = TypeVar("F", bound=Callable[..., Any])
 C = TypeVar("C", bound="LedgerCore")
 
@@ -186,13 +197,14 @@ class LedgerCore(abc.ABC):
         "_refusals",
         "_repeated",
         "_rng",
-        "_rng_pid",
         "_runs",
         "_scale_memo",
         "_seed",
+        "_sessioned",
         "_steady",
         "_t",
         "_vouched",
+        "__weakref__",  # see _redraw_after_fork
     )
 
     def __init__(self, *, runs: int, seed: int, sampler: str = DISCRETE, keep_records: bool = False) -> None:
@@ -203,7 +215,7 @@ class LedgerCore(abc.ABC):
         self._runs = check_runs(runs)
         self._seed = check_positive_int(seed, "seed", minimum=0)
         self._rng = generator(sampler, self._seed)
-        self._rng_pid = os.getpid()  # see _randomness: a forked process draws afresh
+        self._sessioned = False  # seeded with a store's session entropy too (see _reseed)
         self._noise: NoiseSource = make_noise(sampler, self._rng)
         self._t = 0
         self._records: list[SpendRecord] = []
@@ -219,6 +231,7 @@ class LedgerCore(abc.ABC):
         self._scale_memo: dict[tuple[float, bool, tuple[int, ...], bytes], FloatArray] = {}  # see _scale
         self._repeated: dict[str, tuple[FloatArray, float, bool, FloatArray]] = {}  # see _recurring
         self._steady: dict[tuple[object, ...], tuple[float, float, int]] = {}  # see LaplaceReleases._steady_constants
+        _LEDGERS.add(self)  # a forked child redraws its randomness (_redraw_after_fork)
 
     @property
     def runs(self) -> int:
@@ -501,20 +514,27 @@ class LedgerCore(abc.ABC):
             self._hook.rollback_to(mark[1])
 
     def _randomness(self) -> np.random.Generator:
-        """The generator of the ledger's other randomness (:func:`generator`), drawn afresh from the OS in a
-        process forked since it was made: a child and its parent (a pre-forking server, a pool) would
-        otherwise draw the same local-DP randomisations and the same Sampling Mechanism picks, so one could
-        predict the other's. Reproducible noise (``numpy-laplace``, asked for by name) is kept as seeded."""
-        if self._rng_pid != os.getpid():
-            self._rng_pid = os.getpid()
-            if self._noise.name != NUMPY:
-                self._rng = generator(self._noise.name, self._seed)
+        """The generator of the ledger's other randomness (:func:`generator`; redrawn in a forked child)."""
         return self._rng
+
+    def _redraw_after_fork(self) -> None:
+        """In a forked child: draw the generator (and the noise source built on it) afresh. Parent and child
+        (a pre-forking server, a pool) would otherwise draw the same local-DP randomisations, Sampling
+        Mechanism picks and, for a ledger file, Laplace noise, so one could predict or cancel the other's.
+        Reproducible noise of an in-memory ledger (``numpy-laplace`` from ``seed``, asked for by name) stays
+        as seeded; a ledger file's numpy noise is not reproducible (session entropy) and is redrawn too."""
+        name = self._noise.name
+        if name == NUMPY and not self._sessioned:
+            return
+        session = [secrets.randbits(32) for _ in range(4)] if name == NUMPY else None
+        self._rng = generator(name, self._seed, session)
+        self._noise = make_noise(name, self._rng)
+        self._steady.clear()
 
     def _reseed(self, session: Sequence[int]) -> None:
         """Draw from a generator of its own for a store's session (a reopened file never reuses noise)."""
         self._rng = generator(self._noise.name, self._seed, session)
-        self._rng_pid = os.getpid()
+        self._sessioned = True
         self._noise = make_noise(self._noise.name, self._rng)
         self._steady.clear()  # scales are the noise source's: validated afresh
 

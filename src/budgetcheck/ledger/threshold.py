@@ -29,7 +29,7 @@ from budgetcheck.kernels import compiled
 from budgetcheck.ledger.access import LedgerAccess
 from budgetcheck.ledger.core import LaplaceReleases, measurement_failed
 from budgetcheck.ledger.errors import InvalidArgument
-from budgetcheck.ledger.isolation import FORK, check_isolation
+from budgetcheck.ledger.isolation import FORK, check_answer_fits, check_isolation
 from budgetcheck.ledger.noise import DISCRETE, discrete_laplace, granularity, laplace_draws
 from budgetcheck.ledger.queries import Identity, LinearQuery, Relation, check_query
 from budgetcheck.ledger.ranked import RankedRows
@@ -213,6 +213,8 @@ class ThresholdTest:
         """
         if statistic is not deviation:  # the library's own statistic needs no process of its own
             isolation = check_isolation(isolation)
+            if isolation == FORK:  # all runs in one bucket answer (runs, *cells): refused unless that fits
+                check_answer_fits((self._ledger.runs, *self._cells), 1, name="cells")
         ledger = self._ledger
         if not isinstance(secret, Secret):
             raise InvalidArgument(f"secret must be a Secret from a guarded stream, got {type(secret).__name__}")

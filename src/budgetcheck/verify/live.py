@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import numpy as np
 
 from budgetcheck.ledger.core import LedgerCore
@@ -32,10 +33,26 @@ def has_live_path(mechanism: object) -> bool:
     return callable(getattr(mechanism, "releases", None))
 
 
-def live_departure(mechanism: Any, case: VerificationCase | SwellfishCase) -> str | None:
-    """Where ``mechanism.releases`` departs from ``mechanism.run`` on ``case`` (one run, the case's seed):
-    the first differing charge or release, or a shortfall; None if they agree bit for bit. The ledger's
-    refusals and a read of a Secret raise as they do in ``run``."""
+@attrs.frozen
+class LivePath:
+    """What the live path did on one case: where it departed from ``run`` (None: nowhere), and whether its
+    ledger charged a vouched sensitivity or ran the mechanism's code on true values in this process."""
+
+    departure: str | None
+    vouched: bool
+    in_process: bool
+
+
+def live_departure(mechanism: Any, case: VerificationCase | SwellfishCase) -> LivePath:
+    """Run ``mechanism.releases`` against ``mechanism.run`` on ``case`` (one run, the case's seed): the first
+    differing charge or release, or a shortfall, with what the live ledger counted. The ledger's refusals and
+    a read of a Secret raise as they do in ``run``."""
+    ledger, departure = _stepped(mechanism, case)
+    return LivePath(departure, vouched=ledger.vouched > 0, in_process=ledger.in_process > 0)
+
+
+def _stepped(mechanism: Any, case: VerificationCase | SwellfishCase) -> tuple[LedgerCore, str | None]:
+    """The live ledger after stepping ``releases`` over the case, and the first departure from ``run``."""
     if isinstance(case, SwellfishCase):
         batch = execute_swellfish(mechanism, case.policies, case.data, epsilon=case.epsilon, runs=1, seed=case.seed)
         ledger: LedgerCore = SwellfishLedger(
@@ -59,18 +76,18 @@ def live_departure(mechanism: Any, case: VerificationCase | SwellfishCase) -> st
     stepped = 0
     for value in mechanism.releases(stream, ledger):
         if stepped >= data.shape[0]:
-            return f"releases() yielded more than the stream's {data.shape[0]} timestamps"
+            return ledger, f"releases() yielded more than the stream's {data.shape[0]} timestamps"
         row = np.asarray(value, dtype=np.float64)
         expected = batch_releases[:, stepped]
         if row.shape != expected.shape or row.tobytes() != np.ascontiguousarray(expected).tobytes():
-            return (
+            return ledger, (
                 f"releases() released {row.tolist()} at t={stepped + 1} where run() released {expected.tolist()} "
                 "(same seed, one run)"
             )
         stepped += 1
     if stepped != data.shape[0]:
-        return f"releases() yielded {stepped} of the stream's {data.shape[0]} timestamps"
-    return _first_other_charge(ledger.records, batch_ledger.records)
+        return ledger, f"releases() yielded {stepped} of the stream's {data.shape[0]} timestamps"
+    return ledger, _first_other_charge(ledger.records, batch_ledger.records)
 
 
 def _first_other_charge(live: tuple[SpendRecord, ...], batch: tuple[SpendRecord, ...]) -> str | None:

@@ -54,7 +54,7 @@ from budgetcheck.strategies import (
     personalized_cases,
     swellfish_cases,
 )
-from budgetcheck.verify.live import has_live_path, live_departure
+from budgetcheck.verify.live import LivePath, has_live_path, live_departure
 from budgetcheck.verify.seeded import run_seeded
 from budgetcheck.verify.verdict import FAIL, INCONCLUSIVE, NOT_PROVED, PASS, Outcome, Verdict, meets, outcome
 
@@ -701,23 +701,25 @@ def _check_case(mechanism: Any, case: AnyCase, worst: list[Fraction]) -> tuple[i
         vouched = max(vouched, int(ledger.vouched > 0))
         in_process = max(in_process, int(ledger.in_process > 0))
     if isinstance(case, (VerificationCase, SwellfishCase)) and has_live_path(mechanism):
-        _check_live_path(mechanism, case)
+        live = _check_live_path(mechanism, case)
+        vouched, in_process = max(vouched, int(live.vouched)), max(in_process, int(live.in_process))
     return vouched, in_process
 
 
-def _check_live_path(mechanism: Any, case: VerificationCase | SwellfishCase) -> None:
+def _check_live_path(mechanism: Any, case: VerificationCase | SwellfishCase) -> LivePath:
     """The publisher's path, ``releases``, against ``run`` on the case (:mod:`budgetcheck.verify.live`)."""
     where = " (the live path, releases())"
     try:
-        departure = live_departure(mechanism, case)
+        live = live_departure(mechanism, case)
     except BudgetExceeded as exc:
         raise _Violation(f"overspend refused by the ledger{where}", str(exc)) from exc
     except SecretAccess as exc:
         raise _Violation("secret access", _located(exc)) from exc
     except Exception as exc:
         raise _Violation(f"crash{where}", f"{type(exc).__name__}: {exc} ({_located(exc)})") from exc
-    if departure is not None:
-        raise _Violation("live path departs from run()", departure)
+    if live.departure is not None:
+        raise _Violation("live path departs from run()", live.departure)
+    return live
 
 
 def _note_refused(worst: list[Fraction], attempted: Fraction) -> None:
