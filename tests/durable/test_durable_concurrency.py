@@ -98,3 +98,12 @@ def test_opening_a_ledger_file_again_keeps_the_locks_of_the_one_already_open(tmp
     foreign.write_text("hello, not a database: " * 8)
     with pytest.raises(bc.LedgerCorrupt, match="no SQLite header"):
         bc.open_ledger(foreign, bc.WindowLedger(epsilon=1.0, w=3))
+
+
+@pytest.mark.parametrize("given", ["dir", "empty-path"])
+def test_a_directory_named_as_a_ledger_file_is_a_usage_error(tmp_path: Path, given: str, monkeypatch: Any) -> None:
+    """A directory (also Path(''), which is '.') is the wrong path, not a damaged ledger: InvalidArgument (exit 2)."""
+    monkeypatch.chdir(tmp_path)
+    target = tmp_path if given == "dir" else Path("")
+    with pytest.raises(bc.InvalidArgument, match="is a directory"):
+        bc.open_ledger(target, bc.WindowLedger(epsilon=1.0, w=3))

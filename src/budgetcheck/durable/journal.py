@@ -252,8 +252,10 @@ def connect(path: str | Path, *, durability: str = "full", lock_timeout: float =
     path = Path(path)
     if not path.exists():
         raise InvalidArgument(f"ledger file {str(path)!r} does not exist")
-    if path.is_dir() or not path.stat().st_size:  # (no open() of our own: see _not_a_ledger)
-        raise _not_a_ledger(path, "a directory" if path.is_dir() else "empty")
+    if path.is_dir():  # nothing is damaged: the path names the wrong thing
+        raise InvalidArgument(f"ledger file {str(path)!r} is a directory: name a ledger file in it")
+    if not path.stat().st_size:  # (no open() of our own: see _not_a_ledger)
+        raise _not_a_ledger(path, "empty")
     _wait_for_one_name(path)
     db = None
     try:
