@@ -183,7 +183,7 @@ def test_above_threshold_keeps_deviation_up_to_date_with_the_answers_of_reading_
         stream = GuardedStream.stacked(list(data)) if streams > 1 else GuardedStream(data[0])
         ledger.bind(stream)
         test = ledger.above_threshold(epsilon=100.0, sensitivity=2.0, cells=(2,), max_footprint=cap)
-        answers = [test.query(secret, statistic, threshold) for secret in stream]
+        answers = [test.query(secret, statistic, threshold, isolation="trusted") for secret in stream]
         outcomes.append(
             (
                 [a.above.tolist() for a in answers],
@@ -229,7 +229,7 @@ def test_above_threshold_is_the_whole_array_reference_draw_for_draw(
     starts, offsets = np.zeros((runs, 3), dtype=np.int64), np.zeros((runs, 3))
     for secret in stream:
         t = secret.t
-        answer = test.query(secret, _spread, thresholds)
+        answer = test.query(secret, _spread, thresholds, isolation="trusted")  # the oracle's answers, not the fork
         capped = (starts > 0) & (t - starts + 1 > cap) if cap is not None else np.zeros_like(starts, dtype=bool)
         opened = (starts == 0) | capped
         tested = ~opened

@@ -68,7 +68,7 @@ def _threshold(steps: int) -> tuple[Any, Step]:
     secrets = iter(stream)
     test = ledger.above_threshold(epsilon=0.05, sensitivity=1.0, cells=(1,), max_footprint=8)
     statistic = lambda rows: np.nansum(rows, axis=1)  # noqa: E731
-    return ledger, lambda ledger, t: test.query(next(secrets), statistic, 6.0)
+    return ledger, lambda ledger, t: test.query(next(secrets), statistic, 6.0, isolation="trusted")  # memory, not forks
 
 
 CASES: dict[str, Callable[[int], tuple[Any, Step]]] = {
@@ -129,7 +129,9 @@ def test_an_open_footprint_is_what_grows() -> None:
         ledger.bind(stream)
         secrets = iter(stream)
         test = ledger.above_threshold(epsilon=0.05, sensitivity=1.0, cells=(1,))
-        return ledger, lambda ledger, t: test.query(next(secrets), lambda rows: np.nansum(rows, axis=1), 1e12)
+        return ledger, lambda ledger, t: test.query(
+            next(secrets), lambda rows: np.nansum(rows, axis=1), 1e12, isolation="trusted"
+        )
 
     assert growth(uncapped, STEPS, STEPS // 4) > 8 * (STEPS - STEPS // 4)
 
