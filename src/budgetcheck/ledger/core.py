@@ -100,6 +100,7 @@ _FEW = 7
 # constants of one-run operations remembered per ledger (LaplaceReleases._steady_constants): a mechanism's
 # recurring amounts; amounts that change at every step (BD's publication budget) are recomputed cheaply
 _STEADY_KEPT = 64
+_INT64_MOST = 2**63 - 1  # the largest weight of a weighted release: its weights are computed as int64
 _IDENTITY = Identity()  # frozen, without fields: one value serves every release of the counts
 # the ledgers' default: exact, from the OS CSPRNG; "numpy-laplace" is reproducible noise asked for by name
 SAMPLER = DISCRETE
@@ -725,9 +726,10 @@ class LaplaceReleases(LedgerCore):
             raw.dtype.kind not in "iu"
             or raw.shape not in ((answers,), (self._runs, answers))
             or (raw.size and raw.min() < 0)
+            or (raw.size and int(raw.max()) > _INT64_MOST)  # uint64 past int64 would wrap to negative when cast
         ):
             raise InvalidArgument(
-                f"weights must be integers >= 0 of shape ({answers},) or ({self._runs}, {answers}), got "
+                f"weights must be integers >= 0 and below 2^63 of shape ({answers},) or ({self._runs}, {answers}), got "
                 f"{raw.dtype} {raw.shape}: {np.array2string(raw.reshape(-1)[:8])}"
             )
         split = np.broadcast_to(raw.astype(np.int64), (self._runs, answers))

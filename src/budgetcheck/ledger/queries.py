@@ -14,7 +14,11 @@ replace-one: min(1, hi − lo)·max(max_j ‖A_j‖₁, max_{i≠j} ‖A_i − A
 a, b in [0, c]; the norm is convex in (a, b), so its maximum is at a corner).
 
 Norms are summed exactly (Fractions of the doubles) and rounded up, so a computed sensitivity is
-never below the true one. Sparse matrices are kept as ``scipy.sparse`` CSC arrays (scipy loads
+never below the true one; a composition's matrix A_outer·A_inner is formed exactly too (in doubles only
+where no partial sum can round). A claimed sensitivity is checked wherever a Linear sits in a query, a
+query's parameters when it is built, and its possible answers before any charge: one that could pass the
+largest double for stream values up to 2^53 is refused (whether a release is finite would otherwise tell
+neighbours apart). Sparse matrices are kept as ``scipy.sparse`` CSC arrays (scipy loads
 only when a matrix query is built).
 """
 
@@ -34,6 +38,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck.ledger.errors import InvalidArgument
+from budgetcheck.ledger.validation import MAX_VALUE
 from budgetcheck.stream.hierarchy import Hierarchy
 
 if TYPE_CHECKING:
@@ -42,6 +47,10 @@ if TYPE_CHECKING:
 FloatArray = NDArray[np.float64]
 # d²·m up to which replace-one's max over pairs is computed exactly (beyond: 2·max column, a bound)
 _PAIRWISE_MOST = 1 << 24
+# the largest value a query may compute from stream values up to MAX_VALUE: far enough below the largest
+# double (2^1024) that its rounded evaluation and the noise added to it stay finite
+_ANSWER_MOST = 2.0**1000
+_LARGEST = Fraction(np.finfo(np.float64).max)
 
 
 class Relation(Protocol):
@@ -55,7 +64,9 @@ class Relation(Protocol):
 
 
 def _up(value: Fraction) -> float:
-    """The least double >= value."""
+    """The least double >= value (inf past the largest double)."""
+    if value > _LARGEST:
+        return math.inf
     f = float(value)
     return f if Fraction(f) >= value else math.nextafter(f, math.inf)
 
@@ -87,6 +98,106 @@ def matrix_norms(matrix: Any) -> Norms:
             total = sum((abs(Fraction(float(a)) - Fraction(float(b))) for a, b in pairs if a != b), Fraction(0))
             best = max(best, total)
     return Norms(column, _up(best))
+
+
+def _integer_norms(ints: NDArray[np.object_], shift: int) -> Norms:
+    """:class:`Norms` of the matrix ints·2^-shift (ints: Python integers), exactly, then rounded up."""
+    m, d = ints.shape
+    unit = _unit(shift)
+    columns = [sum((abs(v) for v in ints[:, j]), 0) for j in range(d)]
+    column = _up(max(columns, default=0) * unit)
+    if d < 2:
+        return Norms(column, 0.0)
+    if d * d * max(m, 1) > _PAIRWISE_MOST:
+        return Norms(column, _up(2 * Fraction(column)), pairwise_exact=False)
+    rows = [list(ints[:, j]) for j in range(d)]
+    best = max(sum(abs(a - b) for a, b in zip(rows[i], rows[j])) for i in range(d - 1) for j in range(i + 1, d))
+    return Norms(column, _up(best * unit))
+
+
+def _dense(matrix: Any) -> FloatArray:
+    return np.asarray(matrix.toarray() if hasattr(matrix, "toarray") else matrix, dtype=np.float64)
+
+
+def _scaled(dense: FloatArray) -> tuple[FloatArray, int]:
+    """(dense·2^shift, shift) with the fewest fractional bits shifted out: integer-valued doubles, exact
+    (a power-of-two scaling; an entry that would overflow gives inf, which the caller takes as not exact)."""
+    fractions, exponents = np.frexp(dense)
+    mantissas = (fractions * 2.0**53).astype(np.int64)  # dense = mantissas·2^(exponents − 53), exactly
+    nonzero = mantissas != 0
+    if not nonzero.any():
+        return dense, 0
+    lowest = mantissas[nonzero] & -mantissas[nonzero]  # the lowest set bit: trailing zeros of the mantissa
+    trailing = np.frexp(lowest.astype(np.float64))[1] - 1
+    shift = max(0, int((53 - exponents[nonzero] - trailing).max()))
+    with np.errstate(over="ignore"):
+        return np.ldexp(dense, shift), shift
+
+
+def _exact_integers(dense: FloatArray) -> tuple[NDArray[np.object_], int]:
+    """(ints, shift) with dense = ints·2^-shift exactly, ints Python integers (any exponents)."""
+    fractions, exponents = np.frexp(dense)
+    mantissas = (fractions * 2.0**53).astype(np.int64)
+    powers = exponents.astype(np.int64) - 53
+    nonzero = mantissas != 0
+    shift = -int(powers[nonzero].min()) if nonzero.any() else 0
+    ints = np.zeros(dense.shape, dtype=object)
+    for index in zip(*np.nonzero(nonzero), strict=True):
+        ints[index] = int(mantissas[index]) << (int(powers[index]) + shift)
+    return ints, shift
+
+
+@attrs.frozen
+class Product:
+    """A product of two matrices computed exactly: ``ints``·2^-``shift`` (Python integers), and as doubles
+    (``floats``, each entry rounded to nearest; ``exact`` says whether no entry was rounded)."""
+
+    ints: NDArray[np.object_]
+    shift: int
+    floats: FloatArray
+    exact: bool
+
+
+def exact_product(outer: FloatArray, inner: FloatArray) -> Product:
+    """outer·inner without rounding. Doubles when that is exact: both scaled by powers of two to integers
+    whose products sum (in absolute value) below 2^52, so every partial sum is an integer below 2^53 in
+    any order; else Python integers (a product of doubles formed in doubles can lose a whole column:
+    2^53 + 1 − 2^53 gives 0)."""
+    a, sa = _scaled(outer)
+    b, sb = _scaled(inner)
+    with np.errstate(over="ignore", invalid="ignore"):
+        bound = (
+            float((np.abs(a) @ np.abs(b)).max(initial=0.0))
+            if np.isfinite(a).all() and np.isfinite(b).all()
+            else math.inf
+        )
+    if bound <= 2.0**52:
+        product = a @ b
+        ints = np.rint(product).astype(np.int64).astype(object)
+        floats = np.ldexp(product, -(sa + sb))
+        exact = bool((np.ldexp(floats, sa + sb) == product).all())  # no entry fell below the smallest double
+        return Product(ints, sa + sb, floats, exact)
+    return integer_product(_exact_integers(outer), _exact_integers(inner), outer, inner)
+
+
+def integer_product(
+    outer: tuple[NDArray[np.object_], int], inner: tuple[NDArray[np.object_], int], *doubles: FloatArray
+) -> Product:
+    """The exact product of two matrices given as (Python integers, shift); ``doubles`` (the two as doubles,
+    outer first) give the rounded product's entries."""
+    (ia, sa), (ib, sb) = outer, inner
+    ints = np.asarray(ia @ ib, dtype=object).reshape(ia.shape[0], ib.shape[1])
+    shift = sa + sb
+    with np.errstate(over="ignore", invalid="ignore"):
+        floats = np.asarray(doubles[0] @ doubles[1], dtype=np.float64)
+    unit = _unit(shift)
+    exact = all(math.isfinite(f) and Fraction(f) == v * unit for f, v in zip(floats.flat, ints.flat, strict=True))
+    return Product(ints, shift, floats, exact)
+
+
+def _unit(shift: int) -> Fraction:
+    """2^-shift, exactly."""
+    return Fraction(1, 1 << shift) if shift >= 0 else Fraction(1 << -shift)
 
 
 def linear_sensitivity(norms: Norms, relation: Relation) -> float:
@@ -124,10 +235,10 @@ class Query(abc.ABC):
         return True
 
     def then(self, outer: LinearQuery) -> Composed:
-        """``outer`` applied to this query's answers (a composition of maps)."""
+        """``outer`` applied to this query's answers (a composition of maps; both must be linear)."""
         if not isinstance(self, LinearQuery):
             raise InvalidArgument(
-                f"then: only linear queries compose exactly, got {type(self).__name__} as the inner map"
+                f"then: only linear queries compose exactly, got query {type(self).__name__} as the inner map"
             )
         return Composed(outer=outer, inner=self)
 
@@ -203,28 +314,43 @@ class GroupSums(LinearQuery):
     def _valid(self, attribute: object, value: object) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise InvalidArgument(f"groups={value!r} must be an integer >= 0")
-        if self.labels.size and self.labels.max() >= value:
-            raise InvalidArgument(f"labels must lie in [-1, {value}) for groups={value}, got max {self.labels.max()}")
+        _in_range(self.labels, value)
+
+    def current(self) -> NDArray[np.int64]:
+        """The labels as they are now, checked again (a copy): the array is read-only, but whoever holds it
+        can make it writeable and change it in place, which must be seen, and refused before any charge if bad."""
+        labels = _check_labels(self.labels)
+        _in_range(labels, self.groups)
+        return labels
 
     def apply(self, values: FloatArray) -> FloatArray:
-        _same_d(self.labels.size, int(values.shape[-1]))
+        labels = self.current()
+        _same_d(labels.size, int(values.shape[-1]))
         flat = values.reshape(-1, values.shape[-1])
         out = np.zeros((flat.shape[0], self.groups))
-        member = np.flatnonzero(self.labels >= 0)
+        member = np.flatnonzero(labels >= 0)
         rows = np.repeat(np.arange(flat.shape[0]), member.size)
-        np.add.at(out, (rows, np.tile(self.labels[member], flat.shape[0])), flat[:, member].reshape(-1))
+        np.add.at(out, (rows, np.tile(labels[member], flat.shape[0])), flat[:, member].reshape(-1))
         return out.reshape(*values.shape[:-1], self.groups)
 
     def matrix(self, d: int) -> Any:
-        _same_d(self.labels.size, d)
+        labels = self.current()
+        _same_d(labels.size, d)
         a = np.zeros((self.groups, d))
-        member = np.flatnonzero(self.labels >= 0)
-        a[self.labels[member], member] = 1.0
+        member = np.flatnonzero(labels >= 0)
+        a[labels[member], member] = 1.0
         return a
 
     def norms(self, d: int) -> Norms:
-        _same_d(self.labels.size, d)
-        return group_norms(self.labels[None, :])
+        labels = self.current()
+        _same_d(labels.size, d)
+        return group_norms(labels[None, :])
+
+
+def _in_range(labels: NDArray[np.int64], groups: int) -> None:
+    """Refuse a label past the last group (apply would index out of range after the charge)."""
+    if labels.size and labels.max() >= groups:
+        raise InvalidArgument(f"labels must lie in [-1, {groups}) for groups={groups}, got max {labels.max()}")
 
 
 def group_norms(labels: NDArray[np.int64]) -> Norms:
@@ -245,11 +371,26 @@ def _same_d(size: int, d: int) -> None:
         raise InvalidArgument(f"the query is for {size} bins, the secret has d={d}")
 
 
+def _positive_int(name: str, value: object) -> int:
+    """A query's integer parameter >= 1 (bools, floats and text refused, never truncated)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
+        raise InvalidArgument(f"{name}={value!r} must be an integer >= 1")
+    return int(value)
+
+
+def _lag(value: object) -> int:
+    return _positive_int("lag", value)
+
+
+def _width(value: object) -> int:
+    return _positive_int("width", value)
+
+
 @attrs.frozen
 class Differences(LinearQuery):
     """y_j = x_{j+lag} − x_j, j < d − lag: changes across bins (e.g. a cumulative histogram's steps)."""
 
-    lag: int = 1
+    lag: int = attrs.field(default=1, converter=_lag)
 
     def apply(self, values: FloatArray) -> FloatArray:
         return np.asarray(values[..., self.lag :] - values[..., : -self.lag], dtype=np.float64)
@@ -264,7 +405,7 @@ class Differences(LinearQuery):
 class Smoothing(LinearQuery):
     """y_j = mean(x_j, …, x_{j+width−1}), j <= d − width: a moving average across bins."""
 
-    width: int
+    width: int = attrs.field(converter=_width)
 
     def apply(self, values: FloatArray) -> FloatArray:
         kernel = np.lib.stride_tricks.sliding_window_view(values, self.width, axis=-1)
@@ -319,13 +460,28 @@ def _dense_weights(value: object) -> FloatArray:
         raise InvalidArgument(f"weights={reprlib.repr(value)} must be {expected}: {exc}") from None
 
 
+def _claim(value: object) -> float | None:
+    """A claimed sensitivity: None, or a finite number >= 0 (text, bools and overflowing integers refused)."""
+    if value is None:
+        return None
+    claim = math.nan
+    if not isinstance(value, bool) and isinstance(value, numbers.Real):
+        try:
+            claim = float(value)
+        except OverflowError:
+            pass
+    if not claim >= 0.0 or not math.isfinite(claim):
+        raise InvalidArgument(f"claimed={value!r} must be a finite number >= 0 (or None), the sensitivity claimed")
+    return claim
+
+
 @attrs.frozen(eq=False)
 class Linear(LinearQuery):
     """Any matrix A (dense, or scipy.sparse for sparse bin weights). ``claimed``, if given, must equal
     the sensitivity the library computes under the stream's relation, else the release is refused."""
 
     weights: Any = attrs.field(converter=_matrix)
-    claimed: float | None = None
+    claimed: float | None = attrs.field(default=None, converter=_claim)
     _norms: Norms = attrs.field(init=False)
     _digest: bytes = attrs.field(init=False)
 
@@ -339,6 +495,16 @@ class Linear(LinearQuery):
     def matrix(self, d: int) -> Any:
         _same_d(int(self.weights.shape[1]), d)
         return self.weights
+
+    def sensitivity(self, relation: Relation, d: int) -> float:
+        """The computed sensitivity; a ``claimed`` one that differs is refused, wherever this query sits."""
+        computed = linear_sensitivity(self.norms(d), relation)
+        if self.claimed is not None and not _same(self.claimed, computed):
+            raise InvalidArgument(
+                f"Linear query: claimed sensitivity {self.claimed!r} differs from the computed "
+                f"{computed!r} under the stream's relation {relation}"
+            )
+        return computed
 
     def norms(self, d: int) -> Norms:
         _same_d(int(self.weights.shape[1]), d)
@@ -365,23 +531,57 @@ def _digest(weights: Any) -> bytes:
     return hashlib.sha256(b"|".join(parts)).digest()
 
 
+def _linear_part(what: str) -> Any:
+    """An attrs validator: a part of a composed or clipped query must be linear (its sensitivity is computed
+    from its matrix), refused at construction rather than failing at the first release."""
+
+    def check(instance: object, attribute: object, value: object) -> None:
+        if not isinstance(value, LinearQuery):
+            raise InvalidArgument(
+                f"query {what}={value!r} must be a linear query (Identity, Total, GroupSums, Differences, "
+                "Smoothing, Linear, Composed, TreeSums): its sensitivity is computed from its matrix"
+            )
+
+    return check
+
+
 @attrs.frozen(eq=False)
 class Composed(LinearQuery):
-    """outer(inner(x)): linear, with A = A_outer·A_inner; its sensitivity is computed from the product
-    (exact, and at most the product of the two sensitivities)."""
+    """outer(inner(x)): linear, with A = A_outer·A_inner; its sensitivity is computed from the product,
+    formed exactly (:func:`exact_product`), so it is exact and at most the product of the two sensitivities."""
 
-    outer: LinearQuery
-    inner: LinearQuery
+    outer: LinearQuery = attrs.field(validator=_linear_part("outer"))
+    inner: LinearQuery = attrs.field(validator=_linear_part("inner"))
 
     def apply(self, values: FloatArray) -> FloatArray:
         return self.outer.apply(self.inner.apply(values))
 
+    def product(self, d: int) -> Product:
+        """A_outer·A_inner on d bins, exactly (a composed part's own product too, not its rounded doubles)."""
+        inner = self.inner.product(d) if isinstance(self.inner, Composed) else None
+        inner_dense = inner.floats if inner is not None else _dense(self.inner.matrix(d))
+        rows = int(inner_dense.shape[0])
+        outer = self.outer.product(rows) if isinstance(self.outer, Composed) else None
+        outer_dense = outer.floats if outer is not None else _dense(self.outer.matrix(rows))
+        if (inner is None or inner.exact) and (outer is None or outer.exact):
+            return exact_product(outer_dense, inner_dense)
+        return integer_product(
+            (outer.ints, outer.shift) if outer is not None else _exact_integers(outer_dense),
+            (inner.ints, inner.shift) if inner is not None else _exact_integers(inner_dense),
+            outer_dense,
+            inner_dense,
+        )
+
     def matrix(self, d: int) -> Any:
-        inner = self.inner.matrix(d)
-        inner = inner.toarray() if hasattr(inner, "toarray") else inner
-        outer = self.outer.matrix(int(inner.shape[0]))
-        outer = outer.toarray() if hasattr(outer, "toarray") else outer
-        return np.asarray(outer @ inner, dtype=np.float64)
+        return self.product(d).floats
+
+    def norms(self, d: int) -> Norms:
+        product = self.product(d)
+        return _integer_norms(product.ints, product.shift)
+
+    def sensitivity(self, relation: Relation, d: int) -> float:
+        check_claims(self, relation, d)
+        return linear_sensitivity(self.norms(d), relation)
 
     @property
     def integral(self) -> bool:
@@ -449,6 +649,8 @@ def weighted_sensitivity(query: LinearQuery, d: int, weights: NDArray[np.int64],
     integer coefficients; weights (runs, m) integers >= 0): k·max_j Σ_i w_ri |A_ij| (add/remove,
     exact) and for replace-one the bound 2·max_j Σ_i w_ri |A_ij| (‖W(e_i − e_j)‖₁ <= both columns).
     Sums of integers below 2^53 are exact in doubles; a larger one is refused. O(runs · nnz(A))."""
+    check_claims(query, relation, d)
+    check_answers(query, d)
     rows, cols, magnitudes, starts = _column_major(query, d)
     if weights.size and int(weights.max()) * float(magnitudes.sum() if magnitudes.size else 0.0) >= 2.0**53:
         raise InvalidArgument(f"weights up to {int(weights.max())} make the weighted sums too large to be exact")
@@ -462,17 +664,24 @@ def weighted_sensitivity(query: LinearQuery, d: int, weights: NDArray[np.int64],
     return np.asarray(largest * factor, dtype=np.float64)  # integers < 2^53 (checked above) times a small integer
 
 
-_COLUMN_MAJOR: dict[int, tuple[LinearQuery, int, tuple[Any, ...]]] = {}
+_COLUMN_MAJOR: dict[int, tuple[LinearQuery, int, bytes, tuple[Any, ...]]] = {}
 
 
 def _column_major(query: LinearQuery, d: int) -> tuple[Any, ...]:
     """The nonzeros of the query's matrix sorted by column: (rows, cols, |values|, column starts),
-    remembered for the last few queries (a mechanism asks about the same tree at every timestamp)."""
+    remembered for the last few queries (a mechanism asks about the same tree at every timestamp) under
+    the query's content, so that weights or labels changed in place since are seen."""
+    content = _content(query)
     kept = _COLUMN_MAJOR.get(id(query))
-    if kept is not None and kept[0] is query and kept[1] == d and not isinstance(query, Linear):
-        return kept[2]
-    matrix = query.matrix(d)
-    dense = matrix.toarray() if hasattr(matrix, "toarray") else np.asarray(matrix, dtype=np.float64)
+    if kept is not None and kept[0] is query and kept[1] == d and kept[2] == content:
+        return kept[3]
+    if isinstance(query, Composed):
+        product = query.product(d)
+        if not product.exact:
+            raise InvalidArgument(f"a weighted release needs a query whose matrix doubles hold exactly, got {query!r}")
+        dense = product.floats
+    else:
+        dense = _dense(query.matrix(d))
     if not np.array_equal(dense, np.round(dense)):
         raise InvalidArgument(f"a weighted release needs a query with integer coefficients, got {query!r}")
     cols, rows = np.nonzero(dense.T)  # column-major order
@@ -481,8 +690,22 @@ def _column_major(query: LinearQuery, d: int) -> tuple[Any, ...]:
     found = (rows, cols, magnitudes, starts)
     if len(_COLUMN_MAJOR) >= 8:
         _COLUMN_MAJOR.clear()
-    _COLUMN_MAJOR[id(query)] = (query, d, found)
+    _COLUMN_MAJOR[id(query)] = (query, d, content, found)
     return found
+
+
+def _content(query: Query) -> bytes:
+    """What a query's matrix depends on beyond its immutable parameters: the arrays it holds, which their
+    holder can change in place (a Linear's weights, a GroupSums' labels), at any depth."""
+    if isinstance(query, Linear):
+        return _digest(query.weights)
+    if isinstance(query, GroupSums):
+        return np.ascontiguousarray(query.labels).tobytes()
+    if isinstance(query, Composed):
+        return b"(" + _content(query.outer) + b"|" + _content(query.inner) + b")"
+    if isinstance(query, Clipped):
+        return _content(query.query)
+    return b""
 
 
 def _finite(value: object) -> float:
@@ -496,7 +719,7 @@ class Clipped(Query):
     """``query`` on the counts clipped to [lower, upper]: clipping bounds what one bin can change
     by upper − lower, hence the sensitivity (an upper bound; see the module docstring)."""
 
-    query: LinearQuery
+    query: LinearQuery = attrs.field(validator=_linear_part("query"))
     lower: float = attrs.field(converter=_finite)
     upper: float = attrs.field(converter=_finite)
 
@@ -508,6 +731,7 @@ class Clipped(Query):
         return self.query.apply(np.clip(values, self.lower, self.upper))
 
     def sensitivity(self, relation: Relation, d: int) -> float:
+        check_claims(self.query, relation, d)
         norms = self.query.norms(d)
         width = Fraction(self.upper) - Fraction(self.lower)
         if relation.kind == "replace-one":
@@ -545,17 +769,62 @@ def check_query(value: object) -> Query:
 def derived_sensitivity(query: Query, relation: Relation, d: int, declared: object) -> float:
     """The sensitivity a release of ``query`` uses: the computed one, or a larger ``declared`` (more noise).
 
-    Refused: a declared sensitivity below the computed one, and a :class:`Linear` query whose
-    ``claimed`` sensitivity differs from the computed one.
+    Refused: a declared sensitivity below the computed one, a :class:`Linear` query (at any depth) whose
+    ``claimed`` sensitivity differs from the computed one, and a query whose answers can pass the largest
+    double (:func:`check_answers`).
     """
-    computed = query.sensitivity(relation, d)
-    if isinstance(query, Linear) and query.claimed is not None and not _same(query.claimed, computed):
-        raise InvalidArgument(
-            f"Linear query: claimed sensitivity {query.claimed!r} differs from the computed "
-            f"{computed!r} "
-            f"under the stream's relation {relation}"
-        )
+    check_answers(query, d)
+    computed = query.sensitivity(relation, d)  # checks every claim inside (Linear, Composed and Clipped do)
     return resolve(computed, relation, declared, type(query).__name__)
+
+
+def check_claims(query: Query, relation: Relation, d: int) -> None:
+    """Refuse a :class:`Linear` query, at any depth of ``query``, whose ``claimed`` sensitivity (as a query
+    of its own, on the values it reads) differs from the computed one."""
+    if isinstance(query, Linear):
+        query.sensitivity(relation, d)
+    elif isinstance(query, Composed):
+        check_claims(query.inner, relation, d)
+        check_claims(query.outer, relation, int(query.inner.matrix(d).shape[0]))
+    elif isinstance(query, Clipped):
+        check_claims(query.query, relation, d)
+
+
+def check_answers(query: Query, d: int) -> None:
+    """Refuse a query whose answers (or the values it computes on the way) can overflow for some stream
+    of d bins with values up to 2^53. An infinite answer is released as inf or NaN whatever the noise, so
+    whether a release is finite would tell neighbours apart; the refusal depends on public things only
+    (the query and the value bound), never on the data."""
+    bound = answer_bound(query, d, MAX_VALUE)
+    if not bound <= _ANSWER_MOST:
+        raise InvalidArgument(
+            f"query={type(query).__name__}: its answers can reach {bound!r} for stream values up to 2^53, "
+            f"more than {_ANSWER_MOST!r}: a double may overflow; scale the weights (or clip bounds) down"
+        )
+
+
+def answer_bound(query: Query, d: int, values: float) -> float:
+    """An upper bound on |v| for every value v the query computes on d bins of |x_j| <= ``values``: its
+    answers and the partial sums forming them (inf past :data:`_ANSWER_MOST` at an intermediate step).
+    Row sums are summed in doubles: their relative error is far below the margin to the largest double."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if isinstance(query, Clipped):
+            lower, upper = query.lower, query.upper
+            clip = max(abs(lower), abs(upper))
+            overlap = lower <= values and upper >= -values  # a clipped value is then in [-values, values] too
+            return answer_bound(query.query, d, min(values, clip) if overlap else clip)
+        if isinstance(query, Composed):
+            inner = answer_bound(query.inner, d, values)
+            if not inner <= _ANSWER_MOST:
+                return math.inf
+            return answer_bound(query.outer, int(query.inner.matrix(d).shape[0]), inner)
+        if isinstance(query, Linear):
+            weights = query.weights
+            magnitudes = abs(weights)
+            rows = np.asarray(magnitudes.sum(axis=1), dtype=np.float64).reshape(-1)
+            return float(rows.max(initial=0.0)) * values
+        # the other queries sum, average or subtract at most d values with weights of magnitude <= 1
+        return 2.0 * max(d, 1) * values
 
 
 def resolve(computed: float, relation: Relation, declared: object, what: str) -> float:
