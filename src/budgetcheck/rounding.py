@@ -86,6 +86,48 @@ def share(total: float, parts: int) -> float:
     return candidate
 
 
+def mul_up_exact(x: float, y: float) -> float:
+    """x·y rounded up: the least double >= the exact product of two finite doubles >= 0 (inf past the
+    largest double), for a sensitivity that is a product (k·Δ): rounded to nearest it may fall below."""
+    product = x * y
+    if product < math.inf and Fraction(product) < Fraction(x) * Fraction(y):
+        return math.nextafter(product, math.inf)
+    return product
+
+
+def div_up_exact(numerator: float, denominator: int) -> float:
+    """numerator/denominator rounded up: the least double >= the exact quotient (numerator >= 0 finite,
+    denominator >= 1), e.g. a mean's sensitivity k/d, which fl(k/d) may put below k/d."""
+    quotient = numerator / denominator
+    if Fraction(quotient) * denominator < Fraction(numerator):
+        return math.nextafter(quotient, math.inf)
+    return quotient
+
+
+def covering_quotient(numerator: float, count: int, budgets: FloatArray | None = None) -> float:
+    """numerator/count (a mean's sensitivity k/d) as the double a Laplace scale is computed from, so that
+    scale·ε >= numerator/count exactly: fl(numerator/count) where it is >= the quotient, or where the
+    :func:`scale_up` scales from it at ``budgets`` (> 0) already cover the quotient, so that releases drawn
+    at them stay what they were; else the least double above the quotient. ``budgets`` None: the scales
+    come by another rule, and the quotient is rounded up."""
+    near = numerator / count
+    exact = Fraction(numerator) / count
+    if Fraction(near) >= exact:
+        return near
+    if budgets is not None and _covers(scale_up(near, budgets), budgets, exact):
+        return near
+    return math.nextafter(near, math.inf)
+
+
+def _covers(scales: FloatArray, budgets: FloatArray, sensitivity: Fraction) -> bool:
+    """Whether scale·ε >= ``sensitivity`` exactly for every budget ε > 0 (each distinct pair once)."""
+    pairs = set(zip(np.broadcast_to(scales, budgets.shape).reshape(-1).tolist(), budgets.reshape(-1).tolist()))
+    return all(
+        budget <= 0.0 or scale == math.inf or Fraction(scale) * Fraction(budget) >= sensitivity
+        for scale, budget in pairs
+    )
+
+
 def mul_down(value: ArrayLike, factor: ArrayLike) -> FloatArray:
     """value * factor rounded down: the largest double <= the exact product (finite, >= 0 inputs).
 

@@ -66,13 +66,14 @@ from budgetcheck.ledger.validation import (
     check_bin_amounts,
     check_label,
     check_positive_int,
+    check_release_row,
     check_runs,
     check_sensitivity,
     check_timestamp,
 )
 from budgetcheck.stream.guarded import SecretSequence
 from budgetcheck.stream.live import LiveStream
-from budgetcheck.stream.neighbours import Kind, Neighbours
+from budgetcheck.stream.neighbours import Kind, Neighbours, usable
 from budgetcheck.stream.secret import (
     Secret,
     StreamClaim,
@@ -778,6 +779,7 @@ class LaplaceReleases(LedgerCore):
         and computed as the full operation does; None where the full operation must run (it raises, or a
         path other than one run of a few values applies)."""
         count = math.prod(shape)
+        relation = cast(Neighbours, usable(relation))  # refused as the full operation refuses it
         if not (
             0.0 < epsilon < math.inf  # check_amounts' amounts, but 0: a positive double, so equal keys are equal bits
             and purpose.strip()  # check_label's
@@ -788,7 +790,7 @@ class LaplaceReleases(LedgerCore):
         if operation == "laplace":  # the identity's, as _derive gives it
             delta, integral = _identity_release_sensitivity(relation, int(shape[0])), True
         else:  # ‖Δ‖₁ over the size, as dissimilarity gives it
-            delta, integral = _identity_sensitivity(relation) / count, False
+            delta, integral = self._mean_sensitivity(_identity_sensitivity(relation), count, np.full(1, epsilon)), False
         scale = self._noise.scale_value(delta, epsilon, integral=integral)
         if scale is None:
             return None
@@ -847,6 +849,16 @@ class LaplaceReleases(LedgerCore):
             total += abs(previous - value)
         return np.array(self._noise.perturb_values([total / count], scale, delta, integral=False), dtype=np.float64)
 
+    def _mean_sensitivity(self, total: float, count: int, budgets: FloatArray) -> float:
+        """``total``/``count`` (‖Δ‖₁ spread over a mean of ``count`` values) as the sensitivity the noise covers:
+        rounded up, so that scale·ε >= k/d exactly, except that fl(k/d) stays where the numpy sampler's scales
+        from it at ``budgets`` already cover k/d (those releases stay bit for bit)."""
+        if self._noise.name != NUMPY:
+            return _covering_mean(total, count, None)
+        if budgets.size > _SCALE_MEMO_SIZE:
+            return rounding.covering_quotient(total, count, budgets)
+        return _covering_mean(total, count, np.ascontiguousarray(budgets, dtype=np.float64).tobytes())
+
     @journaled
     def dissimilarity(
         self, secret: Secret, last_release: ArrayLike, epsilon: ArrayLike, *, purpose: str = "dissimilarity"
@@ -868,11 +880,9 @@ class LaplaceReleases(LedgerCore):
         count = math.prod(shape)
         few = _finite_row(last_release, expected) if self._one_run_few(secret, count) else None
         if few is None:
-            last = np.asarray(last_release, dtype=np.float64)
-            if last.shape != expected or not np.isfinite(last).all():
-                raise InvalidArgument(f"last_release must be finite with shape {expected}, got shape {last.shape}")
+            last = check_release_row(last_release, expected)
         # ‖Δ‖₁ <= k (or 2, replace-one): the mean absolute difference moves by at most ‖Δ‖₁/n
-        delta_mean = _identity_sensitivity(neighbours_of(secret)) / count
+        delta_mean = self._mean_sensitivity(_identity_sensitivity(neighbours_of(secret)), count, amounts)
         scale, delta = self._reserve(secret, amounts, amounts, delta_mean, purpose, integral=False, t=t)
         with charged(secret) as values:
             if few is not None:  # np.add.reduce adds so few terms in order: the same sum, on Python floats
@@ -906,11 +916,7 @@ class LaplaceReleases(LedgerCore):
         """
         groups, budgets = self._groups_of(secret, labels, epsilon, "dissimilarity_groups")
         bins, count = groups.shape[1], budgets.shape[1]
-        last = np.asarray(last_release, dtype=np.float64)
-        if last.shape != (self._runs, bins) or not np.isfinite(last).all():
-            raise InvalidArgument(
-                f"last_release must be finite with shape {(self._runs, bins)}, got shape {last.shape}"
-            )
+        last = check_release_row(last_release, (self._runs, bins))
         member = groups >= 0
         runs = np.broadcast_to(np.arange(self._runs)[:, None], groups.shape)
         sizes = np.zeros((self._runs, count))
@@ -1211,6 +1217,12 @@ def _remembered_identity_release(relation: object, d: int) -> float:
 
 _IDENTITY_SENSITIVITY = _ByFields(lambda relation, d: Identity().sensitivity(relation, d))
 _IDENTITY_RELEASE = _ByFields(lambda relation, d: derived_sensitivity(Identity(), relation, d, None))
+
+
+@functools.lru_cache(maxsize=256)
+def _covering_mean(total: float, count: int, budgets: bytes | None) -> float:
+    """:func:`rounding.covering_quotient`, remembered per (k, d, budgets): a mechanism's budgets recur."""
+    return rounding.covering_quotient(total, count, None if budgets is None else np.frombuffer(budgets))
 
 
 def _finite_row(values: object, shape: tuple[int, ...]) -> list[float] | None:

@@ -28,17 +28,24 @@ from budgetcheck.ledger.core import LedgerCore, journaled, locked
 from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument
 from budgetcheck.ledger.exact import ExactVector
 from budgetcheck.ledger.local import GRR, OUE, estimate_variance, group_counts, perturbed_estimate, uses_grr
-from budgetcheck.ledger.noise import DISCRETE
+from budgetcheck.ledger.noise import DISCRETE, NUMPY
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord
 from budgetcheck.ledger.requirements import RequirementSet
 from budgetcheck.ledger.sampling import inclusion_probabilities, optimal_budget
-from budgetcheck.ledger.validation import check_bin_amounts, check_label, check_positive_int, float_array
+from budgetcheck.ledger.validation import (
+    check_bin_amounts,
+    check_label,
+    check_positive_int,
+    check_release_row,
+    float_array,
+)
 from budgetcheck.ledger.wevent import window_exceeded
 from budgetcheck.ledger.windows import ExactWindows
 from budgetcheck.stream.guarded import SecretSequence
 from budgetcheck.stream.live import LiveStream
-from budgetcheck.stream.secret import Secret, charged, requirements_of, users_of
+from budgetcheck.stream.neighbours import DEFAULT
+from budgetcheck.stream.secret import Secret, charged, neighbours_of, requirements_of, users_of
 
 FloatArray = NDArray[np.float64]
 SM_SAMPLER = "sampling-mechanism"  # recorded as sampling-mechanism+<the Laplace sampler>
@@ -136,7 +143,7 @@ class PersonalizedLedger(LedgerCore):
         charged ε_i. Counts are not re-weighted (Du et al. 2025, Algorithm 4 line 10). Returns
         (runs, d); NaN rows for runs where every budget is 0.
         """
-        theta, scale, record = self._reserve_sampled(secret, epsilon, 1.0, purpose)
+        theta, scale, record = self._reserve_sampled(secret, epsilon, 1, purpose)
         with charged(secret) as counts:
             sampled = self._sample(counts, record.amounts, theta)
         return self._noisy(sampled, theta, scale, 1.0, per_run=True)
@@ -151,14 +158,14 @@ class PersonalizedLedger(LedgerCore):
         """
         self._check_class_secret(secret)
         d = int(secret.shape[-1])
-        last = np.asarray(last_release, dtype=np.float64)
-        if last.shape != (self._runs, d) or not np.isfinite(last).all():
-            raise InvalidArgument(f"last_release must be finite with shape {(self._runs, d)}, got shape {last.shape}")
-        theta, scale, record = self._reserve_sampled(secret, epsilon, 1.0 / d, purpose, integral=False)
+        last = check_release_row(last_release, (self._runs, d))
+        theta, scale, record = self._reserve_sampled(secret, epsilon, d, purpose, integral=False)
         with charged(secret) as counts:
             sampled = self._sample(counts, record.amounts, theta)
         distance = np.abs(sampled - last).mean(axis=1)
-        return self._noisy(distance, theta, scale, 1.0 / d, per_run=True, integral=False)
+        sensitivity = record.sensitivity
+        assert sensitivity is not None  # a sampled release's record carries the sensitivity its scale covers
+        return self._noisy(distance, theta, scale, sensitivity, per_run=True, integral=False)
 
     @journaled
     def local_report(self, secret: Secret, epsilon: ArrayLike, *, purpose: str = "publication") -> FloatArray:
@@ -308,6 +315,12 @@ class PersonalizedLedger(LedgerCore):
         """The timestamp of a secret this ledger may read (:meth:`_check_secret`) that holds one row per
         requirement class: a secret of a PersonalizedStream of this requirement set."""
         if isinstance(secret, Secret):
+            if claim and neighbours_of(secret) != DEFAULT:
+                raise InvalidArgument(  # before the claim: nothing is bound by the attempt
+                    f"{secret!r} is from a stream whose relation is {neighbours_of(secret)}: the personalized ledger "
+                    f"accounts one user, one count in one bin ({DEFAULT}): the Sampling Mechanism samples counts "
+                    "as users and the local oracles take one value per user"
+                )
             if len(secret.shape) != 2 or secret.shape[0] != self._requirements.n_classes:
                 raise InvalidArgument(  # before the claim: a stream of other shapes is not bound by the attempt
                     f"{secret!r} is not from a PersonalizedStream of this requirement set: its secrets hold "
@@ -329,13 +342,17 @@ class PersonalizedLedger(LedgerCore):
         return check_bin_amounts(value, self._runs, self._requirements.n_classes, scalar=True)
 
     def _reserve_sampled(
-        self, secret: Secret, epsilon: ArrayLike, sensitivity: float, purpose: str, *, integral: bool = True
+        self, secret: Secret, epsilon: ArrayLike, count: int, purpose: str, *, integral: bool = True
     ) -> tuple[FloatArray, FloatArray, SpendRecord]:
+        """Charge a Sampling-Mechanism release of a mean over ``count`` values (1: the counts themselves) of
+        one user's one count: sensitivity 1/count, rounded up where the scale would not cover it (as
+        :meth:`LedgerCore.dissimilarity` does); θ by OBS at fl(1/count), as before."""
         t = self._check_class_secret(secret)
         amounts = self._check_amounts(epsilon)
         if not amounts.any():
             raise _unpaid_read("a sampled release", "user")
-        theta, _ = optimal_budget(amounts, self._counts, sensitivity=sensitivity)
+        theta, _ = optimal_budget(amounts, self._counts, sensitivity=1.0 / count)
+        sensitivity = rounding.covering_quotient(1.0, count, theta if self._noise.name == NUMPY else None)
         scale = self._noise.scale(
             sensitivity, theta, integral=integral
         )  # numpy: Δ/θ rounded up; discrete: covers its grid

@@ -19,23 +19,20 @@ from typing import final
 import attrs
 
 from budgetcheck.ledger.errors import InvalidArgument
-from budgetcheck.ledger.validation import check_positive_int
+from budgetcheck.ledger.validation import check_nonnegative, check_positive_int
 
 _DIGITS = re.compile(r"[0-9]{1,19}")
 
 
 def _thresholds(value: object) -> tuple[float, ...]:
-    if not isinstance(value, Iterable) or isinstance(value, str):
+    """θ as doubles, each exactly what was given: a threshold sets the temporal sensitivity, hence the noise,
+    so one no double equals (Fraction, a long double, an integer beyond 2^53) is refused as a budget is,
+    never rounded (to nearest it may round down: noise below the policy's θ); strings are not parsed."""
+    if not isinstance(value, Iterable) or isinstance(value, (str, bytes)):
         raise InvalidArgument(f"thresholds={value!r} must be a sequence of numbers >= 0")
-    try:
-        items = tuple(float(x) for x in value)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgument(f"thresholds={value!r} must be a sequence of numbers >= 0") from exc
+    items = tuple(check_nonnegative(x, f"thresholds[{k}]") for k, x in enumerate(value))
     if not items:
         raise InvalidArgument("thresholds=() is empty: a pattern has length T >= 1")
-    for k, x in enumerate(items):
-        if not math.isfinite(x) or x < 0:
-            raise InvalidArgument(f"thresholds[{k}]={x!r} must be a finite number >= 0")
     return items
 
 
@@ -202,6 +199,14 @@ MAX_FILE_END = 1 << 16  # the latest end of a policy read from a file: a collect
 MAX_FILE_PATTERN = 1 << 24  # the largest |J|·T of a policy read from a file (the cost of its sensitivities)
 
 
+def _parsed(field: str, k: int) -> float:
+    """A threshold read from text: the double the decimal names (as a command line's --epsilon is read)."""
+    try:
+        return float(field)
+    except ValueError:
+        raise InvalidArgument(f"thresholds[{k}]={field[:40]!r} must be a number >= 0") from None
+
+
 def load_policies(lines: Iterable[str], *, source: str = "policies") -> PolicyCollection:
     """``start,end,θ_1[,θ_2,…]`` lines (a policy's relevance interval J = [start, end] and its
     pattern's thresholds) as a :class:`PolicyCollection`; ``#`` comments, blank lines and a
@@ -229,7 +234,7 @@ def load_policies(lines: Iterable[str], *, source: str = "policies") -> PolicyCo
                 f"|J|·T <= {MAX_FILE_PATTERN:,}, got J=[{start}, {end}] with T={len(fields) - 2}"
             )
         try:
-            policies.append(StreamPolicy(start, end, fields[2:]))
+            policies.append(StreamPolicy(start, end, [_parsed(field, k) for k, field in enumerate(fields[2:])]))
         except InvalidArgument as exc:
             raise InvalidArgument(f"{source} line {number}: {exc}") from None
     if not policies:

@@ -38,7 +38,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck.ledger.errors import InvalidArgument
-from budgetcheck.ledger.validation import MAX_VALUE
+from budgetcheck.ledger.validation import MAX_VALUE, check_declared_sensitivity
 from budgetcheck.stream.hierarchy import Hierarchy
 
 if TYPE_CHECKING:
@@ -835,13 +835,7 @@ def resolve(computed: float, relation: Relation, declared: object, what: str) ->
         computed = float(relation.bound)
     if declared is None:
         return computed
-    if (
-        isinstance(declared, bool)
-        or not isinstance(declared, (int, float))
-        or not math.isfinite(declared)
-        or declared <= 0
-    ):
-        raise InvalidArgument(f"sensitivity={declared!r} must be a finite number > 0 (or None: the computed one)")
+    declared = check_declared_sensitivity(declared)  # an int beyond every double is refused too, not an OverflowError
     if float(declared) < computed:
         raise InvalidArgument(
             f"sensitivity={declared!r} is below {computed!r}, the L1 sensitivity of {what} under the "

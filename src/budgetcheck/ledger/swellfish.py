@@ -170,7 +170,9 @@ class SwellfishLedger(LaplaceReleases):
         return 2**62  # a relevance interval may reach back to the first timestamp: load everything
 
     def _sensitivity_at(self, t: int, declared: float) -> float:
-        return declared * self._policies.temporal_sensitivity(t)
+        """k·Δ_Q^t rounded up (to nearest it may fall below the product, and the noise with it)."""
+        temporal = self._policies.temporal_sensitivity(t)
+        return temporal if declared == 1.0 else rounding.mul_up_exact(declared, temporal)
 
     def _charge(self, t: int, amounts: FloatArray, record: SpendRecord) -> None:
         """Stage the new TOP_δ(J) of every relevant policy, check all, then commit; refuse atomically."""

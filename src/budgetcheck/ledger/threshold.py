@@ -16,6 +16,8 @@ over cells, which is ε.
 
 from __future__ import annotations
 
+import numbers
+import reprlib
 from collections.abc import Callable
 from fractions import Fraction
 from typing import cast, final
@@ -59,6 +61,26 @@ def deviation(values: FloatArray) -> FloatArray:
     mean = filled.sum(axis=1, keepdims=True) / np.maximum(inside.sum(axis=1, keepdims=True), 1)
     spread = np.abs(np.subtract(filled, mean, out=filled), out=filled)
     return np.asarray(np.where(inside, spread, 0.0).sum(axis=1), dtype=np.float64)
+
+
+def _thresholds_of(thresholds: object, shape: tuple[int, ...]) -> FloatArray:
+    """θ as finite doubles broadcast to ``shape`` and flattened, refused (before the charge) when they are not
+    numbers (a string is not parsed) or do not broadcast to the runs and cells."""
+    try:
+        raw = np.asarray(thresholds)
+        if raw.dtype.kind not in "biufO" or (
+            raw.dtype.kind == "O" and not all(isinstance(item, numbers.Real) for item in raw.flat)
+        ):
+            raise TypeError(raw.dtype)
+        given = np.asarray(raw, dtype=np.float64)
+        theta = given if given.shape == shape or given.ndim == 0 else np.broadcast_to(given, shape)
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidArgument(
+            f"thresholds={reprlib.repr(thresholds)} must be numbers that broadcast to (runs, *cells) = {shape}"
+        ) from None
+    if not np.isfinite(given).all():
+        raise InvalidArgument(f"thresholds must be finite, got {given!r}")
+    return theta.reshape(-1)
 
 
 def _check_deviation_sensitivity(declared: float, secret: Secret, query: LinearQuery | None = None) -> None:
@@ -237,12 +259,7 @@ class ThresholdTest:
                 "deviation"
             )
         shape = (ledger.runs, *self._cells)
-        given = np.asarray(thresholds, dtype=np.float64)
-        theta = (given if given.shape == shape or given.ndim == 0 else np.broadcast_to(given, shape)).reshape(
-            -1
-        )  # raises unless they broadcast
-        if not np.isfinite(given).all():
-            raise InvalidArgument(f"thresholds must be finite, got {np.asarray(thresholds)!r}")
+        theta = _thresholds_of(thresholds, shape)
         t = secret.t
         vouched = statistic is not deviation
         if not vouched:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import reprlib
 from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
@@ -23,7 +24,7 @@ def check_epsilon(value: object, name: str = "epsilon") -> float:
         return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidArgument(f"{name}={value!r} must be a finite number > 0, not {type(value).__name__}")
-    as_float = float(value)
+    as_float = _as_float(value, name)
     if not math.isfinite(as_float) or as_float <= 0.0:
         raise InvalidArgument(f"{name}={value!r} must be a finite number > 0")
     if _inexact(value, as_float):  # as amounts are (see _exact_doubles): the nearest double may be above it
@@ -31,6 +32,39 @@ def check_epsilon(value: object, name: str = "epsilon") -> float:
             f"{name}={value!r}: no double equals it (the nearest is {as_float!r}); a budget must be exactly a double"
         )
     return as_float
+
+
+def _as_float(value: numbers.Real | int | float, name: str) -> float:
+    """float(value), or the refusal of a number beyond every double (2**1100, Fraction(10**400)): Python
+    raises OverflowError there, which is bad input like any other, named."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise InvalidArgument(f"{name}={value!r} must be a finite number: it is beyond the largest double") from None
+
+
+def check_nonnegative(value: object, name: str) -> float:
+    """A public number that sets a sensitivity (a Swellfish threshold): finite, >= 0 and exactly a double."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidArgument(f"{name}={value!r} must be a finite number >= 0, not {type(value).__name__}")
+    as_float = _as_float(value, name)
+    if not math.isfinite(as_float) or as_float < 0.0:
+        raise InvalidArgument(f"{name}={value!r} must be a finite number >= 0")
+    if _inexact(value, as_float):
+        raise InvalidArgument(
+            f"{name}={value!r}: no double equals it (the nearest is {as_float!r}); it must be a double"
+        )
+    return as_float
+
+
+def check_declared_sensitivity(value: object, name: str = "sensitivity") -> float:
+    """A sensitivity a mechanism declares beside the computed one: an int or a float, finite and > 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgument(f"{name}={value!r} must be a finite number > 0 (or None: the computed one)")
+    declared = _as_float(value, name)
+    if not math.isfinite(declared) or declared <= 0.0:
+        raise InvalidArgument(f"{name}={value!r} must be a finite number > 0 (or None: the computed one)")
+    return declared
 
 
 def _inexact(value: object, as_float: float) -> bool:
@@ -311,20 +345,30 @@ def _row_width(row: object) -> int:
         return -1
 
 
-def check_epsilons(epsilons: object) -> FloatArray:
+def check_release_row(values: object, shape: tuple[int, ...], name: str = "last_release") -> FloatArray:
+    """A mechanism's last release as a finite float64 array of ``shape``: refused as InvalidArgument (so that
+    the operation binds nothing) when it is not numbers, has another shape or holds NaN or infinities."""
+    try:
+        last = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidArgument(f"{name}={reprlib.repr(values)} must be finite numbers of shape {shape}") from None
+    if last.shape != shape or not np.isfinite(last).all():
+        raise InvalidArgument(f"{name} must be finite with shape {shape}, got shape {last.shape}")
+    return last
+
+
+def check_epsilons(epsilons: object, name: str = "epsilons") -> FloatArray:
     """Per-run privacy budgets (``WindowLedger.with_epsilons``): a fresh float array of shape (runs,),
-    runs >= 1, each finite and > 0; the message names ``epsilons[r]`` and its value."""
-    if isinstance(epsilons, np.ndarray) and epsilons.dtype.kind == "f" and epsilons.ndim == 1 and epsilons.size:
-        bad = np.flatnonzero(~(np.isfinite(epsilons) & (epsilons > 0.0)))  # a float array: checked at once
+    runs >= 1, each finite and > 0 and exactly a double; the message names ``epsilons[r]`` and its value."""
+    if isinstance(epsilons, np.ndarray) and _doubles_exactly(epsilons) and epsilons.ndim == 1 and epsilons.size:
+        bad = np.flatnonzero(~(np.isfinite(epsilons) & (epsilons > 0.0)))  # doubles already: checked at once
         if bad.size:
-            check_epsilon(float(epsilons[bad[0]]), f"epsilons[{int(bad[0])}]")
+            check_epsilon(float(epsilons[bad[0]]), f"{name}[{int(bad[0])}]")
         return np.array(epsilons, dtype=np.float64)
     values = np.asarray(epsilons, dtype=object)  # the values as given: True is refused, not read as 1.0
     if values.ndim != 1 or values.size == 0:
-        raise InvalidArgument(f"epsilons={epsilons!r} must be a non-empty 1-d sequence of budgets, one per run")
-    return np.array(
-        [check_epsilon(value, f"epsilons[{r}]") for r, value in enumerate(values.tolist())], dtype=np.float64
-    )
+        raise InvalidArgument(f"{name}={epsilons!r} must be a non-empty 1-d sequence of budgets, one per run")
+    return np.array([check_epsilon(value, f"{name}[{r}]") for r, value in enumerate(values.tolist())], dtype=np.float64)
 
 
 def check_query_epsilon(epsilon: object, runs: int) -> float | FloatArray:
@@ -332,10 +376,25 @@ def check_query_epsilon(epsilon: object, runs: int) -> float | FloatArray:
     several ε), each finite and > 0."""
     if not isinstance(epsilon, np.ndarray) or epsilon.ndim == 0:
         return check_epsilon(epsilon.item() if isinstance(epsilon, np.ndarray) else epsilon)
-    if epsilon.shape != (runs,) or epsilon.dtype.kind not in "fiu" or not (np.isfinite(epsilon) & (epsilon > 0)).all():
+    if epsilon.shape != (runs,) or epsilon.dtype.kind not in "fiu":
         raise InvalidArgument(
             f"epsilon={epsilon!r} must be a finite number > 0 or an array of {runs} of them (one per run)"
         )
-    budgets = np.array(epsilon, dtype=np.float64)
-    budgets.setflags(write=False)
-    return budgets
+    if not _doubles_exactly(epsilon):  # int64 2**62 + 1 or a long double 0.1: refused as the scalar is
+        return _read_only(check_epsilons(epsilon, "epsilon"))
+    if not (np.isfinite(epsilon) & (epsilon > 0)).all():
+        raise InvalidArgument(
+            f"epsilon={epsilon!r} must be a finite number > 0 or an array of {runs} of them (one per run)"
+        )
+    return _read_only(np.array(epsilon, dtype=np.float64))
+
+
+def _doubles_exactly(values: NDArray[Any]) -> bool:
+    """Whether every entry of an array of this dtype is exactly a double (float16/32/64): the fast paths; any
+    other dtype (a long double, an integer beyond 2^53) is checked entry by entry, as a scalar is."""
+    return values.dtype.kind == "f" and values.dtype.itemsize <= 8
+
+
+def _read_only(values: FloatArray) -> FloatArray:
+    values.setflags(write=False)
+    return values

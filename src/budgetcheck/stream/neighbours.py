@@ -101,6 +101,21 @@ class Neighbours:
 
 
 DEFAULT = Neighbours.one_bin()
+MOST_BOUND = 2**53  # the largest bound a sensitivity is derived from: every integer up to it is a double
+
+
+def usable(relation: object) -> object:
+    """``relation``, refused where no sensitivity can be derived from it exactly: a bound above 2^53 rounds
+    (2^53 + 1 to nearest: down) or passes every double (2^1100). A Neighbours accepts any integer bound, so
+    the refusal comes at the first charged operation that derives one, as an InvalidArgument before the charge."""
+    if type(relation) is Neighbours and relation.bound > MOST_BOUND:
+        bits = relation.bound.bit_length()
+        shown = repr(relation.bound) if bits <= 64 else f"an integer of {bits} bits"
+        raise InvalidArgument(
+            f"neighbours={relation.kind}, bound={shown}: a sensitivity is derived from bounds up to "
+            f"2^53 = {MOST_BOUND} (every larger one rounds or passes the largest double)"
+        )
+    return relation
 
 
 def check_neighbours(value: object) -> Neighbours:

@@ -33,7 +33,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck.ledger.errors import InvalidArgument, SecretAccess
-from budgetcheck.stream.neighbours import DEFAULT
+from budgetcheck.stream.neighbours import DEFAULT, usable
 
 
 def _vault() -> Generator[NDArray[np.float64] | None, tuple[str, int, NDArray[np.float64] | None], None]:
@@ -262,8 +262,9 @@ def users_of(secret: Secret) -> Secret | None:
 
 
 def neighbours_of(secret: Secret) -> object:
-    """The neighbouring relation of the secret's stream (a ``Neighbours``; default one person, one bin)."""
-    return secret._neighbours
+    """The neighbouring relation of the secret's stream (a ``Neighbours``; default one person, one bin), if a
+    sensitivity can be derived from it (:func:`~budgetcheck.stream.neighbours.usable`)."""
+    return usable(secret._neighbours)
 
 
 def charged(secret: Secret) -> _Charged:
