@@ -15,6 +15,7 @@ import pytest
 from numpy.typing import NDArray
 
 import budgetcheck as bc
+from binding_probe import bound_elsewhere
 from budgetcheck import (
     BudgetExceeded,
     GuardedStream,
@@ -36,15 +37,6 @@ def _ledger(epsilon: float = 1.0, w: int = 3, sampler: str = NUMPY) -> WindowLed
 
 def _stream(rows: int = 5, d: int = 2) -> GuardedStream:
     return GuardedStream(np.zeros((rows, d)))
-
-
-def _bound_elsewhere(stream: GuardedStream) -> bool:
-    """Whether some ledger holds the stream: a fresh ledger's bind is then refused."""
-    try:
-        _ledger().bind(stream)
-    except SecretAccess:
-        return True
-    return False
 
 
 # -- a measured function's failure carries the data ---------------------------------------------
@@ -85,7 +77,7 @@ def test_a_threshold_query_binding_is_not_undone_by_a_later_refusal() -> None:
     test.query(stream.secret(1), deviation, 1e9)  # charged: binds the stream
     with pytest.raises(BudgetExceeded):
         ledger.laplace(_stream().secret(1), 5.0)  # another stream, refused
-    assert _bound_elsewhere(stream)  # found: unbound, a fresh ledger binds and reads it
+    assert bound_elsewhere(stream)  # found: unbound, a fresh ledger binds and reads it
 
 
 def test_a_refused_threshold_query_binds_nothing() -> None:
@@ -94,7 +86,7 @@ def test_a_refused_threshold_query_binds_nothing() -> None:
     test = ledger.above_threshold(epsilon=0.5, sensitivity=2.0, cells=(1,))
     with pytest.raises(BudgetExceeded):
         test.query(stream.secret(1), deviation, 1e9)
-    assert not _bound_elsewhere(stream)
+    assert not bound_elsewhere(stream)
 
 
 def test_a_refusal_inside_measure_does_not_unbind_the_measured_stream() -> None:
@@ -112,7 +104,7 @@ def test_a_refusal_inside_measure_does_not_unbind_the_measured_stream() -> None:
 
     ledger.measure(fn, measured.secret(1), sensitivity=1.0, epsilon=0.5, isolation="trusted")
     assert len(ledger.records) == 1
-    assert _bound_elsewhere(measured)  # found: a second ledger reads it
+    assert bound_elsewhere(measured)  # found: a second ledger reads it
 
 
 REFUSED_AFTER_CLAIM: dict[str, Callable[[WindowLedger, GuardedStream], object]] = {
@@ -136,7 +128,7 @@ def test_an_invalid_argument_after_the_claim_binds_nothing(name: str) -> None:
     stream = _stream()
     with pytest.raises(InvalidArgument):
         REFUSED_AFTER_CLAIM[name](_ledger(), stream)
-    assert not _bound_elsewhere(stream)
+    assert not bound_elsewhere(stream)
 
 
 # -- PersonalizedLedger and a stream of another requirement set -----------------------------------

@@ -7,7 +7,6 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
 
@@ -44,23 +43,6 @@ _OPEN_RENAME = (
 )
 
 DATA = np.array([[5.0, 7.0], [100.0, 3.0], [42.0, 42.0], [0.0, 9.0], [17.0, 1.0], [8.0, 64.0]])
-
-
-@pytest.fixture
-def mechanism_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
-    """Writes a mechanism module (the shared header plus ``body``) to tmp_path and returns its name."""
-    written: list[str] = []
-
-    def write(name: str, body: str) -> str:
-        (tmp_path / f"{name}.py").write_text(_HEADER + textwrap.dedent(body), encoding="utf-8")
-        written.append(name)
-        return name
-
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.chdir(tmp_path)
-    yield write
-    for name in written:
-        sys.modules.pop(name, None)
 
 
 def test_trusted_code_only_on_the_live_path_is_not_verified(mechanism_module) -> None:

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 import budgetcheck as bc
+from binding_probe import bound_elsewhere
 from budgetcheck import (
     BudgetExceeded,
     GuardedStream,
     InvalidArgument,
-    SecretAccess,
     WEventParams,
     WindowLedger,
 )
@@ -38,15 +38,6 @@ def _stream(rows: int = 5, d: int = 2) -> GuardedStream:
     return GuardedStream(np.zeros((rows, d)))
 
 
-def _bound_elsewhere(stream: GuardedStream) -> bool:
-    """Whether some ledger holds the stream: a fresh ledger's bind is then refused."""
-    try:
-        _ledger().bind(stream)
-    except SecretAccess:
-        return True
-    return False
-
-
 # -- a refusal after a commit rolled back, or after a catch-up, leaves the stream bound -------------
 
 
@@ -59,7 +50,7 @@ def test_a_series_refused_part_way_binds_nothing() -> None:
     with pytest.raises(BudgetExceeded):
         ledger.laplace_series([stream.secret(1), stream.secret(2)], np.array([[0.5, 0.1], [0.6, 0.1]]))
     assert not ledger.records
-    assert not _bound_elsewhere(stream)  # found: bound to the ledger that refused
+    assert not bound_elsewhere(stream)  # found: bound to the ledger that refused
 
 
 @pytest.mark.parametrize("refusal", ["budget", "purpose"])
@@ -80,7 +71,7 @@ def test_a_refusal_after_catching_up_another_writer_binds_nothing(refusal: str, 
         else:
             with pytest.raises(InvalidArgument):
                 first.laplace(stream.secret(1), 0.5, purpose="")
-        assert not _bound_elsewhere(stream)  # found: bound to the writer that refused
+        assert not bound_elsewhere(stream)  # found: bound to the writer that refused
     finally:
         first.close()
         second.close()

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from binding_probe import bound_elsewhere
 from budgetcheck import (
     BudgetcheckError,
     Clipped,
@@ -31,7 +32,6 @@ from budgetcheck import (
     PersonalizedStream,
     PolicyCollection,
     RequirementSet,
-    SecretAccess,
     Smoothing,
     StreamPolicy,
     SwellfishLedger,
@@ -45,15 +45,6 @@ NUMPY = "numpy-laplace"
 
 def _ledger(epsilon: float = 1.0, w: int = 3) -> WindowLedger:
     return WindowLedger(epsilon=epsilon, w=w, seed=1, sampler=NUMPY, keep_records=True)
-
-
-def _bound_elsewhere(stream: GuardedStream) -> bool:
-    """Whether some ledger holds the stream: a fresh ledger's bind is then refused."""
-    try:
-        _ledger().bind(stream)
-    except SecretAccess:
-        return True
-    return False
 
 
 def _exact_l1(matrix: list[list[Fraction]], delta: tuple[int, ...]) -> Fraction:
@@ -283,7 +274,7 @@ def test_a_bad_argument_is_invalid_and_binds_nothing(operation: Any, relation: N
     ledger = _ledger()
     with pytest.raises(InvalidArgument):
         operation(ledger, stream)
-    assert not _bound_elsewhere(stream)
+    assert not bound_elsewhere(stream)
 
 
 def test_personalized_bad_last_release_is_invalid_and_binds_nothing() -> None:

@@ -22,9 +22,6 @@ README states conformance's horizon.
 from __future__ import annotations
 
 import io
-import sys
-import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -69,23 +66,6 @@ def uniform_leaking_when(stream, ledger, leak):
         out[:, secret.t - 1] = kept[-1][None, :] if leak else noisy
     return out
 """
-
-
-@pytest.fixture
-def mechanism_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
-    """Writes a mechanism module (the shared header plus ``body``) to tmp_path and returns its name."""
-    written: list[str] = []
-
-    def write(name: str, body: str) -> str:
-        (tmp_path / f"{name}.py").write_text(_HEADER + textwrap.dedent(body), encoding="utf-8")
-        written.append(name)
-        return name
-
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.chdir(tmp_path)
-    yield write
-    for name in written:
-        sys.modules.pop(name, None)
 
 
 def _stages(result: object) -> list[dict[str, object]]:
