@@ -1,7 +1,7 @@
 """The house's layering (issue: layout): each layer imports only the layers below it, and the
 runtime never loads the verifier's heavy dependencies.
 
-Layers, bottom up: the core (``ledger``, ``stream`` and the public ``kernels``, ``rounding``,
+Layers, bottom up: the core (``ledger``, ``stream`` and the public ``kernels``, ``libm``, ``rounding``,
 ``ops``: the ledgers read secrets and streams carry the ledger's errors, so the two are one
 layer); ``mechanism``; ``durable``; ``bench``; verification (``verify``, ``proving``,
 ``strategies``, ``pytest_plugin``); the ``cli`` on top. Imports under ``if TYPE_CHECKING`` are
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "budgetcheck"
-CORE = {"ledger", "stream", "kernels", "rounding", "ops"}
+CORE = {"ledger", "stream", "kernels", "libm", "rounding", "ops"}
 VERIFY = {"verify", "proving", "strategies", "pytest_plugin"}
 ALLOWED = {  # layer -> the budgetcheck layers it may import
     **{layer: CORE for layer in CORE},

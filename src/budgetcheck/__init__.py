@@ -11,6 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from budgetcheck import kernels as kernels
+from budgetcheck import libm as libm
 from budgetcheck import ops as ops
 from budgetcheck import rounding as rounding
 from budgetcheck.durable.audit_file import FileAudit as FileAudit
@@ -169,6 +170,7 @@ __all__ = [
     "goal_affected_maximum",
     "inclusion_probabilities",
     "kernels",
+    "libm",
     "load_lines",
     "load_mechanism",
     "open_ledger",

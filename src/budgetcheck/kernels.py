@@ -16,6 +16,7 @@ in place of its placeholder, so kernels that call each other see compiled kernel
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -55,7 +56,7 @@ def compiled(function: F) -> F:
 
 def _set_up(wanted: _Deferred) -> Callable[..., Any]:
     """Compile-on-call dispatchers for every pending kernel of ``wanted``'s module, in definition order."""
-    import numba
+    numba = _numba()
 
     with _LOCK:
         pending = _PENDING.pop(wanted.__module__, [])
@@ -69,6 +70,20 @@ def _set_up(wanted: _Deferred) -> Callable[..., Any]:
                 setattr(module, deferred.__wrapped__.__name__, deferred._kernel)
     assert wanted._kernel is not None
     return wanted._kernel
+
+
+def _numba() -> Any:
+    """numba, imported with Intel's SVML vector library switched off.
+
+    With SVML (the ``icc_rt`` package) installed, numba vectorises loops of ``math.exp``/``math.log``
+    into SVML's approximations, whose last bits depend on the CPU's vector width; without it each call
+    is the C library's scalar routine (:mod:`budgetcheck.libm`), the same doubles on every CPU. (A
+    process that imported numba itself before budgetcheck's first kernel keeps numba's choice.)
+    """
+    os.environ["NUMBA_DISABLE_INTEL_SVML"] = "1"  # read when numba is first imported (in this process)
+    import numba
+
+    return numba
 
 
 def _njit(numba: Any, function: Callable[..., Any]) -> Callable[..., Any]:

@@ -14,6 +14,7 @@ import numpy as np
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
+from budgetcheck import libm
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.params import WEventParams
 from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
@@ -40,7 +41,7 @@ class VerificationCase:
 def _seasonal(length: int, d: int, amplitude: float, period: int, phase: int) -> FloatArray:
     t = np.arange(length)[:, None] + phase + np.arange(d)[None, :]
     cycle = np.mod(t, period) / period
-    return np.asarray(amplitude * (1 - np.cos(2 * np.pi * cycle)) / 2, dtype=np.float64)
+    return np.asarray(amplitude * (1 - libm.cos(2 * np.pi * cycle)) / 2, dtype=np.float64)
 
 
 @st.composite

@@ -11,7 +11,7 @@ import attrs
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from budgetcheck import InvalidArgument
+from budgetcheck import InvalidArgument, libm
 from budgetcheck.kernels import compiled
 
 FloatArray = NDArray[np.float64]
@@ -127,7 +127,7 @@ class FastPID(SamplingPID):
         elapsed = np.maximum(t - self.last_time, 1.0)
         derivative = np.where(np.isnan(previous), 0.0, (error - np.nan_to_num(previous)) / elapsed)
         control = self.kp * error + self.ki * integral + self.kd * derivative
-        step = np.floor(self.theta * (1.0 - np.exp(np.minimum((control - self.xi) / self.xi, 700.0))))
+        step = np.floor(self.theta * (1.0 - libm.exp(np.minimum((control - self.xi) / self.xi, 700.0))))
         interval = np.maximum(1.0, self.interval + step)
         self.errors = np.where(where[..., None], errors, self.errors)
         self.interval = np.where(where, interval, self.interval)

@@ -30,7 +30,7 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from budgetcheck import GuardedStream, Secret, WindowLedger
+from budgetcheck import GuardedStream, Secret, WindowLedger, libm
 from budgetcheck.ops import FLOAT
 from budgetcheck.proving import RuleEnv
 from mechanisms._common import StepByStep, Stream, collect, per_run_budget, per_run_column, rule_start
@@ -185,7 +185,7 @@ def _releases(mech: RescueDP, stream: Stream, ledger: WindowLedger, *, shared_wi
         due = pid.due(t)
         prior = kalman.predict()
         remaining = left  # ε_rm, computed after the last step
-        fraction = np.minimum(mech.phi * np.log(pid.interval + 1.0), mech.max_fraction)
+        fraction = np.minimum(mech.phi * libm.log(pid.interval + 1.0), mech.max_fraction)
         budgets = np.where(
             due, np.minimum(FLOAT.mul_down(remaining, fraction), rule.grant(FLOAT, cell_env, remaining)), 0.0
         )

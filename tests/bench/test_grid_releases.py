@@ -23,6 +23,7 @@ import pytest
 from budgetcheck.bench import Benchmark
 from budgetcheck.bench.runner import batch_releases
 
+pytestmark = pytest.mark.bitwise  # CI runs these again on numpy's baseline kernels
 DATA = Path(__file__).parents[1] / "data" / "grid_release_hashes.json"
 STREAMS = ("s40-a10", "s60-a10", "s80-a10")  # three of the 20 artificial streams, stacked
 EPSILONS = (0.1, 1.0)  # vary-ε at w = 120 (one ledger of two ε for the stacking mechanisms); ε = 1 at w = 40

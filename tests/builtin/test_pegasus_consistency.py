@@ -150,6 +150,7 @@ def test_the_ledger_charges_the_same_with_and_without_consistency() -> None:
         assert np.array_equal(a.weights, b.weights) and np.array_equal(a.below, b.below)
 
 
+@pytest.mark.bitwise
 def test_the_pruning_variant_is_algorithm_4_as_before_bit_for_bit() -> None:
     """The release hashes ``tests/data/release_hashes.json`` held for PeGaSusHierarchical before consistency."""
     import hashlib

@@ -175,6 +175,7 @@ def test_verify_json_report_is_stable(runner: CliRunner) -> None:
     ]
 
 
+@pytest.mark.bitwise
 def test_verify_is_reproducible(runner: CliRunner) -> None:
     args = ["verify", "BA", "--examples", "15", "--seed", "3", "--json", "--stages", "abde"]
     assert runner.invoke(main, args).output == runner.invoke(main, args).output

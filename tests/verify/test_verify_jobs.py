@@ -41,6 +41,7 @@ def test_modules_loaded_in_between_change_no_report(tmp_path: Path, monkeypatch:
     assert after == before
 
 
+@pytest.mark.bitwise
 def test_jobs_give_the_same_json_in_the_same_order() -> None:
     arguments = ["verify", "Uniform", "Sample", "BD", "--stages", "abc", "--examples", "20", "--json"]
     one = CliRunner().invoke(main, arguments)

@@ -30,6 +30,7 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
+from budgetcheck import libm
 from budgetcheck.bench.config import stable_seed
 from budgetcheck.ledger.errors import InvalidArgument
 from budgetcheck.ledger.notion import Notion
@@ -49,9 +50,9 @@ def probabilities(dataset: str, length: int, rng: np.random.Generator) -> FloatA
     if dataset == "TLNS":
         return _tlns(length, rng)
     if dataset == "Sin":
-        return np.asarray(0.05 * np.sin(0.01 * t) + 0.075, dtype=np.float64)
+        return np.asarray(0.05 * libm.sin(0.01 * t) + 0.075, dtype=np.float64)
     if dataset == "Log":
-        return np.asarray(0.25 / (1.0 + np.exp(-0.01 * t)), dtype=np.float64)
+        return np.asarray(0.25 / (1.0 + libm.exp(-0.01 * t)), dtype=np.float64)
     raise InvalidArgument(f"dataset={dataset!r} must be one of {DATASETS}")
 
 
@@ -87,7 +88,7 @@ def ajsd(truth: FloatArray, releases: FloatArray, users: int) -> FloatArray:
 
     def kl(p: FloatArray, q: FloatArray) -> FloatArray:
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.asarray(np.where(p > 0, p * np.log(p / q), 0.0).sum(axis=2), dtype=np.float64)
+            return np.asarray(np.where(p > 0, p * libm.log(p / q), 0.0).sum(axis=2), dtype=np.float64)
 
     return np.asarray((0.5 * kl(r, v) + 0.5 * kl(np.broadcast_to(c, r.shape), v)).mean(axis=1), dtype=np.float64)
 

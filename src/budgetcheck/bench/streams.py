@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from budgetcheck import libm
 from budgetcheck.ledger.errors import InvalidArgument
 from budgetcheck.ledger.validation import check_epsilon, check_positive_int
 
@@ -37,7 +38,7 @@ def seasonal_stream(
     while len(values) < length:
         half = max(2, int(round(rng.normal(season, 2.0)))) // 2
         minimum = max(1.0, float(rng.normal(8.0, 2.0)))
-        rising = minimum * growth ** np.arange(half + 1)
+        rising = minimum * libm.powers(growth, half + 1)
         values.extend(rising)
         values.extend(rising[-2::-1][:half])
     stream = np.asarray(values[:length], dtype=np.float64)

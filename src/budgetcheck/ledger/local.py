@@ -33,6 +33,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from budgetcheck import libm
+
 FloatArray = NDArray[np.float64]
 _DOWN = 1.0 - 2.0**-48
 _LARGEST = float(np.finfo(np.float64).max)
@@ -44,7 +46,7 @@ def exp_down(epsilon: FloatArray) -> FloatArray:
     """e^ε rounded down (strictly below the exact value for ε > 0), at most the largest double · (1 − 2^-48)
     and, for ε > 0, at least 1 (so that q/p never exceeds e^ε either)."""
     with np.errstate(over="ignore"):
-        down = np.minimum(np.exp(epsilon), _LARGEST) * _DOWN
+        down = np.minimum(libm.exp(epsilon), _LARGEST) * _DOWN
     return np.asarray(np.where(np.asarray(epsilon) > 0.0, np.maximum(down, 1.0), down), dtype=np.float64)
 
 

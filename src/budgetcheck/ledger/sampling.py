@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from budgetcheck import libm
 from budgetcheck.ledger.errors import InvalidArgument
 
 FloatArray = NDArray[np.float64]
@@ -35,7 +36,7 @@ def inclusion_probabilities(budgets: ArrayLike, theta: ArrayLike) -> FloatArray:
     b = np.asarray(budgets, dtype=np.float64)
     th = np.asarray(theta, dtype=np.float64)[..., None]
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.expm1(b) / np.expm1(th) * _DOWN
+        ratio = libm.expm1(b) / libm.expm1(th) * _DOWN
     p = np.where(b >= th, 1.0, ratio)
     return np.where((b > 0) & (th > 0), np.clip(p, 0.0, 1.0), 0.0)
 

@@ -394,7 +394,8 @@ def _buckets(lengths: IntArray) -> list[tuple[IntArray, int]]:
 
     A statistic over a group reads len(rows) × width values instead of runs × the longest footprint
     (footprints are mostly short: PeGaSus averages 9 timestamps where the longest is near w)."""
-    width = np.maximum(8, 2 ** np.ceil(np.log2(np.maximum(lengths, 1)))).astype(np.int64)
+    _, bits = np.frexp(np.maximum(lengths, 1) - 1)  # bits of L − 1: 2^bits is the least power of 2 >= L, exactly
+    width = np.maximum(8, np.left_shift(1, bits.astype(np.int64)))
     width[lengths == 0] = 0
     return [(np.flatnonzero(width == value), int(min(value, lengths.max()))) for value in np.unique(width[width > 0])]
 
