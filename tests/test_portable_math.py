@@ -24,9 +24,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
 from budgetcheck import libm
 from budgetcheck.bench.streams import seasonal_stream
+from budgetcheck.cli import main
 
 pytestmark = pytest.mark.bitwise
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,3 +144,18 @@ def test_a_process_on_numpys_baseline_kernels_computes_the_same_doubles() -> Non
     assert there["log"] == libm.log(np.abs(x) + 1e-3).tobytes().hex()
     stream = seasonal_stream(500, 40, 10.0, growth=1.3, rng=np.random.default_rng(7))
     assert there["stream"] == stream.tobytes().hex()
+
+
+def test_a_verify_report_is_the_same_on_numpys_baseline_kernels() -> None:
+    """``a report depends only on the mechanism and --seed``, on this CPU's kernels and on the baseline's."""
+    args = ["verify", "BA", "--examples", "10", "--seed", "3", "--json", "--stages", "abde"]
+    here = CliRunner().invoke(main, args)
+    child = subprocess.run(
+        [sys.executable, "-m", "budgetcheck", *args],
+        env=lowered_dispatch_environment(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert here.exit_code == child.returncode == 0, here.output + child.stderr
+    assert json.loads(child.stdout) == json.loads(here.output)
