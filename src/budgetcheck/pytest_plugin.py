@@ -1,19 +1,24 @@
 """pytest integration: ``pytest --budgetcheck MECH`` and the ``budgetcheck_verify`` fixture.
 
 Loaded automatically (entry point ``pytest11``). ``--budgetcheck BD --budgetcheck pkg:Mine`` adds
-one test per mechanism that fails unless ``verify``'s verdict meets ``--budgetcheck-require``
-(``bounded``, the default: proved or verified to a bound, as ``budgetcheck verify`` exits 0;
-``proof``: proved only); ``--budgetcheck-profile thorough`` trades time for power. In a test, the
-fixture ``budgetcheck_verify("pkg:Mine")`` asserts the same and returns the result.
+one test per mechanism, ``budgetcheck::pkg:Mine`` (listed by ``--collect-only``, selectable with
+``-k``), that fails unless ``verify``'s verdict meets ``--budgetcheck-require`` (``bounded``, the
+default: proved or verified to a bound, as ``budgetcheck verify`` exits 0; ``proof``: proved only);
+``--budgetcheck-profile thorough`` trades time for power. A failure is reported as the CLI reports
+it (the verdict, each stage that did not pass, the shrunk case and the call that reproduces it),
+with no frames of pytest or of budgetcheck; a mechanism that cannot be loaded is one line naming it.
+In a test, the fixture ``budgetcheck_verify("pkg:Mine")`` fails the same way and returns the result.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from budgetcheck.ledger.errors import BudgetcheckError
+from budgetcheck.verify.explain import explain, verdict_name
 from budgetcheck.verify.stages import VerifyResult, verify_mechanism
 
 
@@ -31,13 +36,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def _explain(result: VerifyResult) -> str:
+class VerificationFailed(Exception):
+    """A mechanism's verdict does not meet the requirement; the message is the whole report."""
+
+
+def failure_report(result: VerifyResult, require: str) -> str:
+    """The report of a result that does not meet ``require``: its verdict line, then what the CLI prints."""
     bound = f" ({result.bound.describe()})" if result.bound is not None else ""
-    lines = [f"{result.mechanism}: {result.outcome.value}{bound}"]
-    lines += [f"  [{stage.stage}] {stage.verdict}: {stage.detail}" for stage in result.stages]
-    if result.counterexample is not None:
-        lines.append(f"  reproduce: {result.counterexample.call(result.reference)}")
-    return "\n".join(lines)
+    head = f"budgetcheck verify {result.reference}: {verdict_name(result)}{bound}, --require {require}"
+    return "\n\n".join([head, *explain(result, require)])
+
+
+def _verify(reference: str, require: str, **options: Any) -> VerifyResult:
+    try:
+        result = verify_mechanism(reference, **options)
+    except BudgetcheckError as error:  # the user's mistake (a name that does not load, a bad option)
+        raise VerificationFailed(f"budgetcheck verify {reference}: {error}") from None
+    if not result.meets(require):
+        raise VerificationFailed(failure_report(result, require))
+    return result
 
 
 class BudgetcheckItem(pytest.Item):
@@ -50,31 +67,50 @@ class BudgetcheckItem(pytest.Item):
         self.require = require
 
     def runtest(self) -> None:
-        result = verify_mechanism(self.reference, profile=self.profile)
-        if not result.meets(self.require):
-            raise AssertionError(_explain(result))
+        _verify(self.reference, self.require, profile=self.profile)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, VerificationFailed):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo, style=style))
 
     def reportinfo(self) -> tuple[str, int, str]:
         return "budgetcheck", 0, f"budgetcheck verify {self.reference}"
 
 
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    profile, require = config.getoption("--budgetcheck-profile"), config.getoption("--budgetcheck-require")
-    for reference in config.getoption("--budgetcheck"):
-        items.append(
-            BudgetcheckItem.from_parent(
-                session, name=f"budgetcheck[{reference}]", reference=reference, profile=profile, require=require
-            )
+class BudgetcheckMechanisms(pytest.Collector):
+    """The mechanisms named by ``--budgetcheck``, one item each."""
+
+    def collect(self) -> Iterator[pytest.Item]:
+        profile, require = (
+            self.config.getoption("--budgetcheck-profile"),
+            self.config.getoption("--budgetcheck-require"),
         )
+        for reference in dict.fromkeys(self.config.getoption("--budgetcheck")):
+            yield BudgetcheckItem.from_parent(
+                self, name=reference, reference=reference, profile=profile, require=require
+            )
+
+
+@pytest.hookimpl(tryfirst=True)  # before -k and -m deselect: they apply to these items too
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--budgetcheck"):
+        return
+    collector = BudgetcheckMechanisms.from_parent(session, name="budgetcheck", nodeid="budgetcheck")
+    report = session.ihook.pytest_make_collect_report(collector=collector)
+    session.ihook.pytest_collectreport(report=report)  # counted and listed like the files' tests
+    items.extend(item for item in report.result if isinstance(item, pytest.Item))
 
 
 @pytest.fixture
 def budgetcheck_verify() -> Callable[..., VerifyResult]:
-    """Assert that a mechanism verifies: ``budgetcheck_verify("pkg:Mine", profile="quick", require="bounded")``."""
+    """Fail the test unless a mechanism verifies, and return its result:
+    ``budgetcheck_verify("pkg:Mine", profile="quick", require="bounded")``."""
 
     def check(reference: str, require: str = "bounded", **options: Any) -> VerifyResult:
-        result = verify_mechanism(reference, **options)
-        assert result.meets(require), _explain(result)
-        return result
+        try:
+            return _verify(reference, require, **options)
+        except VerificationFailed as failure:
+            pytest.fail(str(failure), pytrace=False)
 
     return check

@@ -23,7 +23,7 @@ from budgetcheck.ledger.audit import audit_windows
 from budgetcheck.ledger.errors import InvalidArgument
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord, load_lines
-from budgetcheck.strategies import VerificationCase
+from budgetcheck.verify.explain import explain, verdict_name
 from budgetcheck.verify.pool import verify_in_order
 from budgetcheck.verify.stages import (
     PROFILES,
@@ -221,7 +221,7 @@ def _print_row(r: VerifyResult) -> None:
     by_stage = {stage.stage: stage.verdict for stage in r.stages}
     c = [by_stage.get(name, "-") for name in _COLUMNS]
     bound = f"{r.bound.w_max}, {r.bound.horizon}, {r.bound.runs_explored}" if r.bound is not None else "-"
-    verdict = r.outcome.value if r.outcome in (Outcome.PROVED, Outcome.BOUNDED) else r.outcome.value.upper()
+    verdict = verdict_name(r)
     click.echo(
         f"{r.mechanism:<22} {r.examples:>8} {r.runs:>6} {_worst(r):>17}  {c[0]:<7} {c[1]:<7} {c[2]:<7} {c[3]:<10} "
         f"{c[4]:<10} "
@@ -231,26 +231,8 @@ def _print_row(r: VerifyResult) -> None:
 
 def _print_details(results: list[VerifyResult], require: str) -> None:
     for r in results:
-        if r.outcome is Outcome.BOUNDED and r.bound is not None:
-            short = " (does not meet --require proof)" if require == "proof" else ""
-            click.echo(f"\n{r.mechanism}: verified to a bound: {r.bound.describe()}{short}")
-        if r.vouched:
-            click.echo(
-                f"\n{r.mechanism}: vouches for a sensitivity (ledger.measure): never proved; only the "
-                "statistical audit checks those releases"
-            )
-        for stage in r.stages:
-            if stage.verdict is not Verdict.PASS:
-                click.echo(f"\n{r.mechanism} [{stage.stage}] {stage.verdict}: {stage.detail}")
-        if r.counterexample is not None:
-            ce = r.counterexample
-            if isinstance(ce.case, VerificationCase):
-                click.echo(
-                    f"  shrunk case: kind={ce.case.kind} T={ce.case.data.shape[0]} d={ce.case.data.shape[1]} "
-                    f"epsilon={ce.case.epsilon!r} w={ce.case.w} runs={ce.case.runs} seed={ce.case.seed}"
-                    + (f" intrusions={list(ce.case.intrusions)}" if ce.case.intrusions else "")
-                )
-            click.echo(f"  reproduce: {ce.call(r.reference)}")
+        for paragraph in explain(r, require):
+            click.echo(f"\n{paragraph}")
 
 
 def _junit(results: list[VerifyResult]) -> str:
