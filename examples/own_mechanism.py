@@ -1,13 +1,20 @@
-"""Write your own w-event mechanism against the ledger, expose its rule, then verify and prove it.
+"""Write your own w-event mechanism against the ledger, expose its rule, verify it, publish it live.
 
 FrontLoaded publishes at every timestamp but front-loads each block of w: ε/2 at the block's first
 timestamp and ε/(2(w − 1)) at the others. Any window of w consecutive timestamps meets exactly one
 block start, so it spends ε/2 + (w − 1)·ε/(2(w − 1)) = ε.
+
+``releases`` is the mechanism as a live publisher drives it (``budgetcheck publish``): one release per
+timestamp as the row arrives. ``run`` collects the same generator over a whole stream, so the two
+charge and release exactly the same, which ``verify`` checks by replaying both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import io
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -15,7 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 import budgetcheck
-from budgetcheck import GuardedStream, WindowLedger
+from budgetcheck import GuardedStream, LiveStream, WindowLedger
 from budgetcheck.ops import FLOAT, Ops
 from budgetcheck.proving import RuleEnv, State, symbol_int
 
@@ -64,14 +71,19 @@ class FrontLoaded:
     def allocation_rule(self) -> FrontLoadedRule:
         return FrontLoadedRule()
 
-    def run(self, stream: GuardedStream, ledger: WindowLedger) -> NDArray[np.float64]:
+    def releases(self, stream: GuardedStream | LiveStream, ledger: WindowLedger) -> Iterator[NDArray[np.float64]]:
+        """The release of each timestamp as it arrives, shape (runs, d)."""
         rule, env = self.allocation_rule(), RuleEnv(ledger.params.epsilon, ledger.params.w)
         state = rule.initial(FLOAT, env)
-        releases = np.zeros((ledger.runs, stream.length, stream.dimensions))
         for secret in stream:  # each secret is opaque: only the ledger can read it, and it charges first
             (budget,) = rule.charges(FLOAT, env, state, True)
-            releases[:, secret.t - 1] = ledger.laplace(secret, float(budget), purpose="publication")
+            yield ledger.laplace(secret, float(budget), purpose="publication")
             state = rule.advance(FLOAT, env, state, True, (budget,))
+
+    def run(self, stream: GuardedStream, ledger: WindowLedger) -> NDArray[np.float64]:
+        releases = np.zeros((ledger.runs, stream.length, stream.dimensions))
+        for t, release in enumerate(self.releases(stream, ledger), start=1):
+            releases[:, t - 1] = release
         return releases
 
 
@@ -87,6 +99,16 @@ def main() -> None:
     for stage in result.stages:
         print(f"verify [{stage.stage}] {stage.verdict}: {stage.detail}")
     assert result.passed
+
+    # Live: rows arrive one by one and each release is written once its charge is stored in the ledger file.
+    rows = [f"{t},{','.join(str(round(v)) for v in counts[t - 1])}" for t in range(1, 31)]
+    with tempfile.TemporaryDirectory() as folder:
+        out = io.StringIO()
+        summary = budgetcheck.publish(
+            FrontLoaded(), rows, Path(folder) / "ledger.db", dimensions=3, epsilon=1.0, w=20, out=out
+        )
+    print(f"published live: {summary}; first line {out.getvalue().splitlines()[0]!r}")
+    assert len(out.getvalue().splitlines()) == 30
 
 
 if __name__ == "__main__":
