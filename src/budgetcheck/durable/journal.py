@@ -785,7 +785,9 @@ class Journal:
             finally:
                 self._store.rollback()
         if row is not None and row[0] != value:
-            raise InvalidArgument(f"ledger file {self.path!r} was written with {key} {row[0]}, not {value}")
+            raise InvalidArgument(
+                f"ledger file {self.path!r} was written with {key} {row[0]}, not {value}{self._unused_advice()}"
+            )
 
     def rows(self, *, since_t: int = 0) -> Iterator[JournalRow]:
         """Every stored spend row with t >= since_t, in order (chain not re-verified: see the auditor)."""
@@ -886,8 +888,20 @@ class Journal:
             differ = sorted(k for k in set(stored) | set(wanted) if stored.get(k) != wanted.get(k))
             raise InvalidArgument(
                 f"ledger file {self.path!r} was kept under {', '.join(f'{k}={stored.get(k)!r}' for k in differ)}, "
-                f"not {', '.join(f'{k}={wanted.get(k)!r}' for k in differ)}"
+                f"not {', '.join(f'{k}={wanted.get(k)!r}' for k in differ)}{self._unused_advice()}"
             )
+
+    def _unused_advice(self) -> str:
+        """For a settings mismatch: what to do when the file holds no charge yet (a first command that failed
+        before its first spend fixed the settings; nothing was spent, so the file can go)."""
+        count, _ = self._stored_head()
+        if count:
+            return ""
+        remove = "give another ?ledger= name" if "://" in self.path else f"delete it (rm {self.path!r})"
+        return (
+            f". It holds no charge yet (an earlier command stopped before its first spend): {remove} and run the "
+            "corrected command again, or repeat the settings it was made with"
+        )
 
     def _chain_starts_at(self, header: dict[str, Any]) -> bool:
         """Whether H_0 of the stored ``header`` begins the chain (record 1's link, or the head of an

@@ -68,12 +68,36 @@ class PublishSummary:
 def parse_rows(
     lines: Iterable[str | bytes], *, fmt: str, dimensions: int, integers: bool
 ) -> Iterator[tuple[int, int, FloatArray] | BadRow]:
-    """(line number, t, counts) per non-empty line, or the :class:`BadRow` error of a malformed one."""
+    """(line number, t, counts) per non-empty line, or the :class:`BadRow` error of a malformed one.
+
+    A CSV's first line may be a header naming the columns (``t,c1,c2``: its first field is ``t``); it
+    is skipped when it names t and ``dimensions`` counts, and a row error otherwise.
+    """
+    first = True
     for number, text in content_lines(lines, fmt):
         try:
+            if first and fmt == "csv" and _is_header(text, number, dimensions):
+                continue
             yield parse_row(text, number, fmt=fmt, dimensions=dimensions, integers=integers)
         except BadRow as exc:
             yield exc
+        finally:
+            first = False
+
+
+def _is_header(text: str, number: int, dimensions: int) -> bool:
+    """Whether a CSV line is the header ``t,<name>,…`` of ``dimensions`` counts (BadRow if it is a header
+    of another width: the command's -d and the file disagree)."""
+    fields = _fields(text, "csv", number)
+    if fields[0].lower() != "t":
+        return False
+    if len(fields) != dimensions + 1:
+        raise BadRow(
+            f"the header {text[:80]!r} names {len(fields) - 1} counts, but dimensions={dimensions} "
+            f"(-d {dimensions}): run with -d {len(fields) - 1}",
+            row=number,
+        )
+    return True
 
 
 def parse_row(text: str, number: int, *, fmt: str, dimensions: int, integers: bool) -> tuple[int, int, FloatArray]:
