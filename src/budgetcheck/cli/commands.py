@@ -20,7 +20,7 @@ import click
 
 from budgetcheck.cli.types import FilePath, LedgerTarget, OutputPath, Progress
 from budgetcheck.ledger.audit import audit_windows
-from budgetcheck.ledger.errors import InvalidArgument
+from budgetcheck.ledger.errors import InvalidArgument, MechanismContractError
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord, load_lines
 from budgetcheck.verify.explain import explain, verdict_name
@@ -176,6 +176,8 @@ def verify(
             results.append(result)
     except InvalidArgument as exc:
         raise click.BadParameter(str(exc), param_hint="MECHANISM") from exc
+    except MechanismContractError as exc:
+        raise InputError(f"the mechanism breaks its contract with the harness: {exc}") from exc
     if as_json:
         click.echo(
             json.dumps(

@@ -8,6 +8,7 @@ sample (isSamplingPoint), allocates budget (budgetAllocation), perturbs through 
 
 from __future__ import annotations
 
+import inspect
 import reprlib
 from collections.abc import Iterable
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
@@ -127,6 +128,12 @@ class Execution(Generic[L]):
     ledger: L
 
 
+def defined_at(method: Any) -> str:
+    """`` (file:line)`` of a mechanism's method, where the user reads its code; empty when unknown."""
+    code = getattr(inspect.unwrap(getattr(method, "__func__", method)), "__code__", None)
+    return f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
+
+
 def execute_on(mechanism: Any, stream: GuardedStream | PersonalizedStream, ledger: L) -> Execution[L]:
     """Bind the stream to the ledger, run the mechanism, check the (runs, T, d) finite contract."""
     ledger.bind(stream)
@@ -134,10 +141,11 @@ def execute_on(mechanism: Any, stream: GuardedStream | PersonalizedStream, ledge
     expected = (ledger.runs, stream.length, stream.dimensions)
     if out.shape != expected:
         raise MechanismContractError(
-            f"{mechanism.name}.run returned shape {out.shape}, expected (runs, T, d) = {expected}"
+            f"{mechanism.name}.run{defined_at(mechanism.run)} returned shape {out.shape}, expected (runs, T, d) = "
+            f"{expected}"
         )
     if not np.isfinite(out).all():
-        raise MechanismContractError(f"{mechanism.name}.run returned non-finite releases")
+        raise MechanismContractError(f"{mechanism.name}.run{defined_at(mechanism.run)} returned non-finite releases")
     out.setflags(write=False)
     return Execution(releases=out, ledger=ledger)
 

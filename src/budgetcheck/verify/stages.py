@@ -54,6 +54,7 @@ from budgetcheck.strategies import (
     personalized_cases,
     swellfish_cases,
 )
+from budgetcheck.verify.contract import check_contract
 from budgetcheck.verify.live import LivePath, has_live_path, live_departure
 from budgetcheck.verify.seeded import run_seeded
 from budgetcheck.verify.verdict import FAIL, INCONCLUSIVE, NOT_PROVED, PASS, Outcome, Verdict, meets, outcome
@@ -266,6 +267,7 @@ def verify_mechanism(
     seed = check_positive_int(seed, "seed", minimum=0)
     chosen = PROFILES[profile]
     examples = chosen.examples if examples is None else examples
+    check_contract(load_mechanism(reference))  # a broken contract is the author's error (exit 2), not a verdict
     started = time.perf_counter()
     replay = (
         _replay(reference, examples=examples, seed=seed, max_length=max_length)
@@ -681,7 +683,7 @@ def _check_case(mechanism: Any, case: AnyCase, worst: list[Fraction]) -> tuple[i
             _note_refused(worst, Fraction(exc.window_sum) / Fraction(exc.epsilon))
             raise _Violation(f"overspend refused by the ledger{where}", str(exc), several_epsilons=several) from exc
         except SecretAccess as exc:
-            raise _Violation("secret access", _located(exc), several_epsilons=several) from exc
+            raise _Violation("secret access", f"{exc} {_located(exc)}", several_epsilons=several) from exc
         except Exception as exc:  # a crash is a finding, with its location
             raise _Violation(
                 f"crash{where}", f"{type(exc).__name__}: {exc} ({_located(exc)})", several_epsilons=several
@@ -714,7 +716,7 @@ def _check_live_path(mechanism: Any, case: VerificationCase | SwellfishCase) -> 
     except BudgetExceeded as exc:
         raise _Violation(f"overspend refused by the ledger{where}", str(exc)) from exc
     except SecretAccess as exc:
-        raise _Violation("secret access", _located(exc)) from exc
+        raise _Violation("secret access", f"{exc} {_located(exc)}") from exc
     except Exception as exc:
         raise _Violation(f"crash{where}", f"{type(exc).__name__}: {exc} ({_located(exc)})") from exc
     if live.departure is not None:
@@ -729,7 +731,8 @@ def _note_refused(worst: list[Fraction], attempted: Fraction) -> None:
 
 
 def _located(exc: BaseException) -> str:
+    """Where ``exc`` was raised, in the caller's code where a frame of it is on the way: ``at file:line: code``."""
     frames = traceback.extract_tb(exc.__traceback__)
     outside = [f for f in frames if "/budgetcheck/" not in f.filename.replace("\\", "/")]
     frame = outside[-1] if outside else frames[-1]
-    return f"{exc} at {frame.filename}:{frame.lineno}: {frame.line}"
+    return f"at {frame.filename}:{frame.lineno}: {frame.line}"
