@@ -116,3 +116,17 @@ def test_the_command_writes_the_picture(tmp_path: Path, reference: str, code: in
     result = CliRunner().invoke(main, ["verify", reference, "--stages", "a", "--examples", "30", "--report", str(png)])
     assert result.exit_code == code, result.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+
+
+def test_the_html_page_says_what_the_cli_says_with_the_reproduction(tmp_path: Path) -> None:
+    """The page's verdict is the CLI's word (VIOLATED, not "fail"), its details carry the `reproduce:` call,
+    and a detail's markup is text, not HTML."""
+    page = tmp_path / "report.html"
+    result = CliRunner().invoke(
+        main, ["verify", OVERSPENDS, "--stages", "a", "--examples", "30", "--report", str(page)]
+    )
+    assert result.exit_code == 1, result.output
+    text = page.read_text(encoding="utf-8")
+    assert result.output.splitlines()[2].endswith("VIOLATED") and "VIOLATED</h1>" in text
+    assert "reproduce: budgetcheck.execute(" in text and ": fail</h1>" not in text
+    assert "<meta charset='utf-8'>" in text and "alt=" in text

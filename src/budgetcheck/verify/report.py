@@ -4,6 +4,7 @@ per relevance interval where the notion has them), violations marked."""
 from __future__ import annotations
 
 import base64
+import html
 import io
 from fractions import Fraction
 from pathlib import Path
@@ -21,6 +22,7 @@ from budgetcheck.ledger.wevent import WindowLedger
 from budgetcheck.mechanism.loading import load_mechanism
 from budgetcheck.strategies import PersonalizedCase, SwellfishCase, VerificationCase
 from budgetcheck.stream.guarded import GuardedStream, PersonalizedStream
+from budgetcheck.verify.explain import explain, verdict_name
 from budgetcheck.verify.stages import AnyCase, VerifyResult
 
 if TYPE_CHECKING:
@@ -232,7 +234,7 @@ def draw_report(result: VerifyResult, case: AnyCase) -> tuple[Figure, AnyCase]:
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("timestamp t")
     axes.set_ylabel("privacy spent, as a share of ε" if shares else "privacy spent (ε)")
-    figure.suptitle(f"budgetcheck verify {result.reference}: {result.outcome.value}", fontsize=11)
+    figure.suptitle(f"budgetcheck verify {result.reference}: {verdict_name(result)}", fontsize=11)
     axes.set_title(_describe(shown, run) + stopped, fontsize=9)
     axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize=8, frameon=False)
     return figure, shown
@@ -245,11 +247,22 @@ def write_report(result: VerifyResult, case: AnyCase, path: Path) -> None:
     figure.savefig(buffer, format="png")
     if path.suffix.lower() == ".html":
         encoded = base64.b64encode(buffer.getvalue()).decode("ascii")
-        stages = "".join(f"<li><b>{s.stage}</b>: {s.verdict} — {s.detail}</li>" for s in result.stages)
-        path.write_text(
-            f"<!doctype html><title>budgetcheck verify</title><h1>{result.reference}: {result.verdict}</h1>"
-            f"<ul>{stages}</ul><img src='data:image/png;base64,{encoded}'>",
-            encoding="utf-8",
-        )
+        path.write_text(report_html(result, encoded), encoding="utf-8")
     else:
         path.write_bytes(buffer.getvalue())
+
+
+def report_html(result: VerifyResult, png_base64: str) -> str:
+    """The HTML page of a report: the verdict as the CLI prints it (``VIOLATED``, ``proved``, ...), every
+    stage, the paragraphs under the CLI's table (the ``reproduce:`` call among them), then the figure."""
+    title = f"budgetcheck verify {result.reference}: {verdict_name(result)}"
+    stages = "".join(
+        f"<li><b>{html.escape(s.stage)}</b>: {html.escape(str(s.verdict))} — {html.escape(s.detail)}</li>"
+        for s in result.stages
+    )
+    details = "".join(f"<pre>{html.escape(paragraph)}</pre>" for paragraph in explain(result))
+    return (
+        f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
+        f"<body><h1>{html.escape(title)}</h1><ul>{stages}</ul>{details}"
+        f"<img alt='the privacy spent per timestamp' src='data:image/png;base64,{png_base64}'></body></html>"
+    )
