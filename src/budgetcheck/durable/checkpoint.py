@@ -390,7 +390,12 @@ class Checkpoints:
 
     @property
     def key(self) -> str:
+        """The fingerprint of the key (its checkpoints are stored under it)."""
         return fingerprint(self._public)
+
+    @property
+    def public_key(self) -> Ed25519PublicKey:
+        return self._public
 
     def prepare(self, journal: Journal) -> None:
         """A signer on a store with no checkpoint of its key: sign the genesis of an empty store (under the
@@ -403,7 +408,7 @@ class Checkpoints:
             try:
                 count, head = stored_head(store, store.name)
                 if count == 0 and not _read(store, self.key):
-                    self._sign(store, count, head, stop=False)
+                    self.sign(store, count, head, stop=False)
                 store.commit()
             finally:
                 store.rollback()
@@ -445,7 +450,7 @@ class Checkpoints:
         with store.guard("write a checkpoint"):
             found = _read(store, self.key)
             if released or not found or count - found[-1].count >= self._every:
-                self._sign(store, count, head, stop=False, previous=found[-1] if found else None)
+                self.sign(store, count, head, stop=False, previous=found[-1] if found else None)
             else:
                 self._signed = found[-1].count
 
@@ -460,13 +465,17 @@ class Checkpoints:
                 count, head = stored_head(store, store.name)
                 found = _read(store, self.key)
                 if not found or found[-1].count != count or found[-1].fields.get("stop") is not True:
-                    self._sign(store, count, head, stop=True, previous=found[-1] if found else None)
+                    self.sign(store, count, head, stop=True, previous=found[-1] if found else None)
             journal.commit()
         finally:
             journal.rollback()
 
-    def _sign(self, store: Store, count: int, head: bytes, *, stop: bool, previous: Checkpoint | None = None) -> None:
-        """Insert the next checkpoint (inside the caller's write transaction)."""
+    def sign(
+        self, store: Store, count: int, head: bytes, *, stop: bool, previous: Checkpoint | None = None
+    ) -> Checkpoint:
+        """Insert the key's next checkpoint after ``previous`` (its last; None for the first) signing
+        (``count``, ``head``), inside the caller's write transaction; the caller has verified the chain up
+        to there (a signature vouches for it). Returns the checkpoint."""
         assert self._signer is not None
         header, start = _stored_header(store, store.name)
         if previous is not None:  # never link to a checkpoint the key did not sign
@@ -494,11 +503,15 @@ class Checkpoints:
             }
         )
         signature = self._signer.sign(DOMAIN + body)
+        number = 1 if previous is None else previous.number + 1
         store.execute(
             "INSERT INTO checkpoints (key, number, count, body, signature) VALUES (?, ?, ?, ?, ?)",
-            (self.key, 1 if previous is None else previous.number + 1, count, body.decode(), signature),
+            (self.key, number, count, body.decode(), signature),
         )
         self._signed = count
+        return Checkpoint(
+            number=number, count=count, body=body, signature=signature, fields=json.loads(body), stored_hash=head
+        )
 
 
 def sign_ledger(
@@ -529,14 +542,14 @@ def sign_ledger(
                     raise LedgerCorrupt(f"{store.name}: the ledger changed during its audit: not signed; try again")
                 found = _read(store, signer.key)
                 if found:
-                    _check(found, signer._public, header, start, count, every_signature=True)
-                signer._sign(store, count, head, stop=False, previous=found[-1] if found else None)
+                    _check(found, signer.public_key, header, start, count, every_signature=True)
+                signer.sign(store, count, head, stop=False, previous=found[-1] if found else None)
                 store.commit()
             finally:
                 store.rollback()
     finally:
         store.close()
-    return verify_checkpoints(target, signer._public)
+    return verify_checkpoints(target, signer.public_key)
 
 
 def sign_stop(journal: Journal | None, error: BaseException | None) -> None:
