@@ -213,13 +213,15 @@ def _stored_header(store: Store, where: str) -> tuple[dict[str, Any], bytes]:
         raise LedgerCorrupt(f"{where}: the stored header is missing or malformed: {exc}") from None
 
 
-def _read(store: Store, key: str) -> list[Checkpoint]:
-    """The key's checkpoints in number order, each with the stored hash of the record it signs."""
+def _read(store: Store, key: str, *, last_only: bool = False) -> list[Checkpoint]:
+    """The key's checkpoints in number order (or its last alone), each with the stored hash of the record
+    it signs."""
     if store.execute(_EXISTS[_kind(store)]).fetchone() is None:
         return []
     rows = store.execute(
         "SELECT c.number, c.count, c.body, c.signature, r.hash FROM checkpoints c "
-        "LEFT JOIN records r ON r.seq = c.count WHERE c.key = ? ORDER BY c.number",
+        "LEFT JOIN records r ON r.seq = c.count WHERE c.key = ? "
+        + ("ORDER BY c.number DESC LIMIT 1" if last_only else "ORDER BY c.number"),
         (key,),
     ).fetchall()
     found = []
@@ -361,7 +363,7 @@ def verify_checkpoints(target: str | Path, verify_key: PublicKeyLike) -> Checkpo
 class Checkpoints:
     """The checkpoints of one journal: verified at load (its start), written at commits when a signer."""
 
-    __slots__ = ("_every", "_public", "_signed", "_signer")
+    __slots__ = ("_every", "_header", "_key", "_known", "_public", "_signed", "_signer", "_table")
 
     def __init__(
         self,
@@ -385,13 +387,17 @@ class Checkpoints:
         if public is None:
             raise InvalidArgument("give verify_key or signing_key")
         self._public: Ed25519PublicKey = public
+        self._key = fingerprint(public)
+        self._header: tuple[dict[str, Any], bytes] | None = None  # the stored header and H_0 verified at load
+        self._table = False  # whether this object has made sure the checkpoints table exists
         self._every = every
         self._signed = 0  # the record count of the last checkpoint seen (a hint: the store is read before signing)
+        self._known: str | None = None  # the digest of the last checkpoint whose signature this object checked or made
 
     @property
     def key(self) -> str:
         """The fingerprint of the key (its checkpoints are stored under it)."""
-        return fingerprint(self._public)
+        return self._key
 
     @property
     def public_key(self) -> Ed25519PublicKey:
@@ -407,7 +413,7 @@ class Checkpoints:
             store.begin_write()
             try:
                 count, head = stored_head(store, store.name)
-                if count == 0 and not _read(store, self.key):
+                if count == 0 and not _read(store, self.key, last_only=True):
                     self.sign(store, count, head, stop=False)
                 store.commit()
             finally:
@@ -427,7 +433,7 @@ class Checkpoints:
         except LedgerCorrupt as exc:
             raise LedgerCorrupt(f"{store.name}: {exc}") from None
         last = found[-1]
-        self._signed = last.count
+        self._signed, self._known, self._header = last.count, last.digest, (header, start)
         if since is None or last.count == 0:
             return 0, start
         row = store.execute("SELECT MIN(seq) FROM records WHERE kind = 0 AND t >= ?", (since,)).fetchone()
@@ -448,7 +454,7 @@ class Checkpoints:
             return
         store = journal.store
         with store.guard("write a checkpoint"):
-            found = _read(store, self.key)
+            found = _read(store, self.key, last_only=True)
             if released or not found or count - found[-1].count >= self._every:
                 self.sign(store, count, head, stop=False, previous=found[-1] if found else None)
             else:
@@ -463,7 +469,7 @@ class Checkpoints:
             store = journal.store
             with store.guard("write a checkpoint"):
                 count, head = stored_head(store, store.name)
-                found = _read(store, self.key)
+                found = _read(store, self.key, last_only=True)
                 if not found or found[-1].count != count or found[-1].fields.get("stop") is not True:
                     self.sign(store, count, head, stop=True, previous=found[-1] if found else None)
             journal.commit()
@@ -477,8 +483,9 @@ class Checkpoints:
         (``count``, ``head``), inside the caller's write transaction; the caller has verified the chain up
         to there (a signature vouches for it). Returns the checkpoint."""
         assert self._signer is not None
-        header, start = _stored_header(store, store.name)
-        if previous is not None:  # never link to a checkpoint the key did not sign
+        # the header verified at load (a header edited since is never signed), else the one read under the lock
+        header, start = self._header if self._header is not None else _stored_header(store, store.name)
+        if previous is not None and previous.digest != self._known:  # never link to one the key did not sign
             try:
                 self._public.verify(previous.signature, DOMAIN + previous.body)
             except InvalidSignature:
@@ -486,7 +493,9 @@ class Checkpoints:
                     f"{store.name}: checkpoint {previous.number} of key {self.key}: the signature is not this key's "
                     "(forged or replaced); nothing more is signed"
                 ) from None
-        store.execute(_TABLE[_kind(store)])
+        if not self._table:
+            store.execute(_TABLE[_kind(store)])
+            self._table = True
         body = canonical(
             {
                 "format": FORMAT,
@@ -508,10 +517,11 @@ class Checkpoints:
             "INSERT INTO checkpoints (key, number, count, body, signature) VALUES (?, ?, ?, ?, ?)",
             (self.key, number, count, body.decode(), signature),
         )
-        self._signed = count
-        return Checkpoint(
+        made = Checkpoint(
             number=number, count=count, body=body, signature=signature, fields=json.loads(body), stored_hash=head
         )
+        self._signed, self._known = count, made.digest
+        return made
 
 
 def sign_ledger(
