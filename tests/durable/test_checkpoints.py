@@ -34,7 +34,7 @@ from budgetcheck.durable.postgres import with_ledger
 
 PARAMS = bc.WEventParams(epsilon=1.0, w=4)
 EVERY = 5
-SPENDS = 23  # checkpoints at 0, 5, 10, 15, 20; records 21..23 after the last
+SPENDS = 23  # checkpoints at 0, 5, 10, 15, 20 and, at close, 23
 
 
 @pytest.fixture(scope="session")
@@ -383,6 +383,18 @@ def test_the_undetectable_rollback_to_an_earlier_signed_state(store: str, keys: 
     assert cli_audit(store, "--key", str(public))[0] == 0
     code, output = cli_audit(store, "--key", str(public), "--expect-head", bytes(kept).hex())
     assert code == 4 and "does not extend the expected head" in output, output
+
+
+def test_a_signer_signs_every_n_records_and_its_close(store: str, keys: tuple[Path, Path]) -> None:
+    private, public = keys
+    ledger = bc.open_ledger(store, bc.WindowLedger(PARAMS), signing_key=private, checkpoint_every=EVERY)
+    for t in range(1, SPENDS + 1):
+        ledger.spend(t, 0.2, purpose="s")
+    mid = bc.verify_checkpoints(store, public)
+    assert (mid.checkpoints, mid.signed_count, mid.unsigned) == (5, 20, 3)
+    ledger.close()
+    done = bc.verify_checkpoints(store, public)
+    assert (done.checkpoints, done.signed_count, done.unsigned) == (6, SPENDS, 0)
 
 
 # -- keys ----------------------------------------------------------------------------------------------

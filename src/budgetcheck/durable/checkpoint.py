@@ -363,7 +363,7 @@ def verify_checkpoints(target: str | Path, verify_key: PublicKeyLike) -> Checkpo
 class Checkpoints:
     """The checkpoints of one journal: verified at load (its start), written at commits when a signer."""
 
-    __slots__ = ("_every", "_header", "_key", "_known", "_public", "_signed", "_signer", "_table")
+    __slots__ = ("_every", "_header", "_key", "_known", "_public", "_signed", "_signer", "_table", "_wrote")
 
     def __init__(
         self,
@@ -390,6 +390,7 @@ class Checkpoints:
         self._key = fingerprint(public)
         self._header: tuple[dict[str, Any], bytes] | None = None  # the stored header and H_0 verified at load
         self._table = False  # whether this object has made sure the checkpoints table exists
+        self._wrote = False  # whether a transaction was committed after a load that verified the store
         self._every = every
         self._signed = 0  # the record count of the last checkpoint seen (a hint: the store is read before signing)
         self._known: str | None = None  # the digest of the last checkpoint whose signature this object checked or made
@@ -450,6 +451,7 @@ class Checkpoints:
     def before_commit(self, journal: Journal, count: int, head: bytes, *, released: bool) -> None:
         """In the journal's write transaction, before its COMMIT: sign (count, head) if a release is in it
         or ``every`` records were appended since the last checkpoint."""
+        self._wrote = True  # a write transaction runs only after a load that verified the store
         if self._signer is None or not (released or count - self._signed >= self._every):
             return
         store = journal.store
@@ -460,8 +462,17 @@ class Checkpoints:
             else:
                 self._signed = found[-1].count
 
-    def stop(self, journal: Journal) -> None:
-        """A publisher's stop: sign the head as it is now (catching up first, so what is signed was verified)."""
+    def at_close(self, journal: Journal) -> None:
+        """At close, a signer that wrote in this session signs the head if its last checkpoint is behind it,
+        so that a clean shutdown leaves no unsigned record; best effort (a store that fails is not signed)."""
+        if self._signer is None or not self._wrote or journal.closed:
+            return
+        with contextlib.suppress(BudgetcheckError):
+            self.stop(journal, final=False)
+
+    def stop(self, journal: Journal, *, final: bool = True) -> None:
+        """A publisher's stop: sign the head as it is now (catching up first, so what is signed was verified);
+        ``final`` False (a close) signs only if the last checkpoint is behind the head."""
         if self._signer is None:
             return
         journal.begin()
@@ -470,8 +481,9 @@ class Checkpoints:
             with store.guard("write a checkpoint"):
                 count, head = stored_head(store, store.name)
                 found = _read(store, self.key, last_only=True)
-                if not found or found[-1].count != count or found[-1].fields.get("stop") is not True:
-                    self.sign(store, count, head, stop=True, previous=found[-1] if found else None)
+                behind = not found or found[-1].count != count
+                if behind or (final and found[-1].fields.get("stop") is not True):
+                    self.sign(store, count, head, stop=final, previous=found[-1] if found else None)
             journal.commit()
         finally:
             journal.rollback()

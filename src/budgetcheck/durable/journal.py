@@ -668,6 +668,8 @@ class Journal:
         return count, head.hex()
 
     def close(self) -> None:
+        if self.checkpoints is not None:  # a signer signs the head it leaves (best effort)
+            self.checkpoints.at_close(self)
         self._store.close()
 
     def load(self, lookback: int | None) -> list[JournalRow]:
