@@ -208,6 +208,11 @@ def refile_checkpoint_2_under_another_key(target: str) -> None:
     )
 
 
+def garble_checkpoint_2(target: str) -> None:
+    """A checkpoint row whose body is not JSON (a damaged or careless edit): found, never a crash."""
+    sql(target, "UPDATE checkpoints SET body = 'not json' WHERE number = 2")
+
+
 REWRITES: dict[str, tuple[Callable[[str], None], str]] = {
     "header epsilon to 100": (header_epsilon_to_100, "is not the stored header"),
     "truncation to genesis": (truncate_to_genesis, "records were removed"),
@@ -218,6 +223,7 @@ REWRITES: dict[str, tuple[Callable[[str], None], str]] = {
     "every checkpoint row deleted": (strip_every_checkpoint, "holds no checkpoint signed by key"),
     "a checkpoint re-signed by another key": (resign_the_last_checkpoint, "the signature is not this key's"),
     "a checkpoint replaced by another key's": (refile_checkpoint_2_under_another_key, "checkpoint 2 of key"),
+    "a checkpoint row garbled": (garble_checkpoint_2, "malformed row"),
 }
 
 

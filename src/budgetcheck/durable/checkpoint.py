@@ -230,18 +230,18 @@ def _read(store: Store, key: str, *, last_only: bool = False) -> list[Checkpoint
             fields = json.loads(body)
             if not isinstance(fields, dict):
                 raise ValueError("not a JSON object")
-        except (TypeError, ValueError) as exc:
-            raise LedgerCorrupt(f"checkpoint {number} of key {key}: malformed body: {exc}") from None
-        found.append(
-            Checkpoint(
-                number=int(number),
-                count=int(count),
-                body=str(body).encode(),
-                signature=bytes(signature),
-                fields=fields,
-                stored_hash=None if stored is None else bytes(stored),
+            found.append(
+                Checkpoint(
+                    number=int(number),
+                    count=int(count),
+                    body=str(body).encode(),
+                    signature=bytes(signature),
+                    fields=fields,
+                    stored_hash=None if stored is None else bytes(stored),
+                )
             )
-        )
+        except (TypeError, ValueError) as exc:
+            raise LedgerCorrupt(f"checkpoint {number!r} of key {key}: malformed row: {exc}") from None
     return found
 
 
@@ -300,7 +300,7 @@ def _check(
                 "(truncated or rolled back)"
             )
         held = start if checkpoint.count == 0 else checkpoint.stored_hash
-        if not isinstance(fields.get("head"), str) or held != bytes.fromhex(fields["head"]):
+        if held is None or fields.get("head") != held.hex():
             raise LedgerCorrupt(
                 f"{where}: record {checkpoint.count} is not the signed one (hash {None if held is None else held.hex()}"
                 f", signed {fields.get('head')}): the history was rewritten or rolled back"
