@@ -391,31 +391,45 @@ def rewrite_campaign(folder: Path, records: int) -> None:
 
     private, public = folder / "sign.key", folder / "sign.pub"
     bc.generate_keys(private, public)
-    plain = with_key = at_open = 0
-    for name, (rewrite, _) in rewrites.REWRITES.items():
-        target = str(folder / f"rewrite-{uuid.uuid4().hex}.db")
-        rewrites.signed_ledger(target, private)
-        rewrite(target)
-        passed = bc.audit_file(target).ok
-        try:
-            bc.verify_checkpoints(target, public)
-            keyed = not passed
-        except bc.LedgerCorrupt:
-            keyed = True
-        opener = bc.WindowLedger(epsilon=100.0, w=4) if "epsilon" in name else bc.WindowLedger(rewrites.PARAMS)
-        try:
-            bc.open_ledger(target, opener, verify_key=public).close()
-            opened = False
-        except bc.LedgerCorrupt:
-            opened = True
-        plain, with_key, at_open = plain + (not passed), with_key + keyed, at_open + opened
-        print(
-            f"rewrite {name:<42} plain audit {'found' if not passed else 'passed'}, audit --key "
-            f"{'found' if keyed else 'PASSED'}, open_ledger(verify_key) {'found' if opened else 'OPENED'}"
-        )
+    stores: list[tuple[str, Any]] = [("sqlite", lambda: str(folder / f"rewrite-{uuid.uuid4().hex}.db"))]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import pgserver
+
+            url = str(pgserver.get_server(folder / "pg-sign", cleanup_mode="stop").get_uri())
+        from budgetcheck.durable.postgres import with_ledger
+
+        stores.append(("postgresql", lambda: with_ledger(url, f"sign_{uuid.uuid4().hex[:12]}")))
+    except ImportError:
+        print("rewrite campaign on PostgreSQL: skipped (pip install pgserver 'budgetcheck[postgres]')")
+    runs = plain = with_key = at_open = 0
+    for store, fresh in stores:
+        for name, (rewrite, _) in rewrites.REWRITES.items():
+            target = fresh()
+            rewrites.signed_ledger(target, private)
+            rewrite(target)
+            passed = bc.audit_file(target).ok
+            try:
+                bc.verify_checkpoints(target, public)
+                keyed = not passed
+            except bc.LedgerCorrupt:
+                keyed = True
+            opener = bc.WindowLedger(epsilon=100.0, w=4) if "epsilon" in name else bc.WindowLedger(rewrites.PARAMS)
+            try:
+                bc.open_ledger(target, opener, verify_key=public).close()
+                opened = False
+            except bc.LedgerCorrupt:
+                opened = True
+            runs += 1
+            plain, with_key, at_open = plain + (not passed), with_key + keyed, at_open + opened
+            print(
+                f"rewrite {store:>10} {name:<42} plain audit {'found' if not passed else 'passed'}, audit --key "
+                f"{'found' if keyed else 'PASSED'}, open_ledger(verify_key) {'found' if opened else 'OPENED'}"
+            )
     print(
-        f"rewrite campaign: {len(rewrites.REWRITES)} rewrites by a store holder without the key: plain audit found "
-        f"{plain}, audit --key {with_key}, open_ledger(verify_key) {at_open}"
+        f"rewrite campaign: {runs} rewrites ({len(rewrites.REWRITES)} kinds x {len(stores)} stores) by a store holder "
+        f"without the key: plain audit found {plain}, audit --key {with_key}, open_ledger(verify_key) {at_open}"
     )
     spends = 2000
     for every, key in ((None, None), (100, private), (1, private)):
