@@ -343,6 +343,21 @@ def test_an_unsigned_store_is_refused_with_a_key_until_signed(store: str, keys: 
     again.close()
 
 
+def test_sign_refuses_a_store_whose_audit_fails(store: str, keys: tuple[Path, Path]) -> None:
+    """Signing vouches for a history: a record edited without its hash recomputed is never signed."""
+    private, public = keys
+    ledger = bc.open_ledger(store, bc.WindowLedger(PARAMS))
+    ledger.spend(1, 0.5, purpose="a")
+    ledger.spend(2, 0.2, purpose="b")
+    ledger.close()
+    drop_guards(store)
+    sql(store, "UPDATE records SET amounts = ? WHERE seq = 1", params=(np.array([0.1]).tobytes(),))
+    result = CliRunner().invoke(main, ["sign", store, "--signing-key", str(private)])
+    assert result.exit_code == 4 and "not signed" in result.output, result.output
+    with pytest.raises(bc.LedgerCorrupt, match="no checkpoint signed by key"):
+        bc.verify_checkpoints(store, public)
+
+
 def test_rotation_signs_under_the_new_key_after_the_old_one_verifies(
     store: str, keys: tuple[Path, Path], tmp_path: Path
 ) -> None:
