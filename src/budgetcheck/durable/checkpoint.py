@@ -327,8 +327,8 @@ def verify_checkpoints(target: str | Path, verify_key: PublicKeyLike) -> Checkpo
     >>> _ = generate_keys(folder / "k.pem", folder / "k.pub")
     >>> ledger = bc.open_ledger(folder / "l.db", bc.WindowLedger(epsilon=1.0, w=4), signing_key=folder / "k.pem")
     >>> ledger.spend(1, 0.5, purpose="x"); ledger.close()
-    >>> verify_checkpoints(folder / "l.db", folder / "k.pub").checkpoints
-    1
+    >>> verify_checkpoints(folder / "l.db", folder / "k.pub").checkpoints  # at the genesis and at the close
+    2
     """
     public = load_verify_key(verify_key)
     store = open_store(target)
