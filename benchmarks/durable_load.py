@@ -136,7 +136,7 @@ def bulk_file(path: Path, n: int, w: int) -> None:
     amounts = np.ascontiguousarray(record.amounts, dtype="<f8").tobytes()
     detail = encode_detail(record)
     text = detail.decode()
-    previous = genesis(header)
+    previous = genesis(header, ledger.sampler)  # H_0 covers the sampler the file keeps
     db = sqlite3.connect(path)
     db.execute("PRAGMA synchronous=OFF")
     batch = []
@@ -256,6 +256,7 @@ def main() -> None:
             campaign(folder, campaign_runs)
         if shared_spends:
             shared(folder, shared_spends)
+        rewrite_campaign(folder, 10**5 if args.quick else 10**6)
 
 
 def _shared_writer(
@@ -374,6 +375,100 @@ def campaign(folder: Path, runs: int) -> None:
     print(
         f"campaign: {total} runs, worst window / epsilon = {worst} ({float(worst):.6f}), configurations over epsilon: "
         f"{over}"
+    )
+
+
+def rewrite_campaign(folder: Path, records: int) -> None:
+    """Section 7, signed checkpoints (issue 42, item 4): every rewrite of tests/durable/test_checkpoints.py
+    (REWRITES) on an SQLite file, found or not by the plain audit, ``audit --key`` (verify_checkpoints and
+    the chain) and ``open_ledger(verify_key=...)``; the cost of signing per spend; reopening a ledger of
+    ``records`` rows (a checkpoint every 100) with the whole chain (no key) and from its last checkpoint."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "durable"))
+    import test_checkpoints as rewrites
+
+    from budgetcheck.durable.checkpoint import Checkpoints
+    from budgetcheck.durable.journal import open_store
+
+    private, public = folder / "sign.key", folder / "sign.pub"
+    bc.generate_keys(private, public)
+    stores: list[tuple[str, Any]] = [("sqlite", lambda: str(folder / f"rewrite-{uuid.uuid4().hex}.db"))]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import pgserver
+
+            url = str(pgserver.get_server(folder / "pg-sign", cleanup_mode="stop").get_uri())
+        from budgetcheck.durable.postgres import with_ledger
+
+        stores.append(("postgresql", lambda: with_ledger(url, f"sign_{uuid.uuid4().hex[:12]}")))
+    except ImportError:
+        print("rewrite campaign on PostgreSQL: skipped (pip install pgserver 'budgetcheck[postgres]')")
+    runs = plain = with_key = at_open = 0
+    for store, fresh in stores:
+        for name, (rewrite, _) in rewrites.REWRITES.items():
+            target = fresh()
+            rewrites.signed_ledger(target, private)
+            rewrite(target)
+            passed = bc.audit_file(target).ok
+            try:
+                bc.verify_checkpoints(target, public)
+                keyed = not passed
+            except bc.LedgerCorrupt:
+                keyed = True
+            opener = bc.WindowLedger(epsilon=100.0, w=4) if "epsilon" in name else bc.WindowLedger(rewrites.PARAMS)
+            try:
+                bc.open_ledger(target, opener, verify_key=public).close()
+                opened = False
+            except bc.LedgerCorrupt:
+                opened = True
+            runs += 1
+            plain, with_key, at_open = plain + (not passed), with_key + keyed, at_open + opened
+            print(
+                f"rewrite {store:>10} {name:<42} plain audit {'found' if not passed else 'passed'}, audit --key "
+                f"{'found' if keyed else 'PASSED'}, open_ledger(verify_key) {'found' if opened else 'OPENED'}"
+            )
+    print(
+        f"rewrite campaign: {runs} rewrites ({len(rewrites.REWRITES)} kinds x {len(stores)} stores) by a store holder "
+        f"without the key: plain audit found {plain}, audit --key {with_key}, open_ledger(verify_key) {at_open}"
+    )
+    spends = 2000
+    for every, key in ((None, None), (100, private), (1, private)):
+        target = folder / f"cost-{uuid.uuid4().hex}.db"
+        extra: dict[str, Any] = {} if key is None else {"signing_key": key, "checkpoint_every": every}
+        ledger = bc.open_ledger(target, _rate_ledger(), durability="process", **extra)
+        start = time.perf_counter()
+        for t in range(1, spends + 1):
+            ledger.spend(t, 0.009, purpose="s")
+        seconds = time.perf_counter() - start
+        ledger.close()
+        shown = "no key" if key is None else f"a checkpoint every {every} record(s)"
+        print(f"signing cost: {spends} spends, durability process, {shown}: {spends / seconds:,.0f} spends/s")
+    path = folder / "reopen.db"
+    bulk_file(path, records, 100)
+    signer = Checkpoints(signing_key=private, every=100)
+    store = open_store(path)
+    store.begin_write()
+    previous = None
+    for count, digest in store.execute("SELECT seq, hash FROM records WHERE seq % 100 = 0 ORDER BY seq").fetchall():
+        previous = signer.sign(store, count, bytes(digest), stop=False, previous=previous)
+    store.commit()
+    store.close()
+    timings: dict[str, list[float]] = {"whole chain (no key)": [], "from the last checkpoint (verify_key)": []}
+    for _ in range(3):
+        for how, extra in zip(timings, ({}, {"verify_key": public}), strict=True):
+            start = time.perf_counter()
+            bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(1.0, 100), sampler="numpy-laplace"), **extra).close()
+            timings[how].append(time.perf_counter() - start)
+    for how, seconds in timings.items():
+        print(
+            f"reopen of {records:,} records, {records // 100:,} checkpoints, w=100, {how}: "
+            f"{statistics.median(seconds):.3f} s median of 3"
+        )
+    start = time.perf_counter()
+    report = bc.verify_checkpoints(path, public)
+    print(
+        f"verify_checkpoints (audit --key's extra work, every signature) of {report.checkpoints:,} checkpoints: "
+        f"{time.perf_counter() - start:.3f} s"
     )
 
 

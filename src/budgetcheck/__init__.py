@@ -16,6 +16,10 @@ from budgetcheck import ops as ops
 from budgetcheck import rounding as rounding
 from budgetcheck.durable.audit_file import FileAudit as FileAudit
 from budgetcheck.durable.audit_file import audit_file as audit_file
+from budgetcheck.durable.checkpoint import CheckpointReport as CheckpointReport
+from budgetcheck.durable.checkpoint import generate_keys as generate_keys
+from budgetcheck.durable.checkpoint import sign_ledger as sign_ledger
+from budgetcheck.durable.checkpoint import verify_checkpoints as verify_checkpoints
 from budgetcheck.durable.ledger_file import open_ledger as open_ledger
 from budgetcheck.durable.publish import PublishSummary as PublishSummary
 from budgetcheck.durable.publish import publish as publish
@@ -113,6 +117,7 @@ __all__ = [
     "AuditReport",
     "BudgetExceeded",
     "BudgetcheckError",
+    "CheckpointReport",
     "Clipped",
     "Composed",
     "Counterexample",
@@ -167,6 +172,7 @@ __all__ = [
     "execute",
     "execute_personalized",
     "execute_swellfish",
+    "generate_keys",
     "goal_affected_maximum",
     "inclusion_probabilities",
     "kernels",
@@ -180,5 +186,7 @@ __all__ = [
     "publish",
     "rounding",
     "sampling_error",
+    "sign_ledger",
+    "verify_checkpoints",
     "verify_mechanism",
 ]

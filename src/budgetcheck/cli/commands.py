@@ -412,7 +412,15 @@ def _prove_row(row: dict[str, Any], as_json: bool, progress: Progress) -> None:
 @click.option("--w", type=int, default=None, help="The window length w to check against (default: the log's header).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report.")
 @click.option("--expect-head", default=None, help="Ledger files: the head hash you kept (detects a rolled-back file).")
-def audit(log: Path | str, epsilon: float | None, w: int | None, as_json: bool, expect_head: str | None) -> None:
+@click.option(
+    "--key",
+    default=None,
+    type=FilePath(exists=True, dir_okay=False, path_type=Path),
+    help="Ledger files: the Ed25519 public key (PEM) whose signed checkpoints must all verify (exit 4 if not).",
+)
+def audit(
+    log: Path | str, epsilon: float | None, w: int | None, as_json: bool, expect_head: str | None, key: Path | None
+) -> None:
     """Re-check a ledger LOG offline: an exported JSON-lines log, a ledger file or a postgresql:// ledger URL
     (hash chain, head, every composition constraint; exit 4 if the chain is broken or the file damaged)."""
     from budgetcheck.durable.journal import is_journal, is_url
@@ -420,8 +428,14 @@ def audit(log: Path | str, epsilon: float | None, w: int | None, as_json: bool, 
     if is_url(log) or is_journal(log):
         from budgetcheck.cli.publish import audit_ledger_file
 
-        audit_ledger_file(log, expect_head, as_json, epsilon, w)
+        audit_ledger_file(log, expect_head, as_json, epsilon, w, key)
     log = Path(log)
+    if key is not None:
+        raise click.BadParameter(
+            f"{str(key)!r}: {log} is an exported JSON-lines log, which holds no signed checkpoints; --key applies "
+            "to ledger files",
+            param_hint="--key",
+        )
     if expect_head is not None:
         raise click.BadParameter(
             f"{expect_head!r}: {log} is an exported JSON-lines log, which has no hash chain and no head to check; "
@@ -885,9 +899,12 @@ def bench_swellfish(paper: bool, out: Path, seed: int, jobs: int) -> None:
 
 
 def _register() -> None:
+    from budgetcheck.cli.keys import keygen, sign
     from budgetcheck.cli.publish import publish
 
     main.add_command(publish)
+    main.add_command(keygen)
+    main.add_command(sign)
 
 
 _register()

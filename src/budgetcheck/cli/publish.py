@@ -12,6 +12,7 @@ import click
 
 from budgetcheck.cli.types import FilePath, LedgerTarget, OutputPath
 from budgetcheck.durable.audit_file import audit_file
+from budgetcheck.durable.checkpoint import DEFAULT_EVERY, CheckpointReport, verify_checkpoints
 from budgetcheck.durable.journal import DURABILITY, LOCK_TIMEOUT
 from budgetcheck.ledger.errors import (
     BudgetcheckError,
@@ -126,6 +127,20 @@ def _finite(value: float) -> float:
 @click.option(
     "--skip-bad-rows", is_flag=True, help="Report malformed rows on stderr and go on (default: stop at the first)."
 )
+@click.option(
+    "--signing-key",
+    default=None,
+    type=FilePath(exists=True, dir_okay=False, path_type=Path),
+    help="Ed25519 private key (PEM, from budgetcheck keygen; kept outside the ledger): verify the ledger's "
+    "checkpoints of this key at start, then sign every release, every --checkpoint-every records and the stop.",
+)
+@click.option(
+    "--checkpoint-every",
+    type=click.IntRange(min=1),
+    default=DEFAULT_EVERY,
+    show_default=True,
+    help="Records between signed checkpoints (with --signing-key).",
+)
 def publish(
     mechanism: str,
     ledger_path: Path | str,
@@ -143,6 +158,8 @@ def publish(
     durability: str,
     lock_timeout: float,
     skip_bad_rows: bool,
+    signing_key: Path | None,
+    checkpoint_every: int,
 ) -> None:
     """Publish a live stream through MECHANISM on a durable ledger, one timestamp at a time.
 
@@ -187,6 +204,8 @@ def publish(
                 lock_timeout=lock_timeout,
                 skip_bad_rows=skip_bad_rows,
                 on_reject=lambda message: click.echo(f"rejected {message}", err=True),
+                signing_key=signing_key,
+                checkpoint_every=checkpoint_every,
             )
     except LedgerCorrupt as exc:
         click.echo(f"Error: {_shown(ledger_path)}: {exc}", err=True)
@@ -236,11 +255,23 @@ def _shown(target: Path | str) -> str:
 
 
 def audit_ledger_file(
-    path: Path | str, expect_head: str | None, as_json: bool, epsilon: float | None = None, w: int | None = None
+    path: Path | str,
+    expect_head: str | None,
+    as_json: bool,
+    epsilon: float | None = None,
+    w: int | None = None,
+    key: Path | None = None,
 ) -> None:
     """``budgetcheck audit`` on a ledger file: chain, head and composition (against the file's header,
-    or a w-event file's windows against the given ε and w); exits."""
+    or a w-event file's windows against the given ε and w) and, with ``key``, every checkpoint signed by
+    it (a problem with them exits 4 like a broken chain); exits."""
+    signed: CheckpointReport | str | None = None
     try:
+        if key is not None:
+            try:
+                signed = verify_checkpoints(path, key)
+            except LedgerCorrupt as exc:
+                signed = str(exc)
         report = audit_file(path, expect_head=expect_head, epsilon=epsilon, w=w)
     except LedgerCorrupt as exc:
         click.echo(f"Error: {exc}", err=True)
@@ -257,7 +288,7 @@ def audit_ledger_file(
                 {
                     "version": 1,
                     "notion": report.notion,
-                    "ok": report.ok,
+                    "ok": report.ok and not isinstance(signed, str),
                     "records": report.records,
                     "head": report.head,
                     "chain_problem": report.problem,
@@ -265,6 +296,7 @@ def audit_ledger_file(
                     "worst_over_budget": float(report.worst_ratio),
                     "violations": list(report.violations),
                     **({"epsilon": report.epsilon, "w": report.w} if report.notion == Notion.W_EVENT else {}),
+                    **({} if signed is None else {"checkpoints": _checkpoints_json(signed)}),
                 },
                 indent=2,
             )
@@ -277,8 +309,36 @@ def audit_ledger_file(
         )
         click.echo(f"{report.path}: {report.notion} ledger file, {report.records} records, head {report.head}{checked}")
         click.echo(f"chain: {'ok' if report.problem is None else 'BROKEN: ' + report.problem}")
+        if signed is not None:
+            click.echo(f"checkpoints: {_checkpoints_line(signed)}")
         click.echo(f"{report.checked} constraints checked; worst: {float(report.worst_ratio):.6f} of the budget")
         for violation in report.violations:
             click.echo(f"VIOLATION {violation}")
-        click.echo("ok" if report.ok else "FAIL")
+        click.echo("ok" if report.ok and not isinstance(signed, str) else "FAIL")
+    if isinstance(signed, str):
+        sys.exit(EXIT_CORRUPT)
     sys.exit(EXIT_OK if report.ok else (EXIT_CORRUPT if report.problem else EXIT_VIOLATION))
+
+
+def _checkpoints_json(signed: CheckpointReport | str) -> dict[str, object]:
+    if isinstance(signed, str):
+        return {"ok": False, "problem": signed}
+    return {
+        "ok": True,
+        "key": signed.key,
+        "checkpoints": signed.checkpoints,
+        "signed_records": signed.signed_count,
+        "signed_head": signed.signed_head,
+        "unsigned_records": signed.unsigned,
+        "stopped": signed.stopped,
+    }
+
+
+def _checkpoints_line(signed: CheckpointReport | str) -> str:
+    if isinstance(signed, str):
+        return f"BROKEN: {signed}"
+    stop = ", a publisher's stop" if signed.stopped else ""
+    return (
+        f"ok ({signed.checkpoints} signed by key {signed.key}; the last covers {signed.signed_count} records{stop}; "
+        f"{signed.unsigned} records after it are not signed)"
+    )

@@ -42,6 +42,7 @@ from budgetcheck.ledger.records import LedgerHeader, SpendRecord, finite_or_none
 from budgetcheck.ledger.validation import MAX_T
 
 if TYPE_CHECKING:
+    from budgetcheck.durable.checkpoint import Checkpoints
     from budgetcheck.durable.store import Store
 
 FloatArray = NDArray[np.float64]
@@ -596,6 +597,7 @@ class Journal:
         "_published",
         "_sampler",
         "_store",
+        "checkpoints",
         "session",
         "session_entropy",
     )
@@ -635,6 +637,12 @@ class Journal:
         self._last, self._head = 0, self._genesis
         self._published: list[tuple[int, FloatArray]] = []
         self._begun = (self._last, self._head, 0)
+        self.checkpoints: Checkpoints | None = None  # signed checkpoints (budgetcheck.durable.checkpoint)
+
+    @property
+    def store(self) -> Store:
+        """The store's connection (the signed checkpoints read and write their table through it)."""
+        return self._store
 
     @property
     def path(self) -> str:
@@ -660,6 +668,8 @@ class Journal:
         return count, head.hex()
 
     def close(self) -> None:
+        if self.checkpoints is not None:  # a signer signs the head it leaves (best effort)
+            self.checkpoints.at_close(self)
         self._store.close()
 
     def load(self, lookback: int | None) -> list[JournalRow]:
@@ -671,6 +681,8 @@ class Journal:
                 (latest,) = self._store.execute("SELECT COALESCE(MAX(t), 0) FROM records WHERE kind = 0").fetchone()
                 since = 0 if lookback is None else int(latest) - lookback
                 self._last, self._head, self._published = 0, self._genesis, []
+                if self.checkpoints is not None:  # verified; the rows it vouches for and that do not matter are skipped
+                    self._last, self._head = self.checkpoints.start(self, None if lookback is None else since)
                 return self._verified(since)
             finally:
                 self._store.rollback()  # read only: ends the snapshot
@@ -709,6 +721,8 @@ class Journal:
 
     def commit(self) -> None:
         """COMMIT (durable before anything is released); the trigger has moved the head along."""
+        if self.checkpoints is not None:  # a signer signs here, in the same transaction
+            self.checkpoints.before_commit(self, self._last, self._head, released=len(self._published) > self._begun[2])
         with self._guard("commit"):
             self._store.commit()
 

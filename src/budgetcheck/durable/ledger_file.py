@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import TypeVar
 
+from budgetcheck.durable.checkpoint import DEFAULT_EVERY, Checkpoints, PrivateKeyLike, PublicKeyLike
 from budgetcheck.durable.journal import DURABILITY, LOCK_TIMEOUT, Journal
 from budgetcheck.durable.transaction import attach
 from budgetcheck.ledger.core import LedgerCore
@@ -22,7 +23,16 @@ from budgetcheck.ledger.errors import InvalidArgument
 L = TypeVar("L", bound=LedgerCore)
 
 
-def open_ledger(path: str | Path, ledger: L, *, durability: str = "full", lock_timeout: float = LOCK_TIMEOUT) -> L:
+def open_ledger(
+    path: str | Path,
+    ledger: L,
+    *,
+    durability: str = "full",
+    lock_timeout: float = LOCK_TIMEOUT,
+    verify_key: PublicKeyLike | None = None,
+    signing_key: PrivateKeyLike | None = None,
+    checkpoint_every: int = DEFAULT_EVERY,
+) -> L:
     """Keep ``ledger`` (fresh, unused) in the file at ``path``; returns the same ledger.
 
     A new file is created with the ledger's header; an existing file must have been kept under the
@@ -33,9 +43,19 @@ def open_ledger(path: str | Path, ledger: L, *, durability: str = "full", lock_t
     verifies the file's whole hash chain; an empty, damaged or edited file raises LedgerCorrupt. A
     numpy-sampler ledger draws from SeedSequence([seed, session, head count, head hash]) so that a
     reopened file never reuses noise, even if its session counter was reset.
+
+    Signed checkpoints (:mod:`budgetcheck.durable.checkpoint`, docs/explanation/tamper-evidence.md):
+    ``verify_key`` (an Ed25519 public key or its PEM file) verifies the store's checkpoints of that key
+    (none at all is LedgerCorrupt), then re-hashes only the rows after the last one and those the windows
+    still count; ``signing_key`` (the private key, kept outside the store) also signs the head every
+    ``checkpoint_every`` records and at every stored release (a new store is signed at its genesis).
     """
+    checkpoints = _checkpoints(verify_key, signing_key, checkpoint_every)  # bad keys: before the store is made
     journal = _journal(path, ledger, durability, lock_timeout)
     try:
+        if checkpoints is not None:
+            checkpoints.prepare(journal)
+            journal.checkpoints = checkpoints
         attach(ledger, journal)
     except BaseException:
         journal.close()
@@ -43,11 +63,24 @@ def open_ledger(path: str | Path, ledger: L, *, durability: str = "full", lock_t
     return ledger
 
 
-def replay_ledger(path: str | Path, ledger: L, *, durability: str = "full", lock_timeout: float = LOCK_TIMEOUT) -> L:
+def replay_ledger(
+    path: str | Path,
+    ledger: L,
+    *,
+    durability: str = "full",
+    lock_timeout: float = LOCK_TIMEOUT,
+    verify_key: PublicKeyLike | None = None,
+    signing_key: PrivateKeyLike | None = None,
+    checkpoint_every: int = DEFAULT_EVERY,
+) -> L:
     """Like :func:`open_ledger`, but the stored operations must be replayed by the same mechanism
     (a restarted publisher): each replayed call is matched against the file and gets its stored output."""
+    checkpoints = _checkpoints(verify_key, signing_key, checkpoint_every)  # bad keys: before the store is made
     journal = _journal(path, ledger, durability, lock_timeout)
     try:
+        if checkpoints is not None:
+            checkpoints.prepare(journal)
+            journal.checkpoints = checkpoints
         rows = journal.load(None)
     except BaseException:
         journal.close()
@@ -58,6 +91,17 @@ def replay_ledger(path: str | Path, ledger: L, *, durability: str = "full", lock
         journal.close()
         raise
     return ledger
+
+
+def _checkpoints(
+    verify_key: PublicKeyLike | None, signing_key: PrivateKeyLike | None, every: int
+) -> Checkpoints | None:
+    """The journal's checkpoints (verified at load, signed at commits) if a key is given."""
+    if verify_key is None and signing_key is None:
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise InvalidArgument(f"checkpoint_every={every!r} must be an integer >= 1 (records between checkpoints)")
+        return None
+    return Checkpoints(verify_key=verify_key, signing_key=signing_key, every=every)
 
 
 def _journal(path: str | Path, ledger: LedgerCore, durability: str, lock_timeout: float) -> Journal:

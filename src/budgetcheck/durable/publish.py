@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, Final
@@ -23,6 +24,7 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
+from budgetcheck.durable.checkpoint import DEFAULT_EVERY, PrivateKeyLike, sign_stop
 from budgetcheck.durable.journal import LOCK_TIMEOUT, canonical
 from budgetcheck.durable.ledger_file import replay_ledger
 from budgetcheck.durable.transaction import store_release
@@ -156,6 +158,8 @@ def publish(
     lock_timeout: float = LOCK_TIMEOUT,
     skip_bad_rows: bool = False,
     on_reject: Callable[[str], None] | None = None,
+    signing_key: PrivateKeyLike | None = None,
+    checkpoint_every: int = DEFAULT_EVERY,
 ) -> PublishSummary:
     """Publish ``lines`` through ``mechanism`` on the ledger file (see the module docstring).
 
@@ -168,6 +172,9 @@ def publish(
     one line per t sees every release) and ``out_path`` (a file: reconciled with the ledger at
     every start, so every release is in it exactly once) is given. ``lock_timeout``: seconds to wait
     for another writer of the same file before LedgerBusy (nothing charged, nothing released).
+    ``signing_key``: the Ed25519 private key (or its PEM file) that signs checkpoints of the chain: every
+    release, every ``checkpoint_every`` records and the stop; at start the store's checkpoints of its key
+    are verified first (docs/explanation/tamper-evidence.md).
     """
     if not callable(getattr(mechanism, "releases", None)):
         raise InvalidArgument(
@@ -185,7 +192,14 @@ def publish(
         if given not in FORMATS:
             raise InvalidArgument(f"{name}={given!r} must be one of {list(FORMATS)}")
     ledger = _ledger(mechanism, epsilon=epsilon, w=w, requirements=requirements, policies=policies, sampler=sampler)
-    replay_ledger(ledger_path, ledger, durability=durability, lock_timeout=lock_timeout)
+    replay_ledger(
+        ledger_path,
+        ledger,
+        durability=durability,
+        lock_timeout=lock_timeout,
+        signing_key=signing_key,
+        checkpoint_every=checkpoint_every,
+    )
     journal = ledger.journal
     assert journal is not None
     try:
@@ -261,7 +275,10 @@ def publish(
             head=journal.head()[1],
         )
     finally:
-        ledger.close()
+        try:
+            sign_stop(journal, sys.exc_info()[1])  # a signed stop: what a restart must find at least
+        finally:
+            ledger.close()
 
 
 def _ledger(
