@@ -15,9 +15,7 @@ import hashlib
 import io
 import json
 import stat
-import uuid
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,31 +28,10 @@ import budgetcheck as bc
 from budgetcheck.cli import main
 from budgetcheck.durable.checkpoint import DOMAIN, fingerprint
 from budgetcheck.durable.journal import ROW_COLUMNS, canonical, encode_array, is_url, open_store, row_hash
-from budgetcheck.durable.postgres import with_ledger
 
 PARAMS = bc.WEventParams(epsilon=1.0, w=4)
 EVERY = 5
 SPENDS = 23  # checkpoints at 0, 5, 10, 15, 20 and, at close, 23
-
-
-@pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A PostgreSQL server for the session (the dev extra's pgserver), as a URL."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs warns that XDG_RUNTIME_DIR is unset
-        import pgserver
-
-        server = pgserver.get_server(tmp_path_factory.mktemp("pg-sign"), cleanup_mode="stop")
-        url = str(server.get_uri())
-    yield url
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh ledger: an SQLite path, or a PostgreSQL URL naming a new ledger (schema)."""
-    if request.param == "sqlite":
-        return str(tmp_path / "l.db")
-    return with_ledger(request.getfixturevalue("pg_server"), f"s_{uuid.uuid4().hex[:16]}")
 
 
 @pytest.fixture

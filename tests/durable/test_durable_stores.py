@@ -10,8 +10,7 @@ import sys
 import threading
 import time
 import uuid
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,27 +26,6 @@ from budgetcheck.durable.postgres import redact, with_ledger
 from budgetcheck.durable.transaction import store_release
 
 PARAMS = bc.WEventParams(epsilon=1.0, w=4)
-
-
-@pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A PostgreSQL server for the session (the dev extra's pgserver), as a URL."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs warns that XDG_RUNTIME_DIR is unset
-        import pgserver
-
-        server = pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="stop")
-        url = str(server.get_uri())
-    yield url
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh ledger: an SQLite path, or a PostgreSQL URL naming a new ledger (schema)."""
-    if request.param == "sqlite":
-        return str(tmp_path / "l.db")
-    url = request.getfixturevalue("pg_server")
-    return with_ledger(url, f"t_{uuid.uuid4().hex[:16]}")
 
 
 def writer(target: str, **kwargs: Any) -> bc.WindowLedger:
