@@ -9,6 +9,7 @@ the publisher resumed; for every durability mode ``publish`` offers, both output
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
 import zlib
@@ -18,6 +19,7 @@ from pathlib import Path
 import click
 import pytest
 
+import budgetcheck as bc
 from budgetcheck.cli.publish import publish
 from budgetcheck.durable.server_crash import CrashServer, run_trial
 
@@ -59,3 +61,45 @@ def test_a_server_crash_mid_publish_loses_and_doubles_nothing(
     assert trial.lost_commits == 0, trial
     assert trial.stored == trial.timestamps and trial.audit_ok, trial
     assert trial.written >= trial.timestamps, trial  # stdout: the resumed run writes its last release again
+
+
+class _Recording(io.StringIO):
+    """An output that notes, at each write, how many times the ledger's write-ahead log was synced so far."""
+
+    def __init__(self, syncs: list[str]) -> None:
+        super().__init__()
+        self.syncs, self.at_write = syncs, []
+
+    def write(self, text: str) -> int:
+        self.at_write.append(sum(path.endswith("-wal") for path in self.syncs))
+        return super().write(text)
+
+
+def test_an_sqlite_release_is_synced_before_it_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host power loss cannot be staged in a test; what it needs can be seen: under --durability process
+    (synchronous=NORMAL: SQLite syncs nothing at a commit) each release line is written only after the
+    publisher's fsync of the ledger's log, one per release (full mode: SQLite's own at every commit)."""
+    from budgetcheck.durable.publish import publish as run
+
+    syncs: list[str] = []
+    real = os.fsync
+
+    def spy(fd: int) -> None:
+        syncs.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    out = _Recording(syncs)
+    lines = [f"{t},{3 + t % 4},{t % 3}\n" for t in range(1, 21)]
+    run(
+        bc.load_mechanism("BD"),
+        lines,
+        tmp_path / "l.db",
+        epsilon=1.0,
+        w=5,
+        dimensions=2,
+        out=out,
+        durability="process",
+    )
+    assert len(out.at_write) == 20
+    assert out.at_write == list(range(1, 21)), out.at_write
