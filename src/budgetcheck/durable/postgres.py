@@ -107,7 +107,9 @@ def split_url(url: str) -> tuple[str, str, str]:
 def _without_ledger(query: str) -> tuple[str, list[str]]:
     """(the query without its ``ledger=`` parameters, every other parameter as written; the ledger names)."""
     kept, names = [], []
-    for item in query.split("&") if query else []:
+    for item in query.split("&"):
+        if not item:  # '?&a=1', 'a=1&&b=2': nothing to keep
+            continue
         key, _, value = item.partition("=")
         if urllib.parse.unquote_plus(key) == "ledger":
             names.append(urllib.parse.unquote_plus(value))
