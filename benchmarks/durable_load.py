@@ -12,9 +12,13 @@
    newest timestamp of one file, both durability modes; every window audited after each run.
 6. A shared ledger: committed spends/s of N = 1, 2, 4 writer processes on one PostgreSQL ledger (a
    server started by pgserver, if it is installed) and, for comparison, on one SQLite file.
+7. The server-crash campaign (budgetcheck.durable.server_crash): `budgetcheck publish` on a PostgreSQL
+   ledger, the server crashed mid-publish (pg_ctl stop -m immediate, SIGKILL of the postmaster) and
+   restarted, for every durability mode and both outputs: double releases, lost commits, audit.
 
     python benchmarks/durable_load.py [--quick] [--stream N] [--file-stream N] [--writer-spends S] [--rate-rounds R]
                                       [--audit N] [--kills K] [--campaign-runs R] [--shared-spends N] [--only-shared]
+                                      [--server-crashes C] [--only-server-crash]
 """
 
 from __future__ import annotations
@@ -130,13 +134,13 @@ def bulk_file(path: Path, n: int, w: int) -> None:
     ledger = bc.open_ledger(
         path, bc.WindowLedger(bc.WEventParams(1.0, w), sampler="numpy-laplace"), durability="process"
     )
-    header = ledger.header()
+    header, sampler = ledger.header(), ledger.sampler
     ledger.close()
     record = bc.SpendRecord(t=1, purpose="bulk", amounts=np.array([0.9 / w]))
     amounts = np.ascontiguousarray(record.amounts, dtype="<f8").tobytes()
     detail = encode_detail(record)
     text = detail.decode()
-    previous = genesis(header, ledger.sampler)  # H_0 covers the sampler the file keeps
+    previous = genesis(header, sampler)  # a file keeps its sampler in the chain's start
     db = sqlite3.connect(path)
     db.execute("PRAGMA synchronous=OFF")
     batch = []
@@ -192,11 +196,24 @@ def main() -> None:
         help="spends per writer in section 6 (default 2000, quick 300; 0 skips it)",
     )
     parser.add_argument("--only-shared", action="store_true", help="run section 6 only")
+    parser.add_argument(
+        "--server-crashes",
+        type=int,
+        default=None,
+        help="server crashes per trial of section 7 (default 3 over 400 timestamps, 8 trials; quick 1 over 60 in "
+        "2 trials, one per durability mode; 0 skips it)",
+    )
+    parser.add_argument("--only-server-crash", action="store_true", help="run section 7 only")
     args = parser.parse_args()
     shared_spends = args.shared_spends if args.shared_spends is not None else (300 if args.quick else 2000)
+    crashes = args.server_crashes if args.server_crashes is not None else (1 if args.quick else 3)
     if args.only_shared:
         with tempfile.TemporaryDirectory() as tmp:
             shared(Path(tmp), shared_spends)
+        return
+    if args.only_server_crash:
+        with tempfile.TemporaryDirectory() as tmp:
+            server_crash(Path(tmp), crashes, quick=args.quick)
         return
     stream = args.stream or (2 * 10**5 if args.quick else 10**7)
     file_stream = args.file_stream or (5 * 10**4 if args.quick else 10**7)
@@ -239,6 +256,9 @@ def main() -> None:
             f"audit of {audited:,} records: {seconds:.1f} s, ok={report.ok}, worst {float(report.worst_ratio):.4f} of "
             "epsilon"
         )
+        start = time.perf_counter()  # the whole chain and every row's values (issue 42, item 5)
+        bc.open_ledger(path, bc.WindowLedger(bc.WEventParams(1.0, w), sampler="numpy-laplace")).close()
+        print(f"open_ledger of {audited:,} records (chain and every row checked): {time.perf_counter() - start:.2f} s")
         if kills:
             sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "durable"))
             from test_publish import kill_and_restart
@@ -257,6 +277,58 @@ def main() -> None:
         if shared_spends:
             shared(folder, shared_spends)
         rewrite_campaign(folder, 10**5 if args.quick else 10**6)
+        if crashes:
+            server_crash(folder, crashes, quick=args.quick)
+
+
+def server_crash(folder: Path, crashes: int, *, quick: bool) -> None:
+    """Section 7: the server-crash campaign, every durability mode ``publish`` offers."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import pgserver  # noqa: F401 — only whether it is installed
+    except ImportError:
+        print("server-crash campaign: skipped (pip install pgserver 'budgetcheck[postgres]' to run it)")
+        return
+    from budgetcheck.durable import server_crash as campaign_of
+
+    server = campaign_of.CrashServer(folder / "crash-pg")
+    timestamps = 60 if quick else 400
+    totals = [0, 0, 0, 0]  # trials, double releases, lost commits, failed audits
+    try:
+        for index, (durability, crash, output) in enumerate(
+            (d, c, o) for d in ("full", "process") for c in campaign_of.CRASHES for o in campaign_of.OUTPUTS
+        ):
+            if quick and index not in (0, 7):  # quick: full/immediate/--out and process/sigkill/stdout
+                continue
+            trial = campaign_of.run_trial(
+                server,
+                folder,
+                durability=durability,
+                crash=crash,
+                output=output,
+                timestamps=timestamps,
+                crashes=crashes,
+                seed=index,
+            )
+            totals = [
+                totals[0] + 1,
+                totals[1] + trial.double_releases,
+                totals[2] + trial.lost_commits,
+                totals[3] + (not trial.audit_ok),
+            ]
+            print(
+                f"server crash {durability:>7} {crash:>9} --{output:<6}: {trial.crashes} crashes, {trial.runs} runs, "
+                f"{trial.written} lines written, {trial.stored}/{trial.timestamps} stored, "
+                f"{trial.double_releases} double releases, {trial.lost_commits} lost commits, "
+                f"audit {'ok' if trial.audit_ok else 'FAILED'} ({trial.seconds:.1f} s)"
+            )
+    finally:
+        server.stop()
+    print(
+        f"server-crash campaign: {totals[0]} trials x {crashes} crashes: {totals[1]} double releases, "
+        f"{totals[2]} lost commits, {totals[3]} failed audits"
+    )
 
 
 def _shared_writer(

@@ -114,7 +114,14 @@ def _finite(value: float) -> float:
     type=click.Choice(sorted(DURABILITY)),
     default="full",
     show_default=True,
-    help="full: fsync every commit (power loss); process: survives a killed process, faster.",
+    help="full: every commit waits for the disk (SQLite synchronous=FULL, PostgreSQL synchronous_commit=on). "
+    "process: spends are committed without waiting for it (synchronous=NORMAL / synchronous_commit=off), "
+    "faster when a timestamp charges several times; each release's commit still waits for the disk, and covers "
+    "the spends before it. In both modes a release is written out only once it is on the disk, so every written "
+    "release survives a killed publisher, a crash of the PostgreSQL server and a power loss of the host (a disk "
+    "that honours fsync; PostgreSQL with fsync=on); no timestamp is ever released twice. What process mode can "
+    "lose to a server crash or power loss is the spends of a timestamp not yet released (its noise never left "
+    "the publisher): the restart redoes that timestamp.",
 )
 @click.option(
     "--lock-timeout",

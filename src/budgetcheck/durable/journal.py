@@ -20,6 +20,7 @@ always :class:`LedgerCorrupt`, never a fresh ledger.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import functools
 import hashlib
@@ -240,9 +241,19 @@ def decode_row(row: tuple[Any, ...], header: LedgerHeader) -> JournalRow:
 
 
 def is_journal(path: str | Path) -> bool:
-    """Whether ``path`` starts like an SQLite file (else it may be a JSON-lines export)."""
+    """Whether ``path`` is to be read as a ledger file rather than a JSON-lines export: it starts like an
+    SQLite file, or it is empty or its first block is not UTF-8 text. An export is never empty and always
+    text, so such a file is a ledger file whose start was destroyed, or no ledger at all: opening it says
+    so (LedgerCorrupt, exit 4), as :func:`connect` says of an empty or headless file."""
     with open(path, "rb") as handle:
-        return handle.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
+        start = handle.read(4096)
+    if not start or start.startswith(_SQLITE_MAGIC):
+        return True
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(start)  # a character cut at the block's end is fine
+    except UnicodeDecodeError:
+        return True
+    return False
 
 
 def connect(path: str | Path, *, durability: str = "full", lock_timeout: float = LOCK_TIMEOUT) -> sqlite3.Connection:
@@ -264,6 +275,10 @@ def connect(path: str | Path, *, durability: str = "full", lock_timeout: float =
         db.execute("PRAGMA journal_mode=WAL")  # from here this connection holds SQLite's shared lock on the file
         db.execute(f"PRAGMA synchronous={DURABILITY[durability]}")
         db.execute(f"PRAGMA busy_timeout={int(lock_timeout * 1000)}")
+    except UnicodeDecodeError as exc:  # SQLite read schema text that is not UTF-8: a damaged file
+        if db is not None:
+            db.close()
+        raise LedgerCorrupt(f"{str(path)!r} cannot be opened as a ledger file (damaged: {exc})") from exc
     except sqlite3.DatabaseError as exc:
         if db is not None:
             db.close()
@@ -493,7 +508,7 @@ def open_store(
 class SqliteStore:
     """An SQLite ledger file in WAL mode: ``BEGIN IMMEDIATE`` is the write lock, ``BEGIN`` a read snapshot."""
 
-    __slots__ = ("_closed", "_db", "_path", "_timeout")
+    __slots__ = ("_closed", "_db", "_path", "_synced", "_timeout")
     operation_key: Final = "json_extract(detail, '$.operation')"
 
     def __init__(
@@ -507,6 +522,7 @@ class SqliteStore:
         if create is not None:
             create_file(path, *create)
         self._path, self._timeout = str(path), lock_timeout
+        self._synced = durability == "full"  # every commit waits for the disk (synchronous=FULL)
         self._db = connect(path, durability=durability, lock_timeout=lock_timeout)
         self._closed = False
         try:
@@ -550,8 +566,28 @@ class SqliteStore:
     def begin_read(self) -> None:
         self._db.execute("BEGIN")
 
-    def commit(self) -> None:
+    def commit(self, *, durable: bool = False) -> None:
         self._db.execute("COMMIT")
+        if durable and not self._synced:
+            self._sync_log()
+
+    def _sync_log(self) -> None:
+        """fsync the write-ahead log after a commit made under synchronous=NORMAL (which cannot be raised
+        inside a transaction): what synchronous=FULL does at a commit. Every earlier commit is in the log
+        too, or was checkpointed into the file (a checkpoint syncs both). SQLite keeps no lock on the log
+        file itself (its locks are on the file and the -shm), so closing this descriptor drops none."""
+        try:
+            handle = os.open(f"{self._path}-wal", os.O_RDONLY)
+        except FileNotFoundError:  # checkpointed and removed: the commit is in the (synced) file
+            return
+        except OSError as exc:
+            raise LedgerCorrupt(f"{self._path}: cannot sync the write-ahead log: {exc}") from exc
+        try:
+            os.fsync(handle)
+        except OSError as exc:
+            raise LedgerCorrupt(f"{self._path}: cannot sync the write-ahead log: {exc}") from exc
+        finally:
+            os.close(handle)
 
     def rollback(self) -> None:
         with contextlib.suppress(sqlite3.Error):
@@ -719,12 +755,14 @@ class Journal:
         self._begun = (self._last, self._head, len(self._published))
         return rows
 
-    def commit(self) -> None:
-        """COMMIT (durable before anything is released); the trigger has moved the head along."""
+    def commit(self, *, durable: bool = False) -> None:
+        """COMMIT; the trigger has moved the head along. ``durable``: return only once the commit (and with
+        it every earlier one) is on the store's disk, whatever the durability ("process" too): a publisher
+        commits each release so before writing it out (see :func:`budgetcheck.durable.publish.publish`)."""
         if self.checkpoints is not None:  # a signer signs here, in the same transaction
             self.checkpoints.before_commit(self, self._last, self._head, released=len(self._published) > self._begun[2])
         with self._guard("commit"):
-            self._store.commit()
+            self._store.commit(durable=durable)
 
     def rollback(self) -> None:
         """Undo the open transaction (if any): back to exactly what the lock showed after the catch-up
@@ -841,6 +879,7 @@ class Journal:
         count, head = self._stored_head()
         after, previous = self._last, self._head
         rows: list[JournalRow] = []
+        old = _OldRows(self._header)
         seen = after
         with self._guard("read records"):
             cursor = self._store.execute(
@@ -855,6 +894,9 @@ class Journal:
                     self._published.append(decode_release(row))
                 elif row[4] >= since_t:
                     rows.append(decode_row(row, self._header))
+                else:  # too old to matter to the windows, but still a row the writer must have written
+                    old.add(row)
+        old.check()
         if previous != head or seen != count:
             raise LedgerCorrupt(f"{self.path}: the file ends at record {seen}, but its head names record {count}")
         self._last, self._head = count, previous
@@ -936,6 +978,47 @@ class Journal:
 
 
 @final
+class _OldRows:
+    """The check of the spend rows a load reads but does not hand back (older than the windows that can
+    still matter): each must be a row the writer could have written, as :func:`decode_row` checks, so that
+    a forged old row (a negative or NaN amount under a recomputed chain) is LedgerCorrupt at open, as the
+    audit finds it. Cheaper than decoding each: a detail text is checked once (plain spends repeat the same
+    few), and the amounts are checked in batches of :attr:`BATCH` rows."""
+
+    __slots__ = ("_blobs", "_details", "_header", "_rows", "_size")
+    BATCH: Final = 4096
+
+    def __init__(self, header: LedgerHeader) -> None:
+        self._header = header
+        shape = (header.runs, len(header.classes)) if header.classes else (header.runs,)
+        self._size = 8 * int(np.prod(shape))
+        self._details: set[str] = set()
+        self._rows: list[tuple[Any, ...]] = []
+        self._blobs: list[bytes] = []
+
+    def add(self, row: tuple[Any, ...]) -> None:
+        t, amounts, detail = row[4], row[5], row[6]
+        if detail not in self._details or len(amounts) != self._size or not 1 <= t <= MAX_T:
+            decode_row(row, self._header)  # the full check (it raises for a bad row)
+            self._details.add(detail)
+        self._rows.append(row)
+        self._blobs.append(amounts)
+        if len(self._blobs) >= self.BATCH:
+            self.check()
+
+    def check(self) -> None:
+        """Check the amounts of the rows added since the last check (all at once)."""
+        if not self._blobs:
+            return
+        amounts = np.frombuffer(b"".join(self._blobs), dtype="<f8")
+        if not ((amounts >= 0.0) & (amounts < np.inf)).all():
+            for row in self._rows:
+                decode_row(row, self._header)  # names the first bad row
+        self._rows.clear()
+        self._blobs.clear()
+
+
+@final
 class _Guard:
     """``with`` block that turns an SQLite error into LedgerCorrupt naming the file and the step, or
     LedgerBusy when another writer held the lock past the timeout (a class, not a generator context
@@ -957,5 +1040,5 @@ class _Guard:
             ) from exc
         if isinstance(exc, sqlite3.DatabaseError) and _linked(self._path):  # open here under its other name
             raise _several_names(Path(self._path), "") from exc
-        if isinstance(exc, sqlite3.DatabaseError):
+        if isinstance(exc, (sqlite3.DatabaseError, UnicodeDecodeError)):  # text that is not UTF-8: damaged
             raise LedgerCorrupt(f"{self._path}: cannot {self._what}: {exc}") from exc

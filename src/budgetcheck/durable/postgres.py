@@ -8,7 +8,8 @@ are refused. The write lock is the head row (``SELECT … FOR UPDATE`` in a READ
 transaction: every statement after it sees every commit before it); ``load`` and the audit read one
 REPEATABLE READ READ ONLY snapshot. ``lock_timeout`` is PostgreSQL's (then LedgerBusy);
 ``durability="process"`` is ``synchronous_commit = off`` (a killed client loses nothing committed;
-a server crash may lose the last commits). A new ledger is made in one transaction under an advisory
+a server crash may lose the last commits), except for a commit asked to be durable (a publisher's
+release: ``SET LOCAL synchronous_commit = on``, whose WAL flush covers every earlier commit). A new ledger is made in one transaction under an advisory
 lock, so hosts creating the same ledger at once make it once. psycopg is imported only here.
 """
 
@@ -35,6 +36,16 @@ _RESERVED = re.compile(r"pg_.*|information_schema")
 # out of the text as written, up to the last '@', never through urllib (which ends the authority at them).
 _USERINFO = re.compile(r"^([^:/?#]+://[^:@]*):.*@", re.DOTALL)
 _PASSWORD_PARAM = re.compile(r"([?&][^=&#]*password=)[^&#]*", re.IGNORECASE)  # password=, sslpassword=, …
+# the options libpq reads as integers (a port may be a comma-separated list, one per host)
+_INTEGER_OPTIONS: Final = (
+    "port",
+    "connect_timeout",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_count",
+    "tcp_user_timeout",
+)
 
 _SCHEMA = """
 CREATE TABLE {s}.meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -63,13 +74,20 @@ CREATE TRIGGER records_no_truncate BEFORE TRUNCATE ON {s}.records FOR EACH STATE
 
 
 def split_url(url: str) -> tuple[str, str, str]:
-    """(connection URL for the driver, ledger name, the URL as messages show it: no password)."""
+    """(connection URL for the driver, ledger name, the URL as messages show it: no password).
+
+    The driver's URL is ``url`` without its ``ledger=`` parameter and otherwise as written (never decoded
+    and encoded again: ``%20`` stays ``%20``, where a re-encoding would make it ``+``, which libpq reads
+    literally). A URL the driver cannot read (an unknown parameter, a bad percent escape, a port that is
+    not a number) is InvalidArgument here, before any connection is tried."""
+    problem = None
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError as exc:  # e.g. an unclosed IPv6 bracket: the driver would not read it either
-        raise InvalidArgument(f"ledger URL {redact(url)!r} is not a valid URL: {exc}") from None
-    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    names = [value for key, value in query if key == "ledger"]
+        problem = str(exc)
+    if problem is not None:  # raised outside the except block: no driver or parser error on the chain
+        raise InvalidArgument(f"ledger URL {redact(url)!r} is not a valid URL: {scrub(problem, url)}")
+    rest, names = _without_ledger(parts.query)
     if len(names) > 1:
         raise InvalidArgument(f"ledger URL {redact(url)!r} names the ledger {len(names)} times")
     name = names[0] if names else DEFAULT_LEDGER
@@ -83,15 +101,52 @@ def split_url(url: str) -> tuple[str, str, str]:
             f"ledger={name!r} in {redact(url)!r} is a PostgreSQL system schema (pg_* and "
             "information_schema are reserved); name the ledger otherwise"
         )
-    rest = urllib.parse.urlencode([(key, value) for key, value in query if key != "ledger"])
     return urllib.parse.urlunsplit(parts._replace(query=rest)), name, redact(url)
 
 
+def _without_ledger(query: str) -> tuple[str, list[str]]:
+    """(the query without its ``ledger=`` parameters, every other parameter as written; the ledger names)."""
+    kept, names = [], []
+    for item in query.split("&"):
+        if not item:  # '?&a=1', 'a=1&&b=2': nothing to keep
+            continue
+        key, _, value = item.partition("=")
+        if urllib.parse.unquote_plus(key) == "ledger":
+            names.append(urllib.parse.unquote_plus(value))
+        else:
+            kept.append(item)
+    return "&".join(kept), names
+
+
+def check_conninfo(conninfo: str, url: str) -> None:
+    """InvalidArgument (exit 2) when the driver cannot read the connection URL ``conninfo`` (made from
+    ``url``): an unknown parameter, a bad percent escape, a port or another integer option that is not a
+    number. libpq would otherwise report some of these only when connecting, as an unreachable server."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    problem = None
+    try:
+        options = conninfo_to_dict(conninfo)
+    except _driver().Error as exc:
+        problem = _first_line(exc)
+    if problem is not None:  # raised outside the except block: the driver's error (and the password it may
+        # quote) is not kept on the exception's __context__
+        raise InvalidArgument(f"ledger URL {redact(url)!r} cannot be read: {scrub(problem, url)}")
+    for key in _INTEGER_OPTIONS:
+        for item in str(options.get(key, "")).split(","):
+            if item and not (item.isascii() and item.isdigit() and (key != "port" or 0 < int(item) < 65536)):
+                raise InvalidArgument(
+                    f"{key}={scrub(item, url)!r} in the ledger URL {redact(url)!r} must be "
+                    f"{'a port number from 1 to 65535' if key == 'port' else 'a whole number of seconds or a count'}"
+                )
+
+
 def with_ledger(url: str, name: str) -> str:
-    """``url`` naming the ledger ``name`` (replacing any ``ledger=`` it has)."""
+    """``url`` naming the ledger ``name`` (replacing any ``ledger=`` it has; the other parameters as written)."""
     parts = urllib.parse.urlsplit(url)
-    query = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True) if k != "ledger"]
-    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode([*query, ("ledger", name)])))
+    rest, _ = _without_ledger(parts.query)
+    query = "&".join(filter(None, (rest, urllib.parse.urlencode([("ledger", name)]))))
+    return urllib.parse.urlunsplit(parts._replace(query=query))
 
 
 def redact(url: str) -> str:
@@ -130,7 +185,7 @@ def _driver() -> Any:
 class PostgresStore:
     """One autocommit connection to a ledger's schema (see the module docstring)."""
 
-    __slots__ = ("_db", "_errors", "_name", "_schema", "_timeout")
+    __slots__ = ("_db", "_errors", "_name", "_schema", "_synced", "_timeout")
 
     def __init__(
         self,
@@ -142,16 +197,20 @@ class PostgresStore:
     ) -> None:
         driver = _driver()
         conninfo, self._schema, self._name = split_url(url)
+        check_conninfo(conninfo, url)
         self._timeout = lock_timeout
+        self._synced = durability == "full"  # synchronous_commit = on
         self._errors = driver.errors
+        problem = None
         try:
             self._db: Connection[Any] = driver.connect(
                 conninfo, autocommit=True, connect_timeout=max(1, int(lock_timeout))
             )
         except driver.Error as exc:
-            raise LedgerUnavailable(
-                f"cannot connect to the ledger {self._name}: {scrub(_first_line(exc), url)}"
-            ) from None
+            problem = scrub(_first_line(exc), url)
+        if problem is not None:  # raised outside the except block: the driver's error (which may quote the
+            # password) is neither the __cause__ nor the suppressed __context__ of ours
+            raise LedgerUnavailable(f"cannot connect to the ledger {self._name}: {problem}")
         try:
             with self.guard("set up the connection"):
                 self._db.execute(f"SET lock_timeout = {max(1, round(lock_timeout * 1000))}")
@@ -209,7 +268,9 @@ class PostgresStore:
     def begin_read(self) -> None:
         self._db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 
-    def commit(self) -> None:
+    def commit(self, *, durable: bool = False) -> None:
+        if durable and not self._synced:  # this commit waits for its WAL flush, which covers every earlier one
+            self._db.execute("SET LOCAL synchronous_commit = on")
         self._db.execute("COMMIT")
 
     def rollback(self) -> None:

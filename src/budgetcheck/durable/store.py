@@ -47,7 +47,10 @@ class Store(Protocol):
     def begin_read(self) -> None:
         """Start a read-only transaction that sees one snapshot throughout."""
 
-    def commit(self) -> None: ...
+    def commit(self, *, durable: bool = False) -> None:
+        """Commit the open transaction. ``durable``: return only once it is on the store's disk (the
+        write-ahead log synced) even under durability "process"; that also makes every earlier commit
+        of the store durable (the log is written in order)."""
 
     def rollback(self) -> None:
         """Undo the open transaction, if any; never raises."""

@@ -27,6 +27,7 @@ from budgetcheck.ledger.core import LedgerCore
 from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument, LedgerCorrupt
 from budgetcheck.ledger.hooks import OperationHook
 from budgetcheck.ledger.records import SpendRecord
+from budgetcheck.ledger.validation import is_utf8
 from budgetcheck.stream.secret import Secret, is_placeholder
 
 FloatArray = NDArray[np.float64]
@@ -61,7 +62,8 @@ def transaction_of(ledger: LedgerCore) -> Transaction | None:
 
 def store_release(ledger: LedgerCore, t: int, values: FloatArray) -> None:
     """Append to the ledger's store that ``values`` was published for t (a publisher's release, in the
-    hash chain; once per t), in a transaction of its own."""
+    hash chain; once per t), in a transaction of its own, durable on return whatever the ledger's
+    durability: the release and every spend before it survive a crash of the server or the host."""
     transaction = transaction_of(ledger)
     if transaction is None:
         raise InvalidArgument("only a ledger kept in a file (open_ledger) stores its releases")
@@ -124,10 +126,15 @@ class Transaction(OperationHook):
 
     @contextlib.contextmanager
     def idempotent(self, operation_id: str) -> Iterator[None]:
-        if not isinstance(operation_id, str) or not 0 < len(operation_id) <= 256 or "\x00" in operation_id:
+        if (
+            not isinstance(operation_id, str)
+            or not 0 < len(operation_id) <= 256
+            or "\x00" in operation_id
+            or not is_utf8(operation_id)
+        ):
             raise InvalidArgument(
-                f"operation_id={operation_id!r} must be a string of 1 to 256 characters, without NUL "
-                "(a PostgreSQL text field cannot hold it)"
+                f"operation_id={operation_id!r} must be a string of 1 to 256 characters, without NUL or a lone "
+                "surrogate (a PostgreSQL text field cannot hold them, nor UTF-8 a lone surrogate)"
             )
         if self._operation_id is not None:
             raise InvalidArgument(
@@ -153,7 +160,7 @@ class Transaction(OperationHook):
 
         def store(journal: Journal) -> None:
             journal.append_release(t, values)
-            journal.commit()
+            journal.commit(durable=True)  # on disk before it is written out, in every durability mode
 
         self._locked(store)
 

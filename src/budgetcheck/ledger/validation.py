@@ -119,10 +119,23 @@ def check_positive_int(value: object, name: str, *, minimum: int = 1) -> int:
 
 
 def check_label(value: object, name: str = "purpose") -> str:
-    """A short non-empty label such as 'publication' or 'dissimilarity'."""
+    """A short non-empty label such as 'publication' or 'dissimilarity' (text a ledger store can keep:
+    UTF-8, so no lone surrogate such as '\\ud800')."""
     if not isinstance(value, str) or not value.strip():
         raise InvalidArgument(f"{name}={value!r} must be a non-empty string")
+    if not is_utf8(value):
+        raise InvalidArgument(f"{name}={value!r} must be text without a lone surrogate (it cannot be stored as UTF-8)")
     return value
+
+
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` can be encoded as UTF-8 (it holds no lone surrogate, e.g. '\\udc80' from a byte that
+    ``errors="surrogateescape"`` decoded)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_amounts(value: object, runs: int, name: str = "epsilon") -> FloatArray:
