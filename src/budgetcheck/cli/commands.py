@@ -201,6 +201,7 @@ def verify(
         from budgetcheck.verify.report import write_report
 
         write_report(results[0], case, report)
+        click.echo(f"wrote the report of {results[0].mechanism} to {report.resolve()}", err=True)
     sys.exit(exit_code((r.outcome for r in results), require))
 
 
@@ -465,6 +466,7 @@ def audit(log: Path | str, epsilon: float | None, w: int | None, as_json: bool, 
                     "windows_checked": report.windows_checked,
                     "worst_window_over_epsilon": float(report.worst_ratio),
                     "violations": [v.describe(report.epsilon) for v in report.violations],
+                    "violating_windows": report.violating_windows,
                 },
                 indent=2,
             )
@@ -478,6 +480,9 @@ def audit(log: Path | str, epsilon: float | None, w: int | None, as_json: bool, 
             click.echo(f"worst: {report.worst.describe(report.epsilon)}")
         for violation in report.violations:
             click.echo(f"VIOLATION {violation.describe(report.epsilon)}")
+        unlisted = report.violating_windows - len(report.violations)
+        if unlisted > 0:
+            click.echo(f"... and {unlisted} more windows over epsilon (the first {len(report.violations)} are listed)")
         click.echo("ok" if report.ok else "FAIL")
     sys.exit(EXIT_OK if report.ok else EXIT_VIOLATION)
 
