@@ -249,12 +249,13 @@ def verify_mechanism(
 ) -> VerifyResult:
     """Run the stages on one mechanism (``stages`` selects a subset, e.g. "ab").
 
-    (a) ledger replay on generated cases with a brute-force recheck, shrinking any failure;
-    (b) secret access: any read of the true stream outside a charged ledger operation;
-    (e) output-driven exploration of w up to the profile's (64 quick, 128 thorough) with, for a
-        mechanism that exposes a rule, conformance of every explored run's charges to it;
-    (c) proof of the mechanism's allocation rule for w in 1..profile.w_max ("not proved" if it
-        exposes none); (d) statistical lower bound on the loss for neighbouring streams.
+    - (a) ledger replay on generated cases with a brute-force recheck, shrinking any failure;
+    - (b) secret access: any read of the true stream outside a charged ledger operation;
+    - (e) output-driven exploration of w up to the profile's (64 quick, 128 thorough) with, for a
+      mechanism that exposes a rule, conformance of every explored run's charges to it;
+    - (c) proof of the mechanism's allocation rule for w in 1..profile.w_max ("not proved" if it
+      exposes none);
+    - (d) statistical lower bound on the loss for neighbouring streams.
     """
     if profile not in PROFILES:
         raise InvalidArgument(f"profile={profile!r} must be one of {sorted(PROFILES)}")
