@@ -46,7 +46,6 @@ autodoc_default_options = {"members": True, "show-inheritance": False}
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 autodoc_typehints_format = "short"
-autodoc_preserve_defaults = True
 napoleon_google_docstring = True
 napoleon_numpy_docstring = True
 

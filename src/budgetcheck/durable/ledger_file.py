@@ -33,6 +33,18 @@ def open_ledger(path: str | Path, ledger: L, *, durability: str = "full", lock_t
     verifies the file's whole hash chain; an empty, damaged or edited file raises LedgerCorrupt. A
     numpy-sampler ledger draws from SeedSequence([seed, session, head count, head hash]) so that a
     reopened file never reuses noise, even if its session counter was reset.
+
+    Example:
+        A spend is on disk before the call returns; another process, or a later one, sees it:
+
+        >>> from budgetcheck import WindowLedger, audit_file, open_ledger
+        >>> with open_ledger("ledger.db", WindowLedger(epsilon=1.0, w=3)) as ledger:
+        ...     ledger.spend(1, 0.5, purpose="publication")
+        >>> with open_ledger("ledger.db", WindowLedger(epsilon=1.0, w=3)) as again:
+        ...     print(again.remaining(2))
+        [0.5]
+        >>> audit_file("ledger.db").ok  # the hash chain and every window
+        True
     """
     journal = _journal(path, ledger, durability, lock_timeout)
     try:

@@ -256,6 +256,14 @@ def verify_mechanism(
     - (c) proof of the mechanism's allocation rule for w in 1..profile.w_max ("not proved" if it
       exposes none);
     - (d) statistical lower bound on the loss for neighbouring streams.
+
+    ``reference`` is a built-in name or ``module:attr``, as on the command line.
+
+    Example:
+        >>> from budgetcheck import verify_mechanism
+        >>> result = verify_mechanism("Uniform", stages="a", examples=5)  # the ledger replay only
+        >>> result.outcome.value, result.meets("bounded")
+        ('verified to a bound', True)
     """
     if profile not in PROFILES:
         raise InvalidArgument(f"profile={profile!r} must be one of {sorted(PROFILES)}")
