@@ -19,7 +19,9 @@ is a failing test (``tests/docs/test_examples.py``).
 
 from __future__ import annotations
 
+import contextlib
 import doctest
+import io
 import os
 import re
 import shutil
@@ -69,7 +71,8 @@ class PageRunner:
                 if runner.failures:
                     raise BlockFailed("".join(report))
             else:
-                exec(compile(source, label, "exec"), self.namespace)
+                with contextlib.redirect_stdout(io.StringIO()):  # what a block prints is for its reader
+                    exec(compile(source, label, "exec"), self.namespace)
         finally:
             sys.path.remove(str(self.directory))
             os.chdir(previous)
