@@ -171,3 +171,16 @@ def test_the_project_metadata_names_its_documentation() -> None:
     urls = re.search(r"^\[project\.urls\]\n((?:.+\n)+)", text, flags=re.M)
     assert urls is not None, "pyproject.toml has no [project.urls]"
     assert re.search(r"^Documentation = ", urls.group(1), flags=re.M)
+
+
+def test_output_piped_into_a_reader_that_stops_is_not_an_internal_error() -> None:
+    """`budgetcheck mechanisms | head` used to print a traceback and "internal error (exit 70)"."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line: every write meets a closed pipe
+    child = subprocess.Popen(
+        [sys.executable, "-m", "budgetcheck", "mechanisms"], stdout=write_end, stderr=subprocess.PIPE
+    )
+    os.close(write_end)
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 141, err  # as a shell reports a tool stopped by SIGPIPE; never 0
+    assert err == b"", err

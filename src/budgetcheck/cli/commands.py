@@ -3,7 +3,8 @@
 Exit codes (stable, for CI): 0 = every check passed; 1 = a violation was found; 2 = usage or
 input error (including the user's module failing to import); 3 = inconclusive (a stage could not
 decide); 4 = a ledger file is damaged or altered; 5 = a ledger stayed locked by another writer;
-70 = an internal error of budgetcheck (a bug: please report it).
+70 = an internal error of budgetcheck (a bug: please report it); 141 = the reader of the output
+stopped (``| head``), as for a tool stopped by SIGPIPE.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from budgetcheck.verify.stages import (
 from budgetcheck.verify.verdict import REQUIREMENTS, Outcome, Verdict, exit_code
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERNAL = 0, 1, 2, 3, 70
+EXIT_PIPE = 128 + 13  # what a shell reports for a tool stopped by SIGPIPE: never 0, the output was cut short
 
 
 class _Commands(click.Group):
@@ -45,6 +47,9 @@ class _Commands(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit, KeyboardInterrupt):
             raise
+        except BrokenPipeError:  # the reader went away (`budgetcheck mechanisms | head`): stop as Unix tools do
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at shutdown
+            sys.exit(EXIT_PIPE)
         except Exception:
             click.echo(traceback.format_exc(), err=True, nl=False)
             click.echo(
