@@ -173,10 +173,10 @@ def test_a_proved_builtin_meets_require_proof_and_junit_carries_the_verdict(tmp_
     assert 'name="Sample: verdict"><system-out>proved (w &lt;= 64' in out.read_text()
 
 
-def test_the_readme_example_is_the_one_tested() -> None:
-    """tests/plain_mechanisms.EveryKth is the README's code: every statement of its run() is there."""
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    block = readme.split("class EveryKth:", 1)[1].split("execution = budgetcheck.execute", 1)[0]
+def test_the_tutorials_example_is_the_one_tested() -> None:
+    """tests/plain_mechanisms.EveryKth is the first tutorial's code: every statement of its run() is there."""
+    tutorial = (Path(__file__).parents[2] / "docs" / "tutorials" / "first-mechanism.md").read_text(encoding="utf-8")
+    block = tutorial.split("class EveryKth:", 1)[1].split("```", 1)[0]
     ours = (
         (Path(__file__).parents[1] / "plain_mechanisms.py").read_text(encoding="utf-8").split("class EveryKth:", 1)[1]
     )

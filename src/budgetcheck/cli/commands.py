@@ -3,7 +3,8 @@
 Exit codes (stable, for CI): 0 = every check passed; 1 = a violation was found; 2 = usage or
 input error (including the user's module failing to import); 3 = inconclusive (a stage could not
 decide); 4 = a ledger file is damaged or altered; 5 = a ledger stayed locked by another writer;
-70 = an internal error of budgetcheck (a bug: please report it).
+70 = an internal error of budgetcheck (a bug: please report it); 141 = the reader of the output
+stopped (``| head``), as for a tool stopped by SIGPIPE.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from budgetcheck.verify.stages import (
 from budgetcheck.verify.verdict import REQUIREMENTS, Outcome, Verdict, exit_code
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERNAL = 0, 1, 2, 3, 70
+EXIT_PIPE = 128 + 13  # what a shell reports for a tool stopped by SIGPIPE: never 0, the output was cut short
 
 
 class _Commands(click.Group):
@@ -45,6 +47,9 @@ class _Commands(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit, KeyboardInterrupt):
             raise
+        except BrokenPipeError:  # the reader went away (`budgetcheck mechanisms | head`): stop as Unix tools do
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at shutdown
+            sys.exit(EXIT_PIPE)
         except Exception:
             click.echo(traceback.format_exc(), err=True, nl=False)
             click.echo(
@@ -203,6 +208,7 @@ def verify(
         from budgetcheck.verify.report import write_report
 
         write_report(results[0], case, report)
+        click.echo(f"wrote the report of {results[0].mechanism} to {report.resolve()}", err=True)
     sys.exit(exit_code((r.outcome for r in results), require))
 
 
@@ -473,6 +479,7 @@ def audit(
                     "windows_checked": report.windows_checked,
                     "worst_window_over_epsilon": float(report.worst_ratio),
                     "violations": [v.describe(report.epsilon) for v in report.violations],
+                    "violating_windows": report.violating_windows,
                 },
                 indent=2,
             )
@@ -486,6 +493,9 @@ def audit(
             click.echo(f"worst: {report.worst.describe(report.epsilon)}")
         for violation in report.violations:
             click.echo(f"VIOLATION {violation.describe(report.epsilon)}")
+        unlisted = report.violating_windows - len(report.violations)
+        if unlisted > 0:
+            click.echo(f"... and {unlisted} more windows over epsilon (the first {len(report.violations)} are listed)")
         click.echo("ok" if report.ok else "FAIL")
     sys.exit(EXIT_OK if report.ok else EXIT_VIOLATION)
 

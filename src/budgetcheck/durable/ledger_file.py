@@ -49,6 +49,18 @@ def open_ledger(
     (none at all is LedgerCorrupt), then re-hashes only the rows after the last one and those the windows
     still count; ``signing_key`` (the private key, kept outside the store) also signs the head every
     ``checkpoint_every`` records and at every stored release (a new store is signed at its genesis).
+
+    Example:
+        A spend is on disk before the call returns; another process, or a later one, sees it:
+
+        >>> from budgetcheck import WindowLedger, audit_file, open_ledger
+        >>> with open_ledger("ledger.db", WindowLedger(epsilon=1.0, w=3)) as ledger:
+        ...     ledger.spend(1, 0.5, purpose="publication")
+        >>> with open_ledger("ledger.db", WindowLedger(epsilon=1.0, w=3)) as again:
+        ...     print(again.remaining(2))
+        [0.5]
+        >>> audit_file("ledger.db").ok  # the hash chain and every window
+        True
     """
     checkpoints = _checkpoints(verify_key, signing_key, checkpoint_every)  # bad keys: before the store is made
     journal = _journal(path, ledger, durability, lock_timeout)

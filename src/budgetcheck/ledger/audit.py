@@ -9,6 +9,7 @@ timestamp 1 count only their part inside it) is checked by a sweep over the char
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any
@@ -33,10 +34,36 @@ class WindowFinding:
     total: Fraction
 
     def describe(self, epsilon: float) -> str:
+        """One line. The sum is the shortest decimal at or above the exact sum, within one ulp of it:
+        rounding never shows a sum over ε as less than it is, nor as 0.7999999999999999.
+
+        >>> eight_shares = Fraction(0.09999999999999999) * 8  # rounding.share(1.0, 10), spent 8 times
+        >>> WindowFinding(run=0, start=1, end=8, total=eight_shares).describe(0.7)
+        'run 0: window [1, 8] sums to 0.8 (1.142857 of epsilon=0.7)'
+        """
         return (
-            f"run {self.run}: window [{self.start}, {self.end}] sums to {float(self.total)!r} "
+            f"run {self.run}: window [{self.start}, {self.end}] sums to {shortest_up(self.total)!r} "
             f"({float(self.total / Fraction(epsilon)):.6f} of epsilon={epsilon!r})"
         )
+
+
+def shortest_up(total: Fraction) -> float:
+    """The double with the shortest decimal form that is >= ``total`` and within one ulp above it.
+
+    >>> shortest_up(Fraction(0.1) + Fraction(0.2))  # 0.3000000000000000166...: 0.3 would be below it
+    0.30000000000000004
+    """
+    if total <= 0:
+        return float(total)
+    ulp = Fraction(math.ulp(float(total)))
+    magnitude = math.floor(math.log10(total))
+    for digits in range(1, 18):
+        scale = Fraction(10) ** (digits - 1 - magnitude)
+        candidate = float(Fraction(math.ceil(total * scale)) / scale)
+        if Fraction(candidate) >= total and Fraction(candidate) - total <= ulp:
+            return candidate
+    near = float(total)
+    return near if Fraction(near) >= total else math.nextafter(near, math.inf)
 
 
 @attrs.frozen
@@ -50,6 +77,7 @@ class AuditReport:
     windows_checked: int
     worst: WindowFinding | None
     violations: tuple[WindowFinding, ...]
+    violating_windows: int = 0  # every (run, window) over epsilon; ``violations`` lists the first ones
 
     @property
     def ok(self) -> bool:
@@ -88,6 +116,7 @@ class StreamingWindows:
     worst: WindowFinding | None = None
     worst_units: Any = -1
     violations: list[WindowFinding] = attrs.field(factory=list)
+    violating: int = 0  # every (run, window) over the budget, listed or not
 
     def add(self, t: int, units: list[Any]) -> None:
         if t <= self.done:
@@ -136,6 +165,7 @@ class StreamingWindows:
                 )
         if max(window) <= self.eps_units:
             return
+        self.violating += (last - first + 1) * sum(1 for total in window if total > self.eps_units)
         for end in range(first, last + 1):
             for run, total in enumerate(window):
                 if len(self.violations) >= self.max_violations:
@@ -154,13 +184,13 @@ def audit_windows(
     w = check_positive_int(w, "w")
     runs = check_positive_int(runs, "runs")
     if any(record.purpose == EXPOSURE for record in records):
-        worst, violations, checked = _exposed_windows(records, epsilon, w, runs, max_violations)
+        worst, violations, checked, violating = _exposed_windows(records, epsilon, w, runs, max_violations)
     else:
         windows = StreamingWindows(w, Fraction(epsilon), runs, max_violations, as_fraction=Fraction)
         for record in sorted(records, key=lambda r: r.t):  # sums do not depend on the order
             windows.add(record.t, [Fraction(float(v)) for v in np.broadcast_to(record.amounts, (runs,))])
         windows.finish()
-        worst, violations, checked = windows.worst, windows.violations, windows.checked
+        worst, violations, checked, violating = windows.worst, windows.violations, windows.checked, windows.violating
     return AuditReport(
         epsilon=epsilon,
         w=w,
@@ -169,12 +199,13 @@ def audit_windows(
         windows_checked=checked,
         worst=worst,
         violations=tuple(violations),
+        violating_windows=violating,
     )
 
 
 def _exposed_windows(
     records: Sequence[SpendRecord], epsilon: float, w: int, runs: int, max_violations: int
-) -> tuple[WindowFinding | None, list[WindowFinding], int]:
+) -> tuple[WindowFinding | None, list[WindowFinding], int, int]:
     """Pan-private records (single unannounced intrusion, Kellaris et al. 2014 §4.5): every window
     [e−w+1, e] is checked for Σ spends + max exposure <= ε by brute force over every end e that
     meets a record (exposure records are potential charges, not spends:
@@ -189,6 +220,7 @@ def _exposed_windows(
     bound = Fraction(epsilon)
     worst: WindowFinding | None = None
     violations: list[WindowFinding] = []
+    violating = 0
     ends = sorted({t + k for t in (*spends, *exposures) for k in range(w)})
     for end in ends:
         start = max(1, end - w + 1)
@@ -198,9 +230,11 @@ def _exposed_windows(
             finding = WindowFinding(run=run, start=start, end=end, total=total)
             if worst is None or total > worst.total:
                 worst = finding
-            if total > bound and len(violations) < max_violations:
-                violations.append(finding)
-    return worst, violations, len(ends) * runs
+            if total > bound:
+                violating += 1
+                if len(violations) < max_violations:
+                    violations.append(finding)
+    return worst, violations, len(ends) * runs, violating
 
 
 def audit_windows_per_epsilon(

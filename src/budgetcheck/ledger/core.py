@@ -585,7 +585,18 @@ class LaplaceReleases(LedgerCore):
 
     @journaled
     def spend(self, t: int, epsilon: ArrayLike, *, purpose: str) -> None:
-        """Charge ``epsilon`` at timestamp t without reading any data (e.g. a reservation)."""
+        """Charge ``epsilon`` at timestamp t without reading any data (e.g. a reservation).
+
+        ``epsilon`` is one amount for every run or one per run; a spend that would break the
+        composition theorem raises :class:`~budgetcheck.BudgetExceeded` and changes nothing.
+
+        Example:
+            >>> from budgetcheck import WindowLedger
+            >>> ledger = WindowLedger(epsilon=1.0, w=10)
+            >>> ledger.spend(1, 0.25, purpose="reservation")
+            >>> ledger.remaining(2)
+            array([0.75])
+        """
         t = self._check_t(t)
         amounts = check_amounts(epsilon, self._runs)
         purpose = check_label(purpose)
@@ -960,6 +971,17 @@ class LaplaceReleases(LedgerCore):
         then public, never the data's. A result of any other shape, like any failure of fn, raises
         one fixed :class:`MeasurementFailed` that says nothing of what happened (the charge stands).
         Returns shape (runs, *shape).
+
+        Example:
+            >>> import numpy as np
+            >>> from budgetcheck import GuardedStream, WindowLedger
+            >>> stream = GuardedStream(np.array([[3.0, 4.0], [5.0, 1.0]]))
+            >>> ledger = WindowLedger(epsilon=1.0, w=2, keep_records=True)
+            >>> ledger.bind(stream)
+            >>> ledger.measure(np.max, stream.secret(1), sensitivity=1.0, epsilon=0.5).shape  # one statistic per run
+            (1,)
+            >>> ledger.vouched  # releases whose sensitivity was the caller's word
+            1
         """
         amounts = self._measurement_amounts(fn, epsilon, "measure")
         isolation = check_isolation(isolation)

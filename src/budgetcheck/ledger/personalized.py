@@ -58,6 +58,16 @@ class PersonalizedLedger(LedgerCore):
 
     Amounts are arrays of shape (runs, classes), (classes,) (same for every run) or a scalar (same
     for every user); column c is the budget of every user of ``requirements.classes[c]``.
+
+    Example:
+        >>> from budgetcheck import PersonalizedLedger, RequirementSet
+        >>> requirements = RequirementSet({"ana": (4, 0.5), "ben": (2, 1.0)})  # user: (w_i, epsilon_i)
+        >>> requirements.classes
+        (Requirement(w=2, epsilon=1.0), Requirement(w=4, epsilon=0.5))
+        >>> ledger = PersonalizedLedger(requirements)
+        >>> ledger.spend(1, 0.25, purpose="publication")
+        >>> ledger.remaining(2)  # per run and class: ben's window [1, 2], ana's [1, 4]
+        array([[0.75, 0.25]])
     """
 
     __slots__ = ("_counts", "_eps_bounds", "_eps_units", "_groups", "_requirements", "_windows")

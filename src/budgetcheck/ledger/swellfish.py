@@ -35,7 +35,16 @@ UNBOUNDED = float(np.finfo(np.float64).max)  # remaining(t) where no policy is r
 
 @final
 class SwellfishLedger(LaplaceReleases):
-    """Accounts ε_t for ``runs`` runs under (ε, Φ)-Swellfish privacy; refuses any TOP_δ(J) sum over ε."""
+    """Accounts ε_t for ``runs`` runs under (ε, Φ)-Swellfish privacy; refuses any TOP_δ(J) sum over ε.
+
+    Example:
+        >>> from budgetcheck import PolicyCollection, StreamPolicy, SwellfishLedger
+        >>> policies = PolicyCollection([StreamPolicy(1, 10, (5.0, 5.0))])  # J = [1, 10], two thresholds
+        >>> ledger = SwellfishLedger(policies, epsilon=1.0)
+        >>> ledger.spend(3, 0.5, purpose="publication")
+        >>> ledger.top_set(0)  # the timestamps whose budgets count for the policy: (t, amount)
+        ((3, 0.5),)
+    """
 
     __slots__ = ("_current", "_current_t", "_eps_units", "_epsilon", "_policies", "_sums", "_tops", "_top_times")
 

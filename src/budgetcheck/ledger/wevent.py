@@ -60,6 +60,20 @@ class WindowLedger(LaplaceReleases):
 
     Amounts are scalars (same for every run) or arrays of shape (runs,); 0 means the run spends
     nothing. All noise comes from one ``numpy.random.Generator`` seeded with ``seed``.
+
+    Example:
+        Every window of w = 3 timestamps may spend ε = 1 in all; a spend one ulp over is refused
+        and changes nothing:
+
+        >>> from budgetcheck import BudgetExceeded, WindowLedger
+        >>> ledger = WindowLedger(epsilon=1.0, w=3)  # the same as WindowLedger(WEventParams(1.0, 3))
+        >>> ledger.spend(1, 0.75, purpose="publication")
+        >>> try:
+        ...     ledger.spend(3, 0.5, purpose="publication")
+        ... except BudgetExceeded as refused:
+        ...     print(refused)
+        spend of 0.5 at t=3 (purpose 'publication') would make window [1, 3] sum to 1.25 > epsilon=1.0 ...
+        >>> ledger.spend(3, float(ledger.remaining(3)[0]), purpose="publication")  # never refused
     """
 
     __slots__ = (
@@ -160,7 +174,16 @@ class WindowLedger(LaplaceReleases):
     @locked
     def remaining(self, t: int) -> FloatArray:
         """What each run can still spend at timestamp t, rounded down (safe to spend in full; under a
-        single intrusion, net of the largest exposure in the window)."""
+        single intrusion, net of the largest exposure in the window).
+
+        Example:
+            >>> ledger = WindowLedger(epsilon=1.0, w=3, runs=2)
+            >>> ledger.spend(1, [0.5, 0.25], purpose="publication")
+            >>> ledger.remaining(3)  # window [1, 3] holds t = 1
+            array([0.5 , 0.75])
+            >>> ledger.remaining(4)  # window [2, 4] does not
+            array([1., 1.])
+        """
         self._refresh()
         t = self._check_t(t)
         if not self._exposures and isinstance(self._windows, ScalarWindows):  # one run: one exact integer

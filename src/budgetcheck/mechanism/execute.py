@@ -168,7 +168,17 @@ def execute(
 
     An experiment, not a publication: the ledger keeps its records (for audits) and its noise is reproducible from
     ``seed`` (``numpy-laplace``)
-    unless ``sampler`` names another; to publish, use a ledger file (:func:`budgetcheck.publish`)."""
+    unless ``sampler`` names another; to publish, use a ledger file (:func:`budgetcheck.publish`).
+
+    Example:
+        >>> import numpy as np
+        >>> from budgetcheck import audit_windows, execute, load_mechanism
+        >>> execution = execute(load_mechanism("Uniform"), np.ones((20, 2)), epsilon=1.0, w=5, runs=3, seed=0)
+        >>> execution.releases.shape  # (runs, T, d)
+        (3, 20, 2)
+        >>> audit_windows(execution.ledger.records, epsilon=1.0, w=5, runs=3).ok
+        True
+    """
     check_mechanism(mechanism)
     stream = data if isinstance(data, GuardedStream) else GuardedStream(data)
     if np.ndim(epsilon) == 0:

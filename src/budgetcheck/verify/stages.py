@@ -250,12 +250,21 @@ def verify_mechanism(
 ) -> VerifyResult:
     """Run the stages on one mechanism (``stages`` selects a subset, e.g. "ab").
 
-    (a) ledger replay on generated cases with a brute-force recheck, shrinking any failure;
-    (b) secret access: any read of the true stream outside a charged ledger operation;
-    (e) output-driven exploration of w up to the profile's (64 quick, 128 thorough) with, for a
-        mechanism that exposes a rule, conformance of every explored run's charges to it;
-    (c) proof of the mechanism's allocation rule for w in 1..profile.w_max ("not proved" if it
-        exposes none); (d) statistical lower bound on the loss for neighbouring streams.
+    - (a) ledger replay on generated cases with a brute-force recheck, shrinking any failure;
+    - (b) secret access: any read of the true stream outside a charged ledger operation;
+    - (e) output-driven exploration of w up to the profile's (64 quick, 128 thorough) with, for a
+      mechanism that exposes a rule, conformance of every explored run's charges to it;
+    - (c) proof of the mechanism's allocation rule for w in 1..profile.w_max ("not proved" if it
+      exposes none);
+    - (d) statistical lower bound on the loss for neighbouring streams.
+
+    ``reference`` is a built-in name or ``module:attr``, as on the command line.
+
+    Example:
+        >>> from budgetcheck import verify_mechanism
+        >>> result = verify_mechanism("Uniform", stages="a", examples=5)  # the ledger replay only
+        >>> result.outcome.value, result.meets("bounded")
+        ('verified to a bound', True)
     """
     if profile not in PROFILES:
         raise InvalidArgument(f"profile={profile!r} must be one of {sorted(PROFILES)}")
