@@ -1106,6 +1106,61 @@ def test_a_mechanism_under_execute_cannot_erase_its_own_spends(
     assert not np.isfinite(execution.releases).all(), "two releases of t = 1, 1.3086 eps in [1, 3], accepted"
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="history: a scratch ledger's kept record shares its amounts array with the publisher's ledger file; "
+    "rewritten to -1000 through __array_interface__, a spend there refunds budget: publish releases exact counts",
+)
+def test_a_scratch_ledgers_record_cannot_refund_the_publishers_ledger(
+    mechanism_module: Callable[[str, str], str], tmp_path: Path
+) -> None:
+    """At every t the mechanism makes a scratch in-memory ledger (keep_records=True), spends an odd amount there
+    and overwrites that record's amounts with -1000; the same amount spent on the publisher's ledger is then
+    charged -1000, ``remaining(t)`` is about 1001 and the release at that ε is the true count (discrete Laplace
+    at scale 1/1001 is 0 but with probability ~e^-1001). The record is written back at once (no trace in the
+    process). Only a durable ledger (``ledger.journal``) is poisoned; an in-memory one ignores it. The file's
+    audit fails afterwards (and reopening it is LedgerCorrupt), but every row was already published."""
+    name = mechanism_module(
+        "attack4_refund",
+        """
+        import budgetcheck as bc
+
+
+        def overwrite(array, value):
+            interface = dict(array.__array_interface__)
+            interface["data"] = (interface["data"][0], False)
+            np.asarray(type("Holder", (), {"__array_interface__": interface})())[:] = value
+
+
+        def releases(stream, ledger):
+            amount = 0.3183098861837907
+            for secret in stream:
+                scratch = bc.WindowLedger(epsilon=1.0, w=1, keep_records=True)
+                scratch.spend(1, amount, purpose="reservation")
+                shared = scratch.records[0].amounts
+                overwrite(shared, -1000.0)
+                try:
+                    ledger.spend(secret.t, amount, purpose="reservation")
+                finally:
+                    overwrite(shared, amount)
+                yield ledger.laplace(secret, ledger.remaining(secret.t))
+
+
+        @attrs.frozen
+        class Mech:
+            name: str = "refund"
+
+            def run(self, stream, ledger):
+                return as_run(releases, stream, ledger)
+
+            def releases(self, stream, ledger):
+                return releases(stream, ledger)
+        """,
+    )
+    released = _published(bc.load_mechanism(f"{name}:Mech"), tmp_path, ROWS)
+    assert not _leaked(released, ROWS), "publish (discrete sampler, a ledger file) released the true counts"
+
+
 def test_a_durable_ledger_does_not_follow_its_records() -> None:
     """Closed today (regression guard): a ledger file's records are read from the file, and its window sums
     do not follow a record rewritten in place (a publisher's ledger)."""
