@@ -221,8 +221,7 @@ def forked(
             _sleep_until(start + deadline * KILL_SHARE)
         finally:
             os.close(read_end)
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+            _end(pid)
         _sleep_until(start + deadline)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
@@ -271,6 +270,15 @@ def _receive(fd: int, size: int, until: float) -> bytes | None:
         chunks.append(chunk)
         left -= len(chunk)
     return b"".join(chunks)
+
+
+def _end(pid: int) -> None:
+    """Kill and reap the child (unreaped, its pid cannot be reused; gone already if SIGCHLD is ignored)."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
 
 
 def _sleep_until(moment: float) -> None:

@@ -37,6 +37,8 @@ import resource
 import sys
 
 _CLONE_THREAD = 0x00010000
+# what a thread's clone may not carry: a new parent, vfork, ptrace, or any namespace
+_CLONE_NEVER = 0x00008000 | 0x00004000 | 0x00002000 | 0x00020000 | 0x7E000000
 _PR_SET_DUMPABLE = 4
 
 # the system calls the child may make (default: EPERM); write is allowed on the answer descriptor only
@@ -113,7 +115,9 @@ def confine(answer_fd: int) -> None:
     for name in ALLOWED:
         rules.add_rule(pyseccomp.ALLOW, name)
     rules.add_rule(pyseccomp.ALLOW, "write", pyseccomp.Arg(0, pyseccomp.EQ, answer_fd))
-    rules.add_rule(pyseccomp.ALLOW, "clone", pyseccomp.Arg(0, pyseccomp.MASKED_EQ, _CLONE_THREAD, _CLONE_THREAD))
+    # a thread (of this process, under this filter), never a new process or namespace
+    only_a_thread = pyseccomp.Arg(0, pyseccomp.MASKED_EQ, _CLONE_THREAD | _CLONE_NEVER, _CLONE_THREAD)
+    rules.add_rule(pyseccomp.ALLOW, "clone", only_a_thread)
     rules.add_rule(pyseccomp.ERRNO(errno.ENOSYS), "clone3")
     rules.load()  # sets no_new_privs first (libseccomp's default)
 
