@@ -130,12 +130,14 @@ def _shared_memory_by_name(tmp_path: Path) -> int | None:
 
         def fn(v: np.ndarray) -> float:
             attached = shared_memory.SharedMemory(name=name)
+            assert attached.buf is not None
             attached.buf[:8] = struct.pack("<q", int(v[0]))
             attached.close()
             return 0.0
 
         _measure(ledger, fn, secrets[0])
         reader = shared_memory.SharedMemory(name=name)
+        assert reader.buf is not None
         value = struct.unpack("<q", bytes(reader.buf[:8]))[0]
         reader.close()
         return int(value) or None
@@ -148,14 +150,16 @@ def _shared_memory_by_name(tmp_path: Path) -> int | None:
 def _shared_memory_inherited(tmp_path: Path) -> int | None:
     ledger, secrets = _ledger()
     block = shared_memory.SharedMemory(create=True, size=8)
+    mapped = block.buf  # mapped here, before the fork
+    assert mapped is not None
     try:
 
         def fn(v: np.ndarray) -> float:
-            block.buf[:8] = struct.pack("<q", int(v[0]))
+            mapped[:8] = struct.pack("<q", int(v[0]))
             return 0.0
 
         _measure(ledger, fn, secrets[0])
-        return int(struct.unpack("<q", bytes(block.buf[:8]))[0]) or None
+        return int(struct.unpack("<q", bytes(mapped[:8]))[0]) or None
     finally:
         block.close()
         block.unlink()
