@@ -45,6 +45,7 @@ from budgetcheck.ledger.isolation import (
     check_default,
     check_isolation,
     forked,
+    held,
     in_process,
 )
 from budgetcheck.ledger.noise import DISCRETE, NUMPY, NoiseSource, make_noise
@@ -327,10 +328,11 @@ class LedgerCore(abc.ABC):
         results, or ``default`` for each payload when fn failed (recorded in :attr:`failures`, not told)."""
         if isolation == TRUSTED:
             self._in_process += 1
-        outcome = call_measured(fn, payloads, isolation, shape, deadline)
-        if isinstance(outcome, str):
-            self._failures.append(Failure(t=self._t, operation=operation, reason=outcome))
-            return [default] * len(payloads)
+        with held(deadline if isolation == FORK else None):  # what follows fn's outcome is held too
+            outcome = call_measured(fn, payloads, isolation, shape, deadline)
+            if isinstance(outcome, str):
+                self._failures.append(Failure(t=self._t, operation=operation, reason=outcome))
+                outcome = [default] * len(payloads)
         return outcome
 
     @property

@@ -16,9 +16,10 @@ that does not depend on the data.
   raised to the mechanism (which would hand it one exact bit per call).
 - **On time**: the parent waits for the answer until ``deadline × KILL_SHARE`` after the fork, kills the
   child there whatever it is doing (a child that has answered is parked until then, so that even its exit
-  is not earlier), reaps it, and returns at ``deadline`` after the fork: the call's duration is the
-  deadline, whatever fn did. ``SIGCHLD`` is blocked in the calling thread for the call, so a handler of
-  the mechanism's learns of the child's end only at the return. What remains is in
+  is not earlier), reaps it, decodes the answer or takes the default, records a failure, and returns
+  at ``deadline`` after the call began (:func:`held`): the call's duration is the deadline, whatever fn
+  did. ``SIGCHLD`` is blocked in the calling thread for the call, so a handler of the mechanism's learns
+  of the child's end only at the return. What remains is in
   ``docs/explanation/predictable-transactions.md``.
 
 The parent reads exactly the bytes of an answer of the declared shape (:func:`answer_bytes`) and builds
@@ -30,6 +31,7 @@ failures still give the default answer, but its side effects survive.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import os
@@ -39,7 +41,7 @@ import struct
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import attrs
 import numpy as np
@@ -191,43 +193,56 @@ def forked(
     *,
     sandboxed: bool = True,
 ) -> list[FloatArray] | str:
-    """fn on each payload in one freshly forked, sandboxed child, as a predictable transaction: the finite
-    float64 results of the declared ``shape``, or why there are none (:data:`NO_ANSWER`, :data:`NOT_FINITE`);
-    either way this returns ``deadline`` seconds after the fork (later only if this process was not scheduled)."""
+    """fn on each payload in one freshly forked, sandboxed child: the finite float64 results of the declared
+    ``shape``, or why there are none (:data:`NO_ANSWER`, :data:`NOT_FINITE`). The child is killed and reaped
+    ``KILL_SHARE × deadline`` after the fork whatever it did; run it inside :func:`held` (``deadline``), which
+    holds the return, and whatever the caller does with the outcome, to the deadline."""
     size = answer_bytes(shape, len(payloads))
     read_end, write_end = os.pipe()
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})  # a handler sees the child end at return
-    try:
-        with warnings.catch_warnings():  # Python 3.12 warns on fork in a threaded process; the child only runs fn
-            warnings.simplefilter("ignore", DeprecationWarning)
-            start = time.monotonic()
-            pid = os.fork()
-        if pid == 0:  # the child: never returns
-            try:
-                gc.disable()  # a collection would touch (and copy) every page of the parent's objects
-                os.close(read_end)
-                if sandboxed:
-                    sandbox.confine(write_end)
-                message = _child(fn, payloads, shape)
-                if message is not None:
-                    _send(write_end, message)
-                while True:  # parked until the parent kills it at the deadline: its exit is not earlier
-                    time.sleep(MOST_DEADLINE)
-            finally:
-                os._exit(0)
-        os.close(write_end)
+    with warnings.catch_warnings():  # Python 3.12 warns on fork in a threaded process; the child only runs fn
+        warnings.simplefilter("ignore", DeprecationWarning)
+        start = time.monotonic()
+        pid = os.fork()
+    if pid == 0:  # the child: never returns
         try:
-            message = _receive(read_end, size, start + deadline * KILL_SHARE)
-            _sleep_until(start + deadline * KILL_SHARE)
-        finally:
+            gc.disable()  # a collection would touch (and copy) every page of the parent's objects
             os.close(read_end)
-            _end(pid)
-        _sleep_until(start + deadline)
+            if sandboxed:
+                sandbox.confine(write_end)
+            message = _child(fn, payloads, shape)
+            if message is not None:
+                _send(write_end, message)
+            while True:  # parked until the parent kills it at the deadline: its exit is not earlier
+                time.sleep(MOST_DEADLINE)
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    try:
+        message = _receive(read_end, size, start + deadline * KILL_SHARE)
+        _sleep_until(start + deadline * KILL_SHARE)
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        os.close(read_end)
+        _end(pid)
     if message is None:
         return NO_ANSWER
     return _decode(message, len(payloads), shape)
+
+
+@contextlib.contextmanager
+def held(deadline: float | None) -> Iterator[None]:
+    """Hold the end of the body to ``deadline`` seconds after its start (whether it returned or raised), with
+    ``SIGCHLD`` blocked in this thread until then, so that a handler hears of a child's end only at the
+    return. ``None``: no hold (in-process code)."""
+    if deadline is None:
+        yield
+        return
+    end = time.monotonic() + deadline
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    try:
+        yield
+    finally:
+        _sleep_until(end)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def _child(
