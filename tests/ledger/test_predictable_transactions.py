@@ -74,3 +74,24 @@ def test_without_the_sandbox_a_forked_call_is_refused_before_the_charge(monkeypa
         test.query(secrets[0], lambda footprints: footprints[:, 0], 0.0)
     assert ledger.t == 0 and ledger.remaining(1).tolist() == [1.0]
     assert ledger.measure(np.sum, secrets[0], sensitivity=1.0, epsilon=0.25, isolation="trusted").shape == (1,)
+
+
+def test_a_kernel_that_refuses_the_filter_is_found_before_the_charge(monkeypatch: pytest.MonkeyPatch) -> None:
+    """libseccomp loads but the kernel refuses the filter (simulated: the child's confinement fails): the probe
+    child finds it once, and forked calls are refused before any charge instead of always giving the default."""
+    from budgetcheck.ledger import sandbox
+
+    def refused(answer_fd: int) -> None:
+        raise OSError(22, "seccomp: Invalid argument")
+
+    monkeypatch.setattr(sandbox, "confine", refused)
+    sandbox.unavailable.cache_clear()
+    try:
+        ledger, secrets = _ledger()
+        with pytest.raises(bc.InvalidArgument, match="the kernel refused the seccomp filter"):
+            ledger.measure(np.sum, secrets[0], sensitivity=1.0, epsilon=0.25)
+        assert ledger.t == 0 and ledger.remaining(1).tolist() == [1.0]
+    finally:
+        monkeypatch.undo()
+        sandbox.unavailable.cache_clear()
+    assert sandbox.unavailable() is None  # this machine's kernel takes it

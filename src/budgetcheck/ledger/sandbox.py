@@ -35,6 +35,7 @@ import functools
 import os
 import resource
 import sys
+import warnings
 
 _CLONE_THREAD = 0x00010000
 # what a thread's clone may not carry: a new parent, vfork, ptrace, or any namespace
@@ -86,7 +87,7 @@ ALLOWED = (
 @functools.cache
 def unavailable() -> str | None:
     """Why the sandbox cannot be installed on this machine, or None when it can (checked once per process:
-    the platform, the binding and libseccomp; :func:`confine` itself reports a failure in the child)."""
+    the platform, the binding and libseccomp, then a probe child that confines itself and answers)."""
     if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
         return f"the sandbox needs Linux (seccomp-bpf), not {sys.platform}"
     try:
@@ -95,7 +96,30 @@ def unavailable() -> str | None:
         pyseccomp.SyscallFilter(pyseccomp.ERRNO(errno.EPERM))  # loads libseccomp.so.2
     except (ImportError, OSError, RuntimeError) as exc:
         return f"the sandbox needs libseccomp (libseccomp.so.2) and the pyseccomp binding: {exc}"
+    if not _probe():
+        return "the kernel refused the seccomp filter in a probe child (seccomp off, or a filter already forbids it)"
     return None
+
+
+def _probe() -> bool:
+    """Whether a forked child can :func:`confine` itself and then still write its answer (once per process)."""
+    read_end, write_end = os.pipe()
+    with warnings.catch_warnings():  # Python 3.12 warns on fork in a threaded process; the child only confines
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_end)
+            confine(write_end)
+            os.write(write_end, b"1")
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    try:
+        return os.read(read_end, 1) == b"1"
+    finally:
+        os.close(read_end)
+        os.waitpid(pid, 0)
 
 
 def confine(answer_fd: int) -> None:
