@@ -103,7 +103,7 @@ def check_confined(isolation: str, allow_unsandboxed: bool) -> None:
         raise InvalidArgument(
             f"fn cannot be sandboxed here ({reason}), so a forked fn could send the data out through the operating "
             "system; refused before any charge. Install libseccomp (e.g. apt-get install libseccomp2) or have the "
-            "ledger's owner allow unsandboxed code"
+            "ledger's owner allow unsandboxed code (ledger.allows_unsandboxed)"
         )
 
 
