@@ -16,6 +16,7 @@ socket                      fn sends a UDP datagram to the mechanism     exact v
 shared memory (named)       fn attaches a SharedMemory by name           exact value  closed
 shared memory (inherited)   fn writes a SharedMemory mapped before fork  exact value  closed
 mmap before fork            fn writes an anonymous shared mmap           exact value  closed
+page cache                  fn reads pages of a file mapped before fork  exact value  closed
 signal                      fn sends one real-time signal per set bit    exact value  closed
 child process               a grandchild of fn lives on and reports      exact value  closed
 failure bit                 fn fails or not on each of 20 bits           exact value  closed
@@ -177,6 +178,38 @@ def _mmap_before_fork(tmp_path: Path) -> int | None:
     return int(struct.unpack("<q", shared[:8])[0]) or None
 
 
+def _page_cache(tmp_path: Path) -> int | None:
+    """A file mapped before the fork, evicted from the page cache: fn reads page k exactly when bit k is set,
+    and the mechanism asks the kernel (mincore) which of its pages are resident now."""
+    import ctypes
+
+    spacing = mmap.PAGESIZE * 64  # beyond read-ahead and fault-around
+    path = tmp_path / "cold.bin"
+    path.write_bytes(os.urandom(spacing * BITS))
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        mapped = mmap.mmap(fd, spacing * BITS, flags=mmap.MAP_PRIVATE)
+    finally:
+        os.close(fd)
+    mapped.madvise(mmap.MADV_RANDOM)
+    ledger, secrets = _ledger()
+
+    def fn(v: np.ndarray) -> float:
+        return float(sum(mapped[bit * spacing] for bit in range(BITS) if int(v[0]) >> bit & 1))
+
+    _measure(ledger, fn, secrets[0])
+    resident = (ctypes.c_ubyte * (spacing * BITS // mmap.PAGESIZE))()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+    anchor = ctypes.c_char.from_buffer(mapped)
+    if libc.mincore(ctypes.addressof(anchor), spacing * BITS, resident) != 0:
+        return None
+    del anchor
+    return sum(1 << bit for bit in range(BITS) if resident[bit * 64] & 1) or None
+
+
 def _signal(tmp_path: Path) -> int | None:
     """One real-time signal (they queue, one per number) per set bit of the value, to the mechanism."""
     ledger, secrets = _ledger()
@@ -313,6 +346,7 @@ ATTACKS = [
     _shared_memory_by_name,
     _shared_memory_inherited,
     _mmap_before_fork,
+    _page_cache,
     _signal,
     _child_process,
     _failure_bit,

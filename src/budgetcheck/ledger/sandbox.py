@@ -7,7 +7,10 @@ anything but its answer). In order:
 1. every descriptor but the answer pipe's write end is closed (``os.closerange``): no inherited file,
    pipe, socket or terminal;
 2. every shared mapping is unmapped (``/proc/self/maps``, flag ``s``): a ``SharedMemory`` or anonymous
-   ``mmap`` made before the fork would otherwise be memory the parent reads;
+   ``mmap`` made before the fork would otherwise be memory the parent reads; so is every mapping of a
+   file that is not loaded code (no executable mapping of it) nor a locale: the page cache is shared, so
+   which pages of a file fn reads would stay visible to the parent (``mincore``, ``preadv2`` with
+   ``RWF_NOWAIT``, read timing);
 3. ``PR_SET_DUMPABLE`` 0 (no ptrace of the child, its ``/proc`` entries owned by root), ``RLIMIT_FSIZE``
    0 and ``RLIMIT_CORE`` 0;
 4. a seccomp-bpf filter (libseccomp, through the ``pyseccomp`` ctypes binding) that denies every system
@@ -41,6 +44,7 @@ _CLONE_THREAD = 0x00010000
 # what a thread's clone may not carry: a new parent, vfork, ptrace, or any namespace
 _CLONE_NEVER = 0x00008000 | 0x00004000 | 0x00002000 | 0x00020000 | 0x7E000000
 _PR_SET_DUMPABLE = 4
+_LOCALES = (b"/usr/lib/locale/", b"/usr/share/locale/")  # the C library's own data, mapped at start-up
 
 # the system calls the child may make (default: EPERM); write is allowed on the answer descriptor only
 ALLOWED = (
@@ -129,7 +133,7 @@ def confine(answer_fd: int) -> None:
 
     os.closerange(0, answer_fd)
     os.closerange(answer_fd + 1, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1 << 16)
-    _unmap_shared()
+    _unmap_what_the_parent_sees()
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0)")
@@ -146,14 +150,18 @@ def confine(answer_fd: int) -> None:
     rules.load()  # sets no_new_privs first (libseccomp's default)
 
 
-def _unmap_shared() -> None:
-    """Unmap every shared mapping of this process (what a fork shares with its parent for writing)."""
+def _unmap_what_the_parent_sees() -> None:
+    """Unmap every shared mapping of this process (what a fork shares with its parent for writing) and every
+    mapping of a data file (not code, not a locale: whose pages fn reads would show in the page cache)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
     with open("/proc/self/maps", "rb") as maps:
-        regions = [line.split(maxsplit=2)[:2] for line in maps]
-    for span, perms in regions:
-        if perms[3:4] == b"s":
-            start, end = (int(x, 16) for x in span.split(b"-"))
+        regions = [line.split(maxsplit=5) for line in maps]
+    code = {fields[5].strip() for fields in regions if len(fields) == 6 and fields[1][2:3] == b"x"}
+    for fields in regions:
+        path = fields[5].strip() if len(fields) == 6 else b""
+        data_file = path.startswith(b"/") and path not in code and not path.startswith(_LOCALES)
+        if fields[1][3:4] == b"s" or data_file:
+            start, end = (int(x, 16) for x in fields[0].split(b"-"))
             if libc.munmap(start, end - start) != 0:
-                raise OSError(ctypes.get_errno(), "munmap of a shared mapping")
+                raise OSError(ctypes.get_errno(), f"munmap of {path.decode(errors='replace') or 'a shared mapping'}")
