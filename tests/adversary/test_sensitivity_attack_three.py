@@ -17,7 +17,6 @@ import pytest
 
 from binding_probe import bound_elsewhere
 from budgetcheck import (
-    BudgetcheckError,
     Clipped,
     Composed,
     Differences,
@@ -338,14 +337,16 @@ def test_threshold_statistic_of_a_wrong_shape_fails_as_a_budgetcheck_error() -> 
     """The statistic runs after the charge (it reads the data); a result of another shape raises numpy's
     ValueError 'operands could not be broadcast ... (7,) and requested shape (1,3)': a crash after a
     charge, whose message carries the shape the statistic chose (data-dependent), where measure raises
-    one fixed MeasurementFailed."""
+    one fixed MeasurementFailed. Now (issue 43) any failure of the statistic gives its declared default,
+    tested like any value, and is recorded for the ledger's owner without the shape it chose."""
     stream = GuardedStream(np.ones((4, 3)))
     ledger = _ledger()
     ledger.bind(stream)
     test = ledger.above_threshold(epsilon=0.1, sensitivity=2.0, cells=(3,))
     test.query(stream.secret(1), deviation, 0.0)
-    with pytest.raises(BudgetcheckError):
-        test.query(stream.secret(2), lambda footprints: np.zeros(7), 0.0)
+    answer = test.query(stream.secret(2), lambda footprints: np.zeros(7), 1e9, default=0.0)
+    assert not answer.above.any() and [f.operation for f in ledger.failures] == ["query"]
+    assert "7" not in ledger.failures[0].reason
 
 
 # -- 11. A query's own parameters are not validated: TypeError from deep inside --------------------------------

@@ -281,41 +281,45 @@ def _forge_a_huge_answer(v: np.ndarray) -> float:
     ids=lambda f: f.__name__.strip("_"),
 )
 def test_a_failing_or_forging_fn_reports_no_value(fn: Callable[..., Any]) -> None:
+    """Whatever fn does, the call gives the default (0.0, noised at scale 1e-6) and raises nothing; the owner's
+    record says it failed, without anything of fn's."""
     ledger, secrets, measure = _ledger(FORK)
-    with pytest.raises(bc.MeasurementFailed) as caught:
-        measure(fn, secrets[0])
-    error = caught.value
-    assert "987654" not in str(error) and not _holds(list(error.args)), str(error)
-    assert error.__cause__ is None and error.__context__ is None
+    out = measure(fn, secrets[0])
+    assert abs(out[0]) < 1.0 and not _holds(out)
+    (failure,) = ledger.failures
+    assert failure.t == 1 and "987654" not in failure.reason
     assert ledger.t == 1  # the charge stands: the data was read
-    measure(lambda v: v.sum(), secrets[1])  # the ledger goes on
+    assert abs(measure(lambda v: v.sum(), secrets[1])[0] - 2 * SECRET) < 1.0  # the ledger goes on
 
 
-def test_a_grandchild_holding_the_pipe_does_not_stall_the_call() -> None:
+def test_a_grandchild_is_never_made_and_the_call_takes_its_deadline() -> None:
     def fn(v: np.ndarray) -> float:
-        if os.fork() == 0:  # a grandchild that inherits the pipe and lives on
+        if os.fork() == 0:  # a grandchild that would inherit the pipe and live on: the sandbox refuses it
             time.sleep(3)
             os._exit(0)
         return float(v.sum())
 
-    _, secrets, measure = _ledger(FORK)
+    ledger, secrets, measure = _ledger(FORK)
     start = time.monotonic()
     result = measure(fn, secrets[0])
-    assert time.monotonic() - start < 2.0 and abs(result[0] - 2 * SECRET) < 1.0
+    assert time.monotonic() - start < 2.0 and abs(result[0]) < 1.0 and len(ledger.failures) == 1
 
 
-def test_a_read_of_another_secret_is_still_secret_access() -> None:
-    _, secrets, measure = _ledger(FORK)
-    with pytest.raises(bc.SecretAccess, match="read a Secret outside its charge$"):  # not where: fn could choose it
-        measure(lambda v: float(secrets[1]), secrets[0])
+def test_a_read_of_another_secret_gives_the_default() -> None:
+    """Whether fn read another Secret may follow the data: it is one more failure, told to the owner only."""
+    ledger, secrets, measure = _ledger(FORK)
+    assert abs(measure(lambda v: float(secrets[1]), secrets[0])[0]) < 1.0 and len(ledger.failures) == 1
+    ledger, secrets, measure = _ledger(TRUSTED)
+    assert abs(measure(lambda v: float(secrets[1]), secrets[0])[0]) < 1.0
+    assert [f.reason for f in ledger.failures] == ["read a Secret outside its charge"]
 
 
 def test_results_are_plain_finite_float_arrays_of_the_declared_shape() -> None:
     ledger, secrets, measure = _ledger(FORK)
     out = measure(lambda v: np.arange(6.0).reshape(2, 3) + v[0] * 0, secrets[0], (2, 3))
     assert type(out) is np.ndarray and out.dtype == np.float64 and out.shape == (1, 2, 3)
-    with pytest.raises(bc.MeasurementFailed, match="non-finite"):
-        measure(lambda v: np.array([np.inf]), secrets[1], (1,))
+    assert abs(measure(lambda v: np.array([np.inf]), secrets[1], (1,))).max() < 1.0  # the default
+    assert len(ledger.failures) == 1
     footprint = ledger.measure_footprint(lambda v: v.sum(axis=1), secrets[1:], sensitivity=1.0, epsilon=1e5, shape=(2,))
     assert footprint.shape == (1, 2) and [r.vouched for r in ledger.records[-2:]] == [True, True]
 

@@ -130,8 +130,10 @@ def _threshold_rate(sampler: str, gap: float, runs: int = 2000) -> float:
     ledger.bind(stream)
     test = ledger.above_threshold(epsilon=0.5, sensitivity=1.0, cells=(1,))
     first, second = stream
-    test.query(first, lambda v: np.zeros((v.shape[0], 1)), 0.0)  # every instance opens (draws ρ) at t = 1
-    answer = test.query(second, lambda v: np.full((v.shape[0], 1), gap), 0.0)
+    test.query(first, lambda v: np.zeros((v.shape[0], 1)), 0.0, deadline=5.0)  # every instance opens (draws ρ)
+    # a forked statistic past its deadline (a loaded machine) would answer its default, 0.0, and move the rates
+    answer = test.query(second, lambda v: np.full((v.shape[0], 1), gap), 0.0, deadline=5.0)
+    assert not ledger.failures
     return float(answer.above.mean())
 
 

@@ -131,13 +131,15 @@ def test_measure_with_no_budget_never_runs_fn() -> None:
 
 
 def test_inside_a_charge_only_the_charged_secret_is_open() -> None:
-    """fn of measure(secret t=1) cannot reveal the (future) data of t=2."""
+    """fn of measure(secret t=1) cannot reveal the (future) data of t=2: the call gives the default (0.0,
+    noised), and the owner's record says fn read a Secret outside its charge (neither where nor what)."""
     stream = GuardedStream([[1.0], [2.0]])
-    ledger = WindowLedger(WEventParams(1.0, 2), sampler="numpy-laplace", keep_records=True)
+    ledger = WindowLedger(WEventParams(1.0, 2), sampler="numpy-laplace", keep_records=True, seed=5)
     ledger.bind(stream)
     future = stream.secret(2)
-    with pytest.raises(SecretAccess, match=r"fn read a Secret outside its charge$"):  # neither where nor what
-        ledger.measure(lambda v: reveal(future), stream.secret(1), sensitivity=1.0, epsilon=0.5)
+    out = ledger.measure(lambda v: reveal(future), stream.secret(1), sensitivity=1.0, epsilon=0.5, isolation="trusted")
+    np.testing.assert_allclose(out, np.random.default_rng(5).laplace(0.0, 2.0, (1,)), rtol=1e-12)
+    assert [f.reason for f in ledger.failures] == ["read a Secret outside its charge"]
 
 
 # -- issue 28, item 6: the public routes to the vault -------------------------------------------------------
@@ -192,9 +194,9 @@ def test_gc_referents_of_a_secret_its_class_and_its_stream_do_not_reach_the_payl
 
 
 def test_a_measure_function_cannot_name_its_exception_after_the_data() -> None:
-    """Class 4: fn raises an exception whose class name, message and arguments carry the data; the
-    error that leaves measure() names none of it and holds no context, cause or frame of fn."""
-    from budgetcheck import GuardedStream, MeasurementFailed, WEventParams, WindowLedger
+    """Class 4: fn raises an exception whose class name, message and arguments carry the data; nothing leaves
+    measure() but the default answer, and the owner's record names none of it."""
+    from budgetcheck import GuardedStream, WEventParams, WindowLedger
 
     def fn(values: np.ndarray) -> np.ndarray:
         kind = type(f"Count{int(values[0])}", (Exception,), {})
@@ -203,22 +205,8 @@ def test_a_measure_function_cannot_name_its_exception_after_the_data() -> None:
     ledger = WindowLedger(WEventParams(epsilon=1.0, w=1), runs=1, seed=0, sampler="numpy-laplace")
     stream = GuardedStream([[424242.0]])
     ledger.bind(stream)
-    with pytest.raises(MeasurementFailed) as caught:
-        ledger.measure(fn, next(iter(stream)), sensitivity=1.0, epsilon=1.0)
-    error = caught.value
-    assert "424242" not in str(error) and "424242" not in repr(error.args)
-    assert error.__context__ is None and error.__cause__ is None
-    frames = [tb.tb_frame for tb in _tracebacks(error.__traceback__)]
-    assert all(fn.__code__ is not frame.f_code for frame in frames)
-    assert not any(_holds(v, np.array([424242.0])) for frame in frames for v in frame.f_locals.values())
-
-
-def _tracebacks(tb: object) -> list[object]:
-    out = []
-    while tb is not None:
-        out.append(tb)
-        tb = tb.tb_next  # type: ignore[attr-defined]
-    return out
+    out = ledger.measure(fn, next(iter(stream)), sensitivity=1.0, epsilon=1.0)
+    assert abs(out[0]) < 100.0 and "424242" not in repr(ledger.failures)
 
 
 def test_ledgers_in_several_threads_read_their_secrets_without_interfering() -> None:

@@ -102,10 +102,22 @@ class LedgerAccess:
         return self._ledger._randomness()
 
     def call_measured(
-        self, fn: Callable[[FloatArray], ArrayLike], payloads: list[FloatArray], isolation: str, shape: tuple[int, ...]
-    ) -> list[FloatArray] | str:
-        """Run the caller's ``fn`` on true values as ``measure`` does (counted in ``ledger.in_process`` if here)."""
-        return self._ledger._call_measured(fn, payloads, isolation, shape)
+        self,
+        fn: Callable[[FloatArray], ArrayLike],
+        payloads: list[FloatArray],
+        isolation: str,
+        shape: tuple[int, ...],
+        default: FloatArray,
+        deadline: float,
+        operation: str,
+    ) -> list[FloatArray]:
+        """Run the caller's ``fn`` on true values as ``measure`` does (counted in ``ledger.in_process`` if here):
+        its results, or ``default`` for each payload when it failed (recorded in ``ledger.failures``)."""
+        return self._ledger._call_measured(fn, payloads, isolation, shape, default, deadline, operation)
+
+    def check_confined(self, isolation: str) -> None:
+        """Refuse, before any charge, a forked call the machine cannot sandbox (unless the owner allowed it)."""
+        self._ledger._check_confined(isolation)
 
     def per_run(self, secret: Secret, values: FloatArray, runs: NDArray[np.int64] | None = None) -> FloatArray:
         """What every run (or the runs indexed by ``runs``) reads of ``values``, shape (runs, ...)."""

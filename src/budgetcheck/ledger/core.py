@@ -28,21 +28,24 @@ from budgetcheck.ledger.errors import (
     BudgetExceeded,
     InvalidArgument,
     LedgerCorrupt,
-    MeasurementFailed,
-    SecretAccess,
     TimestampOrder,
 )
 from budgetcheck.ledger.hooks import OperationHook
 from budgetcheck.ledger.isolation import (
+    DEFAULT_DEADLINE,
     FAILED,
     FORK,
     MOST_BYTES,
     MOST_DIMENSIONS,
-    SECRET_ACCESS,
     TRUSTED,
+    Failure,
     check_answer_fits,
+    check_confined,
+    check_deadline,
+    check_default,
     check_isolation,
     forked,
+    held,
     in_process,
 )
 from budgetcheck.ledger.noise import DISCRETE, NUMPY, NoiseSource, make_noise
@@ -60,6 +63,7 @@ from budgetcheck.ledger.queries import (
     weighted_sensitivity,
 )
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord, dump_lines
+from budgetcheck.ledger.sandbox import unavailable as sandbox_unavailable
 from budgetcheck.ledger.validation import (
     MAX_T,
     check_amounts,
@@ -188,6 +192,7 @@ class LedgerCore(abc.ABC):
     __slots__ = (
         "_applying",
         "_charges",
+        "_failures",
         "_fresh_claims",
         "_hook",
         "_in_process",
@@ -205,6 +210,7 @@ class LedgerCore(abc.ABC):
         "_sessioned",
         "_steady",
         "_t",
+        "_unsandboxed",
         "_vouched",
         "__weakref__",  # see _redraw_after_fork
     )
@@ -227,6 +233,10 @@ class LedgerCore(abc.ABC):
         self._refused_worst = 0.0  # the largest window sum / ε a refused spend would have made
         self._vouched = 0  # charges whose sensitivity the caller vouched for (measure, measure_footprint)
         self._in_process = 0  # calls of the caller's code on true values in this process (isolation='trusted')
+        self._failures: list[Failure] = []  # calls of the caller's code that gave their default (for the owner)
+        self._unsandboxed = (
+            False  # the owner allows forked code where no sandbox can be installed (see allows_unsandboxed)
+        )
         self._applying = False  # accounting for a stored record (see _apply_row): not a new spend
         # the durable transaction and the verifier's tap, installed by their layers (ledger.hooks)
         self._hook: OperationHook | None = None
@@ -287,13 +297,43 @@ class LedgerCore(abc.ABC):
         ruled out, so ``verify`` calls such a mechanism inconclusive rather than verified."""
         return self._in_process
 
+    @property
+    def failures(self) -> tuple[Failure, ...]:
+        """Every call of the caller's code on true values (``measure``, ``measure_footprint``, a threshold test's
+        own statistic) that failed and so gave its declared default answer, in order: for the ledger's owner.
+        The mechanism's call itself never tells (see :mod:`budgetcheck.ledger.isolation`)."""
+        return tuple(self._failures)
+
+    @property
+    def allows_unsandboxed(self) -> bool:
+        """Whether the ledger's owner lets a forked fn run where the kernel sandbox cannot be installed
+        (:func:`budgetcheck.ledger.sandbox.unavailable`); otherwise such a call is refused before any charge."""
+        return self._unsandboxed
+
+    def _check_confined(self, isolation: str) -> None:
+        """Refuse, before any charge, a forked call this machine cannot sandbox (unless the owner allowed it)."""
+        check_confined(isolation, self._unsandboxed)
+
     def _call_measured(
-        self, fn: Callable[[FloatArray], ArrayLike], payloads: list[FloatArray], isolation: str, shape: tuple[int, ...]
-    ) -> list[FloatArray] | str:
-        """:func:`call_measured`, counting the calls that run the caller's code here (:attr:`in_process`)."""
+        self,
+        fn: Callable[[FloatArray], ArrayLike],
+        payloads: list[FloatArray],
+        isolation: str,
+        shape: tuple[int, ...],
+        default: FloatArray,
+        deadline: float,
+        operation: str,
+    ) -> list[FloatArray]:
+        """:func:`call_measured`, counting the calls that run the caller's code here (:attr:`in_process`): fn's
+        results, or ``default`` for each payload when fn failed (recorded in :attr:`failures`, not told)."""
         if isolation == TRUSTED:
             self._in_process += 1
-        return call_measured(fn, payloads, isolation, shape)
+        with held(deadline if isolation == FORK else None):  # what follows fn's outcome is held too
+            outcome = call_measured(fn, payloads, isolation, shape, deadline)
+            if isinstance(outcome, str):
+                self._failures.append(Failure(t=self._t, operation=operation, reason=outcome))
+                outcome = [default] * len(payloads)
+        return outcome
 
     @property
     def refusals(self) -> int:
@@ -955,21 +995,26 @@ class LaplaceReleases(LedgerCore):
         purpose: str = "measurement",
         isolation: str = FORK,
         shape: int | tuple[int, ...] = (),
+        default: ArrayLike = 0.0,
+        deadline: float = DEFAULT_DEADLINE,
     ) -> FloatArray:
         """Noisy fn(values): the caller *vouches* that fn has L1 sensitivity ``sensitivity``.
 
         For what :mod:`budgetcheck.ledger.queries` cannot express (prefer :meth:`laplace_query`,
         whose sensitivity the library derives). fn runs once, only if some run pays (ε > 0), on a
-        read-only copy of the payload, in a process forked for this call (``isolation='fork'``):
-        nothing it stores survives, only its finite float result comes back (see
+        read-only copy of the payload, as a predictable transaction (``isolation='fork'``): in a
+        sandboxed process forked for this call, from which nothing but its answer leaves, and the call
+        returns ``deadline`` seconds after the fork whatever fn did (see
         :mod:`budgetcheck.ledger.isolation`; ``isolation='trusted'`` runs it here, for code you
         trust). The result gets Laplace noise of scale sensitivity/ε per run; the record is marked
         ``vouched`` (only the statistical audit can check such a sensitivity).
 
         ``shape`` is the shape fn's result must have, declared before the data is read (default
         ``()``: one statistic; e.g. ``shape=secret.shape`` for a per-bin map): the release's shape is
-        then public, never the data's. A result of any other shape, like any failure of fn, raises
-        one fixed :class:`MeasurementFailed` that says nothing of what happened (the charge stands).
+        then public, never the data's. A result of any other shape, like any failure of fn (it raised,
+        exited, overran ``deadline``, returned non-finite values), gives ``default`` (finite, broadcast
+        to ``shape``; 0.0 unless declared) in its place, noised like any answer: the sensitivity vouched
+        for must cover it. The failure is recorded in :attr:`failures`, for the ledger's owner.
         Returns shape (runs, *shape).
 
         Example:
@@ -978,7 +1023,7 @@ class LaplaceReleases(LedgerCore):
             >>> stream = GuardedStream(np.array([[3.0, 4.0], [5.0, 1.0]]))
             >>> ledger = WindowLedger(epsilon=1.0, w=2, keep_records=True)
             >>> ledger.bind(stream)
-            >>> ledger.measure(np.max, stream.secret(1), sensitivity=1.0, epsilon=0.5).shape  # one statistic per run
+            >>> ledger.measure(np.max, stream.secret(1), sensitivity=1.0, epsilon=0.5, deadline=0.1).shape
             (1,)
             >>> ledger.vouched  # releases whose sensitivity was the caller's word
             1
@@ -986,16 +1031,18 @@ class LaplaceReleases(LedgerCore):
         amounts = self._measurement_amounts(fn, epsilon, "measure")
         isolation = check_isolation(isolation)
         declared = check_result_shape(shape)
+        fallback, seconds = check_default(default, declared), check_deadline(deadline)
+        self._check_confined(isolation)
         if isolation == FORK and isinstance(secret, Secret):
             check_answer_fits(declared, max(1, stacked_rows(secret)))
         vouched = check_sensitivity(sensitivity)
         scale, delta = self._reserve(secret, amounts, amounts, vouched, purpose, integral=False, vouched=True)
         stacked = bool(stacked_rows(secret))
         with charged(secret) as values:
-            outcome = self._call_measured(fn, list(values) if stacked else [values], isolation, declared)
+            outcome = self._call_measured(
+                fn, list(values) if stacked else [values], isolation, declared, fallback, seconds, "measure"
+            )
             del values  # nothing of the data stays in this frame, which a raised error's traceback shows
-        if isinstance(outcome, str):
-            raise measurement_failed("measure", outcome, declared)
         # stacked: fn sees one stream's payload; each run gets its own stream's result
         result = self._per_run(secret, np.stack(outcome)) if stacked else outcome[0]
         return self._noisy(result, amounts, scale, delta, per_run=stacked, integral=False)
@@ -1159,14 +1206,17 @@ def check_result_shape(value: object, name: str = "shape") -> tuple[int, ...]:
 
 
 def call_measured(
-    fn: Callable[[FloatArray], ArrayLike], payloads: list[FloatArray], isolation: str, shape: tuple[int, ...]
+    fn: Callable[[FloatArray], ArrayLike],
+    payloads: list[FloatArray],
+    isolation: str,
+    shape: tuple[int, ...],
+    deadline: float = DEFAULT_DEADLINE,
 ) -> list[FloatArray] | str:
-    """fn on each payload (a forked child per call, or here if ``trusted``): its finite results, each of the
-    declared ``shape``, or that it failed — never how (its exception, message, exit status, the shape it
-    returned: they may follow the data). The caller raises :func:`measurement_failed` once no local of its
-    own holds the data."""
+    """fn on each payload (a sandboxed child forked per call and held to ``deadline``, or here if ``trusted``):
+    its finite results, each of the declared ``shape``, or why it gave none, for the owner's record (the
+    caller substitutes the declared default: the mechanism is never told)."""
     if isolation == FORK:
-        outcome = forked(fn, payloads)
+        outcome = forked(fn, payloads, shape, deadline, sandboxed=sandbox_unavailable() is None)
     else:
         results = [in_process(fn, payload) for payload in payloads]
         failed = [result for result in results if isinstance(result, str)]
@@ -1174,18 +1224,6 @@ def call_measured(
     if not isinstance(outcome, str) and any(result.shape != shape for result in outcome):
         return FAILED
     return outcome
-
-
-def measurement_failed(what: str, failure: str, shape: tuple[int, ...]) -> MeasurementFailed | SecretAccess:
-    """The error of a failed measured function: SecretAccess (where it read another Secret) or one fixed
-    MeasurementFailed, the same whatever fn did."""
-    if failure.startswith(SECRET_ACCESS):
-        return SecretAccess(f"{what}: fn {failure}")
-    return MeasurementFailed(
-        f"{what}: fn failed: it raised, exited, returned non-finite values or a result whose shape is not the "
-        f"declared shape={shape!r}, or wrote into its pipe; which of these, and its message, arguments and "
-        "traceback, are withheld (they may follow the data); the charge stands, since the data was read"
-    )
 
 
 class _ByFields(dict[tuple[Kind, int, int], float]):

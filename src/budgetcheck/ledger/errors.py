@@ -48,8 +48,9 @@ class MechanismContractError(BudgetcheckError, RuntimeError):
 
 
 class MeasurementFailed(MechanismContractError):
-    """A measured function raised or returned non-finite values. Its message, arguments, result and
-    traceback are withheld (they may hold the data it was given); the charge stands (it read them)."""
+    """No longer raised by ``measure``, ``measure_footprint`` or a threshold test (issue 43): a measured
+    function's failure gives the call's declared default and is recorded in ``ledger.failures``, since
+    whether it failed may follow the data. Kept so that code catching it still imports."""
 
 
 class DataUnavailable(BudgetcheckError, RuntimeError):

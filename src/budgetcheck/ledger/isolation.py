@@ -1,71 +1,144 @@
-"""A user's function run where nothing it does survives the call: a freshly forked process per call.
+"""A user's function on true values as a predictable transaction: only its declared answer leaves, on time.
 
-``measure`` and ``measure_footprint`` hand ``fn`` the true values. In-process, fn could keep them
-(a closure, a global, a class or module attribute, ``os.environ``, ``sys.modules``, a thread that
-outlives the call, an object returned whose ``__float__`` or ``__array__`` re-reads them later).
-Here fn runs in a child forked for this one call: every object it changes is the child's copy,
-gone when the child exits (``os._exit``: no atexit handler, no flush, every thread ends). The
-child sends back only bytes — each result's ndim, shape and float64 values, or that it failed —
-and the parent builds plain float64 arrays from them (no unpickling, no object of the child's ever
-enters the parent), checking shape, size and finiteness itself.
+``measure``, ``measure_footprint`` and a threshold test's own statistic hand ``fn`` the true values. Here
+fn runs as Fuzz runs a microquery (Haeberlen, Pierce and Narayan, "Differential Privacy Under Fire",
+USENIX Security 2011, §5): the only thing that leaves it is an answer of the declared shape, at a time
+that does not depend on the data.
 
-A failure is one fixed word, :data:`FAILED`, whatever fn did (raised any exception, exited, returned
-non-finite values or another shape, wrote into the pipe): which of these happened may depend on the
-data, so it is not told. Only a read of another Secret is named, without its code line (a mistake to fix,
-not a value).
+- **Isolated**: fn runs in a child forked for this one call, so every object it changes is the child's
+  copy (a closure, a global, ``os.environ``, ``sys.modules``, a thread, an object whose ``__array__``
+  re-reads the data later: none reaches the parent). Before fn sees a value the child is sandboxed
+  (:func:`budgetcheck.ledger.sandbox.confine`: no descriptor but the answer pipe, no shared mapping,
+  seccomp-bpf allowing ``write`` to that pipe only and no file, socket, signal, process or shared memory).
+- **Total**: whatever fn does — raise, exit, crash, overrun, return another shape or a non-finite value,
+  write anything into its pipe — the call yields the caller's declared ``default`` instead, charged and
+  noised like any answer. That it failed is recorded for the ledger's owner (``ledger.failures``), never
+  raised to the mechanism (which would hand it one exact bit per call).
+- **On time**: the parent waits for the answer until ``deadline × KILL_SHARE`` after the fork, kills the
+  child there whatever it is doing (a child that has answered is parked until then, so that even its exit
+  is not earlier), reaps it, decodes the answer or takes the default, records a failure, and returns
+  at ``deadline`` after the call began (:func:`held`): the call's duration is the deadline, whatever fn
+  did. ``SIGCHLD`` is blocked in the calling thread for the call, so a handler of the mechanism's learns
+  of the child's end only at the return. What remains is in
+  ``docs/explanation/predictable-transactions.md``.
 
-What a process cannot hide from the operating system (files, sockets, shared memory, pipes it
-inherited, signals to its parent, a grandchild it forks) is not stopped here: that needs an OS
-sandbox (seccomp, Landlock, a container); see the README's threat model.
+The parent reads exactly the bytes of an answer of the declared shape (:func:`answer_bytes`) and builds
+plain float64 arrays from them (no unpickling, no object of the child's enters the parent).
 
-``isolation="trusted"`` runs fn in-process (no fork) for code one trusts: faster, and fn's side
-effects survive (so nothing but the statistical audit can catch a leak).
+``isolation="trusted"`` runs fn in-process (no fork, no sandbox, no deadline) for code one trusts: its
+failures still give the default answer, but its side effects survive.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import os
+import select
+import signal
 import struct
+import time
 import traceback
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
+import attrs
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from budgetcheck.ledger import sandbox
 from budgetcheck.ledger.errors import InvalidArgument, SecretAccess
 
 FloatArray = NDArray[np.float64]
 FORK = "fork"
 TRUSTED = "trusted"
 ISOLATIONS = (FORK, TRUSTED)
-MOST_BYTES = 1 << 28  # the largest answer a child may send (256 MiB): larger ones are refused, not read
+MOST_BYTES = 1 << 28  # the largest answer a child may send (256 MiB): larger ones are refused before the charge
 MOST_DIMENSIONS = 32
+DEFAULT_DEADLINE = 0.25  # seconds: a call's duration unless the caller declares another
+MOST_DEADLINE = 3600.0
+KILL_SHARE = 0.8  # fn has this share of the deadline; the rest is for killing and reaping the child in time
 SECRET_ACCESS = "read a Secret outside its charge"
-FAILED = "failed"  # every other failure of fn: one word, whatever it was (see the module docstring)
-_OK, _FAILED = 0, 1
+FAILED = "raised or returned a non-finite value or another shape"
+NO_ANSWER = "no answer by the deadline: fn raised, exited, was killed or overran, or returned another shape"
+NOT_FINITE = "a non-finite answer"
+_OK = 0
+
+
+@attrs.frozen
+class Failure:
+    """One call of the caller's code on true values that gave its declared default answer instead.
+
+    Recorded for the ledger's owner (``ledger.failures``); the mechanism's call got the default, charged
+    and noised like any answer. ``t``: the ledger's timestamp of the call; ``operation``: ``measure``,
+    ``measure_footprint`` or ``query``; ``reason``: what the parent saw (a forked fn's own kind of failure
+    is not told: it could be chosen to follow the data)."""
+
+    t: int
+    operation: str
+    reason: str
 
 
 def check_isolation(value: object) -> str:
     if value not in ISOLATIONS:
         raise InvalidArgument(
-            f"isolation={value!r} must be 'fork' (fn runs in a forked process per call, the default) "
+            f"isolation={value!r} must be 'fork' (fn runs in a sandboxed process forked per call, the default) "
             "or 'trusted' (fn runs in this process: only for code you trust)"
-        )
-    if value == FORK and not hasattr(os, "fork"):
-        raise InvalidArgument(
-            "isolation='fork' needs os.fork (POSIX); on this platform pass isolation='trusted' knowingly"
         )
     return str(value)
 
 
+def check_confined(isolation: str, allow_unsandboxed: bool) -> None:
+    """Refuse, before any charge, a forked call this machine cannot sandbox, unless the ledger's owner allowed
+    unsandboxed children (then fn still runs forked, on time and total, but with the operating system open)."""
+    if isolation != FORK:
+        return
+    if not hasattr(os, "fork"):
+        raise InvalidArgument(
+            "isolation='fork' needs os.fork (POSIX); on this platform pass isolation='trusted' knowingly"
+        )
+    reason = sandbox.unavailable()
+    if reason is not None and not allow_unsandboxed:
+        raise InvalidArgument(
+            f"fn cannot be sandboxed here ({reason}), so a forked fn could send the data out through the operating "
+            "system; refused before any charge. Install libseccomp (e.g. apt-get install libseccomp2) or have the "
+            "ledger's owner allow unsandboxed code (ledger.allows_unsandboxed)"
+        )
+
+
+def check_deadline(value: object) -> float:
+    """A call's declared deadline: seconds, finite, > 0 and at most MOST_DEADLINE."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not 0.0 < float(value) <= MOST_DEADLINE
+    ):
+        raise InvalidArgument(
+            f"deadline={value!r} must be the seconds a call of fn takes, whatever fn does: a number > 0 and "
+            f"<= {MOST_DEADLINE:g} (fn has {KILL_SHARE:g} of it; the call returns at the deadline)"
+        )
+    return float(value)
+
+
+def check_default(value: object, shape: tuple[int, ...], name: str = "default") -> FloatArray:
+    """The declared default answer, finite, broadcast to the declared ``shape`` (read-only)."""
+    try:
+        array = np.asarray(value, dtype=np.float64)
+        default = np.broadcast_to(array, shape)
+    except (TypeError, ValueError):
+        raise InvalidArgument(
+            f"{name}={value!r} must be finite numbers of the declared shape {shape!r} (or broadcast to it): the "
+            "answer a call gives when fn fails"
+        ) from None
+    if not np.isfinite(default).all():
+        raise InvalidArgument(f"{name}={value!r} must be finite: it is released, noised, when fn fails")
+    return np.array(default)
+
+
 def failure_kind(exc: BaseException) -> str:
-    """Why fn failed, without anything fn chose: :data:`FAILED` (never the exception's class, message or
-    arguments: a choice among classes is a side channel too), or, for a read of another Secret that the
-    library refused (a SecretAccess raised inside budgetcheck, not one fn made up), :data:`SECRET_ACCESS`
-    alone: not where (fn can choose the file and line a read is reported at, and so spell the data)."""
+    """Why a trusted fn failed, for the owner's record: :data:`SECRET_ACCESS` for a read of another Secret the
+    library refused (a SecretAccess raised inside budgetcheck, not one fn made up), else :data:`FAILED`."""
     if isinstance(exc, SecretAccess):
         frames = traceback.extract_tb(exc.__traceback__)
         if frames and "/budgetcheck/" in frames[-1].filename:
@@ -74,14 +147,14 @@ def failure_kind(exc: BaseException) -> str:
 
 
 def answer_bytes(shape: tuple[int, ...], count: int) -> int:
-    """The size of a child's answer of ``count`` results of ``shape`` (its framing included): what
+    """The size of a child's answer of ``count`` results of ``shape`` (its framing included): exactly what
     :func:`forked` reads back, at most :data:`MOST_BYTES`."""
     return 9 + count * (8 + 8 * len(shape) + 8 * math.prod(shape))
 
 
 def check_answer_fits(shape: tuple[int, ...], count: int, name: str = "shape") -> None:
     """Refuse, before any charge, a declared shape whose ``count`` results a forked child could never send
-    back (the call would be charged and then always fail, whatever the data)."""
+    back (the call would be charged and then always give the default, whatever the data)."""
     if answer_bytes(shape, count) > MOST_BYTES:
         per_stream = f" for each of the {count} stacked streams" if count > 1 else ""
         raise InvalidArgument(
@@ -100,8 +173,7 @@ def _kind_of(exc: BaseException) -> str:
 
 
 def in_process(fn: Callable[[FloatArray], ArrayLike], payload: FloatArray) -> FloatArray | str:
-    """fn on a read-only copy of the payload, here (``isolation='trusted'``): its finite result, or the kind
-    of failure."""
+    """fn on a read-only copy of the payload, here: its finite result, or the kind of failure."""
     copy = np.array(payload, dtype=np.float64)
     copy.setflags(write=False)
     try:
@@ -113,64 +185,101 @@ def in_process(fn: Callable[[FloatArray], ArrayLike], payload: FloatArray) -> Fl
     return result
 
 
-def forked(fn: Callable[[FloatArray], ArrayLike], payloads: Sequence[FloatArray]) -> list[FloatArray] | str:
-    """fn on each payload in one freshly forked child: the finite float64 results, or the kind of the first failure."""
+def forked(
+    fn: Callable[[FloatArray], ArrayLike],
+    payloads: Sequence[FloatArray],
+    shape: tuple[int, ...],
+    deadline: float,
+    *,
+    sandboxed: bool = True,
+) -> list[FloatArray] | str:
+    """fn on each payload in one freshly forked, sandboxed child: the finite float64 results of the declared
+    ``shape``, or why there are none (:data:`NO_ANSWER`, :data:`NOT_FINITE`). The child is killed and reaped
+    ``KILL_SHARE × deadline`` after the fork whatever it did; run it inside :func:`held` (``deadline``), which
+    holds the return, and whatever the caller does with the outcome, to the deadline."""
+    size = answer_bytes(shape, len(payloads))
     read_end, write_end = os.pipe()
     with warnings.catch_warnings():  # Python 3.12 warns on fork in a threaded process; the child only runs fn
         warnings.simplefilter("ignore", DeprecationWarning)
+        start = time.monotonic()
         pid = os.fork()
     if pid == 0:  # the child: never returns
         try:
             gc.disable()  # a collection would touch (and copy) every page of the parent's objects
             os.close(read_end)
-            _send(write_end, _child(fn, payloads))
+            if sandboxed:
+                sandbox.confine(write_end)
+            message = _child(fn, payloads, shape)
+            if message is not None:
+                _send(write_end, message)
+            while True:  # parked until the parent kills it at the deadline: its exit is not earlier
+                time.sleep(MOST_DEADLINE)
         finally:
             os._exit(0)
     os.close(write_end)
     try:
-        message = _receive(read_end)
+        message = _receive(read_end, size, start + deadline * KILL_SHARE)
+        _sleep_until(start + deadline * KILL_SHARE)
     finally:
         os.close(read_end)
-        os.waitpid(pid, 0)
-    if message is None:  # it exited or was killed: its exit status is fn's to choose, so it is not told
-        return FAILED
-    return _decode(message, len(payloads))
+        _end(pid)
+    if message is None:
+        return NO_ANSWER
+    return _decode(message, len(payloads), shape)
 
 
-def _child(fn: Callable[[FloatArray], ArrayLike], payloads: Sequence[FloatArray]) -> bytes:
+@contextlib.contextmanager
+def held(deadline: float | None) -> Iterator[None]:
+    """Hold the end of the body to ``deadline`` seconds after its start (whether it returned or raised), with
+    ``SIGCHLD`` blocked in this thread until then, so that a handler hears of a child's end only at the
+    return. ``None``: no hold (in-process code)."""
+    if deadline is None:
+        yield
+        return
+    end = time.monotonic() + deadline
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    try:
+        yield
+    finally:
+        _sleep_until(end)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def _child(
+    fn: Callable[[FloatArray], ArrayLike], payloads: Sequence[FloatArray], shape: tuple[int, ...]
+) -> bytes | None:
+    """The answer's bytes, or None when fn failed on any payload or returned another shape."""
     parts = [struct.pack("<bq", _OK, len(payloads))]
     for payload in payloads:
         outcome = in_process(fn, payload)
-        if isinstance(outcome, str):
-            text = outcome.encode("utf-8", "replace")[:4096]
-            return struct.pack("<bq", _FAILED, len(text)) + text
+        if isinstance(outcome, str) or outcome.shape != shape:
+            return None
         values = np.asarray(outcome, dtype="<f8", order="C")  # (ascontiguousarray would make a 0-d result 1-d)
         parts.append(struct.pack(f"<q{values.ndim}q", values.ndim, *values.shape) + values.tobytes())
     return b"".join(parts)
 
 
 def _send(fd: int, message: bytes) -> None:
-    data = struct.pack("<q", len(message)) + message
-    view = memoryview(data)
+    view = memoryview(message)
     while view:
         view = view[os.write(fd, view) :]
 
 
-def _receive(fd: int) -> bytes | None:
-    """The child's one length-prefixed message (then stop reading: a grandchild holding the pipe cannot stall us)."""
-    head = _read_exactly(fd, 8)
-    if head is None:
-        return None
-    (size,) = struct.unpack("<q", head)
-    if not 0 <= size <= MOST_BYTES:
-        return b"\x01" + struct.pack("<q", 0)  # refused unread: reported as a failure below
-    return _read_exactly(fd, size)
-
-
-def _read_exactly(fd: int, size: int) -> bytes | None:
+def _receive(fd: int, size: int, until: float) -> bytes | None:
+    """Exactly ``size`` bytes from the child, read until the monotonic time ``until``; None if they did not
+    all come (it stopped, closed the pipe or overran). More bytes than that are never read."""
+    os.set_blocking(fd, False)
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
     chunks, left = [], size
     while left:
-        chunk = os.read(fd, min(left, 1 << 20))
+        wait = until - time.monotonic()
+        if wait <= 0 or not poller.poll(wait * 1000.0):
+            return None
+        try:
+            chunk = os.read(fd, min(left, 1 << 20))
+        except BlockingIOError:
+            continue
         if not chunk:
             return None
         chunks.append(chunk)
@@ -178,40 +287,35 @@ def _read_exactly(fd: int, size: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _known_failure(text: str) -> str:
-    """The child's failure text, if it is a read of another Secret (the fixed text); anything else is
-    :data:`FAILED` (fn may have written a message of its own into the pipe: a free text could spell the data)."""
-    return SECRET_ACCESS if text == SECRET_ACCESS else FAILED
-
-
-def _decode(message: bytes, count: int) -> list[FloatArray] | str:
-    """Plain float64 arrays from the child's bytes, every number checked here (the child is not trusted)."""
+def _end(pid: int) -> None:
+    """Kill and reap the child (unreaped, its pid cannot be reused; gone already if SIGCHLD is ignored)."""
     try:
-        status, n = struct.unpack_from("<bq", message)
-        offset = 9
-        if status == _FAILED:
-            if not n:
-                return FAILED  # an answer too large to read
-            return _known_failure(message[offset : offset + n].decode("utf-8", "replace"))
-        if status != _OK or n != count:
-            return FAILED
-        results = []
-        for _ in range(count):
-            (ndim,) = struct.unpack_from("<q", message, offset)
-            if not 0 <= ndim <= MOST_DIMENSIONS:
-                return FAILED
-            shape = struct.unpack_from(f"<{ndim}q", message, offset + 8)
-            offset += 8 + 8 * ndim
-            size = int(np.prod(shape, dtype=np.int64)) if ndim else 1
-            if min(shape, default=0) < 0 or offset + 8 * size > len(message):
-                return FAILED
-            values = np.frombuffer(message, dtype="<f8", count=size, offset=offset).reshape(shape).astype(np.float64)
-            offset += 8 * size
-            if not np.isfinite(values).all():
-                return FAILED
-            results.append(values)
-    except (struct.error, ValueError):
-        return FAILED
-    if offset != len(message):
-        return FAILED
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
+def _sleep_until(moment: float) -> None:
+    while (left := moment - time.monotonic()) > 0:
+        time.sleep(left)
+
+
+def _decode(message: bytes, count: int, shape: tuple[int, ...]) -> list[FloatArray] | str:
+    """Plain float64 arrays from the child's bytes, every number checked here (the child is not trusted):
+    the framing must be exactly that of ``count`` results of the declared ``shape``."""
+    status, n = struct.unpack_from("<bq", message)
+    if status != _OK or n != count:
+        return NO_ANSWER
+    offset, size, results = 9, math.prod(shape), []
+    for _ in range(count):
+        framing = struct.unpack_from(f"<q{len(shape)}q", message, offset)
+        if framing != (len(shape), *shape):
+            return NO_ANSWER
+        offset += 8 + 8 * len(shape)
+        values = np.frombuffer(message, dtype="<f8", count=size, offset=offset).reshape(shape).astype(np.float64)
+        offset += 8 * size
+        if not np.isfinite(values).all():
+            return NOT_FINITE
+        results.append(values)
     return results

@@ -29,9 +29,16 @@ from numpy.typing import ArrayLike, NDArray
 from budgetcheck import rounding
 from budgetcheck.kernels import compiled
 from budgetcheck.ledger.access import LedgerAccess
-from budgetcheck.ledger.core import LaplaceReleases, measurement_failed
+from budgetcheck.ledger.core import LaplaceReleases
 from budgetcheck.ledger.errors import InvalidArgument
-from budgetcheck.ledger.isolation import FORK, check_answer_fits, check_isolation
+from budgetcheck.ledger.isolation import (
+    DEFAULT_DEADLINE,
+    FORK,
+    check_answer_fits,
+    check_deadline,
+    check_default,
+    check_isolation,
+)
 from budgetcheck.ledger.noise import DISCRETE, discrete_laplace, granularity, laplace_draws
 from budgetcheck.ledger.queries import Identity, LinearQuery, Relation, check_query
 from budgetcheck.ledger.ranked import RankedRows
@@ -197,9 +204,15 @@ class ThresholdTest:
         thresholds: ArrayLike,
         *,
         isolation: str = FORK,
+        default: ArrayLike = 0.0,
+        deadline: float = DEFAULT_DEADLINE,
     ) -> ThresholdAnswer:
         """Charge ε at the secret's t and test (one charged operation of the ledger; see :meth:`_query`)."""
-        outcome = np.asarray(self._access.run(self._query, secret, statistic, thresholds, isolation=isolation))
+        outcome = np.asarray(
+            self._access.run(
+                self._query, secret, statistic, thresholds, isolation=isolation, default=default, deadline=deadline
+            )
+        )
         self._starts = outcome[2].astype(np.int64)  # the instances that go with the answer
         return ThresholdAnswer(above=outcome[0] != 0.0, opened=outcome[1] != 0.0)
 
@@ -209,6 +222,8 @@ class ThresholdTest:
         statistic: Callable[[FloatArray], ArrayLike],
         thresholds: ArrayLike,
         isolation: str = FORK,
+        default: ArrayLike = 0.0,
+        deadline: float = DEFAULT_DEADLINE,
     ) -> FloatArray:
         """Charge ε at the secret's t; open an instance where none is open; test the others.
 
@@ -228,13 +243,17 @@ class ThresholdTest:
         the deviation comes from them (the same value to rounding, without re-reading the
         footprints), and every later query must be a deviation too.
 
-        Any other ``statistic`` is the caller's code on true values: it runs as ``measure``'s fn does, in a
-        process forked for the call (``isolation='fork'``; nothing it keeps survives, only finite values of the
-        tested cells come back, and a failure is one fixed :class:`MeasurementFailed` after the charge), or
-        here with ``isolation='trusted'``, for code you trust.
+        Any other ``statistic`` is the caller's code on true values: it runs as ``measure``'s fn does, as a
+        predictable transaction (``isolation='fork'``: a sandboxed process forked per group of runs, held to
+        ``deadline`` seconds; only finite values of the tested cells come back, and a failure gives ``default``,
+        the statistic's declared value per cell, recorded in ``ledger.failures``), or here with
+        ``isolation='trusted'``, for code you trust.
         """
+        fallback = check_default(default, self._cells)
+        seconds = check_deadline(deadline)
         if statistic is not deviation:  # the library's own statistic needs no process of its own
             isolation = check_isolation(isolation)
+            self._access.check_confined(isolation)
             if isolation == FORK:  # all runs in one bucket answer (runs, *cells): refused unless that fits
                 check_answer_fits((self._ledger.runs, *self._cells), 1, name="cells")
         ledger = self._ledger
@@ -303,10 +322,7 @@ class ThresholdTest:
             if self._groups is not None:
                 result = self._groups.deviation()  # the footprints' deviation, kept up to date
             else:
-                computed = self._statistic(secret, statistic, tested, t, isolation)
-                if isinstance(computed, str):
-                    raise measurement_failed("query", computed, self._cells)
-                result = computed
+                result = self._statistic(secret, statistic, tested, t, isolation, fallback, seconds)
             if not np.isfinite(result).all() and not np.isfinite(result.reshape(shape)[tested]).all():
                 raise InvalidArgument("statistic returned non-finite values for tested cells")
             if self._grid is None:
@@ -343,12 +359,19 @@ class ThresholdTest:
         return outcome
 
     def _statistic(
-        self, secret: Secret, statistic: Callable[[FloatArray], ArrayLike], tested: BoolArray, t: int, isolation: str
-    ) -> FloatArray | str:
-        """The statistic of every run's tested cells, (runs, *cells) (0 where not tested), or the kind of its
-        failure (:func:`budgetcheck.ledger.core.call_measured`); the footprints it read leave with this frame.
+        self,
+        secret: Secret,
+        statistic: Callable[[FloatArray], ArrayLike],
+        tested: BoolArray,
+        t: int,
+        isolation: str,
+        default: FloatArray,
+        deadline: float,
+    ) -> FloatArray:
+        """The statistic of every run's tested cells, (runs, *cells) (0 where not tested; ``default`` for the
+        tested cells of a group of runs where it failed); the footprints it read leave with this frame.
         :func:`deviation` is the library's and runs here; any other statistic runs as ``measure``'s fn, under
-        ``isolation``."""
+        ``isolation``, held to ``deadline`` seconds per group."""
         result = np.zeros(tested.shape)
         lengths = np.where(tested, t - self._starts + 1, 0).reshape(self._ledger.runs, -1).max(axis=1)
         for rows, width in _buckets(lengths):
@@ -356,11 +379,16 @@ class ThresholdTest:
             if statistic is deviation:
                 result[rows] = np.broadcast_to(deviation(masked), (len(rows), *self._cells))
                 continue
+            fallback = np.where(tested[rows], default, 0.0)
             outcome = self._access.call_measured(
-                _on_tested(statistic, tested[rows]), [masked], isolation, tested[rows].shape
+                _on_tested(statistic, tested[rows]),
+                [masked],
+                isolation,
+                tested[rows].shape,
+                fallback,
+                deadline,
+                "query",
             )
-            if isinstance(outcome, str):
-                return outcome
             result[rows] = outcome[0]
         return result
 

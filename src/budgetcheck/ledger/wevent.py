@@ -25,12 +25,18 @@ from budgetcheck.ledger.core import (
     check_result_shape,
     journaled,
     locked,
-    measurement_failed,
 )
 from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument, LedgerCorrupt
 from budgetcheck.ledger.exact import ExactVector
 from budgetcheck.ledger.intrusions import ANNOUNCED, EXPOSURE, SINGLE, Exposures, as_mask, check_model
-from budgetcheck.ledger.isolation import FORK, check_answer_fits, check_isolation
+from budgetcheck.ledger.isolation import (
+    DEFAULT_DEADLINE,
+    FORK,
+    check_answer_fits,
+    check_deadline,
+    check_default,
+    check_isolation,
+)
 from budgetcheck.ledger.noise import DISCRETE
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.params import WEventParams
@@ -372,6 +378,8 @@ class WindowLedger(LaplaceReleases):
         purpose: str = "footprint measurement",
         isolation: str = FORK,
         shape: int | tuple[int, ...] = (),
+        default: ArrayLike = 0.0,
+        deadline: float = DEFAULT_DEADLINE,
     ) -> FloatArray:
         """Noisy fn over the true values of several timestamps, charged ε at *each* timestamp read.
 
@@ -381,8 +389,9 @@ class WindowLedger(LaplaceReleases):
         window then pays for every change it can contain. fn receives the stacked payloads
         (k, *shape) in the order given. Every secret must lie in the current window [t−w+1, t]
         of the newest one. fn runs as in :meth:`measure` (a forked process per call unless
-        ``isolation='trusted'``); the records are marked ``vouched``. ``shape``: the declared shape of fn's
-        result, as for :meth:`measure` (default ``()``). Returns shape (runs, *shape).
+        ``isolation='trusted'``); the records are marked ``vouched``. ``shape``, ``default`` and ``deadline``:
+        the declared shape of fn's result, the answer a failure of fn gives and the call's duration, as for
+        :meth:`measure`. Returns shape (runs, *shape).
         """
         secrets = list(secrets)
         if not secrets:
@@ -390,6 +399,8 @@ class WindowLedger(LaplaceReleases):
         amounts = self._measurement_amounts(fn, epsilon, "measure_footprint")
         isolation = check_isolation(isolation)
         declared = check_result_shape(shape)
+        fallback, seconds = check_default(default, declared), check_deadline(deadline)
+        self._check_confined(isolation)
         if not all(isinstance(secret, Secret) for secret in secrets):
             raise InvalidArgument(
                 f"secrets must be Secrets from a guarded stream, got {[type(x).__name__ for x in secrets]}"
@@ -456,10 +467,8 @@ class WindowLedger(LaplaceReleases):
             self._vouched += 1
         with contextlib.ExitStack() as stack:
             payload = np.stack([stack.enter_context(charged(secret)) for secret in secrets])
-            outcome = self._call_measured(fn, [payload], isolation, declared)
+            outcome = self._call_measured(fn, [payload], isolation, declared, fallback, seconds, "measure_footprint")
             del payload
-        if isinstance(outcome, str):
-            raise measurement_failed("measure_footprint", outcome, declared)
         return self._noisy(outcome[0], amounts, scale, sensitivity, integral=False)
 
     def above_threshold(
