@@ -109,7 +109,6 @@ def _payload(values: np.ndarray) -> bytes:
 _SANDBOX = "state channel: a forked measure fn {}; the fork isolates memory, not the operating system"
 
 
-@pytest.mark.xfail(strict=True, reason=_SANDBOX.format("appends the true counts to a file"))
 def test_measure_fn_cannot_write_a_file(tmp_path: Path) -> None:
     """fn appends each payload to a file the mechanism reads afterwards: the true counts, exactly."""
     path = tmp_path / "leak.bin"
@@ -124,7 +123,6 @@ def test_measure_fn_cannot_write_a_file(tmp_path: Path) -> None:
     assert recovered is None or not np.array_equal(recovered, DATA), "the file holds the true counts"
 
 
-@pytest.mark.xfail(strict=True, reason=_SANDBOX.format("writes to an inherited pipe descriptor"))
 def test_measure_fn_cannot_write_an_inherited_pipe() -> None:
     """A pipe made before the call: the child inherits its write end and writes each payload there."""
     read_end, write_end = os.pipe()
@@ -147,7 +145,6 @@ def test_measure_fn_cannot_write_an_inherited_pipe() -> None:
     assert recovered is None or not np.array_equal(recovered, DATA), "the pipe carried the true counts"
 
 
-@pytest.mark.xfail(strict=True, reason=_SANDBOX.format("sends through an AF_UNIX socketpair made before the call"))
 def test_measure_fn_cannot_use_a_socketpair() -> None:
     ours, theirs = socket.socketpair()
     ours.setblocking(False)
@@ -169,7 +166,6 @@ def test_measure_fn_cannot_use_a_socketpair() -> None:
     assert recovered is None or not np.array_equal(recovered, DATA), "the socket carried the true counts"
 
 
-@pytest.mark.xfail(strict=True, reason=_SANDBOX.format("connects to a TCP server on localhost"))
 def test_measure_fn_cannot_reach_the_network() -> None:
     """A TCP server in this process (the attacker's collector); fn connects and sends each payload."""
     server = socket.create_server(("127.0.0.1", 0))
@@ -197,7 +193,6 @@ def test_measure_fn_cannot_reach_the_network() -> None:
     assert recovered is None or not np.array_equal(recovered, DATA), "the network carried the true counts"
 
 
-@pytest.mark.xfail(strict=True, reason=_SANDBOX.format("writes into multiprocessing.shared_memory"))
 def test_measure_fn_cannot_write_shared_memory() -> None:
     block = shared_memory.SharedMemory(create=True, size=DATA.size * 8)
     block.buf[:] = b"\0" * DATA.size * 8
@@ -219,7 +214,6 @@ def test_measure_fn_cannot_write_shared_memory() -> None:
     assert recovered is None or not np.array_equal(recovered, DATA), "shared memory holds the true counts"
 
 
-@pytest.mark.xfail(strict=True, reason=_SANDBOX.format("writes into an mmap MAP_SHARED made before the fork"))
 def test_measure_fn_cannot_write_a_shared_mapping() -> None:
     shared = mmap.mmap(-1, mmap.PAGESIZE, flags=mmap.MAP_SHARED)
     t = [0]
@@ -237,7 +231,6 @@ def test_measure_fn_cannot_write_a_shared_mapping() -> None:
     assert recovered is None or not np.array_equal(recovered, DATA), "the mapping holds the true counts"
 
 
-@pytest.mark.xfail(strict=True, reason=_SANDBOX.format("signals its parent, one real-time signal per set bit"))
 def test_measure_fn_cannot_signal_the_parent() -> None:
     """Bit i of (c_1 | c_2 << 8) set: fn sends SIGRTMIN + i to the mechanism's process. The mechanism blocks
     those signals around the call (so none interrupts it) and collects the pending set afterwards: distinct
@@ -278,7 +271,6 @@ def test_measure_fn_cannot_signal_the_parent() -> None:
     assert recovered is None or not np.array_equal(recovered, DATA), "the signals spelled the true counts"
 
 
-@pytest.mark.xfail(strict=True, reason=_SANDBOX.format("forks a grandchild that outlives the call and reports later"))
 def test_measure_fn_cannot_leave_a_grandchild(tmp_path: Path) -> None:
     """fn forks a grandchild and returns at once (a well-formed answer, on time); the grandchild, which the
     call never waits for, writes the payload to a file a moment later."""
@@ -305,7 +297,6 @@ def test_measure_fn_cannot_leave_a_grandchild(tmp_path: Path) -> None:
     assert recovered is None or not np.array_equal(recovered, DATA), "the grandchild wrote the true counts"
 
 
-@pytest.mark.xfail(strict=True, reason=_SANDBOX.format("writes the counts into its /proc/self/comm for the parent"))
 def test_measure_fn_cannot_speak_through_proc() -> None:
     """fn renames itself (``/proc/self/comm``) to the counts and lingers; a thread of the mechanism's process
     reads its children's names from /proc while the call runs. No file, socket or descriptor is used."""
@@ -379,7 +370,6 @@ def _contains_all_rows(raw: bytes) -> bool:
     return all(tuple(row) in pairs for row in DATA)
 
 
-@pytest.mark.xfail(strict=True, reason=_SANDBOX.format("(a ThresholdTest's statistic) appends its footprint to a file"))
 def test_threshold_statistic_cannot_write_a_file(tmp_path: Path) -> None:
     path = tmp_path / "footprints.bin"
 
@@ -393,7 +383,6 @@ def test_threshold_statistic_cannot_write_a_file(tmp_path: Path) -> None:
     assert not _contains_all_rows(raw), "the file holds every true count"
 
 
-@pytest.mark.xfail(strict=True, reason=_SANDBOX.format("(a ThresholdTest's statistic) sends through a socketpair"))
 def test_threshold_statistic_cannot_use_a_socketpair() -> None:
     ours, theirs = socket.socketpair()
     ours.setblocking(False)
@@ -452,7 +441,6 @@ def _bits_by_outcome(fail_when_set: Callable[[bool], object]) -> np.ndarray | No
 _FAILURE = "failure channel: MeasurementFailed raised to the mechanism is one exact bit per call ({})"
 
 
-@pytest.mark.xfail(strict=True, reason=_FAILURE.format("fn raises"))
 def test_failure_of_fn_by_raising_tells_nothing() -> None:
     def fail(bit: bool) -> None:
         if bit:
@@ -462,7 +450,6 @@ def test_failure_of_fn_by_raising_tells_nothing() -> None:
     assert recovered is None or not np.array_equal(recovered, DATA), "48 failures spelled the true counts"
 
 
-@pytest.mark.xfail(strict=True, reason=_FAILURE.format("fn exits the child"))
 def test_failure_of_fn_by_exiting_tells_nothing() -> None:
     def fail(bit: bool) -> None:
         if bit:
@@ -472,7 +459,6 @@ def test_failure_of_fn_by_exiting_tells_nothing() -> None:
     assert recovered is None or not np.array_equal(recovered, DATA), "48 exits spelled the true counts"
 
 
-@pytest.mark.xfail(strict=True, reason=_FAILURE.format("fn answers a shape other than the declared one"))
 def test_failure_of_fn_by_a_wrong_shape_tells_nothing() -> None:
     """fn returns a well-formed finite array, of shape (2,) instead of the declared () when the bit is set."""
     ledger, stream = _ledger()
@@ -498,9 +484,6 @@ def test_failure_of_fn_by_a_wrong_shape_tells_nothing() -> None:
     assert refused or not np.array_equal(np.array(rows), DATA), "48 shapes spelled the true counts"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="timing channel: a forked measure fn sleeps iff count >= guess; the caller times the call"
-)
 def test_time_taken_by_fn_tells_nothing() -> None:
     """Binary search on each count of t = 1 (values < 64): fn sleeps 1 s iff the count is >= the guess, the
     mechanism times measure. 12 calls at ε = 0.001 each recover both counts exactly. The margin (0.5 s) is
@@ -541,7 +524,6 @@ def _open_tests(ledger: bc.WindowLedger, stream: bc.GuardedStream, n: int) -> li
     return tests
 
 
-@pytest.mark.xfail(strict=True, reason=_FAILURE.format("a ThresholdTest's statistic raises"))
 def test_failure_of_a_threshold_statistic_tells_nothing() -> None:
     """32 ThresholdTests, each charged 0.001 at t = 1 and t = 2: the one for bit k of x_i[j] raises iff it is
     set. The rows x_1 and x_2 come back exactly."""
@@ -567,9 +549,6 @@ def test_failure_of_a_threshold_statistic_tells_nothing() -> None:
     assert not np.array_equal(recovered, DATA[:2]), "32 failures spelled the true counts of t = 1 and 2"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="timing channel: a ThresholdTest's statistic sleeps iff count >= guess; the caller times it"
-)
 def test_time_taken_by_a_threshold_statistic_tells_nothing() -> None:
     """Binary search on x_2 (values < 64) through 12 ThresholdTests: the statistic sleeps 1 s iff the count
     is >= the guess; the mechanism times the query (the margin, 0.5 s, as for measure)."""
