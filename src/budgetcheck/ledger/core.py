@@ -59,7 +59,7 @@ from budgetcheck.ledger.queries import (
     resolve,
     weighted_sensitivity,
 )
-from budgetcheck.ledger.records import LedgerHeader, SpendRecord, dump_lines
+from budgetcheck.ledger.records import LedgerHeader, SpendRecord, dump_lines, frozen
 from budgetcheck.ledger.validation import (
     MAX_T,
     check_amounts,
@@ -1040,8 +1040,7 @@ class LaplaceReleases(LedgerCore):
         key = (sensitivity, integral, budgets.shape, budgets.tobytes()) if budgets.size <= _SCALE_MEMO_SIZE else None
         scale = self._scale_memo.get(key) if key is not None else None
         if scale is None:
-            scale = self._noise.scale(sensitivity, budgets, integral=integral)
-            scale.setflags(write=False)  # shared with the records, not copied
+            scale = frozen(self._noise.scale(sensitivity, budgets, integral=integral))  # records share its bytes
             if key is not None:
                 if len(self._scale_memo) >= _SCALES_KEPT:
                     self._scale_memo.clear()
@@ -1060,8 +1059,7 @@ class LaplaceReleases(LedgerCore):
         prior = self._repeated.get(purpose)
         if prior is not None and prior[1] == sensitivity and prior[2] == integral and _same_bits(prior[0], amounts):
             return prior[0], prior[3]
-        scale = self._noise.scale(sensitivity, amounts, integral=integral)
-        scale.setflags(write=False)
+        amounts, scale = frozen(amounts), frozen(self._noise.scale(sensitivity, amounts, integral=integral))
         if len(self._repeated) >= _SCALES_KEPT and purpose not in self._repeated:
             self._repeated.clear()
         self._repeated[purpose] = (amounts, sensitivity, integral, scale)

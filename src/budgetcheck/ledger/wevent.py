@@ -35,7 +35,7 @@ from budgetcheck.ledger.noise import DISCRETE
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.params import WEventParams
 from budgetcheck.ledger.queries import Identity, LinearQuery
-from budgetcheck.ledger.records import LedgerHeader, SpendRecord
+from budgetcheck.ledger.records import LedgerHeader, SpendRecord, fresh_view, frozen
 from budgetcheck.ledger.scalar_windows import ScalarWindows
 from budgetcheck.ledger.threshold import ThresholdTest
 from budgetcheck.ledger.validation import (
@@ -98,8 +98,10 @@ class WindowLedger(LaplaceReleases):
         if not isinstance(params, WEventParams):
             raise InvalidArgument(f"params={params!r} must be a WEventParams(epsilon=..., w=...)")
         super().__init__(runs=runs, seed=seed, sampler=sampler, keep_records=keep_records)
-        self._params = params
-        self._epsilon: float | FloatArray = params.epsilon
+        # a copy no caller holds (``params`` hands out another): the window checks never read an object that
+        # a caller can change, even past attrs' frozen guard with object.__setattr__
+        self._params = WEventParams(params.epsilon, params.w)
+        self._epsilon: float | FloatArray = self._params.epsilon
         self._eps_units: int | ObjectArray = rounding.to_units(params.epsilon)
         self._eps_bound = ExactVector.from_int(rounding.to_units(params.epsilon))
         try:
@@ -132,8 +134,7 @@ class WindowLedger(LaplaceReleases):
             keep_records=keep_records,
         )
         if (budgets != budgets[0]).any():
-            budgets.setflags(write=False)
-            ledger._epsilon = budgets
+            ledger._epsilon = frozen(budgets)  # immutable bytes; ``epsilon`` hands out fresh views of them
             ledger._eps_units = rounding.to_units_array(budgets)
             ledger._eps_bound = ExactVector.from_floats(budgets)
         return ledger
@@ -146,12 +147,13 @@ class WindowLedger(LaplaceReleases):
                 f"params: this ledger holds its runs to different budgets {sorted(set(self._epsilon.tolist()))}; "
                 "read ledger.epsilon (one per run) and ledger.w"
             )
-        return self._params
+        return WEventParams(self._params.epsilon, self._params.w)
 
     @property
     def epsilon(self) -> float | FloatArray:
-        """The ε every run is held to: a float, or shape (runs,) (read-only) on a ledger of several ε."""
-        return self._epsilon
+        """The ε every run is held to: a float, or shape (runs,) (read-only, over immutable memory) on a ledger
+        of several ε: a fresh view at every read, so that no caller changes what another reads."""
+        return self._epsilon if isinstance(self._epsilon, float) else fresh_view(self._epsilon)
 
     @property
     def w(self) -> int:
