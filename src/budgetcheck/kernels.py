@@ -16,8 +16,10 @@ in place of its placeholder, so kernels that call each other see compiled kernel
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -42,6 +44,52 @@ class _Deferred:
 
     def __repr__(self) -> str:
         return f"<compiled kernel {self.__wrapped__.__module__}.{self.__wrapped__.__qualname__}>"
+
+
+_FORK_WAIT = 30.0  # how long a fork waits for a kernel set-up or a numba compilation under way in another thread
+
+
+def _numba_lock() -> Any:
+    """numba's compiler lock (an RLock every compilation holds), if numba is imported and still keeps it there."""
+    module = sys.modules.get("numba.core.compiler_lock")
+    return getattr(getattr(module, "global_compiler_lock", None), "_lock", None)
+
+
+def _before_fork() -> None:
+    """Hold the set-up lock and numba's compiler lock across a fork (``os.register_at_fork``), so that a child
+    never inherits them held by a thread it does not have (its first kernel call would wait forever). Runs
+    after the ledgers' hook, which lets their operations (and the compilations inside them) finish first."""
+    deadline = time.monotonic() + _FORK_WAIT
+    held = []
+    for lock in (_LOCK, _numba_lock()):
+        if lock is not None and lock.acquire(True, max(0.0, deadline - time.monotonic())):
+            held.append(lock)
+    _FORKING.held = (held, _numba_lock())
+
+
+def _after_fork_in_parent() -> None:
+    held, _ = getattr(_FORKING, "held", ([], None))
+    _FORKING.held = ([], None)
+    for lock in held:
+        lock.release()
+
+
+def _after_fork_in_child() -> None:
+    """Release what the parent's thread held; a lock another thread held past the wait is made afresh (the
+    compilation it guarded is lost with that thread: the child compiles again)."""
+    global _LOCK
+    held, numba_lock = getattr(_FORKING, "held", ([], None))
+    _FORKING.held = ([], None)
+    for lock in held:
+        lock.release()
+    if not any(lock is _LOCK for lock in held):
+        _LOCK = threading.Lock()
+    if numba_lock is not None and not any(lock is numba_lock for lock in held):
+        sys.modules["numba.core.compiler_lock"].global_compiler_lock._lock = threading.RLock()
+
+
+_FORKING = threading.local()
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 
 
 def compiled(function: F) -> F:

@@ -15,6 +15,7 @@ import math
 import os
 import secrets
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -44,6 +45,7 @@ from budgetcheck.ledger.isolation import (
     check_isolation,
     forked,
     in_process,
+    isolating,
 )
 from budgetcheck.ledger.noise import DISCRETE, NUMPY, NoiseSource, make_noise
 from budgetcheck.ledger.paths import check_output_path
@@ -120,14 +122,79 @@ def generator(sampler: str, seed: int, session: Sequence[int] | None = None) -> 
 
 
 _LEDGERS: weakref.WeakSet[LedgerCore] = weakref.WeakSet()  # every ledger of this process
+# How long a fork waits, in all, for operations other threads have under way (then the child refuses those ledgers)
+_FORK_WAIT = 30.0
+_FORKING = threading.local()  # what _before_fork holds, for the hooks after the fork (the same thread runs them)
 
 
-def _redraw_all_after_fork() -> None:
-    for ledger in list(_LEDGERS):
+class _StateUnknown:
+    """The lock of a ledger in a forked child when another thread of the parent was still inside one of its
+    operations after _FORK_WAIT seconds: the child's copy may hold half of it, so every operation and read
+    is refused (LedgerCorrupt) rather than run on it or left to wait for a thread the child does not have."""
+
+    def __enter__(self) -> None:
+        raise LedgerCorrupt(
+            "this process was forked while another thread was inside an operation of this ledger, and it did not "
+            f"finish within {_FORK_WAIT:g} s: this copy of the ledger may hold part of it, so it refuses every "
+            "operation; fork when no thread charges, or open the ledger afresh in the child"
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return False
+
+
+def _alive() -> list[LedgerCore]:
+    """Every ledger of this process (a copy: another thread may make one meanwhile)."""
+    while True:
+        try:
+            return list(_LEDGERS)
+        except RuntimeError:  # the set changed size during the copy
+            continue
+
+
+def _before_fork() -> None:
+    """Hold every ledger's lock across a fork (``os.register_at_fork``): an operation another thread has under
+    way finishes first, so the child's copy of every ledger is whole and its lock is not held by a thread
+    the child does not have (issue 42: 22 of 25 children hung). A fork for ``measure``'s isolation waits
+    for nothing (its child runs only fn; a ledger still busy is refused there, never waited for)."""
+    wait = 0.0 if isolating() else _FORK_WAIT
+    deadline = time.monotonic() + wait
+    held: list[Any] = []
+    busy: list[LedgerCore] = []
+    for ledger in _alive():
+        lock = ledger._lock
+        if lock.acquire(True, max(0.0, deadline - time.monotonic())):  # reentrant: this thread's own operation
+            held.append(lock)
+        else:
+            busy.append(ledger)
+    _FORKING.held, _FORKING.busy = held, busy
+
+
+def _after_fork_in_parent() -> None:
+    held: list[Any] = getattr(_FORKING, "held", [])
+    _FORKING.held, _FORKING.busy = [], []
+    for lock in held:
+        lock.release()
+
+
+def _after_fork_in_child() -> None:
+    """The child: release what :func:`_before_fork` held (this thread holds it here too), refuse the ledgers
+    still busy, and draw every ledger's randomness afresh (:meth:`LedgerCore._redraw_after_fork`)."""
+    held: list[Any] = getattr(_FORKING, "held", [])
+    busy: list[LedgerCore] = getattr(_FORKING, "busy", [])
+    _FORKING.held, _FORKING.busy = [], []
+    for lock in held:
+        lock.release()
+    for ledger in busy:
+        ledger._lock = _StateUnknown()
+    for ledger in _alive():
         ledger._redraw_after_fork()
 
 
-os.register_at_fork(after_in_child=_redraw_all_after_fork)
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 
 F = TypeVar("F", bound=Callable[..., Any])
 C = TypeVar("C", bound="LedgerCore")
@@ -213,7 +280,8 @@ class LedgerCore(abc.ABC):
         if not isinstance(keep_records, bool):
             raise InvalidArgument(f"keep_records={keep_records!r} must be True or False")
         self._keep = keep_records  # in memory, records are kept only when asked: a long stream's memory stays flat
-        self._lock = threading.RLock()  # see journaled: reentrant, as a hook or a test runs operations inside one
+        # see journaled: reentrant, as a hook or a test runs operations inside one; held across a fork (_before_fork)
+        self._lock: Any = threading.RLock()
         self._runs = check_runs(runs)
         self._seed = check_positive_int(seed, "seed", minimum=0)
         self._rng = generator(sampler, self._seed)

@@ -28,6 +28,7 @@ import gc
 import math
 import os
 import struct
+import threading
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
@@ -113,12 +114,25 @@ def in_process(fn: Callable[[FloatArray], ArrayLike], payload: FloatArray) -> Fl
     return result
 
 
+_ISOLATING = threading.local()
+
+
+def isolating() -> bool:
+    """Whether this thread is forking :func:`forked`'s child, which only runs fn and never charges: the ledgers'
+    fork hook then waits for no operation of another thread (a ledger busy at the fork is refused in the child)."""
+    return bool(getattr(_ISOLATING, "active", False))
+
+
 def forked(fn: Callable[[FloatArray], ArrayLike], payloads: Sequence[FloatArray]) -> list[FloatArray] | str:
     """fn on each payload in one freshly forked child: the finite float64 results, or the kind of the first failure."""
     read_end, write_end = os.pipe()
     with warnings.catch_warnings():  # Python 3.12 warns on fork in a threaded process; the child only runs fn
         warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
+        _ISOLATING.active = True  # the ledgers' fork hook waits for no other thread's operation (see isolating)
+        try:
+            pid = os.fork()
+        finally:
+            _ISOLATING.active = False
     if pid == 0:  # the child: never returns
         try:
             gc.disable()  # a collection would touch (and copy) every page of the parent's objects
