@@ -15,6 +15,7 @@ in place of its placeholder, so kernels that call each other see compiled kernel
 
 from __future__ import annotations
 
+import _thread
 import functools
 import os
 import sys
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 _LOCK = threading.Lock()
 _PENDING: dict[str, list[_Deferred]] = {}  # module name -> its kernels not set up yet, in order
 
@@ -38,14 +40,15 @@ class _Deferred:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         kernel = self._kernel
-        if kernel is None:
-            kernel = _set_up(self)
-        return kernel(*args, **kwargs)
+        if kernel is not None:
+            return kernel(*args, **kwargs)
+        return _first_call(self, args, kwargs)
 
     def __repr__(self) -> str:
         return f"<compiled kernel {self.__wrapped__.__module__}.{self.__wrapped__.__qualname__}>"
 
 
+_OFF_MAIN = threading.Lock()  # held by the thread doing :func:`off_main`'s work
 _FORK_WAIT = 30.0  # how long a fork waits for a kernel set-up or a numba compilation under way in another thread
 
 
@@ -101,9 +104,46 @@ def compiled(function: F) -> F:
     return cast(F, deferred)
 
 
+def _first_call(deferred: _Deferred, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A kernel's first call: numba imported and the module's kernels set up (:func:`off_main`), then called."""
+    return off_main(_set_up, deferred)(*args, **kwargs)
+
+
+def off_main(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a thread of its own while the main thread waits for it; in place in any other thread.
+
+    Python runs signal handlers in the main thread only, between two bytecodes: one that raises (Ctrl-C, a
+    SIGALRM timeout) in the middle of numba's import or of a compilation leaves numba's registries half made
+    for the rest of the process (``RuntimeError: generator raised StopIteration`` at every later call, once
+    an abort "double free"; issue 42). Run elsewhere, the work finishes whatever the handler does: its
+    exception reaches the waiting caller, and a later call finds numba whole (a compilation under way is
+    waited for by numba's own lock, never done twice)."""
+    if threading.current_thread() is not threading.main_thread():
+        return fn(*args)
+    done = threading.Event()
+    outcome: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            with _OFF_MAIN:  # one at a time: numba's first imports and compilations are not safe side by side
+                outcome.append((True, fn(*args)))
+        except BaseException as exc:  # handed to the caller below, with its traceback
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    _thread.start_new_thread(run, ())  # returns at once: a handler cannot stop the work half way
+    done.wait()
+    succeeded, value = outcome[0]
+    if not succeeded:
+        raise value
+    return cast(T, value)
+
+
 def _set_up(wanted: _Deferred) -> Callable[..., Any]:
     """Compile-on-call dispatchers for every pending kernel of ``wanted``'s module, in definition order."""
     import numba
+    import numpy.ma  # noqa: F401 - numba's argument typing imports it at a first call: here, not in the main thread
 
     with _LOCK:
         pending = _PENDING.pop(wanted.__module__, [])
@@ -121,8 +161,13 @@ def _set_up(wanted: _Deferred) -> Callable[..., Any]:
 
 def _njit(numba: Any, function: Callable[..., Any]) -> Callable[..., Any]:
     try:
-        return cast(Callable[..., Any], numba.njit(cache=True, nogil=True, error_model="numpy")(function))
+        dispatcher = numba.njit(cache=True, nogil=True, error_model="numpy")(function)
     except RuntimeError as error:
         if "no locator available" not in str(error):  # only a missing cache directory is expected here
             raise
-        return cast(Callable[..., Any], numba.njit(nogil=True, error_model="numpy")(function))
+        dispatcher = numba.njit(nogil=True, error_model="numpy")(function)
+    # a call with argument types not compiled yet compiles (or loads) them off the main thread (see off_main);
+    # numba's dispatcher looks the method up on the instance when no compiled version matches
+    compile_for_args = dispatcher._compile_for_args
+    dispatcher._compile_for_args = lambda *args, **kwargs: off_main(lambda: compile_for_args(*args, **kwargs))
+    return cast(Callable[..., Any], dispatcher)
