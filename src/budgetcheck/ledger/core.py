@@ -207,6 +207,8 @@ def locked(method: F) -> F:
     @functools.wraps(method)
     def wrapper(self: LedgerCore, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
+            if self._inflight is not None:
+                self._settle()
             return method(self, *args, **kwargs)
 
     return cast(F, wrapper)
@@ -224,6 +226,8 @@ def journaled(method: F) -> F:
     def wrapper(self: LedgerCore, *args: Any, **kwargs: Any) -> Any:
         try:
             with self._lock:  # check, commit and draw as one step for every thread sharing the ledger
+                if self._inflight is not None:
+                    self._settle()
                 if self._hook is not None:
                     return self._run_operation(functools.partial(method, self), args, kwargs)
                 mark, charges = len(self._fresh_claims), self._charges  # see _unbind_fresh
@@ -258,6 +262,7 @@ class LedgerCore(abc.ABC):
         "_fresh_claims",
         "_hook",
         "_in_process",
+        "_inflight",
         "_keep",
         "_lock",
         "_noise",
@@ -296,6 +301,8 @@ class LedgerCore(abc.ABC):
         self._vouched = 0  # charges whose sensitivity the caller vouched for (measure, measure_footprint)
         self._in_process = 0  # calls of the caller's code on true values in this process (isolation='trusted')
         self._applying = False  # accounting for a stored record (see _apply_row): not a new spend
+        # a commit under way, as (finish, *arguments): finish(*arguments) completes it, idempotently (see _settle)
+        self._inflight: tuple[Any, ...] | None = None
         # the durable transaction and the verifier's tap, installed by their layers (ledger.hooks)
         self._hook: OperationHook | None = None
         self._scale_memo: dict[tuple[float, bool, tuple[int, ...], bytes], FloatArray] = {}  # see _scale
@@ -318,6 +325,9 @@ class LedgerCore(abc.ABC):
         stored = self._hook.stored_records() if self._hook is not None else None
         if stored is not None:
             return stored
+        if self._inflight is not None:
+            with self._lock:
+                self._settle()
         if not self._keep:
             raise InvalidArgument(
                 f"{type(self).__name__} keeps no records in memory (keep_records=False, the default, so that "
@@ -469,6 +479,22 @@ class LedgerCore(abc.ABC):
         False if the caller must take the full operation (over budget: nothing changed; or not this case)."""
         return False
 
+    def _settle(self) -> None:
+        """Complete a commit that a signal handler interrupted (it raised between the first and the last change
+        of the ledger's state): the operation is then applied in full, never half. Runs before every
+        operation and read."""
+        inflight = self._inflight
+        if inflight is not None:
+            inflight[0](*inflight[1:])
+
+    def _commit_once(self, t: int, record: SpendRecord | None, charges: int) -> None:
+        """:meth:`_commit` of an in-memory ledger without hooks, idempotent (``charges``: the count after it)."""
+        self._charges = charges
+        if t > self._t:
+            self._t = t
+        if record is not None and self._keep and not (self._records and self._records[-1] is record):
+            self._records.append(record)
+
     def _commit(self, t: int, record: SpendRecord) -> None:
         if not self._applying:  # a stored row another writer committed is not this operation's spend
             self._charges += 1
@@ -552,6 +578,8 @@ class LedgerCore(abc.ABC):
         """Run one charged operation ``fn(*args, **kwargs)`` through the hooks, if any; a refusal's
         window sum / ε is remembered (:attr:`worst_refused_ratio`)."""
         with self._lock:
+            if self._inflight is not None:
+                self._settle()
             mark, charges = len(self._fresh_claims), self._charges
             try:
                 return fn(*args, **kwargs) if self._hook is None else self._hook.run(fn, args, kwargs)

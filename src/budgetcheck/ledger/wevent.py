@@ -621,8 +621,7 @@ class WindowLedger(LaplaceReleases):
         With exposures (pan-private, single intrusion) the window's largest exposure counts too."""
         exposure = self._exposures.largest(t) if self._exposures else None
         if exposure is None and isinstance(self._windows, ScalarWindows):  # one run: one exact integer
-            self._charge_one_run(self._windows, t, amounts, record.purpose)
-            self._commit(t, record)
+            self._charge_one_run(self._windows, t, amounts, record.purpose, record)
             return
         windows = self._windows
         quick = (
@@ -631,6 +630,11 @@ class WindowLedger(LaplaceReleases):
             else None
         )
         if quick is not None and isinstance(windows, ExactWindows):  # certainly within ε: no exact arithmetic needed
+            if self._resumable():
+                part, charges = amounts.view(), self._charges + 1  # a view: an object no other commit adds
+                self._inflight = (self._finish_quick, windows, t, part, quick[0], record, charges)
+                self._finish_quick(windows, t, part, quick[0], record, charges)
+                return
             windows.commit_quick(t, amounts, *quick)
             self._commit(t, record)
             return
@@ -650,16 +654,77 @@ class WindowLedger(LaplaceReleases):
         if over.size:
             self._refusals += 1
             self._refuse(t, amounts, window, proposed, int(over[0]), record.purpose)
+        if self._resumable() and isinstance(self._windows, ExactWindows):
+            part, charges = amounts.view(), self._charges + 1
+            self._inflight = (self._finish_exact, self._windows, t, part, added, proposed, record, charges)
+            self._finish_exact(self._windows, t, part, added, proposed, record, charges)
+            return
         self._windows.commit(t, amounts, added, proposed, leaving)
         self._commit(t, record)
 
-    def _charge_one_run(self, windows: ScalarWindows, t: int, amounts: FloatArray, purpose: str) -> None:
-        """Check window [t−w+1, t] of the one run exactly and commit its sum; or refuse, changing nothing."""
+    # -- commits that a signal handler may interrupt: completed by LedgerCore._settle, idempotent -----------
+    def _resumable(self) -> bool:
+        """Whether a commit here is in memory only (no hook, not a stored record): then it goes through
+        ``_inflight`` and one a signal handler interrupts is completed before anything else."""
+        return self._hook is None and not self._applying
+
+    def _finish_quick(
+        self, windows: ExactWindows, t: int, part: FloatArray, upper: FloatArray, record: SpendRecord, charges: int
+    ) -> None:
+        windows.commit_quick(t, part, upper, 0)
+        self._commit_once(t, record, charges)
+        self._inflight = None
+
+    def _finish_exact(
+        self,
+        windows: ExactWindows,
+        t: int,
+        part: FloatArray,
+        added: ExactVector,
+        proposed: ExactVector,
+        record: SpendRecord,
+        charges: int,
+    ) -> None:
+        windows.commit(t, part, added, proposed, 0)
+        self._commit_once(t, record, charges)
+        self._inflight = None
+
+    def _finish_units(
+        self,
+        windows: ScalarWindows,
+        t: int,
+        after: int,
+        entry: tuple[int, int],
+        record: SpendRecord | None,
+        charges: int,
+    ) -> None:
+        windows.commit_units(t, after, entry)
+        self._commit_once(t, record, charges)
+        self._inflight = None
+
+    def _charge_one_run(
+        self, windows: ScalarWindows, t: int, amounts: FloatArray, purpose: str, record: SpendRecord | None
+    ) -> None:
+        """Check window [t−w+1, t] of the one run exactly and commit its sum and the record (counted as a
+        charge); or refuse, changing nothing."""
         spent = _units(float(amounts[0]))
-        if not windows.spend_units(t, spent, self._run_units(0)):
+        checked = windows.check_units(t, spent, self._run_units(0))
+        if checked is None:
             before = windows.window_units(t)[0]
             self._refusals += 1
             self._refuse(t, amounts, ExactVector.from_int(before), ExactVector.from_int(before + spent), 0, purpose)
+            return
+        after, entry = checked
+        if self._resumable():
+            self._inflight = (self._finish_units, windows, t, after, entry, record, self._charges + 1)
+            self._finish_units(windows, t, after, entry, record, self._charges + 1)
+            return
+        windows.commit_units(t, after, entry)
+        if record is not None:
+            self._commit(t, record)
+        else:
+            self._charges += 1
+            self._t = max(self._t, t)
 
     _steady_notion = True  # the sensitivity is the declared one at every t
 
@@ -669,11 +734,21 @@ class WindowLedger(LaplaceReleases):
         windows, bound = self._windows, self._eps_units
         if self._exposures or type(windows) is not ScalarWindows or type(bound) is not int:
             return False
-        if not windows.spend_units(t, _units(amount), bound):
+        checked = windows.check_units(t, _units(amount), bound)
+        if checked is None:
             return False
-        self._charges += 1
-        if t > self._t:
-            self._t = t
+        after, entry = checked
+        charges = self._charges + 1
+        self._inflight = (
+            self._finish_units,
+            windows,
+            t,
+            after,
+            entry,
+            None,
+            charges,
+        )  # no hook here (the caller's rule)
+        self._finish_units(windows, t, after, entry, None, charges)
         return True
 
     def _charge_unrecorded(self, t: int, amounts: FloatArray, purpose: str) -> bool:
@@ -681,10 +756,7 @@ class WindowLedger(LaplaceReleases):
         windows = self._windows
         if self._exposures or not isinstance(windows, ScalarWindows):
             return False
-        self._charge_one_run(windows, t, amounts, purpose)
-        self._charges += 1
-        if t > self._t:
-            self._t = t
+        self._charge_one_run(windows, t, amounts, purpose, None)
         return True
 
     def _refuse(
