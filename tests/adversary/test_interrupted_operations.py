@@ -92,3 +92,73 @@ def test_spends_interrupted_at_random_moments_leave_the_ledger_whole(seed: int, 
     verdict, interrupted, completed = done.stdout.split()[-3:]
     assert verdict == "OK"
     assert int(interrupted) > 0 and int(completed) > 0  # the handler did fire inside spends, and spends went through
+
+
+class _Interrupted(BaseException):
+    """What a signal handler raises (a KeyboardInterrupt-like exception), injected at a chosen point."""
+
+
+def _interrupt_once(monkeypatch: pytest.MonkeyPatch, owner: type, name: str) -> list[int]:
+    """Make ``owner.name`` raise _Interrupted on its first call after doing its work half: the call count."""
+    original = getattr(owner, name)
+    calls: list[int] = []
+
+    def interrupted(self: object, *args: object) -> object:
+        calls.append(1)
+        result = original(self, *args)
+        if len(calls) == 1:
+            raise _Interrupted
+        return result
+
+    monkeypatch.setattr(owner, name, interrupted)
+    return calls
+
+
+@pytest.mark.parametrize("runs", [1, 4])
+def test_a_commit_interrupted_half_way_is_completed_before_anything_else(
+    monkeypatch: pytest.MonkeyPatch, runs: int
+) -> None:
+    """The exception lands after the window moved and before the record was kept: the next read completes the
+    spend (the window and the records agree), and the ledger goes on."""
+    import numpy as np
+
+    import budgetcheck as bc
+    from budgetcheck.ledger.scalar_windows import ScalarWindows
+    from budgetcheck.ledger.windows import ExactWindows
+
+    ledger = bc.WindowLedger(epsilon=1.0, w=3, runs=runs, keep_records=True)
+    for t in (1, 2, 3):
+        ledger.spend(t, np.full(runs, 0.25), purpose="before")
+    if runs == 1:
+        calls = _interrupt_once(monkeypatch, ScalarWindows, "commit_units")
+    else:
+        calls = _interrupt_once(monkeypatch, ExactWindows, "commit_quick")
+    with pytest.raises(_Interrupted):
+        ledger.spend(4, np.full(runs, 0.5), purpose="interrupted")
+    assert calls == [1]
+    assert [record.purpose for record in ledger.records][-1] == "interrupted"  # completed by the read
+    assert ledger.t == 4
+    assert ledger.remaining(4).tolist() == [0.0] * runs  # 0.25 + 0.25 + 0.5: t = 2..4
+    with pytest.raises(bc.BudgetExceeded):
+        ledger.spend(4, np.full(runs, 2.0**-1074), purpose="one ulp over")
+    ledger.spend(5, np.full(runs, 0.25), purpose="after")
+    assert len(ledger.records) == 5
+
+
+def test_a_commit_that_cannot_be_completed_makes_the_ledger_refuse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A personalized commit interrupted between its class windows: every later operation is refused cleanly."""
+    import numpy as np
+
+    import budgetcheck as bc
+    from budgetcheck.ledger.windows import ExactWindows
+
+    requirements = bc.RequirementSet.from_counts([((2, 1.0), 3), ((3, 0.5), 2)])
+    ledger = bc.PersonalizedLedger(requirements, runs=2, keep_records=True)
+    ledger.spend(1, np.array([0.25, 0.125]), purpose="before")
+    _interrupt_once(monkeypatch, ExactWindows, "commit_quick")
+    with pytest.raises(_Interrupted):
+        ledger.spend(2, np.array([0.25, 0.125]), purpose="interrupted")
+    with pytest.raises(bc.LedgerCorrupt, match="was interrupted"):
+        ledger.spend(3, np.array([0.25, 0.125]), purpose="refused")
+    with pytest.raises(bc.LedgerCorrupt, match="was interrupted"):
+        ledger.remaining(3)

@@ -487,6 +487,25 @@ class LedgerCore(abc.ABC):
         if inflight is not None:
             inflight[0](*inflight[1:])
 
+    def _guard(self) -> None:
+        """Before a commit that cannot be completed afterwards (several windows, a series, exposures): if a
+        signal handler interrupts it, the ledger refuses from then on (:meth:`_interrupted`) rather than run
+        on a half-made state. :meth:`_unguard` after it. In memory only (a store reloads what it committed)."""
+        if self._hook is None:
+            self._inflight = (self._interrupted,)
+
+    def _unguard(self) -> None:
+        if self._hook is None:
+            self._inflight = None
+
+    def _interrupted(self) -> None:
+        raise LedgerCorrupt(
+            f"an operation of this {type(self).__name__} was interrupted (a signal handler raised) while it changed "
+            "the ledger's state, and that kind of change cannot be completed afterwards: the ledger refuses every "
+            "operation from now on; keep it in a ledger file (open_ledger) to reload it, or let handlers not raise "
+            "during charges"
+        )
+
     def _commit_once(self, t: int, record: SpendRecord | None, charges: int) -> None:
         """:meth:`_commit` of an in-memory ledger without hooks, idempotent (``charges``: the count after it)."""
         self._charges = charges

@@ -399,10 +399,12 @@ class PersonalizedLedger(LedgerCore):
             for c, (win, (_, eps, _)) in enumerate(zip(self._windows, self._classes, strict=True))
         ]
         if all(q is not None for q in quick):  # every class certainly within its ε
+            self._guard()
             for c, (win, q) in enumerate(zip(self._windows, quick, strict=True)):
                 assert q is not None
                 win.commit_quick(t, columns[c], *q)
             self._commit(t, record)
+            self._unguard()
             return
         staged = []
         for c, (eps, win) in enumerate(zip(self._eps_units, self._windows, strict=True)):
@@ -435,9 +437,11 @@ class PersonalizedLedger(LedgerCore):
                     ),
                 )
             staged.append((win, columns[c], added, proposed, leaving))
+        self._guard()
         for win, column, added, proposed, leaving in staged:
             win.commit(t, column, added, proposed, leaving)
         self._commit(t, record)
+        self._unguard()
 
 
 def _unpaid_read(operation: str, payers: str) -> InvalidArgument:

@@ -336,9 +336,11 @@ class WindowLedger(LaplaceReleases):
                 run,
                 records[k].purpose,
             )
+        self._guard()
         self._windows.replace(stamps[-1], totals, groups)
         for stamp, record in zip(stamps, records, strict=True):
             self._commit(stamp, record)
+        self._unguard()
 
     @journaled
     def measure_footprint(
