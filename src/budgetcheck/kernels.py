@@ -118,7 +118,7 @@ def off_main(fn: Callable[..., T], *args: Any) -> T:
     an abort "double free"; issue 42). Run elsewhere, the work finishes whatever the handler does: its
     exception reaches the waiting caller, and a later call finds numba whole (a compilation under way is
     waited for by numba's own lock, never done twice)."""
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread() or _importing():
         return fn(*args)
     done = threading.Event()
     outcome: list[tuple[bool, Any]] = []
@@ -138,6 +138,19 @@ def off_main(fn: Callable[..., T], *args: Any) -> T:
     if not succeeded:
         raise value
     return cast(T, value)
+
+
+def _importing() -> bool:
+    """Whether a module is being imported on this thread's stack (a kernel called from a module's body): the
+    work then stays here, since a helper that imported that module (numba's cache may) would wait for it."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>":
+            module = sys.modules.get(str(frame.f_globals.get("__name__")))
+            if getattr(getattr(module, "__spec__", None), "_initializing", False):
+                return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 def _set_up(wanted: _Deferred) -> Callable[..., Any]:
