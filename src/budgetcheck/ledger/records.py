@@ -75,7 +75,7 @@ def _freeze(value: object) -> _Frozen:
     arr = value if type(value) is np.ndarray and value.dtype == np.float64 else np.array(value, dtype=np.float64)
     shape = tuple(int(n) for n in arr.shape)
     whole = _whole_bytes(arr)
-    if whole is not None and arr.size <= 1:
+    if whole is not None:  # shared with the ledger's other records already
         return whole, shape
     if arr.size > 1:
         bits = (
@@ -85,7 +85,7 @@ def _freeze(value: object) -> _Frozen:
         )
         if bool((bits == bits[0]).all()):
             return arr.reshape(-1)[:1].tobytes(), shape
-    return (whole if whole is not None else np.ascontiguousarray(arr).tobytes()), shape
+    return np.ascontiguousarray(arr).tobytes(), shape
 
 
 def fresh_view(arr: FloatArray) -> FloatArray:
