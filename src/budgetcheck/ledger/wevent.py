@@ -420,6 +420,7 @@ class WindowLedger(LaplaceReleases):
                     remaining_call="what that window had left",
                 )
         scale = self._noise.scale(sensitivity, amounts, integral=False)
+        self._guard()
         self._windows.commit_footprint(t, added)
         for s in sorted(stamps):
             self._commit(
@@ -435,6 +436,7 @@ class WindowLedger(LaplaceReleases):
                 ),
             )
             self._vouched += 1
+        self._unguard()
         with contextlib.ExitStack() as stack:
             payload = np.stack([stack.enter_context(charged(secret)) for secret in secrets])
             outcome = self._call_measured(fn, [payload], isolation, declared)
@@ -539,10 +541,11 @@ class WindowLedger(LaplaceReleases):
         self._fix_model(model)  # after the charge: a refused hold fixes no model (checked above)
         scale = self._scale(sensitivity, amounts, True)
         if exposed.any():
+            record = SpendRecord(t=t, purpose=EXPOSURE, amounts=exposed, noise_scale=scale, sampler=self._noise.name)
+            self._guard()
             self._exposures.add(t, exposed)
-            self._commit(
-                t, SpendRecord(t=t, purpose=EXPOSURE, amounts=exposed, noise_scale=scale, sampler=self._noise.name)
-            )
+            self._commit(t, record)
+            self._unguard()
         self._held_until = max(self._held_until, t)
         with charged(secret) as values:
             held = self._noisy(self._per_run(secret, values), amounts, scale, sensitivity, per_run=True)
