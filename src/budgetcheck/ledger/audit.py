@@ -20,7 +20,7 @@ import numpy as np
 from budgetcheck import rounding
 from budgetcheck.ledger.errors import LedgerCorrupt
 from budgetcheck.ledger.intrusions import EXPOSURE
-from budgetcheck.ledger.records import SpendRecord
+from budgetcheck.ledger.records import SpendRecord, snapshot
 from budgetcheck.ledger.validation import check_epsilon, check_positive_int
 
 
@@ -183,6 +183,7 @@ def audit_windows(
     epsilon = check_epsilon(epsilon)
     w = check_positive_int(w, "w")
     runs = check_positive_int(runs, "runs")
+    records = snapshot(records)  # checked as they are now: nothing changes them under the audit
     if any(record.purpose == EXPOSURE for record in records):
         worst, violations, checked, violating = _exposed_windows(records, epsilon, w, runs, max_violations)
     else:
@@ -243,9 +244,10 @@ def audit_windows_per_epsilon(
     """:func:`audit_windows` for a ledger of several ε (``WindowLedger.with_epsilons``): the runs
     held to each distinct ε, audited under it (each record restricted to those runs)."""
     budgets = np.array([check_epsilon(e, "epsilons") for e in epsilons], dtype=np.float64)
+    kept = snapshot(records)
     reports = {}
     for epsilon in sorted(set(budgets.tolist())):
         runs = np.flatnonzero(budgets == epsilon)
-        mine = [attrs.evolve(record, amounts=record.amounts[runs], noise_scale=None) for record in records]
+        mine = [record.evolve(amounts=record.amounts[runs], noise_scale=None) for record in kept]
         reports[epsilon] = audit_windows(mine, epsilon=epsilon, w=w, runs=runs.size)
     return reports

@@ -18,7 +18,7 @@ from budgetcheck.ledger.audit import audit_windows
 from budgetcheck.ledger.errors import InvalidArgument
 from budgetcheck.ledger.notion import Notion, check_notion
 from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy, goal_affected_sets, placements
-from budgetcheck.ledger.records import LedgerHeader, SpendRecord
+from budgetcheck.ledger.records import LedgerHeader, SpendRecord, snapshot
 
 _PLACEMENTS_LIMIT = 4096
 
@@ -43,6 +43,7 @@ def audit_personalized(
 
     A record of shape (runs, classes) charges every user of a class; one of shape (runs, classes, k)
     (``local_report_groups``) charges group g of class c its own amount."""
+    records = snapshot(records)  # checked as they are now: nothing changes them under the audit
     checked, worst, violations = 0, Fraction(0), []
     k = max((r.amounts.shape[2] for r in records if r.amounts.ndim == 3), default=1)
     for c, (w, eps) in enumerate(classes):
@@ -66,6 +67,7 @@ def audit_swellfish(
 ) -> NotionAudit:
     """For every policy and run: the worst goal-affected loss inside J <= ε, exactly."""
     eps = Fraction(epsilon)
+    records = snapshot(records)
     checked, worst, violations = 0, Fraction(0), []
     for run in range(runs):
         totals: dict[int, Fraction] = {}

@@ -15,6 +15,7 @@ import math
 import os
 import secrets
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -47,6 +48,7 @@ from budgetcheck.ledger.isolation import (
     forked,
     held,
     in_process,
+    isolating,
 )
 from budgetcheck.ledger.noise import DISCRETE, NUMPY, NoiseSource, make_noise
 from budgetcheck.ledger.paths import check_output_path
@@ -62,7 +64,7 @@ from budgetcheck.ledger.queries import (
     resolve,
     weighted_sensitivity,
 )
-from budgetcheck.ledger.records import LedgerHeader, SpendRecord, dump_lines
+from budgetcheck.ledger.records import LedgerHeader, SpendRecord, dump_lines, frozen
 from budgetcheck.ledger.sandbox import unavailable as sandbox_unavailable
 from budgetcheck.ledger.validation import (
     MAX_T,
@@ -124,14 +126,79 @@ def generator(sampler: str, seed: int, session: Sequence[int] | None = None) -> 
 
 
 _LEDGERS: weakref.WeakSet[LedgerCore] = weakref.WeakSet()  # every ledger of this process
+# How long a fork waits, in all, for operations other threads have under way (then the child refuses those ledgers)
+_FORK_WAIT = 30.0
+_FORKING = threading.local()  # what _before_fork holds, for the hooks after the fork (the same thread runs them)
 
 
-def _redraw_all_after_fork() -> None:
-    for ledger in list(_LEDGERS):
+class _StateUnknown:
+    """The lock of a ledger in a forked child when another thread of the parent was still inside one of its
+    operations after _FORK_WAIT seconds: the child's copy may hold half of it, so every operation and read
+    is refused (LedgerCorrupt) rather than run on it or left to wait for a thread the child does not have."""
+
+    def __enter__(self) -> None:
+        raise LedgerCorrupt(
+            "this process was forked while another thread was inside an operation of this ledger, and it did not "
+            f"finish within {_FORK_WAIT:g} s: this copy of the ledger may hold part of it, so it refuses every "
+            "operation; fork when no thread charges, or open the ledger afresh in the child"
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return False
+
+
+def _alive() -> list[LedgerCore]:
+    """Every ledger of this process (a copy: another thread may make one meanwhile)."""
+    while True:
+        try:
+            return list(_LEDGERS)
+        except RuntimeError:  # the set changed size during the copy
+            continue
+
+
+def _before_fork() -> None:
+    """Hold every ledger's lock across a fork (``os.register_at_fork``): an operation another thread has under
+    way finishes first, so the child's copy of every ledger is whole and its lock is not held by a thread
+    the child does not have (issue 42: 22 of 25 children hung). A fork for ``measure``'s isolation waits
+    for nothing (its child runs only fn; a ledger still busy is refused there, never waited for)."""
+    wait = 0.0 if isolating() else _FORK_WAIT
+    deadline = time.monotonic() + wait
+    held: list[Any] = []
+    busy: list[LedgerCore] = []
+    for ledger in _alive():
+        lock = ledger._lock
+        if lock.acquire(True, max(0.0, deadline - time.monotonic())):  # reentrant: this thread's own operation
+            held.append(lock)
+        else:
+            busy.append(ledger)
+    _FORKING.held, _FORKING.busy = held, busy
+
+
+def _after_fork_in_parent() -> None:
+    held: list[Any] = getattr(_FORKING, "held", [])
+    _FORKING.held, _FORKING.busy = [], []
+    for lock in held:
+        lock.release()
+
+
+def _after_fork_in_child() -> None:
+    """The child: release what :func:`_before_fork` held (this thread holds it here too), refuse the ledgers
+    still busy, and draw every ledger's randomness afresh (:meth:`LedgerCore._redraw_after_fork`)."""
+    held: list[Any] = getattr(_FORKING, "held", [])
+    busy: list[LedgerCore] = getattr(_FORKING, "busy", [])
+    _FORKING.held, _FORKING.busy = [], []
+    for lock in held:
+        lock.release()
+    for ledger in busy:
+        ledger._lock = _StateUnknown()
+    for ledger in _alive():
         ledger._redraw_after_fork()
 
 
-os.register_at_fork(after_in_child=_redraw_all_after_fork)
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 
 F = TypeVar("F", bound=Callable[..., Any])
 C = TypeVar("C", bound="LedgerCore")
@@ -144,6 +211,8 @@ def locked(method: F) -> F:
     @functools.wraps(method)
     def wrapper(self: LedgerCore, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
+            if self._inflight is not None:
+                self._settle()
             return method(self, *args, **kwargs)
 
     return cast(F, wrapper)
@@ -161,6 +230,8 @@ def journaled(method: F) -> F:
     def wrapper(self: LedgerCore, *args: Any, **kwargs: Any) -> Any:
         try:
             with self._lock:  # check, commit and draw as one step for every thread sharing the ledger
+                if self._inflight is not None:
+                    self._settle()
                 if self._hook is not None:
                     return self._run_operation(functools.partial(method, self), args, kwargs)
                 mark, charges = len(self._fresh_claims), self._charges  # see _unbind_fresh
@@ -196,6 +267,7 @@ class LedgerCore(abc.ABC):
         "_fresh_claims",
         "_hook",
         "_in_process",
+        "_inflight",
         "_keep",
         "_lock",
         "_noise",
@@ -219,7 +291,8 @@ class LedgerCore(abc.ABC):
         if not isinstance(keep_records, bool):
             raise InvalidArgument(f"keep_records={keep_records!r} must be True or False")
         self._keep = keep_records  # in memory, records are kept only when asked: a long stream's memory stays flat
-        self._lock = threading.RLock()  # see journaled: reentrant, as a hook or a test runs operations inside one
+        # see journaled: reentrant, as a hook or a test runs operations inside one; held across a fork (_before_fork)
+        self._lock: Any = threading.RLock()
         self._runs = check_runs(runs)
         self._seed = check_positive_int(seed, "seed", minimum=0)
         self._rng = generator(sampler, self._seed)
@@ -238,6 +311,8 @@ class LedgerCore(abc.ABC):
             False  # the owner allows forked code where no sandbox can be installed (see allows_unsandboxed)
         )
         self._applying = False  # accounting for a stored record (see _apply_row): not a new spend
+        # a commit under way, as (finish, *arguments): finish(*arguments) completes it, idempotently (see _settle)
+        self._inflight: tuple[Any, ...] | None = None
         # the durable transaction and the verifier's tap, installed by their layers (ledger.hooks)
         self._hook: OperationHook | None = None
         self._scale_memo: dict[tuple[float, bool, tuple[int, ...], bytes], FloatArray] = {}  # see _scale
@@ -260,6 +335,9 @@ class LedgerCore(abc.ABC):
         stored = self._hook.stored_records() if self._hook is not None else None
         if stored is not None:
             return stored
+        if self._inflight is not None:
+            with self._lock:
+                self._settle()
         if not self._keep:
             raise InvalidArgument(
                 f"{type(self).__name__} keeps no records in memory (keep_records=False, the default, so that "
@@ -441,6 +519,41 @@ class LedgerCore(abc.ABC):
         False if the caller must take the full operation (over budget: nothing changed; or not this case)."""
         return False
 
+    def _settle(self) -> None:
+        """Complete a commit that a signal handler interrupted (it raised between the first and the last change
+        of the ledger's state): the operation is then applied in full, never half. Runs before every
+        operation and read."""
+        inflight = self._inflight
+        if inflight is not None:
+            inflight[0](*inflight[1:])
+
+    def _guard(self) -> None:
+        """Before a commit that cannot be completed afterwards (several windows, a series, exposures): if a
+        signal handler interrupts it, the ledger refuses from then on (:meth:`_interrupted`) rather than run
+        on a half-made state. :meth:`_unguard` after it. In memory only (a store reloads what it committed)."""
+        if self._hook is None:
+            self._inflight = (self._interrupted,)
+
+    def _unguard(self) -> None:
+        if self._hook is None:
+            self._inflight = None
+
+    def _interrupted(self) -> None:
+        raise LedgerCorrupt(
+            f"an operation of this {type(self).__name__} was interrupted (a signal handler raised) while it changed "
+            "the ledger's state, and that kind of change cannot be completed afterwards: the ledger refuses every "
+            "operation from now on; keep it in a ledger file (open_ledger) to reload it, or let handlers not raise "
+            "during charges"
+        )
+
+    def _commit_once(self, t: int, record: SpendRecord | None, charges: int) -> None:
+        """:meth:`_commit` of an in-memory ledger without hooks, idempotent (``charges``: the count after it)."""
+        self._charges = charges
+        if t > self._t:
+            self._t = t
+        if record is not None and self._keep and not (self._records and self._records[-1] is record):
+            self._records.append(record)
+
     def _commit(self, t: int, record: SpendRecord) -> None:
         if not self._applying:  # a stored row another writer committed is not this operation's spend
             self._charges += 1
@@ -524,6 +637,8 @@ class LedgerCore(abc.ABC):
         """Run one charged operation ``fn(*args, **kwargs)`` through the hooks, if any; a refusal's
         window sum / ε is remembered (:attr:`worst_refused_ratio`)."""
         with self._lock:
+            if self._inflight is not None:
+                self._settle()
             mark, charges = len(self._fresh_claims), self._charges
             try:
                 return fn(*args, **kwargs) if self._hook is None else self._hook.run(fn, args, kwargs)
@@ -1109,8 +1224,7 @@ class LaplaceReleases(LedgerCore):
         key = (sensitivity, integral, budgets.shape, budgets.tobytes()) if budgets.size <= _SCALE_MEMO_SIZE else None
         scale = self._scale_memo.get(key) if key is not None else None
         if scale is None:
-            scale = self._noise.scale(sensitivity, budgets, integral=integral)
-            scale.setflags(write=False)  # shared with the records, not copied
+            scale = frozen(self._noise.scale(sensitivity, budgets, integral=integral))  # records share its bytes
             if key is not None:
                 if len(self._scale_memo) >= _SCALES_KEPT:
                     self._scale_memo.clear()
@@ -1129,8 +1243,7 @@ class LaplaceReleases(LedgerCore):
         prior = self._repeated.get(purpose)
         if prior is not None and prior[1] == sensitivity and prior[2] == integral and _same_bits(prior[0], amounts):
             return prior[0], prior[3]
-        scale = self._noise.scale(sensitivity, amounts, integral=integral)
-        scale.setflags(write=False)
+        amounts, scale = frozen(amounts), frozen(self._noise.scale(sensitivity, amounts, integral=integral))
         if len(self._repeated) >= _SCALES_KEPT and purpose not in self._repeated:
             self._repeated.clear()
         self._repeated[purpose] = (amounts, sensitivity, integral, scale)

@@ -38,6 +38,7 @@ import os
 import select
 import signal
 import struct
+import threading
 import time
 import traceback
 import warnings
@@ -185,6 +186,15 @@ def in_process(fn: Callable[[FloatArray], ArrayLike], payload: FloatArray) -> Fl
     return result
 
 
+_ISOLATING = threading.local()
+
+
+def isolating() -> bool:
+    """Whether this thread is forking :func:`forked`'s child, which only runs fn and never charges: the ledgers'
+    fork hook then waits for no operation of another thread (a ledger busy at the fork is refused in the child)."""
+    return bool(getattr(_ISOLATING, "active", False))
+
+
 def forked(
     fn: Callable[[FloatArray], ArrayLike],
     payloads: Sequence[FloatArray],
@@ -202,7 +212,11 @@ def forked(
     with warnings.catch_warnings():  # Python 3.12 warns on fork in a threaded process; the child only runs fn
         warnings.simplefilter("ignore", DeprecationWarning)
         start = time.monotonic()
-        pid = os.fork()
+        _ISOLATING.active = True  # the ledgers' fork hook waits for no other thread's operation (see isolating)
+        try:
+            pid = os.fork()
+        finally:
+            _ISOLATING.active = False
     if pid == 0:  # the child: never returns
         try:
             gc.disable()  # a collection would touch (and copy) every page of the parent's objects

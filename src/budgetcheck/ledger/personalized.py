@@ -70,7 +70,7 @@ class PersonalizedLedger(LedgerCore):
         array([[0.75, 0.25]])
     """
 
-    __slots__ = ("_counts", "_eps_bounds", "_eps_units", "_groups", "_requirements", "_windows")
+    __slots__ = ("_classes", "_counts", "_eps_bounds", "_eps_units", "_groups", "_requirements", "_windows")
 
     def __init__(
         self,
@@ -85,11 +85,16 @@ class PersonalizedLedger(LedgerCore):
             raise InvalidArgument(f"requirements must be a RequirementSet, got {type(requirements).__name__}")
         super().__init__(runs=runs, seed=seed, sampler=sampler, keep_records=keep_records)
         self._requirements = requirements
+        # (w_c, ε_c, n_c) as plain numbers: what every check and the header read, never the requirement objects
+        # a caller holds (attrs' frozen guard gives way to object.__setattr__)
+        self._classes = tuple(
+            (r.w, r.epsilon, n) for r, n in zip(requirements.classes, requirements.counts, strict=True)
+        )
         self._counts = np.array(requirements.counts, dtype=np.float64)
-        self._eps_units = [rounding.to_units(r.epsilon) for r in requirements.classes]
+        self._eps_units = [rounding.to_units(eps) for _, eps, _ in self._classes]
         self._eps_bounds = [ExactVector.from_int(units) for units in self._eps_units]
         self._groups = 1
-        self._windows = [ExactWindows(r.w, self._runs) for r in requirements.classes]
+        self._windows = [ExactWindows(w, self._runs) for w, _, _ in self._classes]
 
     @property
     def groups(self) -> int:
@@ -265,12 +270,12 @@ class PersonalizedLedger(LedgerCore):
         return optimal_budget(self._check_amounts(epsilon), self._counts, sensitivity=sensitivity)
 
     def header(self) -> LedgerHeader:
-        strict = self._requirements.strictest()
-        classes = tuple(
-            (r.w, r.epsilon, n) for r, n in zip(self._requirements.classes, self._requirements.counts, strict=True)
-        )
         return LedgerHeader(
-            notion=Notion.PERSONALIZED, epsilon=strict.epsilon, w=strict.w, runs=self._runs, classes=classes
+            notion=Notion.PERSONALIZED,
+            epsilon=min(eps for _, eps, _ in self._classes),  # the strictest requirement (RequirementSet.strictest)
+            w=max(w for w, _, _ in self._classes),
+            runs=self._runs,
+            classes=self._classes,
         )
 
     def __repr__(self) -> str:
@@ -280,7 +285,7 @@ class PersonalizedLedger(LedgerCore):
 
     # -- internals -----------------------------------------------------------------------------
     def _reset(self) -> None:
-        self._windows = [ExactWindows(r.w, self._runs * self._groups) for r in self._requirements.classes]
+        self._windows = [ExactWindows(w, self._runs * self._groups) for w, _, _ in self._classes]
 
     def _divide(self, k: int) -> None:
         """Fix the partition into k groups: only before the first spend, and never a different k after."""
@@ -400,14 +405,16 @@ class PersonalizedLedger(LedgerCore):
         columns = [self._lanes(amounts, c) for c in range(self._requirements.n_classes)]
         k = self._groups
         quick = [
-            win.quick_check(t, columns[c], req.epsilon)
-            for c, (win, req) in enumerate(zip(self._windows, self._requirements.classes, strict=True))
+            win.quick_check(t, columns[c], eps)
+            for c, (win, (_, eps, _)) in enumerate(zip(self._windows, self._classes, strict=True))
         ]
         if all(q is not None for q in quick):  # every class certainly within its ε
+            self._guard()
             for c, (win, q) in enumerate(zip(self._windows, quick, strict=True)):
                 assert q is not None
                 win.commit_quick(t, columns[c], *q)
             self._commit(t, record)
+            self._unguard()
             return
         staged = []
         for c, (eps, win) in enumerate(zip(self._eps_units, self._windows, strict=True)):
@@ -419,16 +426,16 @@ class PersonalizedLedger(LedgerCore):
                 self._refusals += 1
                 lane = int(over[0])
                 run, group = divmod(lane, k)
-                req = self._requirements.classes[c]
-                who = f"users with (w={req.w}, epsilon={req.epsilon!r})" + (f" of group {group}" if k > 1 else "")
+                req_w, req_eps, _ = self._classes[c]
+                who = f"users with (w={req_w}, epsilon={req_eps!r})" + (f" of group {group}" if k > 1 else "")
                 raise window_exceeded(
                     what=(
                         f"spend of {float(columns[c][lane])!r} at t={t} for {who} "
                         f"(purpose {record.purpose!r}, run {run})"
                     ),
                     t=t,
-                    w=req.w,
-                    epsilon=req.epsilon,
+                    w=req_w,
+                    epsilon=req_eps,
                     eps_units=eps,
                     window=int(window[lane]),
                     proposed=int(proposed[lane]),
@@ -440,9 +447,11 @@ class PersonalizedLedger(LedgerCore):
                     ),
                 )
             staged.append((win, columns[c], added, proposed, leaving))
+        self._guard()
         for win, column, added, proposed, leaving in staged:
             win.commit(t, column, added, proposed, leaving)
         self._commit(t, record)
+        self._unguard()
 
 
 def _unpaid_read(operation: str, payers: str) -> InvalidArgument:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import numpy as np
@@ -22,19 +22,9 @@ VERSION = 1
 FloatArray = NDArray[np.float64]
 
 
-def _readonly(value: object) -> FloatArray:
-    """A read-only float array that nothing can change: ``value`` itself when it and every array it
-    views are read-only float64 already (the ledger's own validated amounts and scales, shared
-    between records), else a read-only copy."""
-    if isinstance(value, np.ndarray) and value.dtype == np.float64 and is_frozen(value):
-        return value
-    arr = np.array(value, dtype=np.float64)
-    arr.setflags(write=False)
-    return arr
-
-
 def is_frozen(arr: np.ndarray[Any, Any]) -> bool:
-    """Whether ``arr`` and every array it is a view of are read-only (nothing can change it)."""
+    """Whether ``arr`` and every array it is a view of are read-only (so numpy's ``setflags`` alone cannot
+    make ``arr`` writable, unless the owner is an array: an owner can re-flag itself writable)."""
     base: object = arr
     while base is not None:
         if isinstance(base, bytes):  # immutable memory (np.frombuffer): no array over it can be made writable
@@ -45,42 +35,214 @@ def is_frozen(arr: np.ndarray[Any, Any]) -> bool:
     return True
 
 
-def _readonly_or_none(value: object) -> FloatArray | None:
-    return None if value is None else _readonly(value)
+def frozen(value: object) -> FloatArray:
+    """A float64 array over immutable memory (a ``bytes`` object): no numpy route (``setflags``, ``.base``,
+    ``np.frombuffer``, a memoryview) can write to it. ``value`` itself when it already is one.
+
+    What the array *object* shows can still be changed in place (``__setstate__``, assigning ``dtype``,
+    ``shape`` or ``strides``), never the memory: so whatever the ledger keeps is an object no caller
+    receives, and what a caller receives (:attr:`SpendRecord.amounts`) is a fresh view each time.
+    """
+    arr = value if type(value) is np.ndarray and value.dtype == np.float64 else np.asarray(value, dtype=np.float64)
+    if _whole_bytes(arr) is not None:
+        return arr
+    return np.frombuffer(np.ascontiguousarray(arr).tobytes(), dtype=np.float64).reshape(arr.shape)
 
 
-@attrs.frozen(eq=False)
-class SpendRecord:
+def _whole_bytes(arr: FloatArray) -> bytes | None:
+    """The ``bytes`` object ``arr`` covers exactly (contiguous, native float64, every byte), or None."""
+    base: object = arr.base
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if (
+        type(base) is bytes
+        and arr.flags.c_contiguous
+        and arr.dtype == np.float64
+        and arr.dtype.isnative
+        and arr.nbytes == len(base)
+    ):
+        return base
+    return None
+
+
+# a float64 array as immutable bytes and its shape (8 bytes for a larger shape: one value, broadcast)
+_Frozen = tuple[bytes, tuple[int, ...]]
+
+
+def _freeze(value: object) -> _Frozen:
+    """``value`` as float64 bytes and shape; an array of one repeated double keeps it once (a budget the same
+    in every run: 8 bytes whatever the number of runs); an array over bytes already shares them."""
+    arr = value if type(value) is np.ndarray and value.dtype == np.float64 else np.array(value, dtype=np.float64)
+    shape = tuple(int(n) for n in arr.shape)
+    whole = _whole_bytes(arr)
+    if whole is not None:  # shared with the ledger's other records already
+        return whole, shape
+    if arr.size > 1:
+        bits = (
+            arr.reshape(-1).view(np.int64)
+            if arr.flags.c_contiguous
+            else np.ascontiguousarray(arr).reshape(-1).view(np.int64)
+        )
+        if bool((bits == bits[0]).all()):
+            return arr.reshape(-1)[:1].tobytes(), shape
+    return np.ascontiguousarray(arr).tobytes(), shape
+
+
+def fresh_view(arr: FloatArray) -> FloatArray:
+    """Another read-only array over the immutable bytes of ``arr`` (:func:`frozen`), sharing no array object
+    with it (its ``.base`` leads to the bytes, never to ``arr``): what a ledger hands out of what it keeps."""
+    return _thaw(_freeze(arr))
+
+
+def _thaw(frozen_value: _Frozen) -> FloatArray:
+    """A fresh read-only array over the bytes of :func:`_freeze` (a new object at every call)."""
+    data, shape = frozen_value
+    flat = np.frombuffer(data, dtype=np.float64)
+    if flat.size == math.prod(shape):
+        return flat.reshape(shape)
+    return np.broadcast_to(flat, shape)
+
+
+class SpendRecord(tuple[Any, ...]):
     """One charge: at timestamp ``t`` each run r spent ``amounts[r]`` for ``purpose``.
 
     ``sensitivity`` and ``noise_scale`` (per run, or per run and bin for ``laplace_bins``; inf where
     nothing was released) are set when the charge paid for a Laplace release; ``sampler`` names the
     noise source. ``vouched``: the sensitivity is the caller's word (``measure``), not derived by the
     library, so only the statistical audit can check it.
+
+    Immutable by every route Python offers without reaching into memory (the history a ledger hands
+    out is the history it keeps): a tuple, so no attribute can be set, not even with
+    ``object.__setattr__``; its arrays are kept as ``bytes``, and ``amounts`` and ``noise_scale`` are
+    fresh read-only views of them at every access (no ``setflags``, ``.base``, ``np.frombuffer`` or
+    in-place ``__setstate__`` on one reaches another). A pickle or copy is rebuilt through the
+    constructor. ``evolve`` gives a record with some fields replaced.
+
+    >>> import numpy as np
+    >>> record = SpendRecord(t=3, purpose="publication", amounts=np.array([0.25, 0.5]))
+    >>> record.amounts.flags.writeable, record.amounts.tolist()
+    (False, [0.25, 0.5])
     """
 
-    t: int
-    purpose: str
-    amounts: FloatArray = attrs.field(converter=_readonly)
-    sensitivity: float | None = None
-    noise_scale: FloatArray | None = attrs.field(default=None, converter=_readonly_or_none)
-    sampler: str | None = None
-    vouched: bool = False
+    __slots__ = ()
+
+    def __new__(
+        cls,
+        t: int,
+        purpose: str,
+        amounts: object,
+        sensitivity: float | None = None,
+        noise_scale: object = None,
+        sampler: str | None = None,
+        vouched: bool = False,
+    ) -> SpendRecord:
+        scales = None if noise_scale is None else _freeze(noise_scale)
+        return super().__new__(cls, (t, purpose, _freeze(amounts), sensitivity, scales, sampler, vouched))
+
+    @property
+    def t(self) -> int:
+        return cast(int, self[0])
+
+    @property
+    def purpose(self) -> str:
+        return cast(str, self[1])
+
+    @property
+    def amounts(self) -> FloatArray:
+        """Per run (shape (runs,), or (runs, classes[, groups]) for a personalized ledger): a fresh read-only view."""
+        return _thaw(self[2])
+
+    @property
+    def sensitivity(self) -> float | None:
+        return cast("float | None", self[3])
+
+    @property
+    def noise_scale(self) -> FloatArray | None:
+        """The Laplace scales paid for (a fresh read-only view), or None."""
+        return None if self[4] is None else _thaw(self[4])
+
+    @property
+    def sampler(self) -> str | None:
+        return cast("str | None", self[5])
+
+    @property
+    def vouched(self) -> bool:
+        return cast(bool, self[6])
+
+    def evolve(self, **changes: Any) -> SpendRecord:
+        """A record with the fields named in ``changes`` replaced (``attrs.evolve`` for this record)."""
+        fields: dict[str, Any] = {
+            "t": self.t,
+            "purpose": self.purpose,
+            "amounts": self.amounts,
+            "sensitivity": self.sensitivity,
+            "noise_scale": self.noise_scale,
+            "sampler": self.sampler,
+            "vouched": self.vouched,
+        }
+        unknown = sorted(set(changes) - set(fields))
+        if unknown:
+            raise InvalidArgument(f"SpendRecord has no field {unknown[0]!r} (its fields are {sorted(fields)})")
+        fields.update(changes)
+        return SpendRecord(**fields)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle and copy through the constructor: an unpickled record is as immutable as this one."""
+        return (
+            SpendRecord,
+            (self.t, self.purpose, self.amounts, self.sensitivity, self.noise_scale, self.sampler, self.vouched),
+        )
+
+    def __repr__(self) -> str:
+        vouched = ", vouched=True" if self.vouched else ""
+        return (
+            f"SpendRecord(t={self.t!r}, purpose={self.purpose!r}, amounts={self.amounts!r}, "
+            f"sensitivity={self.sensitivity!r}, noise_scale={self.noise_scale!r}, sampler={self.sampler!r}{vouched})"
+        )
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict; floats keep their exact value (repr round-trips). ``vouched`` appears only
         when true, so records without it are the bytes they always were."""
+        scales = self.noise_scale
         out = {
             "t": self.t,
             "purpose": self.purpose,
             "amounts": self.amounts.tolist(),
             "sensitivity": self.sensitivity,
-            "noise_scale": None if self.noise_scale is None else finite_or_none(self.noise_scale),
+            "noise_scale": None if scales is None else finite_or_none(scales),
             "sampler": self.sampler,
         }
         if self.vouched:
             out["vouched"] = True
         return out
+
+
+def snapshot(records: Iterable[object]) -> tuple[SpendRecord, ...]:
+    """``records`` as a tuple of plain :class:`SpendRecord` values, each field read once: what an auditor
+    checks cannot change under it (a list edited meanwhile, a subclass or stand-in whose ``amounts``
+    answers differently at each read). Refuses items that are not spend records."""
+    kept = []
+    for index, record in enumerate(tuple(records)):
+        if type(record) is SpendRecord:
+            kept.append(record)
+            continue
+        try:
+            kept.append(
+                SpendRecord(
+                    t=record.t,  # type: ignore[attr-defined]
+                    purpose=record.purpose,  # type: ignore[attr-defined]
+                    amounts=np.array(record.amounts, dtype=np.float64),  # type: ignore[attr-defined]
+                    sensitivity=getattr(record, "sensitivity", None),
+                    noise_scale=getattr(record, "noise_scale", None),
+                    sampler=getattr(record, "sampler", None),
+                    vouched=bool(getattr(record, "vouched", False)),
+                )
+            )
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise InvalidArgument(
+                f"records[{index}]={record!r} is not a spend record (t, purpose, amounts): {exc}"
+            ) from None
+    return tuple(kept)
 
 
 def _class_tuple(value: Any) -> tuple[tuple[int, float, int], ...]:

@@ -59,29 +59,44 @@ class ScalarWindows:
         return ExactVector.from_int(window), leaving
 
     def spend_units(self, t: int, units: int, bound: int) -> bool:
-        """Commit ``units`` at t if window [t−w+1, t] stays <= ``bound`` (exactly); else change nothing.
+        """Commit ``units`` at t if window [t−w+1, t] stays <= ``bound`` (exactly); else change nothing."""
+        checked = self.check_units(t, units, bound)
+        if checked is None:
+            return False
+        self.commit_units(t, *checked)
+        return True
 
-        :meth:`window_units`, then :meth:`_retire` and :meth:`_add`, in one frame (a live step's charge)."""
-        entries, window, leaving, oldest = self._entries, self._sum, 0, t - self._w
+    def check_units(self, t: int, units: int, bound: int) -> tuple[int, tuple[int, int]] | None:
+        """Whether ``units`` at t keep window [t−w+1, t] <= ``bound`` (exactly): then (the window sum after,
+        the entry of t after) for :meth:`commit_units`; else None. Changes nothing."""
+        entries, window, oldest = self._entries, self._sum, t - self._w
         for s, held in entries:
             if s > oldest:
                 break
             window -= held
-            leaving += 1
         if window + units > bound:
-            return False
-        past = self._past
-        for _ in range(leaving):
-            past.append(entries.popleft())
+            return None
+        last = entries[-1] if entries else None
+        return window + units, (t, last[1] + units) if last is not None and last[0] == t else (t, units)
+
+    def commit_units(self, t: int, after: int, entry: tuple[int, int]) -> None:
+        """Commit what :meth:`check_units` gave. Idempotent for the same ``entry`` object: interrupted half way
+        (a signal handler that raised), calling it again completes it (the ledger's in-flight operation)."""
+        entries, past, oldest = self._entries, self._past, t - self._w
+        while entries and entries[0][0] <= oldest:
+            leaving = entries[0]
+            if not (past and past[-1] is leaving):
+                past.append(leaving)
+            entries.popleft()
         horizon = oldest - self._w + 1
         while past and past[0][0] <= horizon:
             past.popleft()
-        if entries and entries[-1][0] == t:
-            entries[-1] = (t, entries[-1][1] + units)
-        else:
-            entries.append((t, units))
-        self._sum = window + units
-        return True
+        if not (entries and entries[-1] is entry):
+            if entries and entries[-1][0] == t:
+                entries[-1] = entry
+            else:
+                entries.append(entry)
+        self._sum = after
 
     def commit(self, t: int, amounts: FloatArray, added: ExactVector, proposed: ExactVector, leaving: int) -> None:
         """Record ``added`` at t; ``proposed``/``leaving`` come from :meth:`prospective` plus added."""

@@ -207,10 +207,12 @@ class SwellfishLedger(LaplaceReleases):
                 self._refusals += 1
                 raise self._exceeded(t, index, int(over[0]), amounts, sums)
             staged.append((index, tops, times, sums))
+        self._guard()
         for index, tops, times, sums in staged:
             self._tops[index], self._top_times[index], self._sums[index] = tops, times, sums
         self._current, self._current_t = total, t
         self._commit(t, record)
+        self._unguard()
 
     def _exceeded(self, t: int, index: int, run: int, amounts: FloatArray, sums: ObjectArray) -> BudgetExceeded:
         policy = self._policies.policies[index]

@@ -41,7 +41,7 @@ from budgetcheck.ledger.noise import DISCRETE
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.params import WEventParams
 from budgetcheck.ledger.queries import Identity, LinearQuery
-from budgetcheck.ledger.records import LedgerHeader, SpendRecord
+from budgetcheck.ledger.records import LedgerHeader, SpendRecord, fresh_view, frozen
 from budgetcheck.ledger.scalar_windows import ScalarWindows
 from budgetcheck.ledger.threshold import ThresholdTest
 from budgetcheck.ledger.validation import (
@@ -118,8 +118,10 @@ class WindowLedger(LaplaceReleases):
         if not isinstance(params, WEventParams):
             raise InvalidArgument(f"params={params!r} must be a WEventParams(epsilon=..., w=...)")
         super().__init__(runs=runs, seed=seed, sampler=sampler, keep_records=keep_records)
-        self._params = params
-        self._epsilon: float | FloatArray = params.epsilon
+        # a copy no caller holds (``params`` hands out another): the window checks never read an object that
+        # a caller can change, even past attrs' frozen guard with object.__setattr__
+        self._params = WEventParams(params.epsilon, params.w)
+        self._epsilon: float | FloatArray = self._params.epsilon
         self._eps_units: int | ObjectArray = rounding.to_units(params.epsilon)
         self._eps_bound = ExactVector.from_int(rounding.to_units(params.epsilon))
         try:
@@ -152,8 +154,7 @@ class WindowLedger(LaplaceReleases):
             keep_records=keep_records,
         )
         if (budgets != budgets[0]).any():
-            budgets.setflags(write=False)
-            ledger._epsilon = budgets
+            ledger._epsilon = frozen(budgets)  # immutable bytes; ``epsilon`` hands out fresh views of them
             ledger._eps_units = rounding.to_units_array(budgets)
             ledger._eps_bound = ExactVector.from_floats(budgets)
         return ledger
@@ -166,12 +167,13 @@ class WindowLedger(LaplaceReleases):
                 f"params: this ledger holds its runs to different budgets {sorted(set(self._epsilon.tolist()))}; "
                 "read ledger.epsilon (one per run) and ledger.w"
             )
-        return self._params
+        return WEventParams(self._params.epsilon, self._params.w)
 
     @property
     def epsilon(self) -> float | FloatArray:
-        """The ε every run is held to: a float, or shape (runs,) (read-only) on a ledger of several ε."""
-        return self._epsilon
+        """The ε every run is held to: a float, or shape (runs,) (read-only, over immutable memory) on a ledger
+        of several ε: a fresh view at every read, so that no caller changes what another reads."""
+        return self._epsilon if isinstance(self._epsilon, float) else fresh_view(self._epsilon)
 
     @property
     def w(self) -> int:
@@ -363,9 +365,11 @@ class WindowLedger(LaplaceReleases):
                 run,
                 records[k].purpose,
             )
+        self._guard()
         self._windows.replace(stamps[-1], totals, groups)
         for stamp, record in zip(stamps, records, strict=True):
             self._commit(stamp, record)
+        self._unguard()
 
     @journaled
     def measure_footprint(
@@ -450,6 +454,7 @@ class WindowLedger(LaplaceReleases):
                     remaining_call="what that window had left",
                 )
         scale = self._noise.scale(sensitivity, amounts, integral=False)
+        self._guard()
         self._windows.commit_footprint(t, added)
         for s in sorted(stamps):
             self._commit(
@@ -465,6 +470,7 @@ class WindowLedger(LaplaceReleases):
                 ),
             )
             self._vouched += 1
+        self._unguard()
         with contextlib.ExitStack() as stack:
             payload = np.stack([stack.enter_context(charged(secret)) for secret in secrets])
             outcome = self._call_measured(fn, [payload], isolation, declared, fallback, seconds, "measure_footprint")
@@ -567,10 +573,11 @@ class WindowLedger(LaplaceReleases):
         self._fix_model(model)  # after the charge: a refused hold fixes no model (checked above)
         scale = self._scale(sensitivity, amounts, True)
         if exposed.any():
+            record = SpendRecord(t=t, purpose=EXPOSURE, amounts=exposed, noise_scale=scale, sampler=self._noise.name)
+            self._guard()
             self._exposures.add(t, exposed)
-            self._commit(
-                t, SpendRecord(t=t, purpose=EXPOSURE, amounts=exposed, noise_scale=scale, sampler=self._noise.name)
-            )
+            self._commit(t, record)
+            self._unguard()
         self._held_until = max(self._held_until, t)
         with charged(secret) as values:
             held = self._noisy(self._per_run(secret, values), amounts, scale, sensitivity, per_run=True)
@@ -651,8 +658,7 @@ class WindowLedger(LaplaceReleases):
         With exposures (pan-private, single intrusion) the window's largest exposure counts too."""
         exposure = self._exposures.largest(t) if self._exposures else None
         if exposure is None and isinstance(self._windows, ScalarWindows):  # one run: one exact integer
-            self._charge_one_run(self._windows, t, amounts, record.purpose)
-            self._commit(t, record)
+            self._charge_one_run(self._windows, t, amounts, record.purpose, record)
             return
         windows = self._windows
         quick = (
@@ -661,6 +667,11 @@ class WindowLedger(LaplaceReleases):
             else None
         )
         if quick is not None and isinstance(windows, ExactWindows):  # certainly within ε: no exact arithmetic needed
+            if self._resumable():
+                part, charges = amounts.view(), self._charges + 1  # a view: an object no other commit adds
+                self._inflight = (self._finish_quick, windows, t, part, quick[0], record, charges)
+                self._finish_quick(windows, t, part, quick[0], record, charges)
+                return
             windows.commit_quick(t, amounts, *quick)
             self._commit(t, record)
             return
@@ -680,16 +691,77 @@ class WindowLedger(LaplaceReleases):
         if over.size:
             self._refusals += 1
             self._refuse(t, amounts, window, proposed, int(over[0]), record.purpose)
+        if self._resumable() and isinstance(self._windows, ExactWindows):
+            part, charges = amounts.view(), self._charges + 1
+            self._inflight = (self._finish_exact, self._windows, t, part, added, proposed, record, charges)
+            self._finish_exact(self._windows, t, part, added, proposed, record, charges)
+            return
         self._windows.commit(t, amounts, added, proposed, leaving)
         self._commit(t, record)
 
-    def _charge_one_run(self, windows: ScalarWindows, t: int, amounts: FloatArray, purpose: str) -> None:
-        """Check window [t−w+1, t] of the one run exactly and commit its sum; or refuse, changing nothing."""
+    # -- commits that a signal handler may interrupt: completed by LedgerCore._settle, idempotent -----------
+    def _resumable(self) -> bool:
+        """Whether a commit here is in memory only (no hook, not a stored record): then it goes through
+        ``_inflight`` and one a signal handler interrupts is completed before anything else."""
+        return self._hook is None and not self._applying
+
+    def _finish_quick(
+        self, windows: ExactWindows, t: int, part: FloatArray, upper: FloatArray, record: SpendRecord, charges: int
+    ) -> None:
+        windows.commit_quick(t, part, upper, 0)
+        self._commit_once(t, record, charges)
+        self._inflight = None
+
+    def _finish_exact(
+        self,
+        windows: ExactWindows,
+        t: int,
+        part: FloatArray,
+        added: ExactVector,
+        proposed: ExactVector,
+        record: SpendRecord,
+        charges: int,
+    ) -> None:
+        windows.commit(t, part, added, proposed, 0)
+        self._commit_once(t, record, charges)
+        self._inflight = None
+
+    def _finish_units(
+        self,
+        windows: ScalarWindows,
+        t: int,
+        after: int,
+        entry: tuple[int, int],
+        record: SpendRecord | None,
+        charges: int,
+    ) -> None:
+        windows.commit_units(t, after, entry)
+        self._commit_once(t, record, charges)
+        self._inflight = None
+
+    def _charge_one_run(
+        self, windows: ScalarWindows, t: int, amounts: FloatArray, purpose: str, record: SpendRecord | None
+    ) -> None:
+        """Check window [t−w+1, t] of the one run exactly and commit its sum and the record (counted as a
+        charge); or refuse, changing nothing."""
         spent = _units(float(amounts[0]))
-        if not windows.spend_units(t, spent, self._run_units(0)):
+        checked = windows.check_units(t, spent, self._run_units(0))
+        if checked is None:
             before = windows.window_units(t)[0]
             self._refusals += 1
             self._refuse(t, amounts, ExactVector.from_int(before), ExactVector.from_int(before + spent), 0, purpose)
+            return
+        after, entry = checked
+        if self._resumable():
+            self._inflight = (self._finish_units, windows, t, after, entry, record, self._charges + 1)
+            self._finish_units(windows, t, after, entry, record, self._charges + 1)
+            return
+        windows.commit_units(t, after, entry)
+        if record is not None:
+            self._commit(t, record)
+        else:
+            self._charges += 1
+            self._t = max(self._t, t)
 
     _steady_notion = True  # the sensitivity is the declared one at every t
 
@@ -699,11 +771,21 @@ class WindowLedger(LaplaceReleases):
         windows, bound = self._windows, self._eps_units
         if self._exposures or type(windows) is not ScalarWindows or type(bound) is not int:
             return False
-        if not windows.spend_units(t, _units(amount), bound):
+        checked = windows.check_units(t, _units(amount), bound)
+        if checked is None:
             return False
-        self._charges += 1
-        if t > self._t:
-            self._t = t
+        after, entry = checked
+        charges = self._charges + 1
+        self._inflight = (
+            self._finish_units,
+            windows,
+            t,
+            after,
+            entry,
+            None,
+            charges,
+        )  # no hook here (the caller's rule)
+        self._finish_units(windows, t, after, entry, None, charges)
         return True
 
     def _charge_unrecorded(self, t: int, amounts: FloatArray, purpose: str) -> bool:
@@ -711,10 +793,7 @@ class WindowLedger(LaplaceReleases):
         windows = self._windows
         if self._exposures or not isinstance(windows, ScalarWindows):
             return False
-        self._charge_one_run(windows, t, amounts, purpose)
-        self._charges += 1
-        if t > self._t:
-            self._t = t
+        self._charge_one_run(windows, t, amounts, purpose, None)
         return True
 
     def _refuse(

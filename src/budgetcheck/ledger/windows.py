@@ -51,10 +51,16 @@ class _Entry:
         self._low: FloatArray | None = None
 
     def add(self, part: FloatArray, exact: ExactVector | None) -> None:
-        """Another spend at t (``exact`` its exact value if known; else the total is recomputed when asked for)."""
-        self._exact = self._exact + exact if self._exact is not None and exact is not None else None
-        self.parts.append(part)
+        """Another spend at t (``exact`` its exact value if known; else the total is recomputed when asked for).
+
+        Interrupted anywhere (a signal handler that raises), the entry stays right: the total is forgotten
+        before the part is added and known again only after."""
+        known = self._exact
+        self._exact = None
         self._low = None
+        self.parts.append(part)
+        if known is not None and exact is not None:
+            self._exact = known + exact
 
     def copy(self) -> _Entry:
         entry = _Entry(self.t, list(self.parts), self._exact, base=self.base)
@@ -125,9 +131,12 @@ class ExactWindows:
         return window, leaving
 
     def commit(self, t: int, amounts: FloatArray, added: ExactVector, proposed: ExactVector, leaving: int) -> None:
-        """Record ``amounts`` (exactly ``added``) at t; ``proposed``/``leaving`` come from
-        :meth:`prospective` plus added."""
-        self._retire(t, leaving, quick=False)
+        """Record ``amounts`` (exactly ``added``) at t; ``proposed`` comes from :meth:`prospective` plus added
+        (``leaving``, its count of entries that leave, is found again by their timestamps).
+
+        Idempotent for the same ``amounts`` object: a commit interrupted half way (a signal handler that
+        raised) is completed by calling it again (the ledger's in-flight operation)."""
+        self._retire(t, quick=False)
         self._append(t, amounts, added)
         self._sum = proposed
         self._upper = None
@@ -166,11 +175,12 @@ class ExactWindows:
         return self._bounds
 
     def commit_quick(self, t: int, amounts: FloatArray, upper: FloatArray, leaving: int) -> None:
-        """Record ``amounts`` at t after :meth:`quick_check` showed every window stays within ε."""
-        self._retire(t, leaving, quick=True)
+        """Record ``amounts`` at t after :meth:`quick_check` showed every window stays within ε (idempotent for
+        the same ``amounts`` object, as :meth:`commit`)."""
+        self._retire(t, quick=True)
         self._append(t, amounts, None)
         self._upper = upper
-        if self._sum is not None:
+        if self._sum is not None and not (self._pending and self._pending[-1] is amounts):
             self._pending.append(amounts)
             if len(self._pending) > 2 * self._w:  # catching up would cost more than a fresh sum
                 self._sum, self._pending = None, []
@@ -234,32 +244,43 @@ class ExactWindows:
         self._pending, self._upper, self._skip = [], None, 0
 
     def _exact_sum(self) -> ExactVector:
-        """The exact sum of the current window's entries (catching up on quick commits)."""
-        if self._sum is None:
-            self._sum = sum((entry.exact() for entry in self._entries), zeros(self._runs))
+        """The exact sum of the current window's entries (catching up on quick commits), computed aside and
+        stored in one step: a signal handler that raises meanwhile leaves the state as it was."""
+        total = self._sum
+        if total is None:
+            total = sum((entry.exact() for entry in self._entries), zeros(self._runs))
         else:
             for item in self._pending:
                 if isinstance(item, _Entry):
-                    self._sum = self._sum - item.exact()
+                    total = total - item.exact()
                 else:
-                    self._sum = self._sum + ExactVector.from_floats(item)
-        self._pending = []
-        return self._sum
+                    total = total + ExactVector.from_floats(item)
+        self._sum, self._pending = total, []  # no call between the two stores: nothing can run in between
+        return total
 
     def _append(self, t: int, amounts: FloatArray, exact: ExactVector | None) -> None:
-        if self._entries and self._entries[-1].t == t:
-            self._entries[-1].add(amounts, exact)
+        """Add ``amounts`` at t, unless this very array object was added last (a commit completed again)."""
+        last = self._entries[-1] if self._entries else None
+        if last is not None and last.t == t:
+            if not (last.parts and last.parts[-1] is amounts):
+                last.add(amounts, exact)
         else:
             self._entries.append(_Entry(t, [amounts], exact))
 
-    def _retire(self, t: int, leaving: int, *, quick: bool) -> None:
-        for _ in range(leaving):
-            entry = self._entries.popleft()
-            self._past.append(entry)
-            if quick and self._sum is not None:
-                self._pending.append(entry)
-        while self._past and self._past[0].t <= t - 2 * self._w + 1:
-            self._past.popleft()
+    def _retire(self, t: int, *, quick: bool) -> None:
+        """Move the entries that leave window [t−w+1, t] to the past (found by timestamp, each moved once
+        even when a retirement interrupted half way is done again)."""
+        oldest = t - self._w
+        entries, past, pending = self._entries, self._past, self._pending
+        while entries and entries[0].t <= oldest:
+            entry = entries[0]
+            if not (past and past[-1] is entry):
+                past.append(entry)
+            if quick and self._sum is not None and not (pending and pending[-1] is entry):
+                pending.append(entry)
+            entries.popleft()
+        while past and past[0].t <= t - 2 * self._w + 1:
+            past.popleft()
 
 
 def _double_double_above(exact: ExactVector) -> FloatArray:
