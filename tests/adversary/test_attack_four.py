@@ -22,6 +22,7 @@ does not reach its (runs, classes) amounts).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import mmap
 import os
@@ -1021,7 +1022,6 @@ def _made_writable(amounts: np.ndarray, values: np.ndarray) -> None:
 _HISTORY = "history: a release's kept record zeroed {}; the window sums follow the record (1.3 eps at t = 1)"
 
 
-@pytest.mark.xfail(strict=True, reason=_HISTORY.format("through a writable alias from __array_interface__ (2 runs)"))
 def test_a_record_cannot_be_rewritten_through_the_array_interface() -> None:
     assert _overspend(_through_the_array_interface, 0.6011, runs=2) <= 1.0
 
@@ -1031,7 +1031,6 @@ def test_a_record_of_one_run_cannot_be_rewritten_through_the_array_interface() -
     assert _overspend(_through_the_array_interface, 0.6013, runs=1) <= 1.0
 
 
-@pytest.mark.xfail(strict=True, reason=_HISTORY.format("in place by ndarray.__setstate__ (2 runs)"))
 def test_a_record_cannot_be_rewritten_by_setstate() -> None:
     assert _overspend(_by_setstate, 0.6017, runs=2) <= 1.0
 
@@ -1041,7 +1040,6 @@ def test_a_record_of_one_run_cannot_be_rewritten_by_setstate() -> None:
     assert _overspend(_by_setstate, 0.6019, runs=1) <= 1.0
 
 
-@pytest.mark.xfail(strict=True, reason=_HISTORY.format("after setflags(write=True) (2 runs; issue 42 item 1)"))
 def test_a_record_cannot_be_made_writable() -> None:
     assert _overspend(_made_writable, 0.6023, runs=2) <= 1.0
 
@@ -1067,12 +1065,12 @@ def test_a_record_cannot_be_replaced_by_setattr() -> None:
     """Closed today (regression guard): ``object.__setattr__(record, "amounts", zeros)``."""
     ledger = bc.WindowLedger(epsilon=1.0, w=3, runs=2, keep_records=True)
     ledger.spend(1, 0.6037, purpose="publication")
-    object.__setattr__(ledger.records[0], "amounts", np.zeros(2))
+    with contextlib.suppress(AttributeError, TypeError):  # refused outright, or accepted with no effect
+        object.__setattr__(ledger.records[0], "amounts", np.zeros(2))
     with pytest.raises(bc.BudgetExceeded):
         ledger.spend(1, 0.6037, purpose="publication")
 
 
-@pytest.mark.xfail(strict=True, reason=_HISTORY.format("through __array_interface__; audit_windows then says ok"))
 def test_a_rewritten_record_is_seen_by_the_audit() -> None:
     """Whatever the ledger did, a record rewritten in place must not make the audit of the kept records say
     ok over a window that paid for 1.3 ε of releases."""
@@ -1095,7 +1093,6 @@ def test_a_rewritten_record_is_seen_by_the_audit() -> None:
     assert not report.ok, "1.3 eps of releases at t = 1, and the audit of the records says ok"
 
 
-@pytest.mark.xfail(strict=True, reason=_HISTORY.format("by a mechanism under execute, which keeps records"))
 def test_a_mechanism_under_execute_cannot_erase_its_own_spends(
     mechanism_module: Callable[[str, str], str],
 ) -> None:
@@ -1133,11 +1130,6 @@ def test_a_mechanism_under_execute_cannot_erase_its_own_spends(
     assert not np.isfinite(execution.releases).all(), "two releases of t = 1, 1.3086 eps in [1, 3], accepted"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="history: a scratch ledger's kept record shares its amounts array with the publisher's ledger file; "
-    "rewritten to -1000 through __array_interface__, a spend there refunds budget: publish releases exact counts",
-)
 def test_a_scratch_ledgers_record_cannot_refund_the_publishers_ledger(
     mechanism_module: Callable[[str, str], str], tmp_path: Path
 ) -> None:

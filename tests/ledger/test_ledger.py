@@ -338,9 +338,10 @@ def test_large_budget_arrays_repeated_bit_for_bit_share_one_copy_and_scale(calls
         assert record.noise_scale.tobytes() == rounding.scale_up(sensitivity, budgets).tobytes()
         before = last.get(purpose)
         shared = before is not None and before[:2] == (sensitivity, variant)
-        # one copy: the records' views read the same immutable bytes (each access is a fresh view of them)
-        assert (before is not None and np.shares_memory(record.amounts, before[2])) is shared
-        last[purpose] = (sensitivity, variant, record.amounts)
+        # one copy kept: the records hold the same immutable bytes (each access hands out a copy of them)
+        assert (before is not None and record[2][0] is before[2]) is shared
+        assert not np.shares_memory(record.amounts, record.amounts)
+        last[purpose] = (sensitivity, variant, record[2][0])
     assert ledger._scale_memo == {}
 
 

@@ -89,15 +89,20 @@ def _freeze(value: object) -> _Frozen:
 
 
 def fresh_view(arr: FloatArray) -> FloatArray:
-    """Another read-only array over the immutable bytes of ``arr`` (:func:`frozen`), sharing no array object
-    with it (its ``.base`` leads to the bytes, never to ``arr``): what a ledger hands out of what it keeps."""
+    """A read-only copy of ``arr`` sharing no memory with it (:func:`_thaw`): what a ledger hands out of what
+    it keeps."""
     return _thaw(_freeze(arr))
 
 
 def _thaw(frozen_value: _Frozen) -> FloatArray:
-    """A fresh read-only array over the bytes of :func:`_freeze` (a new object at every call)."""
+    """A fresh read-only array over a fresh copy of the bytes of :func:`_freeze` (new memory at every call).
+
+    A copy, not a view of the kept bytes: an array's ``__array_interface__`` gives the address of its memory,
+    and numpy builds a writable array over any address it is given, so a view would hand out the kept bytes
+    themselves (which ledgers of one process may share). The copy is a ``bytes`` object too, so no numpy
+    route makes the array writable; one that writes to its memory anyway changes nothing the ledger keeps."""
     data, shape = frozen_value
-    flat = np.frombuffer(data, dtype=np.float64)
+    flat = np.frombuffer(memoryview(data).tobytes(), dtype=np.float64)  # a new bytes object: immutable, not shared
     if flat.size == math.prod(shape):
         return flat.reshape(shape)
     return np.broadcast_to(flat, shape)
