@@ -126,6 +126,17 @@ def _finite(value: float) -> float:
 @click.option(
     "--skip-bad-rows", is_flag=True, help="Report malformed rows on stderr and go on (default: stop at the first)."
 )
+@click.option(
+    "--trusted-code",
+    is_flag=True,
+    help="Allow the mechanism's own code to read true values in this process (isolation='trusted'); "
+    "refused by default, before any charge.",
+)
+@click.option(
+    "--allow-vouched",
+    is_flag=True,
+    help="Allow charges at a sensitivity the mechanism vouches for (ledger.measure); refused by default.",
+)
 def publish(
     mechanism: str,
     ledger_path: Path | str,
@@ -143,6 +154,8 @@ def publish(
     durability: str,
     lock_timeout: float,
     skip_bad_rows: bool,
+    trusted_code: bool,
+    allow_vouched: bool,
 ) -> None:
     """Publish a live stream through MECHANISM on a durable ledger, one timestamp at a time.
 
@@ -187,6 +200,8 @@ def publish(
                 lock_timeout=lock_timeout,
                 skip_bad_rows=skip_bad_rows,
                 on_reject=lambda message: click.echo(f"rejected {message}", err=True),
+                trusted_code=trusted_code,
+                allow_vouched=allow_vouched,
             )
     except LedgerCorrupt as exc:
         click.echo(f"Error: {_shown(ledger_path)}: {exc}", err=True)

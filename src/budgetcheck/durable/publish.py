@@ -132,6 +132,8 @@ def publish(
     lock_timeout: float = LOCK_TIMEOUT,
     skip_bad_rows: bool = False,
     on_reject: Callable[[str], None] | None = None,
+    trusted_code: bool = False,
+    allow_vouched: bool = False,
 ) -> PublishSummary:
     """Publish ``lines`` through ``mechanism`` on the ledger file (see the module docstring).
 
@@ -144,6 +146,8 @@ def publish(
     one line per t sees every release) and ``out_path`` (a file: reconciled with the ledger at
     every start, so every release is in it exactly once) is given. ``lock_timeout``: seconds to wait
     for another writer of the same file before LedgerBusy (nothing charged, nothing released).
+    ``trusted_code``, ``allow_vouched``: the publisher (the ledger's owner) allows the mechanism in-process code
+    (``isolation='trusted'``) and vouched sensitivities (``measure``); refused by default, before any charge.
     """
     if not callable(getattr(mechanism, "releases", None)):
         raise InvalidArgument(
@@ -160,7 +164,15 @@ def publish(
     for name, given in (("fmt", fmt), ("output_format", out_fmt)):
         if given not in FORMATS:
             raise InvalidArgument(f"{name}={given!r} must be one of {list(FORMATS)}")
-    ledger = _ledger(mechanism, epsilon=epsilon, w=w, requirements=requirements, policies=policies, sampler=sampler)
+    ledger = _ledger(
+        mechanism,
+        epsilon=epsilon,
+        w=w,
+        requirements=requirements,
+        policies=policies,
+        sampler=sampler,
+        owner=(trusted_code, allow_vouched),
+    )
     replay_ledger(ledger_path, ledger, durability=durability, lock_timeout=lock_timeout)
     journal = ledger.journal
     assert journal is not None
@@ -248,6 +260,7 @@ def _ledger(
     requirements: RequirementSet | None,
     policies: PolicyCollection | None,
     sampler: str,
+    owner: tuple[bool, bool],
 ) -> WindowLedger | PersonalizedLedger | SwellfishLedger:
     """The in-memory ledger the file is replayed into, for the mechanism's notion; never one whose
     noise could be recomputed (a reproducible sampler is for experiments, not for publishing)."""
@@ -258,6 +271,7 @@ def _ledger(
             f"the OS CSPRNG ({DISCRETE!r}, the default)"
         )
     _check_windows(w, requirements, policies)
+    trusted_code, allow_vouched = owner  # the publisher's consent (WindowLedger's trusted_code, allow_vouched)
     notion = getattr(mechanism, "notion", Notion.W_EVENT)
     if requirements is not None and policies is not None:
         raise InvalidArgument(
@@ -284,17 +298,27 @@ def _ledger(
                 f"a Swellfish publisher needs epsilon and policies (w comes from them), got epsilon={epsilon!r}, "
                 f"w={w!r}"
             )
-        return SwellfishLedger(policies, epsilon=epsilon, runs=1, sampler=sampler)
+        return SwellfishLedger(
+            policies, epsilon=epsilon, runs=1, sampler=sampler, trusted_code=trusted_code, allow_vouched=allow_vouched
+        )
     if requirements is None:
         if epsilon is None or w is None:
             raise InvalidArgument(f"a w-event publisher needs epsilon and w, got epsilon={epsilon!r}, w={w!r}")
-        return WindowLedger(WEventParams(epsilon=epsilon, w=w), runs=1, sampler=sampler)
+        return WindowLedger(
+            WEventParams(epsilon=epsilon, w=w),
+            runs=1,
+            sampler=sampler,
+            trusted_code=trusted_code,
+            allow_vouched=allow_vouched,
+        )
     if epsilon is not None or w is not None:
         raise InvalidArgument(
             f"a personalized publisher takes w and epsilon per user from the requirements, not epsilon={epsilon!r}, "
             f"w={w!r}"
         )
-    return PersonalizedLedger(requirements, runs=1, sampler=sampler)
+    return PersonalizedLedger(
+        requirements, runs=1, sampler=sampler, trusted_code=trusted_code, allow_vouched=allow_vouched
+    )
 
 
 def _check_windows(w: int | None, requirements: RequirementSet | None, policies: PolicyCollection | None) -> None:

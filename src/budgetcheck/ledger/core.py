@@ -29,6 +29,7 @@ from budgetcheck.ledger.errors import (
     InvalidArgument,
     LedgerCorrupt,
     MeasurementFailed,
+    NotAllowed,
     SecretAccess,
     TimestampOrder,
 )
@@ -60,6 +61,7 @@ from budgetcheck.ledger.queries import (
     weighted_sensitivity,
 )
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord, dump_lines
+from budgetcheck.ledger.sealed import seal
 from budgetcheck.ledger.validation import (
     MAX_T,
     check_amounts,
@@ -186,6 +188,7 @@ class LedgerCore(abc.ABC):
     _stacking = False  # whether it reads stacked streams (GuardedStream.stacked): the w-event ledger does
 
     __slots__ = (
+        "_allow_vouched",
         "_applying",
         "_charges",
         "_fresh_claims",
@@ -205,13 +208,29 @@ class LedgerCore(abc.ABC):
         "_sessioned",
         "_steady",
         "_t",
+        "_trusted_code",
         "_vouched",
         "__weakref__",  # see _redraw_after_fork
     )
 
-    def __init__(self, *, runs: int, seed: int, sampler: str = DISCRETE, keep_records: bool = False) -> None:
-        if not isinstance(keep_records, bool):
-            raise InvalidArgument(f"keep_records={keep_records!r} must be True or False")
+    def __init__(
+        self,
+        *,
+        runs: int,
+        seed: int,
+        sampler: str = DISCRETE,
+        keep_records: bool = False,
+        trusted_code: bool = False,
+        allow_vouched: bool = False,
+    ) -> None:
+        for name, value in (("keep_records", keep_records), ("trusted_code", trusted_code)):
+            if not isinstance(value, bool):
+                raise InvalidArgument(f"{name}={value!r} must be True or False")
+        if not isinstance(allow_vouched, bool):
+            raise InvalidArgument(f"allow_vouched={allow_vouched!r} must be True or False")
+        # the owner's choices, fixed here for the ledger's life (ledger.sealed: no later route changes them)
+        self._trusted_code = trusted_code
+        self._allow_vouched = allow_vouched
         self._keep = keep_records  # in memory, records are kept only when asked: a long stream's memory stays flat
         self._lock = threading.RLock()  # see journaled: reentrant, as a hook or a test runs operations inside one
         self._runs = check_runs(runs)
@@ -281,6 +300,36 @@ class LedgerCore(abc.ABC):
         return self._vouched
 
     @property
+    def trusted_code(self) -> bool:
+        """Whether the ledger's owner allowed the caller's code to read true values in this process
+        (``isolation='trusted'``); fixed at construction (``WindowLedger(..., trusted_code=True)``)."""
+        return bool(_TRUSTED_CODE(self))
+
+    @property
+    def allow_vouched(self) -> bool:
+        """Whether the ledger's owner allowed charges at a sensitivity the caller vouches for (``measure``,
+        ``measure_footprint``, a threshold test's own statistic); fixed at construction
+        (``WindowLedger(..., allow_vouched=True)``)."""
+        return bool(_ALLOW_VOUCHED(self))
+
+    def _require_owner(self, what: str, *, isolation: str | None = None, vouched: bool = False) -> None:
+        """Refuse, before anything is bound, charged or read, what the ledger's owner did not allow."""
+        kind = type(self).__name__
+        if isolation == TRUSTED and _TRUSTED_CODE(self) is not True:
+            raise NotAllowed(
+                f"{what} with isolation='trusted' runs the caller's code on true values in this process, which "
+                f"this ledger's owner has not allowed: nothing was charged. Use isolation='fork' (the default), "
+                f"or, as the ledger's owner, build it with {kind}(..., trusted_code=True) for code you trust"
+            )
+        if vouched and _ALLOW_VOUCHED(self) is not True:
+            raise NotAllowed(
+                f"{what} charges at a sensitivity the caller vouches for (the library does not derive it), which "
+                f"this ledger's owner has not allowed: nothing was charged. Use an operation whose sensitivity the "
+                f"library derives (laplace_query), or, as the ledger's owner, build it with "
+                f"{kind}(..., allow_vouched=True)"
+            )
+
+    @property
     def in_process(self) -> int:
         """How many times the caller's code read true values in this process (``isolation='trusted'``:
         ``measure``, ``measure_footprint``, a threshold test's own statistic): what it kept there cannot be
@@ -290,8 +339,10 @@ class LedgerCore(abc.ABC):
     def _call_measured(
         self, fn: Callable[[FloatArray], ArrayLike], payloads: list[FloatArray], isolation: str, shape: tuple[int, ...]
     ) -> list[FloatArray] | str:
-        """:func:`call_measured`, counting the calls that run the caller's code here (:attr:`in_process`)."""
+        """:func:`call_measured`, counting the calls that run the caller's code here (:attr:`in_process`);
+        refused (the operation checked it before its charge) unless the ledger's owner allowed it."""
         if isolation == TRUSTED:
+            self._require_owner("a measured function", isolation=isolation)
             self._in_process += 1
         return call_measured(fn, payloads, isolation, shape)
 
@@ -963,6 +1014,7 @@ class LaplaceReleases(LedgerCore):
         """
         amounts = self._measurement_amounts(fn, epsilon, "measure")
         isolation = check_isolation(isolation)
+        self._require_owner("measure", isolation=isolation, vouched=True)
         declared = check_result_shape(shape)
         if isolation == FORK and isinstance(secret, Secret):
             check_answer_fits(declared, max(1, stacked_rows(secret)))
@@ -1085,6 +1137,8 @@ class LaplaceReleases(LedgerCore):
         ``integral`` values or not) and the sensitivity the noise covers. Raises before anything is read.
         ``t``: the secret's timestamp, when the caller has just checked the secret (:meth:`_check_secret`).
         """
+        if vouched:
+            self._require_owner("a measurement", vouched=True)
         t = self._check_secret(secret) if t is None else t
         purpose = check_label(purpose)
         sensitivity = self._sensitivity_at(t, sensitivity)
@@ -1106,6 +1160,11 @@ class LaplaceReleases(LedgerCore):
         self._charge(t, amounts, record)
         self._vouched += vouched
         return scale, sensitivity
+
+
+# the owner's flags, read through the slots themselves (a class attribute put over them changes nothing)
+_OWNER = seal(LedgerCore, "_trusted_code", "_allow_vouched", final_class=False)
+_TRUSTED_CODE, _ALLOW_VOUCHED = _OWNER["_trusted_code"], _OWNER["_allow_vouched"]
 
 
 def _same_bits(a: FloatArray, b: FloatArray) -> bool:

@@ -70,10 +70,19 @@ class PersonalizedLedger(LedgerCore):
         seed: int = 0,
         sampler: str = DISCRETE,
         keep_records: bool = False,
+        trusted_code: bool = False,
+        allow_vouched: bool = False,
     ) -> None:
         if not isinstance(requirements, RequirementSet):
             raise InvalidArgument(f"requirements must be a RequirementSet, got {type(requirements).__name__}")
-        super().__init__(runs=runs, seed=seed, sampler=sampler, keep_records=keep_records)
+        super().__init__(
+            runs=runs,
+            seed=seed,
+            sampler=sampler,
+            keep_records=keep_records,
+            trusted_code=trusted_code,
+            allow_vouched=allow_vouched,
+        )
         self._requirements = requirements
         self._counts = np.array(requirements.counts, dtype=np.float64)
         self._eps_units = [rounding.to_units(r.epsilon) for r in requirements.classes]

@@ -48,10 +48,19 @@ class SwellfishLedger(LaplaceReleases):
         seed: int = 0,
         sampler: str = DISCRETE,
         keep_records: bool = False,
+        trusted_code: bool = False,
+        allow_vouched: bool = False,
     ) -> None:
         if not isinstance(policies, PolicyCollection):
             raise InvalidArgument(f"policies must be a PolicyCollection, got {type(policies).__name__}")
-        super().__init__(runs=runs, seed=seed, sampler=sampler, keep_records=keep_records)
+        super().__init__(
+            runs=runs,
+            seed=seed,
+            sampler=sampler,
+            keep_records=keep_records,
+            trusted_code=trusted_code,
+            allow_vouched=allow_vouched,
+        )
         self._policies = policies
         self._epsilon = check_epsilon(epsilon)
         self._eps_units = rounding.to_units(self._epsilon)

@@ -231,10 +231,15 @@ class ThresholdTest:
         Any other ``statistic`` is the caller's code on true values: it runs as ``measure``'s fn does, in a
         process forked for the call (``isolation='fork'``; nothing it keeps survives, only finite values of the
         tested cells come back, and a failure is one fixed :class:`MeasurementFailed` after the charge), or
-        here with ``isolation='trusted'``, for code you trust.
+        here with ``isolation='trusted'``, for code you trust. Its sensitivity is the caller's word, so the
+        ledger's owner must have allowed vouched sensitivities (``allow_vouched=True``; and
+        ``trusted_code=True`` for ``isolation='trusted'``): otherwise the query is refused
+        (:class:`~budgetcheck.ledger.errors.NotAllowed`) before anything is charged.
         """
         if statistic is not deviation:  # the library's own statistic needs no process of its own
             isolation = check_isolation(isolation)
+            # the caller's statistic is vouched for (and in this process if trusted): the owner's to allow
+            self._access.require_owner("query with a statistic of its own", isolation=isolation, vouched=True)
             if isolation == FORK:  # all runs in one bucket answer (runs, *cells): refused unless that fits
                 check_answer_fits((self._ledger.runs, *self._cells), 1, name="cells")
         ledger = self._ledger
