@@ -33,6 +33,7 @@ from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord
 from budgetcheck.ledger.requirements import RequirementSet
 from budgetcheck.ledger.sampling import inclusion_probabilities, optimal_budget
+from budgetcheck.ledger.sealed import seal
 from budgetcheck.ledger.validation import (
     check_bin_amounts,
     check_label,
@@ -461,3 +462,7 @@ def _same_classes(theirs: object, ours: RequirementSet) -> bool:
         and theirs.counts == ours.counts
         and np.array_equal(theirs.user_classes, ours.user_classes)
     )
+
+
+# the requirement set the ledger accounts is fixed for its life (issue 43, item 3)
+seal(PersonalizedLedger, "_requirements")

@@ -25,6 +25,7 @@ from budgetcheck.ledger.noise import DISCRETE
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord
+from budgetcheck.ledger.sealed import seal
 from budgetcheck.ledger.validation import check_epsilon
 from budgetcheck.rounding import ObjectArray
 from budgetcheck.stream.secret import Secret, charged
@@ -231,3 +232,7 @@ class SwellfishLedger(LaplaceReleases):
 def _zeros(runs: int) -> ObjectArray:
     """An exact all-zero per-run vector (object array of Python ints)."""
     return np.zeros(runs, dtype=np.int64).astype(object)
+
+
+# the policies every Δ_Q^t is derived from are fixed for the ledger's life (issue 43, item 3)
+seal(SwellfishLedger, "_policies")

@@ -33,6 +33,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck.ledger.errors import InvalidArgument, SecretAccess
+from budgetcheck.ledger.sealed import seal
 from budgetcheck.stream.neighbours import DEFAULT, usable
 
 
@@ -246,6 +247,12 @@ class Secret:
         _refuse(self, "deepcopy()")
 
 
+# What a secret says of its stream is fixed when it is made (issue 43, item 3): set once, read here through the
+# slots themselves (an attribute put over them on the class changes nothing the ledger derives).
+_SECRET = seal(Secret, "_claim", "_neighbours", "_rows", "_shape", "_t")
+_CLAIM, _RELATION, _ROWS = _SECRET["_claim"], _SECRET["_neighbours"], _SECRET["_rows"]
+_SHAPE, _T = _SECRET["_shape"], _SECRET["_t"]
+
 _USERS: dict[int, Secret] = {}  # id(a per-class secret) -> the secret of the same t's per-user bins
 
 
@@ -264,7 +271,7 @@ def users_of(secret: Secret) -> Secret | None:
 def neighbours_of(secret: Secret) -> object:
     """The neighbouring relation of the secret's stream (a ``Neighbours``; default one person, one bin), if a
     sensitivity can be derived from it (:func:`~budgetcheck.stream.neighbours.usable`)."""
-    return usable(secret._neighbours)
+    return usable(_RELATION(secret))
 
 
 def charged(secret: Secret) -> _Charged:
@@ -326,7 +333,7 @@ def charge_view(secret: Secret) -> tuple[int, list[object], object, tuple[int, .
     """The public parts of a secret a charged operation checks, in one call: its timestamp, the claim of its
     stream (the ledger bound to it, if any: see :func:`claim`), its stream's neighbouring relation, its
     shape and its stacked rows (0 for a plain secret). Nothing of the payload."""
-    return secret._t, secret._claim, secret._neighbours, secret._shape, secret._rows
+    return _T(secret), _CLAIM(secret), _RELATION(secret), _SHAPE(secret), _ROWS(secret)
 
 
 def charged_payload(secret: Secret) -> NDArray[np.float64]:
@@ -393,6 +400,9 @@ class StreamClaim(list[object]):
         take(self, ledger, stream)
 
 
+# what a claim checks at binding is fixed when the stream is made (issue 43, item 3)
+seal(StreamClaim, "_described", "integral", "kind", "requirements", "rows")
+
 _TAKING = threading.Lock()  # two ledgers (each under its own lock) binding one stream at once: one wins
 
 
@@ -410,9 +420,10 @@ def take(owner: list[object], ledger: object, stream: object = "the stream") -> 
 def claim(secret: Secret, ledger: object) -> None:
     """Bind the secret's stream to one ledger: reading it through a second ledger would hide spends.
     A stream never bound is bound by the ledger here, with ``ledger.bind``'s checks (:class:`StreamClaim`)."""
-    if not secret._claim:
-        ledger._bind_claim(secret._claim)  # type: ignore[attr-defined]  # a Ledger (this layer does not import it)
-    elif secret._claim[0] is not ledger:
+    owner = _CLAIM(secret)
+    if not owner:
+        ledger._bind_claim(owner)  # type: ignore[attr-defined]  # a Ledger (this layer does not import it)
+    elif owner[0] is not ledger:
         raise SecretAccess(
             f"{secret!r} belongs to a stream already accounted by another ledger; a stream is read "
             "through exactly one ledger so that every spend on it is in one record"
@@ -421,13 +432,13 @@ def claim(secret: Secret, ledger: object) -> None:
 
 def requirements_of(secret: Secret) -> object:
     """The RequirementSet of the PersonalizedStream the secret belongs to (None for other streams)."""
-    owner = secret._claim
+    owner = _CLAIM(secret)
     return owner.requirements if type(owner) is StreamClaim else None
 
 
 def stacked_rows(secret: Secret) -> int:
     """How many streams a stacked secret holds (one payload row each); 0 for a plain secret."""
-    return secret._rows
+    return int(_ROWS(secret))
 
 
 def is_placeholder(secret: Secret) -> bool:
