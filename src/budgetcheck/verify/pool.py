@@ -25,8 +25,8 @@ def verify_in_order(
     max_length: int = 60,
     profile: str = "quick",
     stages: str = STAGES,
-    trusted_code: bool = False,
-    allow_vouched: bool = False,
+    trusted_code: bool | None = None,
+    allow_vouched: bool | None = None,
 ) -> Iterator[VerifyResult]:
     """:func:`verify_mechanism` of each reference, in order; with ``jobs`` > 1 in that many spawned
     processes (a fresh interpreter each: no state of the caller's is shared, ``worker_setup`` runs

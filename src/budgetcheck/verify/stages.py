@@ -252,13 +252,14 @@ def verify_mechanism(
     max_length: int = 60,
     profile: str = "quick",
     stages: str = STAGES,
-    trusted_code: bool = False,
-    allow_vouched: bool = False,
+    trusted_code: bool | None = None,
+    allow_vouched: bool | None = None,
 ) -> VerifyResult:
     """Run the stages on one mechanism (``stages`` selects a subset, e.g. "ab").
 
     ``trusted_code``, ``allow_vouched``: the owner flags of every ledger the stages build
-    (:mod:`budgetcheck.verify.owner`); by default a mechanism that asks for in-process code or a vouched
+    (:mod:`budgetcheck.verify.owner`; None: those of the enclosing ``allowing`` block, else False); by
+    default a mechanism that asks for in-process code or a vouched
     sensitivity is refused there, as on ``publish``'s and ``bench``'s ledgers, and reported inconclusive.
 
     (a) ledger replay on generated cases with a brute-force recheck, shrinking any failure;
@@ -268,6 +269,9 @@ def verify_mechanism(
     (c) proof of the mechanism's allocation rule for w in 1..profile.w_max ("not proved" if it
         exposes none); (d) statistical lower bound on the loss for neighbouring streams.
     """
+    given = ledger_flags()
+    trusted_code = given["trusted_code"] if trusted_code is None else trusted_code
+    allow_vouched = given["allow_vouched"] if allow_vouched is None else allow_vouched
     with allowing(trusted_code=trusted_code, allow_vouched=allow_vouched):
         return _verify(reference, examples=examples, seed=seed, max_length=max_length, profile=profile, stages=stages)
 
