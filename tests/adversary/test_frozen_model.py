@@ -163,7 +163,7 @@ def test_a_personalized_stream_cannot_drop_its_requirement_set() -> None:
     theirs = bc.RequirementSet.from_counts([((2, 0.25), 3)])
     stream = bc.PersonalizedStream(theirs, np.zeros((2, 3), dtype=np.int64), dimensions=2)
     secret = stream.secret(1)
-    _attempt(lambda: setattr(secret._claim, "requirements", None))  # found: accepted
+    _attempt(lambda: setattr(stream._claim, "requirements", None))  # found: accepted (the claim of every secret)
     ledger = bc.PersonalizedLedger(mine, sampler="numpy-laplace")
     with pytest.raises(bc.InvalidArgument, match="another requirement set"):
         ledger.sample_release(secret, 0.5)  # found: sampled and released under the other set's ε

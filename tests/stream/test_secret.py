@@ -173,7 +173,7 @@ def test_no_method_globals_name_the_vault() -> None:
 
     stream, payload = _marker_stream()
     secret = next(iter(stream))  # type: ignore[call-overload]
-    for function in (type(secret).__init__, type(secret).__repr__, module.charged, module.reveal, module.claim):
+    for function in (type(secret).__new__, type(secret).__repr__, module.charged, module.reveal, module.claim):
         for value in function.__globals__.values():  # type: ignore[attr-defined]
             assert not _holds(value, payload), value
             for inner in getattr(value, "__closure__", None) or ():

@@ -36,6 +36,7 @@ from typing import Any, NoReturn, final
 from budgetcheck.ledger.errors import Fixed
 
 Readers = dict[str, Callable[[Any], Any]]
+Writers = dict[str, Callable[[Any, Any], None]]
 
 
 @final
@@ -71,6 +72,12 @@ class Once:
 
 def _no_subclass(cls: type) -> NoReturn:
     raise TypeError(f"{cls.__mro__[1].__name__} cannot be subclassed: its fixed values are read by the library")
+
+
+def writers(readers: Readers) -> Writers:
+    """Setters of the slots :func:`seal` returned ``readers`` for, for a constructor that makes many
+    objects: they set the slot without :class:`Once`'s check (the object is new: nothing is set yet)."""
+    return {name: read.__self__.__set__ for name, read in readers.items()}  # type: ignore[attr-defined]
 
 
 def seal(cls: type, *names: str, final_class: bool = True) -> Readers:
