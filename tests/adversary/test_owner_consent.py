@@ -104,3 +104,46 @@ def test_verify_reports_a_refused_mechanism_inconclusive_and_judges_it_with_the_
         "broken.mutants:MeasureTinySensitivity", examples=3, stages="a", trusted_code=True, allow_vouched=True
     )
     assert allowed.vouched and allowed.outcome is Outcome.INCONCLUSIVE and allowed.counterexample is None
+
+
+_HEADER = """
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from budgetcheck import rounding
+"""
+
+_VOUCHING = """
+@attrs.frozen
+class Mech:
+    name: str = "vouches"
+
+    def run(self, stream, ledger):
+        return np.stack(list(self.releases(stream, ledger)), axis=1)
+
+    def releases(self, stream, ledger):
+        budget = rounding.share(ledger.params.epsilon, ledger.params.w)
+        for s in stream:
+            yield ledger.measure(lambda v: v, s, sensitivity=1.0, epsilon=budget, shape=s.shape)
+"""
+
+
+def test_the_cli_publishes_through_a_vouching_mechanism_only_when_told(tmp_path: Path, mechanism_module) -> None:  # type: ignore[no-untyped-def]
+    """budgetcheck publish: the publisher is the ledger's owner; --allow-vouched is its consent."""
+    from click.testing import CliRunner
+
+    from budgetcheck.cli import main
+
+    name = mechanism_module("consent_vouching", _VOUCHING)
+    rows = tmp_path / "in.csv"
+    rows.write_text("1,3,5\n2,7,11\n", encoding="utf-8")
+    args = ["publish", f"{name}:Mech", "--ledger", str(tmp_path / "l.db"), "--epsilon", "1", "--w", "2"]
+    args += ["-d", "2", "--input", str(rows), "--out", str(tmp_path / "out.csv")]
+    refused = CliRunner().invoke(main, args)
+    assert refused.exit_code == 2 and "allow_vouched=True" in refused.output, refused.output
+    assert not (tmp_path / "out.csv").exists() or (tmp_path / "out.csv").read_text() == ""
+    allowed = CliRunner().invoke(main, [*args, "--allow-vouched"])
+    assert allowed.exit_code == 0, allowed.output
+    assert len((tmp_path / "out.csv").read_text().splitlines()) == 2
