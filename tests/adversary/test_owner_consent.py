@@ -147,3 +147,23 @@ def test_the_cli_publishes_through_a_vouching_mechanism_only_when_told(tmp_path:
     allowed = CliRunner().invoke(main, [*args, "--allow-vouched"])
     assert allowed.exit_code == 0, allowed.output
     assert len((tmp_path / "out.csv").read_text().splitlines()) == 2
+
+
+def test_verify_and_bench_take_the_consent_only_when_told() -> None:
+    """budgetcheck verify: without --allow-vouched the refusal is named (inconclusive, exit 3, no pass); a
+    Benchmark's consent is off by default and not part of what makes stored results comparable."""
+    import attrs
+    from click.testing import CliRunner
+
+    from budgetcheck.bench import Benchmark
+    from budgetcheck.cli import main
+
+    args = ["verify", "broken.mutants:MeasureTinySensitivity", "--stages", "a", "--examples", "3"]
+    refused = CliRunner().invoke(main, args)
+    assert refused.exit_code == 3 and "not allowed by the ledger's owner" in refused.output, refused.output
+    allowed = CliRunner().invoke(main, [*args, "--allow-vouched", "--trusted-code"])
+    assert allowed.exit_code == 3 and "not allowed" not in allowed.output, allowed.output
+    assert "vouches for a sensitivity" in allowed.output
+    quick = Benchmark.quick()
+    assert not quick.trusted_code and not quick.allow_vouched
+    assert attrs.evolve(quick, allow_vouched=True).identity() == quick.identity()
