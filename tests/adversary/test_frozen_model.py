@@ -167,3 +167,17 @@ def test_a_personalized_stream_cannot_drop_its_requirement_set() -> None:
     ledger = bc.PersonalizedLedger(mine, sampler="numpy-laplace")
     with pytest.raises(bc.InvalidArgument, match="another requirement set"):
         ledger.sample_release(secret, 0.5)  # found: sampled and released under the other set's ε
+
+
+def test_a_personalized_ledger_keeps_its_requirement_set() -> None:
+    """Replacing the requirement set on the ledger would make it accept a stream of another set (whose users
+    its windows do not hold) as its own."""
+    mine = bc.RequirementSet.from_counts([((2, 1.0), 3)])
+    theirs = bc.RequirementSet.from_counts([((2, 0.25), 3)])
+    ledger = bc.PersonalizedLedger(mine, sampler="numpy-laplace")
+    _attempt(lambda: object.__setattr__(ledger, "_requirements", theirs))  # found: accepted
+    _attempt(lambda: object.__setattr__(mine, "_classes", theirs.classes))  # found: accepted
+    assert ledger.requirements is mine and mine.classes != theirs.classes
+    stream = bc.PersonalizedStream(theirs, np.zeros((2, 3), dtype=np.int64), dimensions=2)
+    with pytest.raises(bc.InvalidArgument, match="another requirement set"):
+        ledger.sample_release(stream.secret(1), 0.5)  # found: sampled and released under the other set's ε
