@@ -54,7 +54,15 @@ ADAPTIVE = [
 def bound_ledger(
     epsilon: float = 1.0, w: int = 4, runs: int = 1, data: object = None
 ) -> tuple[WindowLedger, list[object]]:
-    ledger = WindowLedger(WEventParams(epsilon, w), runs=runs, seed=3, sampler="numpy-laplace", keep_records=True)
+    ledger = WindowLedger(
+        WEventParams(epsilon, w),
+        runs=runs,
+        seed=3,
+        sampler="numpy-laplace",
+        keep_records=True,
+        trusted_code=True,
+        allow_vouched=True,
+    )  # the owner allows the footprints and statistics these tests run
     stream = GuardedStream(np.arange(24.0).reshape(8, 3) if data is None else data)
     ledger.bind(stream)
     return ledger, list(stream)

@@ -29,12 +29,14 @@ from budgetcheck.ledger.audit import audit_windows as audit_windows
 from budgetcheck.ledger.audit import audit_windows_per_epsilon as audit_windows_per_epsilon
 from budgetcheck.ledger.errors import BudgetcheckError as BudgetcheckError
 from budgetcheck.ledger.errors import BudgetExceeded as BudgetExceeded
+from budgetcheck.ledger.errors import Fixed as Fixed
 from budgetcheck.ledger.errors import InvalidArgument as InvalidArgument
 from budgetcheck.ledger.errors import LedgerBusy as LedgerBusy
 from budgetcheck.ledger.errors import LedgerCorrupt as LedgerCorrupt
 from budgetcheck.ledger.errors import LedgerUnavailable as LedgerUnavailable
 from budgetcheck.ledger.errors import MeasurementFailed as MeasurementFailed
 from budgetcheck.ledger.errors import MechanismContractError as MechanismContractError
+from budgetcheck.ledger.errors import NotAllowed as NotAllowed
 from budgetcheck.ledger.errors import SecretAccess as SecretAccess
 from budgetcheck.ledger.errors import TimestampOrder as TimestampOrder
 from budgetcheck.ledger.params import WEventParams as WEventParams
@@ -124,6 +126,7 @@ __all__ = [
     "Differences",
     "Execution",
     "FileAudit",
+    "Fixed",
     "GroupSums",
     "GuardedStream",
     "Hierarchy",
@@ -138,6 +141,7 @@ __all__ = [
     "MeasurementFailed",
     "MechanismContractError",
     "Neighbours",
+    "NotAllowed",
     "PersonalizedLedger",
     "PersonalizedMechanism",
     "PersonalizedStream",

@@ -476,7 +476,9 @@ def test_laplace_series_is_refused_as_a_whole_exactly_when_a_step_would_be(
 
 def _held_ledger(runs: int, w: int = 3) -> tuple[GuardedStream, WindowLedger]:
     stream = GuardedStream(np.zeros((40, 2)))
-    ledger = WindowLedger(epsilon=1.0, w=w, runs=runs, sampler="numpy-laplace", keep_records=True)
+    ledger = WindowLedger(
+        epsilon=1.0, w=w, runs=runs, sampler="numpy-laplace", keep_records=True, trusted_code=True, allow_vouched=True
+    )
     ledger.bind(stream)
     return stream, ledger
 
@@ -552,7 +554,15 @@ def test_pan_private_exposures_hold_on_every_path(runs: int, w: int, data: st.Da
     laplace, laplace_series and measure_footprint mixed on one ledger: each accepted iff the oracle of
     Σ ε_t + the window's largest exposure <= ε allows it; every window within ε at the end."""
     stream = GuardedStream(np.zeros((300, 1)))
-    ledger = WindowLedger(epsilon=1.0, w=w, runs=runs, sampler="numpy-laplace", keep_records=data.draw(st.booleans()))
+    ledger = WindowLedger(
+        epsilon=1.0,
+        w=w,
+        runs=runs,
+        sampler="numpy-laplace",
+        keep_records=data.draw(st.booleans()),
+        trusted_code=True,
+        allow_vouched=True,
+    )
     ledger.bind(stream)
     oracle = Oracle([1.0] * runs, w)
     t = 0
@@ -793,7 +803,7 @@ def test_a_footprint_costs_what_its_stamps_span_not_w(runs: int, w: int) -> None
     several runs: 2w exact vectors). Now only kept entries are read; the checks stay exact: a footprint
     that would put the window over ε is refused, what is left is spendable, and the sums are the oracle's."""
     stream = GuardedStream(np.zeros((10, 1)))
-    ledger = WindowLedger(epsilon=1.0, w=w, runs=runs, sampler="numpy-laplace")
+    ledger = WindowLedger(epsilon=1.0, w=w, runs=runs, sampler="numpy-laplace", trusted_code=True, allow_vouched=True)
     ledger.bind(stream)
     oracle = Oracle([1.0] * runs, w)
 

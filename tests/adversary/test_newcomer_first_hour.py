@@ -109,7 +109,7 @@ def test_defect_measure_result_shape_reveals_the_true_count() -> None:
     shapes = []
     for count in (5.0, 6.0):
         stream = GuardedStream(np.array([[count, 0.0]]))
-        ledger = WindowLedger(epsilon=1.0, w=3)
+        ledger = WindowLedger(epsilon=1.0, w=3, trusted_code=True, allow_vouched=True)
         ledger.bind(stream)
         try:
             out = ledger.measure(lambda v: np.zeros(int(v[0])), stream.secret(1), sensitivity=1.0, epsilon=0.01)
@@ -126,7 +126,7 @@ def test_defect_measure_failure_names_the_exception_class() -> None:
     releases, reasons = [], []
     for kind in (ValueError, KeyError, ZeroDivisionError):
         stream = GuardedStream(np.array([[3.0]]))
-        ledger = WindowLedger(epsilon=1.0, w=3, sampler="numpy-laplace", seed=7)
+        ledger = WindowLedger(epsilon=1.0, w=3, sampler="numpy-laplace", seed=7, trusted_code=True, allow_vouched=True)
         ledger.bind(stream)
 
         def fn(values: np.ndarray, kind: type[Exception] = kind) -> np.ndarray:

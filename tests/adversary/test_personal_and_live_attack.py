@@ -353,9 +353,9 @@ _UNBOUND_OPS: dict[str, Callable[[Secret], Any]] = {
     "window held_laplace": lambda s: bc.WindowLedger(bc.WEventParams(1.0, 2), keep_records=True).held_laplace(
         s, 0.5, True
     ),
-    "window measure_footprint": lambda s: bc.WindowLedger(bc.WEventParams(1.0, 2), keep_records=True).measure_footprint(
-        np.sum, [s], sensitivity=1.0, epsilon=0.5, isolation="trusted"
-    ),
+    "window measure_footprint": lambda s: bc.WindowLedger(
+        bc.WEventParams(1.0, 2), keep_records=True, trusted_code=True, allow_vouched=True
+    ).measure_footprint(np.sum, [s], sensitivity=1.0, epsilon=0.5, isolation="trusted"),
     "swellfish laplace": lambda s: _swellfish().laplace(s, 0.5),
     "swellfish release_exact": lambda s: _swellfish().release_exact(s),
 }
@@ -368,7 +368,9 @@ def test_non_integer_stream_never_bound_is_refused_before_any_charge(op: str) ->
     stream = bc.GuardedStream(_FRACTIONS)
     with pytest.raises(bc.InvalidArgument, match="numpy-laplace"):
         _UNBOUND_OPS[op](stream.secret(1))
-    numpy_ledger = bc.WindowLedger(bc.WEventParams(1.0, 2), sampler=NUMPY, keep_records=True)
+    numpy_ledger = bc.WindowLedger(
+        bc.WEventParams(1.0, 2), sampler=NUMPY, keep_records=True, trusted_code=True, allow_vouched=True
+    )
     numpy_ledger.laplace(stream.secret(1), 0.5)  # not bound by the refusal
     assert len(numpy_ledger.records) == 1
 

@@ -32,7 +32,15 @@ FloatArray = NDArray[np.float64]
 
 
 def _ledger(epsilon: float = 1.0, w: int = 3, sampler: str = NUMPY) -> WindowLedger:
-    return WindowLedger(WEventParams(epsilon, w), runs=1, seed=3, sampler=sampler, keep_records=True)
+    return WindowLedger(
+        WEventParams(epsilon, w),
+        runs=1,
+        seed=3,
+        sampler=sampler,
+        keep_records=True,
+        trusted_code=True,
+        allow_vouched=True,
+    )
 
 
 def _stream(rows: int = 5, d: int = 2) -> GuardedStream:

@@ -16,8 +16,8 @@ import pytest
 import budgetcheck as bc
 from budgetcheck.durable.journal import RECORD_VERSION, RELEASE, encode_array, row_hash
 from budgetcheck.strategies import VerificationCase
-from budgetcheck.verify.stages import _check_case, verify_mechanism
-from budgetcheck.verify.verdict import Outcome
+from budgetcheck.verify.owner import allowing
+from budgetcheck.verify.stages import _check_case
 
 _HEADER = """
 from __future__ import annotations
@@ -28,15 +28,7 @@ import numpy as np
 from budgetcheck import rounding
 """
 
-# Three findings stay open (strict xfails: they fail until fixed, and a fix turns them into errors to remove).
-_OPEN_TRUSTED = (
-    "open: verify sees in-process code only where it runs it; the fix is structural: the ledger's owner, not the "
-    "mechanism, opts into isolation='trusted'"
-)
-_OPEN_VOUCHED = (
-    "open: a vouched sensitivity gated on the sampler is unseen by every stage; the fix is structural: the "
-    "ledger's owner opts into vouched measurements"
-)
+# One finding stays open (strict xfails: they fail until fixed, and a fix turns them into errors to remove).
 _OPEN_RENAME = (
     "open: a file renamed under an open writer has one name and SQLite keys its log on the old name "
     "(README: never rename or link an open ledger file)"
@@ -82,19 +74,20 @@ def test_trusted_code_only_on_the_live_path_is_not_verified(mechanism_module) ->
         """,
     )
     mech = bc.load_mechanism(f"{name}:Mech")
-    ledger = bc.WindowLedger(epsilon=1.0, w=3)  # a publisher's sampler: the default
+    # a publisher's sampler (the default), on a ledger whose owner allowed in-process code and vouched sensitivities
+    ledger = bc.WindowLedger(epsilon=1.0, w=3, trusted_code=True, allow_vouched=True)
     stream = bc.LiveStream(((t + 1, row) for t, row in enumerate(DATA)), dimensions=2)
     ledger.bind(stream)
     live = np.array([np.asarray(row)[0] for row in mech.releases(stream, ledger)])
     assert np.array_equal(live, DATA)  # the truth: the live path releases the true counts
     case = VerificationCase(kind="constant", data=DATA, epsilon=1.0, w=3, runs=1, seed=0)
-    vouched, in_process = _check_case(mech, case, [Fraction(0), Fraction(0)])
+    with allowing(trusted_code=True, allow_vouched=True):  # verify --trusted-code --allow-vouched
+        vouched, in_process = _check_case(mech, case, [Fraction(0), Fraction(0)])
     assert vouched == 1
     assert in_process == 1  # found: 0, so stage (b) passes (verify_mechanism: secret access "pass", verified)
 
 
-@pytest.mark.xfail(strict=True, reason=_OPEN_TRUSTED)
-def test_trusted_code_gated_on_the_production_sampler_is_not_verified(mechanism_module) -> None:
+def test_trusted_code_gated_on_the_production_sampler_is_refused_unless_the_owner_allows_it(mechanism_module) -> None:
     """The in_process fix counts isolation='trusted' calls where verify sees them; a mechanism can choose the
     isolation itself from a public setting no stage runs. Here: ledger.laplace under numpy-laplace (every ledger
     verify builds), and under any other sampler (a publisher's, a library user's default) a trusted measure that
@@ -127,11 +120,14 @@ def test_trusted_code_gated_on_the_production_sampler_is_not_verified(mechanism_
         """,
     )
     mech = bc.load_mechanism(f"{name}:Mech")
-    production = mech.run(bc.GuardedStream(DATA), bc.WindowLedger(epsilon=1.0, w=3))
-    assert np.array_equal(production[0], DATA)  # the truth: the true counts, released as they are
-    result = verify_mechanism(f"{name}:Mech", examples=10, stages="ab")
-    (secret,) = [s for s in result.stages if s.stage == "secret access"]
-    assert secret.verdict != "pass", secret  # found: pass (and the verdict "verified to a bound")
+    production = bc.WindowLedger(epsilon=1.0, w=3)  # a publisher's default: discrete-laplace, no consent
+    with pytest.raises(bc.NotAllowed, match=r"isolation='trusted'.*trusted_code=True"):
+        mech.run(bc.GuardedStream(DATA), production)  # found before: the true counts, released as they are
+    assert production.t == 0 and production.remaining(1).tolist() == [1.0] and production.in_process == 0
+    assert not production.trusted_code and not production.allow_vouched
+    owner = bc.WindowLedger(epsilon=1.0, w=3, trusted_code=True, allow_vouched=True)  # the owner's choice
+    mech.run(bc.GuardedStream(DATA), owner)
+    assert owner.in_process == len(DATA) and owner.vouched == len(DATA)
 
 
 def test_a_numpy_laplace_ledger_file_draws_fresh_noise_after_fork(tmp_path: Path) -> None:
@@ -163,13 +159,15 @@ def test_a_numpy_laplace_ledger_file_draws_fresh_noise_after_fork(tmp_path: Path
     assert not np.array_equal(theirs - data[1], ours - data[2]), "parent and child drew the same Laplace noise"
 
 
-@pytest.mark.xfail(strict=True, reason=_OPEN_VOUCHED)
-def test_a_live_path_that_vouches_only_under_the_production_sampler_is_not_proved(mechanism_module) -> None:
+def test_a_live_path_that_vouches_only_under_the_production_sampler_is_refused_unless_allowed(mechanism_module) -> None:
     """verify/live.py replays releases() against run() on a numpy-laplace ledger only; a publisher's ledger is
     discrete-laplace by default. releases() here is run() (Uniform, PeriodicRule(every=1), proved) except under
     any other sampler, where it charges the same ε/w through measure(identity, sensitivity=0.01): the published
     rows are the counts ± 0.01·w/ε. verify never sees a vouched charge and says *proved* (README: a mechanism
-    that vouches for a sensitivity is never proved)."""
+    that vouches for a sensitivity is never proved). Fixed structurally (issue 43, item 2): a vouched
+    sensitivity needs the ledger owner's allow_vouched=True. The publisher's default ledger refuses the first
+    vouched measure before any charge (nothing released, remaining unchanged), so *proved* holds for every
+    ledger that did not opt in; an owner who did sees each vouched charge counted."""
     name = mechanism_module(
         "review3_live_by_sampler",
         """
@@ -199,13 +197,18 @@ def test_a_live_path_that_vouches_only_under_the_production_sampler_is_not_prove
         """,
     )
     mech = bc.load_mechanism(f"{name}:Mech")
-    ledger = bc.WindowLedger(epsilon=1.0, w=3)  # a publisher's sampler: the default
+    ledger = bc.WindowLedger(epsilon=1.0, w=3)  # a publisher's sampler: the default; no consent given
     stream = bc.LiveStream(((t + 1, row) for t, row in enumerate(DATA)), dimensions=2)
     ledger.bind(stream)
-    live = np.array([np.asarray(row)[0] for row in mech.releases(stream, ledger)])
-    assert np.max(np.abs(live - DATA)) < 2.0 and ledger.vouched == len(DATA)  # the truth: counts, vouched
-    result = verify_mechanism(f"{name}:Mech", examples=3)
-    assert result.outcome is not Outcome.PROVED, [s.to_json() for s in result.stages]  # found: proved
+    released = []
+    with pytest.raises(bc.NotAllowed, match="allow_vouched=True"):
+        released.extend(mech.releases(stream, ledger))  # found before: the counts ± 0.01·w/ε, all of them
+    assert released == [] and ledger.t == 0 and ledger.vouched == 0 and ledger.remaining(1).tolist() == [1.0]
+    owner = bc.WindowLedger(epsilon=1.0, w=3, allow_vouched=True)  # the owner's choice, made knowingly
+    stream = bc.LiveStream(((t + 1, row) for t, row in enumerate(DATA)), dimensions=2)
+    owner.bind(stream)
+    live = np.array([np.asarray(row)[0] for row in mech.releases(stream, owner)])
+    assert np.max(np.abs(live - DATA)) < 2.0 and owner.vouched == len(DATA)  # counted for the owner to see
 
 
 @pytest.mark.parametrize("password", ["s3cr#t", "s3cr/t", "s3cr?t"])

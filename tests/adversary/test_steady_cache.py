@@ -441,9 +441,9 @@ def test_an_empty_secret_fails_as_the_full_operation_fails() -> None:
     assert [entry[0] for entry in steady[1::2]] == ["SecretAccess", "InvalidArgument", "ZeroDivisionError"]
 
 
-def test_a_relation_changed_in_place_after_the_memo_filled_is_read_afresh() -> None:
-    """Neighbours is frozen, but object.__setattr__ changes it anyway: the memo's key is read from the
-    secret's relation at every call, so the noise follows the changed fields as the full operation's does."""
+def test_a_relation_cannot_be_changed_in_place_after_the_memo_filled() -> None:
+    """Neighbours is frozen, and since issue 43 (item 3) object.__setattr__ cannot change it either: both
+    attempts are refused, and the steady path and the full operation keep the relation's noise throughout."""
 
     def play(cls: type[bc.WindowLedger]) -> tuple[list[bytes], list[tuple[bytes, bytes, float, bool]]]:
         relation = Neighbours.one_bin(1)
@@ -453,13 +453,15 @@ def test_a_relation_changed_in_place_after_the_memo_filled_is_read_afresh() -> N
         out = []
         for secret in stream:
             if secret.t == 3:
-                object.__setattr__(relation, "bound", 5)
+                with pytest.raises(bc.Fixed):
+                    object.__setattr__(relation, "bound", 5)
             if secret.t == 5:
-                object.__setattr__(relation, "kind", "replace-one")
+                with pytest.raises(bc.Fixed):
+                    object.__setattr__(relation, "kind", "replace-one")
             out.append(ledger.laplace(secret, 0.1).tobytes())
             out.append(ledger.dissimilarity(secret, np.zeros((1, 3)), 0.05).tobytes())
         return out, log
 
     steady, full = play(bc.WindowLedger), play(_Full)
     assert steady == full
-    assert [entry[2] for entry in steady[1] if entry[3]] == [1.0, 1.0, 5.0, 5.0, 2.0, 2.0]
+    assert [entry[2] for entry in steady[1] if entry[3]] == [1.0] * 6  # before: [1, 1, 5, 5, 2, 2]

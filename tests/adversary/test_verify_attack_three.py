@@ -22,6 +22,7 @@ README states conformance's horizon.
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -29,8 +30,18 @@ import pytest
 
 import budgetcheck as bc
 from budgetcheck.ledger.errors import MechanismContractError
+from budgetcheck.verify.owner import allowing
 from budgetcheck.verify.stages import verify_mechanism
 from budgetcheck.verify.verdict import Outcome
+
+
+@pytest.fixture(autouse=True)
+def _owner_allows() -> Iterator[None]:
+    """These mechanisms use measure (some with isolation='trusted'): verified as an owner who allows
+    in-process code and vouched sensitivities would (verify --trusted-code --allow-vouched)."""
+    with allowing(trusted_code=True, allow_vouched=True):
+        yield
+
 
 _HEADER = """
 from __future__ import annotations
@@ -98,7 +109,7 @@ def test_measure_sensitivity_that_lies_when_the_ledger_has_one_run_is_not_verifi
         """,
     )
     mech = bc.load_mechanism(f"{name}:Mech")
-    alone = bc.execute(mech, DATA, epsilon=1.0, w=3, runs=1, seed=0).releases[0]
+    alone = bc.execute(mech, DATA, epsilon=1.0, w=3, runs=1, seed=0, trusted_code=True, allow_vouched=True).releases[0]
     assert np.max(np.abs(alone - DATA)) < 2.0  # the truth: one run releases the counts almost exactly
     result = verify_mechanism(f"{name}:Mech", examples=20)
     assert result.outcome is not Outcome.BOUNDED and not result.passed, _stages(result)  # found: verified to a bound
@@ -122,7 +133,7 @@ def test_measure_sensitivity_that_lies_for_windows_wider_than_three_is_not_verif
         """,
     )
     mech = bc.load_mechanism(f"{name}:Mech")
-    wide = bc.execute(mech, DATA, epsilon=1.0, w=10, runs=1, seed=0).releases[0]
+    wide = bc.execute(mech, DATA, epsilon=1.0, w=10, runs=1, seed=0, trusted_code=True, allow_vouched=True).releases[0]
     assert np.max(np.abs(wide - DATA)) < 5.0  # the truth: at w = 10 the counts come out almost exactly
     result = verify_mechanism(f"{name}:Mech", examples=20)
     assert not result.passed, _stages(result)  # found: verified to a bound
@@ -147,7 +158,7 @@ def test_measure_with_sensitivity_one_on_an_across_bins_stream_is_not_verified(m
         """,
     )
     stream = bc.GuardedStream(DATA, neighbours=bc.Neighbours.across_bins(5))
-    ledger = bc.WindowLedger(epsilon=1.0, w=3, keep_records=True)
+    ledger = bc.WindowLedger(epsilon=1.0, w=3, keep_records=True, trusted_code=True, allow_vouched=True)
     bc.load_mechanism(f"{name}:Mech").run(stream, ledger)  # the truth: accepted at 1/5 of the derived sensitivity
     with pytest.raises(bc.InvalidArgument):
         ledger.laplace(bc.GuardedStream(DATA, neighbours=bc.Neighbours.across_bins(5)).secret(1), 0.1, sensitivity=1.0)
@@ -178,7 +189,9 @@ def test_a_leak_only_under_the_production_sampler_is_caught(mechanism_module) ->
         """,
     )
     mech = bc.load_mechanism(f"{name}:Mech")
-    production = mech.run(bc.GuardedStream(DATA), bc.WindowLedger(epsilon=1.0, w=3))
+    production = mech.run(
+        bc.GuardedStream(DATA), bc.WindowLedger(epsilon=1.0, w=3, trusted_code=True, allow_vouched=True)
+    )
     assert np.array_equal(production[0], DATA)  # the truth: the true counts, released as they are
     result = verify_mechanism(f"{name}:Mech", examples=20)
     assert_not_verified_for_in_process_code(result)
@@ -218,7 +231,10 @@ def test_a_leak_outside_the_non_interference_settings_is_caught(mechanism_module
     )
     data = np.resize(DATA, (length, 2))
     mech = bc.load_mechanism(f"{name}:Mech")
-    assert np.array_equal(bc.execute(mech, data, epsilon=1.0, w=3, runs=1, seed=0).releases[0], data)
+    assert np.array_equal(
+        bc.execute(mech, data, epsilon=1.0, w=3, runs=1, seed=0, trusted_code=True, allow_vouched=True).releases[0],
+        data,
+    )
     result = verify_mechanism(f"{name}:Mech", examples=20)
     assert_not_verified_for_in_process_code(result)
 
@@ -232,7 +248,7 @@ def test_an_above_threshold_statistic_does_not_get_the_true_values_in_the_mechan
     then publishes every true count from t = 2 on, having paid one AboveThreshold query of ε/w per t. (verify
     catches this ungated; gated as in the tests above it does not, and no opt-out is needed.)"""
     data = np.array([[5.0, 7.0], [100.0, 3.0], [42.0, 42.0], [0.0, 9.0], [17.0, 1.0]])
-    ledger = bc.WindowLedger(epsilon=1.0, w=3)
+    ledger = bc.WindowLedger(epsilon=1.0, w=3, allow_vouched=True)  # an owner who allows its own statistic
     stream = bc.GuardedStream(data)
     test = ledger.above_threshold(epsilon=1.0 / 3.0 - 1e-12, sensitivity=2.0, cells=(2,))
     kept: list[np.ndarray] = []
@@ -286,7 +302,9 @@ def test_proved_is_not_given_to_a_mechanism_that_vouches_for_a_sensitivity_on_lo
         """,
     )
     data = np.resize(DATA, (100, 2))
-    ledger = bc.execute(bc.load_mechanism(f"{name}:Mech"), data, epsilon=1.0, w=3, runs=1, seed=0)
+    ledger = bc.execute(
+        bc.load_mechanism(f"{name}:Mech"), data, epsilon=1.0, w=3, runs=1, seed=0, trusted_code=True, allow_vouched=True
+    )
     assert ledger.ledger.vouched > 0  # the truth: vouched, and the counts come out almost exactly
     assert np.max(np.abs(ledger.releases[0] - data)) < 2.0
     result = verify_mechanism(f"{name}:Mech", examples=20)
@@ -327,7 +345,8 @@ def test_a_live_releases_generator_that_departs_from_run_is_not_proved(mechanism
     )
     out = io.StringIO()
     rows = [f"{t},{int(a)},{int(b)}" for t, (a, b) in enumerate(DATA, start=1)]
-    bc.publish(bc.load_mechanism(f"{name}:Mech"), rows, tmp_path / "l.db", dimensions=2, epsilon=1.0, w=3, out=out)
+    mech = bc.load_mechanism(f"{name}:Mech")
+    bc.publish(mech, rows, tmp_path / "l.db", dimensions=2, epsilon=1.0, w=3, out=out, allow_vouched=True)
     published = np.array([[float(x) for x in line.split(",")[1:]] for line in out.getvalue().splitlines()])
     assert np.max(np.abs(published - DATA)) < 2.0  # the truth: the live publisher releases the counts
     result = verify_mechanism(f"{name}:Mech", examples=20)

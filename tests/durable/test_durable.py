@@ -24,14 +24,25 @@ PARAMS = bc.WEventParams(epsilon=1.0, w=4)
 def fresh(path: Path, **kwargs: object) -> bc.WindowLedger:
     return bc.open_ledger(
         path,
-        bc.WindowLedger(PARAMS, runs=2, seed=3, **kwargs, sampler="numpy-laplace", keep_records=True),
+        bc.WindowLedger(
+            PARAMS,
+            runs=2,
+            seed=3,
+            **kwargs,
+            sampler="numpy-laplace",
+            keep_records=True,
+            trusted_code=True,
+            allow_vouched=True,
+        ),
         durability="process",
     )  # type: ignore[arg-type]
 
 
 def test_spends_survive_a_reopen_and_match_an_in_memory_twin(tmp_path: Path) -> None:
     path = tmp_path / "l.db"
-    twin = bc.WindowLedger(PARAMS, runs=2, sampler="numpy-laplace", keep_records=True)
+    twin = bc.WindowLedger(
+        PARAMS, runs=2, sampler="numpy-laplace", keep_records=True, trusted_code=True, allow_vouched=True
+    )
     ledger = fresh(path)
     data = bc.GuardedStream(np.arange(16.0).reshape(8, 2))
     ledger.bind(data)

@@ -360,11 +360,17 @@ def test_the_discrete_sampler_admits_integral_streams_at_bind_and_never_refuses_
     assert (out[0] / 2.0**-22).is_integer()
     # Counts: the stream is checked when a discrete ledger binds it (the data owner's step), not at a release.
     with pytest.raises(bc.InvalidArgument, match="not integers"):
-        bc.WindowLedger(bc.WEventParams(1.0, 2), sampler="discrete-laplace", keep_records=True).bind(
-            bc.GuardedStream(np.array([[1.0], [2.5]]))
-        )
+        bc.WindowLedger(
+            bc.WEventParams(1.0, 2),
+            sampler="discrete-laplace",
+            keep_records=True,
+            trusted_code=True,
+            allow_vouched=True,
+        ).bind(bc.GuardedStream(np.array([[1.0], [2.5]])))
     live = bc.LiveStream(iter([(1, [2.0]), (2, [2.5])]), dimensions=1)
-    ledger = bc.WindowLedger(bc.WEventParams(1.0, 2), sampler="discrete-laplace", keep_records=True)
+    ledger = bc.WindowLedger(
+        bc.WEventParams(1.0, 2), sampler="discrete-laplace", keep_records=True, trusted_code=True, allow_vouched=True
+    )
     ledger.bind(live)
     secrets = iter(live)
     assert float(ledger.laplace(next(secrets), 0.5)[0, 0]).is_integer()
@@ -372,7 +378,9 @@ def test_the_discrete_sampler_admits_integral_streams_at_bind_and_never_refuses_
         next(secrets)
     # A measured fn may return anything: it goes on the fine grid (scale covers Δ + γ), never refused.
     stream = bc.GuardedStream(np.array([[1.0, 2.0]]))
-    ledger = bc.WindowLedger(bc.WEventParams(1.0, 2), sampler="discrete-laplace", keep_records=True)
+    ledger = bc.WindowLedger(
+        bc.WEventParams(1.0, 2), sampler="discrete-laplace", keep_records=True, trusted_code=True, allow_vouched=True
+    )
     ledger.bind(stream)
     (secret,) = stream
     noisy = ledger.measure(lambda v: v.mean(), secret, sensitivity=1.0, epsilon=0.5)

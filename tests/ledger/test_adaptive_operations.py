@@ -179,7 +179,15 @@ def test_above_threshold_keeps_deviation_up_to_date_with_the_answers_of_reading_
     threshold = (0.5 if close_often else 6.0) * scale
     outcomes = []
     for statistic in (deviation, lambda values: deviation(values)):
-        ledger = WindowLedger(WEventParams(1e6, 50), runs=6, seed=seed, sampler="numpy-laplace", keep_records=True)
+        ledger = WindowLedger(
+            WEventParams(1e6, 50),
+            runs=6,
+            seed=seed,
+            sampler="numpy-laplace",
+            keep_records=True,
+            trusted_code=True,
+            allow_vouched=True,
+        )
         stream = GuardedStream.stacked(list(data)) if streams > 1 else GuardedStream(data[0])
         ledger.bind(stream)
         test = ledger.above_threshold(epsilon=100.0, sensitivity=2.0, cells=(2,), max_footprint=cap)
@@ -216,7 +224,9 @@ def test_above_threshold_is_the_whole_array_reference_draw_for_draw(
     data = np.round(rng.normal(0.0, 3.0, size=(30, 3)), 1)
     runs, sensitivity = 4, 2.0
     epsilons = np.array([0.5, 1.0, 2.0, 4.0]) if per_run_epsilon else np.full(runs, 2.0)
-    ledger = WindowLedger.with_epsilons(epsilons * 100, 30, seed=seed, sampler="numpy-laplace", keep_records=True)
+    ledger = WindowLedger.with_epsilons(
+        epsilons * 100, 30, seed=seed, sampler="numpy-laplace", keep_records=True, trusted_code=True, allow_vouched=True
+    )
     stream = GuardedStream(data)
     ledger.bind(stream)
     test = ledger.above_threshold(

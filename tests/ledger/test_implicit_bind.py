@@ -29,7 +29,15 @@ OPERATIONS: dict[str, Callable[[WindowLedger, Secret], object]] = {
 
 
 def _ledger(runs: int = 1, sampler: str = "discrete-laplace") -> WindowLedger:
-    return WindowLedger(WEventParams(1.0, 2), runs=runs, seed=3, sampler=sampler, keep_records=True)
+    return WindowLedger(
+        WEventParams(1.0, 2),
+        runs=runs,
+        seed=3,
+        sampler=sampler,
+        keep_records=True,
+        trusted_code=True,
+        allow_vouched=True,
+    )
 
 
 @pytest.mark.parametrize("name", list(OPERATIONS))

@@ -35,7 +35,9 @@ class _Holder:
 
 def _ledger(isolation: str, data: Any = None) -> tuple[bc.WindowLedger, list[bc.Secret], Callable[..., Any]]:
     stream = bc.GuardedStream(np.full((3, 2), SECRET) if data is None else data)
-    ledger = bc.WindowLedger(epsilon=3e6, w=3, sampler="numpy-laplace", keep_records=True)
+    ledger = bc.WindowLedger(
+        epsilon=3e6, w=3, sampler="numpy-laplace", keep_records=True, trusted_code=True, allow_vouched=True
+    )
     ledger.bind(stream)
 
     def measure(fn: Callable[[np.ndarray], Any], secret: bc.Secret, shape: tuple[int, ...] = ()) -> np.ndarray:
@@ -326,7 +328,7 @@ def test_results_are_plain_finite_float_arrays_of_the_declared_shape() -> None:
 
 def test_stacked_streams_get_each_streams_own_result() -> None:
     stream = bc.GuardedStream.stacked([[[1.0, 1.0]], [[5.0, 5.0]]])
-    ledger = bc.WindowLedger(epsilon=1e6, w=1, runs=4, sampler="numpy-laplace")
+    ledger = bc.WindowLedger(epsilon=1e6, w=1, runs=4, sampler="numpy-laplace", trusted_code=True, allow_vouched=True)
     ledger.bind(stream)
     out = ledger.measure(lambda v: v.sum(), next(iter(stream)), sensitivity=1.0, epsilon=1e6)
     assert np.allclose(out, [2.0, 2.0, 10.0, 10.0], atol=1e-3)
@@ -344,7 +346,9 @@ def test_the_vouched_flag_survives_export_and_the_ledger_file(tmp_path: Any) -> 
 
     data = np.array([[3.0, 4.0], [5.0, 6.0]])
     path = tmp_path / "ledger.db"
-    with open_ledger(path, bc.WindowLedger(epsilon=1.0, w=2, sampler="numpy-laplace")) as ledger:
+    with open_ledger(
+        path, bc.WindowLedger(epsilon=1.0, w=2, sampler="numpy-laplace", trusted_code=True, allow_vouched=True)
+    ) as ledger:
         stream = bc.GuardedStream(data)
         ledger.bind(stream)
         first, second = list(stream)
@@ -354,7 +358,9 @@ def test_the_vouched_flag_survives_export_and_the_ledger_file(tmp_path: Any) -> 
         assert [r.vouched for r in records] == [False, True]
         header, loaded = bc.load_lines(ledger.jsonl())
         assert [r.vouched for r in loaded] == [False, True]
-    with open_ledger(path, bc.WindowLedger(epsilon=1.0, w=2, sampler="numpy-laplace")) as reopened:
+    with open_ledger(
+        path, bc.WindowLedger(epsilon=1.0, w=2, sampler="numpy-laplace", trusted_code=True, allow_vouched=True)
+    ) as reopened:
         assert [r.vouched for r in reopened.records] == [False, True]
         assert reopened.remaining(2).tolist() == [0.5]
 
@@ -367,7 +373,7 @@ def test_a_shape_whose_answer_could_never_come_back_is_refused_before_the_charge
     from budgetcheck.ledger.isolation import MOST_BYTES, answer_bytes
 
     stream = bc.GuardedStream.stacked([[[1.0]]] * streams) if streams > 1 else bc.GuardedStream([[1.0]])
-    ledger = bc.WindowLedger(epsilon=1.0, w=1, runs=streams)
+    ledger = bc.WindowLedger(epsilon=1.0, w=1, runs=streams, trusted_code=True, allow_vouched=True)
     ledger.bind(stream)
     secret = next(iter(stream))
     largest = MOST_BYTES // 8 if streams == 1 else MOST_BYTES // 16

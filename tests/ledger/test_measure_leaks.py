@@ -47,7 +47,14 @@ def _raising_a_base_exception(values: np.ndarray) -> float:
 @pytest.mark.parametrize("operation", ["measure", "measure_footprint", "stacked"])
 def test_nothing_of_the_data_leaves_with_a_failed_measurement(fn: Any, operation: str) -> None:
     data = np.array([[SECRET_VALUE, 3.0], [SECRET_VALUE, 5.0]])
-    ledger = bc.WindowLedger(epsilon=1.0, w=2, runs=2 if operation == "stacked" else 1, sampler="numpy-laplace")
+    ledger = bc.WindowLedger(
+        epsilon=1.0,
+        w=2,
+        runs=2 if operation == "stacked" else 1,
+        sampler="numpy-laplace",
+        trusted_code=True,
+        allow_vouched=True,
+    )
     stream = bc.GuardedStream.stacked([data, data]) if operation == "stacked" else bc.GuardedStream(data)
     ledger.bind(stream)
     first = next(iter(stream))
@@ -67,7 +74,7 @@ def test_nothing_of_the_data_leaves_with_a_failed_measurement(fn: Any, operation
 
 
 def test_a_working_measurement_is_unchanged() -> None:
-    ledger = bc.WindowLedger(epsilon=1.0, w=2, sampler="numpy-laplace", seed=3)
+    ledger = bc.WindowLedger(epsilon=1.0, w=2, sampler="numpy-laplace", seed=3, trusted_code=True, allow_vouched=True)
     stream = bc.GuardedStream(np.array([[4.0, 6.0]]))
     ledger.bind(stream)
     (secret,) = stream
@@ -108,7 +115,7 @@ def test_every_way_fn_can_fail_reads_the_same(isolation: str, operation: str) ->
     releases, reasons = set(), set()
     for value in range(6):
         stream = bc.GuardedStream(np.array([[float(value), 1.0]]))
-        ledger = bc.WindowLedger(epsilon=1.0, w=2, sampler="numpy-laplace")
+        ledger = bc.WindowLedger(epsilon=1.0, w=2, sampler="numpy-laplace", trusted_code=True, allow_vouched=True)
         ledger.bind(stream)
         (secret,) = stream
         if operation == "measure":
@@ -137,7 +144,7 @@ def test_the_release_has_the_declared_shape_whatever_the_data() -> None:
     """The shape is declared before the data is read: fn's result must have it, else the default of that shape;
     a declared shape is what comes back, (runs, *shape)."""
     stream = bc.GuardedStream(np.array([[5.0, 7.0], [6.0, 7.0]]))
-    ledger = bc.WindowLedger(epsilon=1.0, w=2, runs=3, sampler="numpy-laplace")
+    ledger = bc.WindowLedger(epsilon=1.0, w=2, runs=3, sampler="numpy-laplace", trusted_code=True, allow_vouched=True)
     ledger.bind(stream)
     first, second = stream
     assert ledger.measure(np.cumsum, first, sensitivity=2.0, epsilon=0.25, shape=(2,)).shape == (3, 2)
@@ -151,7 +158,7 @@ def test_the_release_has_the_declared_shape_whatever_the_data() -> None:
 @pytest.mark.parametrize("shape", [(-1,), (2.0,), "2", None, True, (1,) * 33, (1 << 30,)])
 def test_a_bad_declared_shape_is_refused_before_the_charge(shape: Any) -> None:
     stream = bc.GuardedStream(np.array([[5.0, 7.0]]))
-    ledger = bc.WindowLedger(epsilon=1.0, w=2, sampler="numpy-laplace")
+    ledger = bc.WindowLedger(epsilon=1.0, w=2, sampler="numpy-laplace", trusted_code=True, allow_vouched=True)
     ledger.bind(stream)
     (secret,) = stream
     with pytest.raises(bc.InvalidArgument, match=r"shape="):
@@ -174,7 +181,7 @@ def test_an_error_whose_class_raises_is_one_more_failure(isolation: str) -> None
     """failure_kind asks the exception what it is; an error whose ``__class__`` raises must not leave with the
     error it raises instead (in-process, its type and message were fn's choice after reading the data)."""
     stream = bc.GuardedStream(np.array([[3.0]]))
-    ledger = bc.WindowLedger(epsilon=1.0, w=1, sampler="numpy-laplace")
+    ledger = bc.WindowLedger(epsilon=1.0, w=1, sampler="numpy-laplace", trusted_code=True, allow_vouched=True)
     ledger.bind(stream)
 
     def fn(values: np.ndarray) -> float:

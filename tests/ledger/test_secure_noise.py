@@ -125,7 +125,9 @@ def test_adapub_and_pegasus_publish_with_secure_noise_and_resume(tmp_path: Path,
 
 def _threshold_rate(sampler: str, gap: float, runs: int = 2000) -> float:
     """P(q + ν >= θ + ρ) for one AboveThreshold query at q − θ = gap (Δ = 1, ε = 1), over ``runs`` runs."""
-    ledger = bc.WindowLedger(epsilon=1.0, w=2, runs=runs, sampler=sampler, keep_records=True)
+    ledger = bc.WindowLedger(
+        epsilon=1.0, w=2, runs=runs, sampler=sampler, keep_records=True, trusted_code=True, allow_vouched=True
+    )
     stream = bc.GuardedStream(np.array([[0.0], [0.0]]))
     ledger.bind(stream)
     test = ledger.above_threshold(epsilon=0.5, sensitivity=1.0, cells=(1,))

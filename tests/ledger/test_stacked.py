@@ -73,11 +73,19 @@ def test_notions_that_cannot_read_a_stack_refuse_it_and_footprints_are_refused()
 
     stacked = GuardedStream.stacked([_stream(1.0), _stream(2.0)])
     swellfish = SwellfishLedger(
-        PolicyCollection([StreamPolicy(2, 3, [1.0])]), epsilon=1.0, runs=2, sampler="numpy-laplace", keep_records=True
+        PolicyCollection([StreamPolicy(2, 3, [1.0])]),
+        epsilon=1.0,
+        runs=2,
+        sampler="numpy-laplace",
+        keep_records=True,
+        trusted_code=True,
+        allow_vouched=True,
     )
     with pytest.raises(InvalidArgument, match="only a WindowLedger reads stacked streams"):
         swellfish.bind(stacked)
-    ledger = WindowLedger(WEventParams(1.0, 3), runs=2, sampler="numpy-laplace", keep_records=True)
+    ledger = WindowLedger(
+        WEventParams(1.0, 3), runs=2, sampler="numpy-laplace", keep_records=True, trusted_code=True, allow_vouched=True
+    )
     ledger.bind(stacked)
     with pytest.raises(InvalidArgument, match="does not read stacked streams"):
         ledger.measure_footprint(lambda v: v.sum(axis=0), [stacked.secret(1)], sensitivity=1.0, epsilon=0.1)
@@ -86,7 +94,15 @@ def test_notions_that_cannot_read_a_stack_refuse_it_and_footprints_are_refused()
 
 def test_measure_gives_each_block_its_own_streams_value() -> None:
     stacked = GuardedStream.stacked([np.full((2, 2), 1.0), np.full((2, 2), 7.0)])
-    ledger = WindowLedger(WEventParams(1e6, 1), runs=4, seed=0, sampler="numpy-laplace", keep_records=True)
+    ledger = WindowLedger(
+        WEventParams(1e6, 1),
+        runs=4,
+        seed=0,
+        sampler="numpy-laplace",
+        keep_records=True,
+        trusted_code=True,
+        allow_vouched=True,
+    )
     ledger.bind(stacked)
     sums = ledger.measure(np.sum, stacked.secret(1), sensitivity=1.0, epsilon=1e6)
     assert np.allclose(sums, [2.0, 2.0, 14.0, 14.0], atol=1e-3)

@@ -166,8 +166,9 @@ def test_a_secret_is_not_reused_at_a_later_timestamp() -> None:
 
 
 def test_another_relation_or_changed_fields_get_their_own_sensitivity() -> None:
-    """Two streams of one ledger under different relations, then a relation changed in place: each
-    release has the noise its relation's sensitivity needs (the same as the full operation's)."""
+    """Two streams of one ledger under different relations, then an attempt to change a relation in place
+    (refused since issue 43, item 3: the data model is fixed): each release has the noise its relation's
+    sensitivity needs (the same as the full operation's)."""
     rows = np.full((2, 2), 10.0)
 
     def releases() -> list[bytes]:
@@ -179,7 +180,8 @@ def test_another_relation_or_changed_fields_get_their_own_sensitivity() -> None:
         a, b = next(iter(one)), next(iter(three))
         out = [ledger.laplace(a, 0.05).tobytes(), ledger.laplace(b, 0.05).tobytes()]
         out.append(ledger.dissimilarity(b, np.zeros((1, 2)), 0.05).tobytes())
-        object.__setattr__(relation, "bound", 5)  # a relation whose fields were changed is looked up afresh
+        with pytest.raises(bc.Fixed):
+            object.__setattr__(relation, "bound", 5)  # refused: the relation keeps its bound of 1
         out.append(ledger.laplace(a, 0.05).tobytes())
         out.append(ledger.dissimilarity(a, np.zeros((1, 2)), 0.05).tobytes())
         return out

@@ -85,7 +85,9 @@ def test_a_bound_stream_refuses_a_second_ledger() -> None:
 def test_measure_charges_and_hides_nothing_else() -> None:
     """measure runs fn once on a read-only copy and adds Laplace noise of scale sensitivity/ε."""
     stream = GuardedStream([[1.0, 2.0, 3.0]])
-    ledger = WindowLedger(WEventParams(1e9, 1), runs=4, sampler="numpy-laplace", keep_records=True)
+    ledger = WindowLedger(
+        WEventParams(1e9, 1), runs=4, sampler="numpy-laplace", keep_records=True, trusted_code=True, allow_vouched=True
+    )
     seen: list[np.ndarray] = []
 
     def total(values: np.ndarray) -> float:
@@ -98,7 +100,9 @@ def test_measure_charges_and_hides_nothing_else() -> None:
     assert seen == []  # fn ran in a forked process: what it kept died with it
     assert ledger.records[0].purpose == "measurement" and ledger.records[0].sensitivity == 1.0
     assert ledger.records[0].vouched and ledger.vouched == 1
-    trusting = WindowLedger(WEventParams(1e9, 1), runs=4, sampler="numpy-laplace")
+    trusting = WindowLedger(
+        WEventParams(1e9, 1), runs=4, sampler="numpy-laplace", trusted_code=True, allow_vouched=True
+    )
     trusting.measure(
         total, GuardedStream([[1.0, 2.0, 3.0]]).secret(1), sensitivity=1.0, epsilon=1e9, isolation="trusted"
     )
@@ -134,7 +138,9 @@ def test_inside_a_charge_only_the_charged_secret_is_open() -> None:
     """fn of measure(secret t=1) cannot reveal the (future) data of t=2: the call gives the default (0.0,
     noised), and the owner's record says fn read a Secret outside its charge (neither where nor what)."""
     stream = GuardedStream([[1.0], [2.0]])
-    ledger = WindowLedger(WEventParams(1.0, 2), sampler="numpy-laplace", keep_records=True, seed=5)
+    ledger = WindowLedger(
+        WEventParams(1.0, 2), sampler="numpy-laplace", keep_records=True, seed=5, trusted_code=True, allow_vouched=True
+    )
     ledger.bind(stream)
     future = stream.secret(2)
     out = ledger.measure(lambda v: reveal(future), stream.secret(1), sensitivity=1.0, epsilon=0.5, isolation="trusted")
@@ -169,7 +175,7 @@ def test_no_method_globals_name_the_vault() -> None:
 
     stream, payload = _marker_stream()
     secret = next(iter(stream))  # type: ignore[call-overload]
-    for function in (type(secret).__init__, type(secret).__repr__, module.charged, module.reveal, module.claim):
+    for function in (type(secret).__new__, type(secret).__repr__, module.charged, module.reveal, module.claim):
         for value in function.__globals__.values():  # type: ignore[attr-defined]
             assert not _holds(value, payload), value
             for inner in getattr(value, "__closure__", None) or ():
@@ -202,7 +208,9 @@ def test_a_measure_function_cannot_name_its_exception_after_the_data() -> None:
         kind = type(f"Count{int(values[0])}", (Exception,), {})
         raise kind(values, f"{values[0]}")
 
-    ledger = WindowLedger(WEventParams(epsilon=1.0, w=1), runs=1, seed=0, sampler="numpy-laplace")
+    ledger = WindowLedger(
+        WEventParams(epsilon=1.0, w=1), runs=1, seed=0, sampler="numpy-laplace", trusted_code=True, allow_vouched=True
+    )
     stream = GuardedStream([[424242.0]])
     ledger.bind(stream)
     out = ledger.measure(fn, next(iter(stream)), sensitivity=1.0, epsilon=1.0)

@@ -13,6 +13,8 @@ def test_corpus_is_large_enough() -> None:
     assert len(CORPUS) >= 20
 
 
+# Every verify_mechanism call here runs as an owner who allows in-process code and vouched sensitivities would
+# (verify --trusted-code --allow-vouched): the mutants that use them are judged as before, not refused.
 # the stages a mutant's own stage needs: secret access reads the replay's finding
 LETTERS = {"ledger replay": "a", "secret access": "ab", "exploration": "e", "proof": "c", "statistical audit": "d"}
 
@@ -26,7 +28,9 @@ EACH = [pytest.param(m, stage, id=m.__name__) for m, stage in CORPUS if m.__name
 @pytest.mark.parametrize(("mutant", "stage"), EACH)
 def test_every_mutant_is_rejected_at_its_stage(mutant: type, stage: str) -> None:
     """The stage named catches the mutant on its own (the other stages need not run for that)."""
-    result = verify_mechanism(f"broken.mutants:{mutant.__name__}", examples=60, stages=LETTERS[stage])
+    result = verify_mechanism(
+        f"broken.mutants:{mutant.__name__}", examples=60, stages=LETTERS[stage], trusted_code=True, allow_vouched=True
+    )
     assert result.verdict == "fail", [s.to_json() for s in result.stages]
     failed = {s.stage for s in result.stages if s.verdict == "fail"}
     assert stage in failed, [s.to_json() for s in result.stages]
@@ -35,14 +39,16 @@ def test_every_mutant_is_rejected_at_its_stage(mutant: type, stage: str) -> None
 @pytest.mark.parametrize("mutant", CLASS_ONE, ids=[m.__name__ for m in CLASS_ONE])
 def test_class_one_mutants_need_the_exploration_stage(mutant: type) -> None:
     """Issue 28 class 1: every stage but exploration (e) passes them, so stage e is what catches them."""
-    without = verify_mechanism(f"broken.mutants:{mutant.__name__}", examples=60, stages="abcd")
+    without = verify_mechanism(
+        f"broken.mutants:{mutant.__name__}", examples=60, stages="abcd", trusted_code=True, allow_vouched=True
+    )
     assert without.outcome is not Outcome.VIOLATED, [s.to_json() for s in without.stages]
 
 
 def test_home_made_pba_control_passes_every_stage_it_can() -> None:
     """The PBA mutants differ from this control only in their bug: with the paper's maximum
     nullification bound the same home-made code passes replay, secret access and the audit."""
-    result = verify_mechanism("broken.mutants:HomeMadePBAControl", examples=60)
+    result = verify_mechanism("broken.mutants:HomeMadePBAControl", examples=60, trusted_code=True, allow_vouched=True)
     verdicts = {s.stage: s.verdict for s in result.stages}
     assert verdicts == {
         "ledger replay": "pass",
@@ -68,7 +74,7 @@ def test_a_forced_publication_forgotten_on_thirds_needs_replay_with_intrusion_sc
     from budgetcheck.verify import stages
 
     reference = "broken.mutants:BDPanPrivateAnnouncedForgetsForcedOnThirds"
-    found = verify_mechanism(reference, examples=60, stages="a")
+    found = verify_mechanism(reference, examples=60, stages="a", trusted_code=True, allow_vouched=True)
     assert found.outcome is Outcome.VIOLATED and found.counterexample is not None
     case = found.counterexample.case
     assert case.intrusions and any(t % 3 == 0 for t in case.intrusions), case  # type: ignore[union-attr]
@@ -76,7 +82,9 @@ def test_a_forced_publication_forgotten_on_thirds_needs_replay_with_intrusion_sc
     assert f"intrusions={list(case.intrusions)!r}" in call  # type: ignore[union-attr]
     with pytest.raises(BudgetExceeded):
         eval(call, {"budgetcheck": budgetcheck, "np": np})  # the printed call reproduces the refusal
-    assert verify_mechanism(reference, stages="e").outcome is not Outcome.VIOLATED
+    assert (
+        verify_mechanism(reference, stages="e", trusted_code=True, allow_vouched=True).outcome is not Outcome.VIOLATED
+    )
     monkeypatch.setattr(stages, "announces_intrusions", lambda mechanism: False)
-    blind = verify_mechanism(reference, examples=60, stages="a")
+    blind = verify_mechanism(reference, examples=60, stages="a", trusted_code=True, allow_vouched=True)
     assert blind.outcome is not Outcome.VIOLATED, [s.to_json() for s in blind.stages]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
 
@@ -21,8 +22,18 @@ from budgetcheck.proving import RuleEnv
 from budgetcheck.strategies import VerificationCase, cases, intrusion_schedules
 from budgetcheck.verify.conformance import departure, first_departure
 from budgetcheck.verify.explore import Setting, bits_plan, explore, replay_outputs, run_plan
+from budgetcheck.verify.owner import allowing
 from budgetcheck.verify.verdict import Outcome, exit_code
 from mechanisms.rules import BDRule
+
+
+@pytest.fixture(autouse=True)
+def _owner_allows() -> Iterator[None]:
+    """These mechanisms use measure (some with isolation='trusted'): verified as an owner who allows
+    in-process code and vouched sensitivities would (verify --trusted-code --allow-vouched)."""
+    with allowing(trusted_code=True, allow_vouched=True):
+        yield
+
 
 pytest_plugins = ["pytester"]
 

@@ -266,6 +266,11 @@ class Benchmark:
     pool: tuple[StreamSpec, ...] = attrs.field(default=(), converter=_pool)
     # The same for the settings whose ε share a pass (every ε of one w).
     settings_pool: tuple[Setting, ...] = attrs.field(default=(), converter=_setting_pool)
+    # The owner's consent for the benchmark's ledgers (WindowLedger(..., trusted_code=, allow_vouched=)): a
+    # mechanism's in-process code and vouched sensitivities are refused unless the user allows them. Not in
+    # :meth:`identity`: they change what runs, never the numbers of a mechanism that runs either way.
+    trusted_code: bool = attrs.field(default=False, kw_only=True, validator=attrs.validators.instance_of(bool))
+    allow_vouched: bool = attrs.field(default=False, kw_only=True, validator=attrs.validators.instance_of(bool))
 
     def __attrs_post_init__(self) -> None:
         names = [stream.name for stream in self.streams]

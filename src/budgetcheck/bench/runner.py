@@ -64,7 +64,14 @@ def batch_releases(benchmark: Benchmark, batch: Batch) -> list[FloatArray]:
     stream = GuardedStream(data[0]) if len(data) == 1 else GuardedStream.stacked(data)
     epsilons = np.tile(np.repeat(batch.epsilons, benchmark.runs), len(data))
     execution = execute(
-        load_mechanism(batch.mechanism), stream, epsilon=epsilons, w=batch.w, runs=epsilons.size, seed=batch.seed
+        load_mechanism(batch.mechanism),
+        stream,
+        epsilon=epsilons,
+        w=batch.w,
+        runs=epsilons.size,
+        seed=batch.seed,
+        trusted_code=benchmark.trusted_code,
+        allow_vouched=benchmark.allow_vouched,
     )
     shape = execution.releases.shape[1:]
     blocks = execution.releases.reshape(len(specs), draws, len(batch.epsilons), benchmark.runs, *shape)

@@ -17,6 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import attrs
 import click
 
 from budgetcheck.cli.types import FilePath, LedgerTarget, OutputPath, Progress
@@ -122,6 +123,17 @@ def main() -> None:
     type=click.IntRange(1),
     help="Mechanisms verified at once, one process each; the results and their order do not depend on it.",
 )
+@click.option(
+    "--trusted-code",
+    is_flag=True,
+    help="Run the mechanism on ledgers that allow its own code on true values in this process "
+    "(isolation='trusted'), as an owner who allows it would; such a mechanism is then inconclusive.",
+)
+@click.option(
+    "--allow-vouched",
+    is_flag=True,
+    help="Run it on ledgers that allow a sensitivity it vouches for (ledger.measure); it is then never proved.",
+)
 def verify(
     mechanism: tuple[str, ...],
     verify_all: bool,
@@ -136,6 +148,8 @@ def verify(
     junit_xml: Path | None,
     report: Path | None,
     jobs: int,
+    trusted_code: bool,
+    allow_vouched: bool,
 ) -> None:
     """Check that MECHANISM (a built-in name such as BD, or module:attr) never overspends.
 
@@ -171,6 +185,8 @@ def verify(
         max_length=max_length,
         profile=profile,
         stages=stages,
+        trusted_code=trusted_code,
+        allow_vouched=allow_vouched,
     )
     try:
         for result in decided:
@@ -205,9 +221,11 @@ def verify(
         case = results[0].counterexample.case if results[0].counterexample else results[0].worst_case
         if case is None:
             raise click.BadParameter("--report needs stage a (ledger replay) in --stages", param_hint="--report")
+        from budgetcheck.verify.owner import allowing
         from budgetcheck.verify.report import write_report
 
-        write_report(results[0], case, report)
+        with allowing(trusted_code=trusted_code, allow_vouched=allow_vouched):
+            write_report(results[0], case, report)
         click.echo(f"wrote the report of {results[0].mechanism} to {report.resolve()}", err=True)
     sys.exit(exit_code((r.outcome for r in results), require))
 
@@ -624,6 +642,17 @@ def _plain(text: str) -> str:
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the cells' summaries and findings as JSON instead of tables."
 )
+@click.option(
+    "--trusted-code",
+    is_flag=True,
+    help="Allow the mechanisms' own code to read true values in this process (isolation='trusted'); refused by "
+    "default.",
+)
+@click.option(
+    "--allow-vouched",
+    is_flag=True,
+    help="Allow charges at a sensitivity a mechanism vouches for (ledger.measure); refused by default.",
+)
 @click.pass_context
 def bench(
     ctx: click.Context,
@@ -645,6 +674,8 @@ def bench(
     report_dir: Path | None,
     progress: bool,
     as_json: bool,
+    trusted_code: bool,
+    allow_vouched: bool,
 ) -> None:
     """Run the utility benchmark (Schäler, Hütter, Schäler 2022) and print its result tables.
 
@@ -670,6 +701,7 @@ def bench(
         chosen = base.select(
             mechanisms=mechanism, streams=stream, epsilons=epsilon, ws=ws, runs=runs, streams_per_cell=streams_per_cell
         )
+        chosen = attrs.evolve(chosen, trusted_code=trusted_code, allow_vouched=allow_vouched)
         target = results or Path(f"bench-{name}.sqlite")
         ran, stored = run_benchmark(chosen, target, jobs=jobs, scheduler=scheduler, progress=progress)
         text, uniform_ok = text_report(target)

@@ -148,6 +148,17 @@ def _finite(value: float) -> float:
     show_default=True,
     help="Records between signed checkpoints (with --signing-key).",
 )
+@click.option(
+    "--trusted-code",
+    is_flag=True,
+    help="Allow the mechanism's own code to read true values in this process (isolation='trusted'); "
+    "refused by default, before any charge.",
+)
+@click.option(
+    "--allow-vouched",
+    is_flag=True,
+    help="Allow charges at a sensitivity the mechanism vouches for (ledger.measure); refused by default.",
+)
 def publish(
     mechanism: str,
     ledger_path: Path | str,
@@ -167,6 +178,8 @@ def publish(
     skip_bad_rows: bool,
     signing_key: Path | None,
     checkpoint_every: int,
+    trusted_code: bool,
+    allow_vouched: bool,
 ) -> None:
     """Publish a live stream through MECHANISM on a durable ledger, one timestamp at a time.
 
@@ -213,6 +226,8 @@ def publish(
                 on_reject=lambda message: click.echo(f"rejected {message}", err=True),
                 signing_key=signing_key,
                 checkpoint_every=checkpoint_every,
+                trusted_code=trusted_code,
+                allow_vouched=allow_vouched,
             )
     except LedgerCorrupt as exc:
         click.echo(f"Error: {_shown(ledger_path)}: {exc}", err=True)

@@ -160,6 +160,8 @@ def publish(
     on_reject: Callable[[str], None] | None = None,
     signing_key: PrivateKeyLike | None = None,
     checkpoint_every: int = DEFAULT_EVERY,
+    trusted_code: bool = False,
+    allow_vouched: bool = False,
 ) -> PublishSummary:
     """Publish ``lines`` through ``mechanism`` on the ledger file (see the module docstring).
 
@@ -175,6 +177,8 @@ def publish(
     ``signing_key``: the Ed25519 private key (or its PEM file) that signs checkpoints of the chain: every
     release, every ``checkpoint_every`` records and the stop; at start the store's checkpoints of its key
     are verified first (docs/explanation/tamper-evidence.md).
+    ``trusted_code``, ``allow_vouched``: the publisher (the ledger's owner) allows the mechanism in-process code
+    (``isolation='trusted'``) and vouched sensitivities (``measure``); refused by default, before any charge.
     """
     if not callable(getattr(mechanism, "releases", None)):
         raise InvalidArgument(
@@ -191,7 +195,15 @@ def publish(
     for name, given in (("fmt", fmt), ("output_format", out_fmt)):
         if given not in FORMATS:
             raise InvalidArgument(f"{name}={given!r} must be one of {list(FORMATS)}")
-    ledger = _ledger(mechanism, epsilon=epsilon, w=w, requirements=requirements, policies=policies, sampler=sampler)
+    ledger = _ledger(
+        mechanism,
+        epsilon=epsilon,
+        w=w,
+        requirements=requirements,
+        policies=policies,
+        sampler=sampler,
+        owner=(trusted_code, allow_vouched),
+    )
     replay_ledger(
         ledger_path,
         ledger,
@@ -289,6 +301,7 @@ def _ledger(
     requirements: RequirementSet | None,
     policies: PolicyCollection | None,
     sampler: str,
+    owner: tuple[bool, bool],
 ) -> WindowLedger | PersonalizedLedger | SwellfishLedger:
     """The in-memory ledger the file is replayed into, for the mechanism's notion; never one whose
     noise could be recomputed (a reproducible sampler is for experiments, not for publishing)."""
@@ -299,6 +312,7 @@ def _ledger(
             f"the OS CSPRNG ({DISCRETE!r}, the default)"
         )
     _check_windows(w, requirements, policies)
+    trusted_code, allow_vouched = owner  # the publisher's consent (WindowLedger's trusted_code, allow_vouched)
     notion = getattr(mechanism, "notion", Notion.W_EVENT)
     if requirements is not None and policies is not None:
         raise InvalidArgument(
@@ -325,17 +339,27 @@ def _ledger(
                 f"a Swellfish publisher needs epsilon and policies (w comes from them), got epsilon={epsilon!r}, "
                 f"w={w!r}"
             )
-        return SwellfishLedger(policies, epsilon=epsilon, runs=1, sampler=sampler)
+        return SwellfishLedger(
+            policies, epsilon=epsilon, runs=1, sampler=sampler, trusted_code=trusted_code, allow_vouched=allow_vouched
+        )
     if requirements is None:
         if epsilon is None or w is None:
             raise InvalidArgument(f"a w-event publisher needs epsilon and w, got epsilon={epsilon!r}, w={w!r}")
-        return WindowLedger(WEventParams(epsilon=epsilon, w=w), runs=1, sampler=sampler)
+        return WindowLedger(
+            WEventParams(epsilon=epsilon, w=w),
+            runs=1,
+            sampler=sampler,
+            trusted_code=trusted_code,
+            allow_vouched=allow_vouched,
+        )
     if epsilon is not None or w is not None:
         raise InvalidArgument(
             f"a personalized publisher takes w and epsilon per user from the requirements, not epsilon={epsilon!r}, "
             f"w={w!r}"
         )
-    return PersonalizedLedger(requirements, runs=1, sampler=sampler)
+    return PersonalizedLedger(
+        requirements, runs=1, sampler=sampler, trusted_code=trusted_code, allow_vouched=allow_vouched
+    )
 
 
 def _check_windows(w: int | None, requirements: RequirementSet | None, policies: PolicyCollection | None) -> None:

@@ -91,10 +91,17 @@ class LedgerAccess:
         """Charge ``record.amounts`` at the secret's timestamp (checked: its type, order and stream);
         raises, changing nothing, before anything is read. Returns the timestamp."""
         ledger = self._ledger
+        if record.vouched:
+            ledger._require_owner("a vouched charge", vouched=True)
         t = ledger._check_secret(secret)
         ledger._charge(t, record.amounts, record)
         ledger._vouched += record.vouched
         return t
+
+    def require_owner(self, what: str, *, isolation: str | None = None, vouched: bool = False) -> None:
+        """Refuse (:class:`~budgetcheck.ledger.errors.NotAllowed`, before any charge) what the ledger's owner did
+        not allow: ``isolation='trusted'`` without ``trusted_code``, a vouched sensitivity without ``allow_vouched``."""
+        self._ledger._require_owner(what, isolation=isolation, vouched=vouched)
 
     @property
     def rng(self) -> np.random.Generator:

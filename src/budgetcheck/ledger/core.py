@@ -29,6 +29,7 @@ from budgetcheck.ledger.errors import (
     BudgetExceeded,
     InvalidArgument,
     LedgerCorrupt,
+    NotAllowed,
     TimestampOrder,
 )
 from budgetcheck.ledger.hooks import OperationHook
@@ -66,6 +67,7 @@ from budgetcheck.ledger.queries import (
 )
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord, dump_lines, frozen
 from budgetcheck.ledger.sandbox import unavailable as sandbox_unavailable
+from budgetcheck.ledger.sealed import seal
 from budgetcheck.ledger.validation import (
     MAX_T,
     check_amounts,
@@ -261,6 +263,7 @@ class LedgerCore(abc.ABC):
     _stacking = False  # whether it reads stacked streams (GuardedStream.stacked): the w-event ledger does
 
     __slots__ = (
+        "_allow_vouched",
         "_applying",
         "_charges",
         "_failures",
@@ -283,13 +286,29 @@ class LedgerCore(abc.ABC):
         "_steady",
         "_t",
         "_unsandboxed",
+        "_trusted_code",
         "_vouched",
         "__weakref__",  # see _redraw_after_fork
     )
 
-    def __init__(self, *, runs: int, seed: int, sampler: str = DISCRETE, keep_records: bool = False) -> None:
-        if not isinstance(keep_records, bool):
-            raise InvalidArgument(f"keep_records={keep_records!r} must be True or False")
+    def __init__(
+        self,
+        *,
+        runs: int,
+        seed: int,
+        sampler: str = DISCRETE,
+        keep_records: bool = False,
+        trusted_code: bool = False,
+        allow_vouched: bool = False,
+    ) -> None:
+        for name, value in (("keep_records", keep_records), ("trusted_code", trusted_code)):
+            if not isinstance(value, bool):
+                raise InvalidArgument(f"{name}={value!r} must be True or False")
+        if not isinstance(allow_vouched, bool):
+            raise InvalidArgument(f"allow_vouched={allow_vouched!r} must be True or False")
+        # the owner's choices, fixed here for the ledger's life (ledger.sealed: no later route changes them)
+        self._trusted_code = trusted_code
+        self._allow_vouched = allow_vouched
         self._keep = keep_records  # in memory, records are kept only when asked: a long stream's memory stays flat
         # see journaled: reentrant, as a hook or a test runs operations inside one; held across a fork (_before_fork)
         self._lock: Any = threading.RLock()
@@ -369,6 +388,36 @@ class LedgerCore(abc.ABC):
         return self._vouched
 
     @property
+    def trusted_code(self) -> bool:
+        """Whether the ledger's owner allowed the caller's code to read true values in this process
+        (``isolation='trusted'``); fixed at construction (``WindowLedger(..., trusted_code=True)``)."""
+        return bool(_TRUSTED_CODE(self))
+
+    @property
+    def allow_vouched(self) -> bool:
+        """Whether the ledger's owner allowed charges at a sensitivity the caller vouches for (``measure``,
+        ``measure_footprint``, a threshold test's own statistic); fixed at construction
+        (``WindowLedger(..., allow_vouched=True)``)."""
+        return bool(_ALLOW_VOUCHED(self))
+
+    def _require_owner(self, what: str, *, isolation: str | None = None, vouched: bool = False) -> None:
+        """Refuse, before anything is bound, charged or read, what the ledger's owner did not allow."""
+        kind = type(self).__name__
+        if isolation == TRUSTED and _TRUSTED_CODE(self) is not True:
+            raise NotAllowed(
+                f"{what} with isolation='trusted' runs the caller's code on true values in this process, which "
+                f"this ledger's owner has not allowed: nothing was charged. Use isolation='fork' (the default), "
+                f"or, as the ledger's owner, build it with {kind}(..., trusted_code=True) for code you trust"
+            )
+        if vouched and _ALLOW_VOUCHED(self) is not True:
+            raise NotAllowed(
+                f"{what} charges at a sensitivity the caller vouches for (the library does not derive it), which "
+                f"this ledger's owner has not allowed: nothing was charged. Use an operation whose sensitivity the "
+                f"library derives (laplace_query), or, as the ledger's owner, build it with "
+                f"{kind}(..., allow_vouched=True)"
+            )
+
+    @property
     def in_process(self) -> int:
         """How many times the caller's code read true values in this process (``isolation='trusted'``:
         ``measure``, ``measure_footprint``, a threshold test's own statistic): what it kept there cannot be
@@ -403,8 +452,10 @@ class LedgerCore(abc.ABC):
         operation: str,
     ) -> list[FloatArray]:
         """:func:`call_measured`, counting the calls that run the caller's code here (:attr:`in_process`): fn's
-        results, or ``default`` for each payload when fn failed (recorded in :attr:`failures`, not told)."""
+        results, or ``default`` for each payload when fn failed (recorded in :attr:`failures`, not told);
+        refused (the operation checked it before its charge) unless the ledger's owner allowed it."""
         if isolation == TRUSTED:
+            self._require_owner("a measured function", isolation=isolation)
             self._in_process += 1
         with held(deadline if isolation == FORK else None):  # what follows fn's outcome is held too
             outcome = call_measured(fn, payloads, isolation, shape, deadline)
@@ -1136,7 +1187,7 @@ class LaplaceReleases(LedgerCore):
             >>> import numpy as np
             >>> from budgetcheck import GuardedStream, WindowLedger
             >>> stream = GuardedStream(np.array([[3.0, 4.0], [5.0, 1.0]]))
-            >>> ledger = WindowLedger(epsilon=1.0, w=2, keep_records=True)
+            >>> ledger = WindowLedger(epsilon=1.0, w=2, keep_records=True, allow_vouched=True)  # the owner allows it
             >>> ledger.bind(stream)
             >>> ledger.measure(np.max, stream.secret(1), sensitivity=1.0, epsilon=0.5, deadline=0.1).shape
             (1,)
@@ -1145,6 +1196,7 @@ class LaplaceReleases(LedgerCore):
         """
         amounts = self._measurement_amounts(fn, epsilon, "measure")
         isolation = check_isolation(isolation)
+        self._require_owner("measure", isolation=isolation, vouched=True)
         declared = check_result_shape(shape)
         fallback, seconds = check_default(default, declared), check_deadline(deadline)
         self._check_confined(isolation)
@@ -1267,6 +1319,8 @@ class LaplaceReleases(LedgerCore):
         ``integral`` values or not) and the sensitivity the noise covers. Raises before anything is read.
         ``t``: the secret's timestamp, when the caller has just checked the secret (:meth:`_check_secret`).
         """
+        if vouched:
+            self._require_owner("a measurement", vouched=True)
         t = self._check_secret(secret) if t is None else t
         purpose = check_label(purpose)
         sensitivity = self._sensitivity_at(t, sensitivity)
@@ -1288,6 +1342,11 @@ class LaplaceReleases(LedgerCore):
         self._charge(t, amounts, record)
         self._vouched += vouched
         return scale, sensitivity
+
+
+# the owner's flags, read through the slots themselves (a class attribute put over them changes nothing)
+_OWNER = seal(LedgerCore, "_trusted_code", "_allow_vouched", final_class=False)
+_TRUSTED_CODE, _ALLOW_VOUCHED = _OWNER["_trusted_code"], _OWNER["_allow_vouched"]
 
 
 def _same_bits(a: FloatArray, b: FloatArray) -> bool:

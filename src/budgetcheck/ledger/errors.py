@@ -76,3 +76,15 @@ class BadRow(InvalidArgument):
     def __init__(self, message: str, *, row: int) -> None:
         super().__init__(f"row {row}: {message}")
         self.row = row
+
+
+class NotAllowed(InvalidArgument):
+    """A mechanism asked a ledger for what only the ledger's owner can allow: in-process user code
+    (``isolation='trusted'``) or a vouched sensitivity (``measure``, a threshold test's own statistic),
+    on a ledger built without ``trusted_code=True`` / ``allow_vouched=True``. Raised before anything is
+    charged, bound or read."""
+
+
+class Fixed(BudgetcheckError, AttributeError):
+    """A value fixed when it was set (a ledger owner's choice, a stream's data model) was to be changed
+    or deleted afterwards; nothing changed."""

@@ -33,6 +33,7 @@ from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord
 from budgetcheck.ledger.requirements import RequirementSet
 from budgetcheck.ledger.sampling import inclusion_probabilities, optimal_budget
+from budgetcheck.ledger.sealed import seal
 from budgetcheck.ledger.validation import (
     check_bin_amounts,
     check_label,
@@ -80,10 +81,19 @@ class PersonalizedLedger(LedgerCore):
         seed: int = 0,
         sampler: str = DISCRETE,
         keep_records: bool = False,
+        trusted_code: bool = False,
+        allow_vouched: bool = False,
     ) -> None:
         if not isinstance(requirements, RequirementSet):
             raise InvalidArgument(f"requirements must be a RequirementSet, got {type(requirements).__name__}")
-        super().__init__(runs=runs, seed=seed, sampler=sampler, keep_records=keep_records)
+        super().__init__(
+            runs=runs,
+            seed=seed,
+            sampler=sampler,
+            keep_records=keep_records,
+            trusted_code=trusted_code,
+            allow_vouched=allow_vouched,
+        )
         self._requirements = requirements
         # (w_c, ε_c, n_c) as plain numbers: what every check and the header read, never the requirement objects
         # a caller holds (attrs' frozen guard gives way to object.__setattr__)
@@ -471,3 +481,7 @@ def _same_classes(theirs: object, ours: RequirementSet) -> bool:
         and theirs.counts == ours.counts
         and np.array_equal(theirs.user_classes, ours.user_classes)
     )
+
+
+# the requirement set the ledger accounts is fixed for its life (issue 43, item 3)
+seal(PersonalizedLedger, "_requirements")

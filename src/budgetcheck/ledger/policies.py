@@ -19,6 +19,7 @@ from typing import final
 import attrs
 
 from budgetcheck.ledger.errors import InvalidArgument
+from budgetcheck.ledger.sealed import seal
 from budgetcheck.ledger.validation import check_nonnegative, check_positive_int
 
 _DIGITS = re.compile(r"[0-9]{1,19}")
@@ -143,6 +144,11 @@ class PolicyCollection:
 
     def __repr__(self) -> str:
         return f"PolicyCollection({len(self._policies)} policies, horizon={self.horizon}, max |J|={self.max_interval})"
+
+
+# Δ_Q^t and δ(J) are derived once, from policies fixed from then on (issue 43, item 3)
+seal(PolicyCollection, "_deltas", "_policies", "_relevant", "_sensitivity")
+seal(StreamPolicy, "start", "end", "thresholds")
 
 
 def _exact_sum_up(values: Sequence[float]) -> float:

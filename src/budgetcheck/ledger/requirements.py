@@ -14,6 +14,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck.ledger.errors import InvalidArgument
+from budgetcheck.ledger.sealed import seal
 from budgetcheck.ledger.validation import check_epsilon, check_positive_int
 
 
@@ -161,3 +162,7 @@ class RequirementSet:
             f"(w={r.w}, epsilon={r.epsilon!r}) x {n}" for r, n in zip(self._classes, self._counts, strict=True)
         )
         return f"RequirementSet({parts})"
+
+
+# the classes and their users are fixed once made (issue 43, item 3); _ranges is a cache filled on first use
+seal(RequirementSet, "_classes", "_counts", "_ids", "_index", "_user_classes")

@@ -25,6 +25,7 @@ from budgetcheck.ledger.noise import DISCRETE
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord
+from budgetcheck.ledger.sealed import seal
 from budgetcheck.ledger.validation import check_epsilon
 from budgetcheck.rounding import ObjectArray
 from budgetcheck.stream.secret import Secret, charged
@@ -57,10 +58,19 @@ class SwellfishLedger(LaplaceReleases):
         seed: int = 0,
         sampler: str = DISCRETE,
         keep_records: bool = False,
+        trusted_code: bool = False,
+        allow_vouched: bool = False,
     ) -> None:
         if not isinstance(policies, PolicyCollection):
             raise InvalidArgument(f"policies must be a PolicyCollection, got {type(policies).__name__}")
-        super().__init__(runs=runs, seed=seed, sampler=sampler, keep_records=keep_records)
+        super().__init__(
+            runs=runs,
+            seed=seed,
+            sampler=sampler,
+            keep_records=keep_records,
+            trusted_code=trusted_code,
+            allow_vouched=allow_vouched,
+        )
         self._policies = policies
         self._epsilon = check_epsilon(epsilon)
         self._eps_units = rounding.to_units(self._epsilon)
@@ -233,3 +243,7 @@ class SwellfishLedger(LaplaceReleases):
 def _zeros(runs: int) -> ObjectArray:
     """An exact all-zero per-run vector (object array of Python ints)."""
     return np.zeros(runs, dtype=np.int64).astype(object)
+
+
+# the policies every Δ_Q^t is derived from are fixed for the ledger's life (issue 43, item 3)
+seal(SwellfishLedger, "_policies")

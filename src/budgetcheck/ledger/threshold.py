@@ -247,12 +247,17 @@ class ThresholdTest:
         predictable transaction (``isolation='fork'``: a sandboxed process forked per group of runs, held to
         ``deadline`` seconds; only finite values of the tested cells come back, and a failure gives ``default``,
         the statistic's declared value per cell, recorded in ``ledger.failures``), or here with
-        ``isolation='trusted'``, for code you trust.
+        ``isolation='trusted'``, for code you trust. Its sensitivity is the caller's word, so the
+        ledger's owner must have allowed vouched sensitivities (``allow_vouched=True``; and
+        ``trusted_code=True`` for ``isolation='trusted'``): otherwise the query is refused
+        (:class:`~budgetcheck.ledger.errors.NotAllowed`) before anything is charged.
         """
         fallback = check_default(default, self._cells)
         seconds = check_deadline(deadline)
         if statistic is not deviation:  # the library's own statistic needs no process of its own
             isolation = check_isolation(isolation)
+            # the caller's statistic is vouched for (and in this process if trusted): the owner's to allow
+            self._access.require_owner("query with a statistic of its own", isolation=isolation, vouched=True)
             self._access.check_confined(isolation)
             if isolation == FORK:  # all runs in one bucket answer (runs, *cells): refused unless that fits
                 check_answer_fits((self._ledger.runs, *self._cells), 1, name="cells")

@@ -106,6 +106,8 @@ class WindowLedger(LaplaceReleases):
         seed: int = 0,
         sampler: str = DISCRETE,
         keep_records: bool = False,
+        trusted_code: bool = False,
+        allow_vouched: bool = False,
     ) -> None:
         if params is None:  # WindowLedger(epsilon=1.0, w=3), as one would write it
             if epsilon is None or w is None:
@@ -117,7 +119,14 @@ class WindowLedger(LaplaceReleases):
             raise InvalidArgument(f"give either params={params!r} or epsilon and w, not both")
         if not isinstance(params, WEventParams):
             raise InvalidArgument(f"params={params!r} must be a WEventParams(epsilon=..., w=...)")
-        super().__init__(runs=runs, seed=seed, sampler=sampler, keep_records=keep_records)
+        super().__init__(
+            runs=runs,
+            seed=seed,
+            sampler=sampler,
+            keep_records=keep_records,
+            trusted_code=trusted_code,
+            allow_vouched=allow_vouched,
+        )
         # a copy no caller holds (``params`` hands out another): the window checks never read an object that
         # a caller can change, even past attrs' frozen guard with object.__setattr__
         self._params = WEventParams(params.epsilon, params.w)
@@ -139,7 +148,15 @@ class WindowLedger(LaplaceReleases):
 
     @classmethod
     def with_epsilons(
-        cls, epsilons: ArrayLike, w: int, *, seed: int = 0, sampler: str = DISCRETE, keep_records: bool = False
+        cls,
+        epsilons: ArrayLike,
+        w: int,
+        *,
+        seed: int = 0,
+        sampler: str = DISCRETE,
+        keep_records: bool = False,
+        trusted_code: bool = False,
+        allow_vouched: bool = False,
     ) -> WindowLedger:
         """A ledger of ``len(epsilons)`` runs in which run r is held to w-event ``epsilons[r]``-privacy
         (the benchmark runs the ε of several settings in one pass). Every check is the same as
@@ -152,6 +169,8 @@ class WindowLedger(LaplaceReleases):
             seed=seed,
             sampler=sampler,
             keep_records=keep_records,
+            trusted_code=trusted_code,
+            allow_vouched=allow_vouched,
         )
         if (budgets != budgets[0]).any():
             ledger._epsilon = frozen(budgets)  # immutable bytes; ``epsilon`` hands out fresh views of them
@@ -402,6 +421,7 @@ class WindowLedger(LaplaceReleases):
             raise InvalidArgument("secrets must name at least one timestamp (the footprint), got none")
         amounts = self._measurement_amounts(fn, epsilon, "measure_footprint")
         isolation = check_isolation(isolation)
+        self._require_owner("measure_footprint", isolation=isolation, vouched=True)
         declared = check_result_shape(shape)
         fallback, seconds = check_default(default, declared), check_deadline(deadline)
         self._check_confined(isolation)

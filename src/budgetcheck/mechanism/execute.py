@@ -160,6 +160,8 @@ def execute(
     seed: int = 0,
     sampler: str = NUMPY,
     intrusions: Iterable[int] = (),
+    trusted_code: bool = False,
+    allow_vouched: bool = False,
 ) -> Execution[WindowLedger]:
     """Run ``mechanism`` on ``data`` (shape (T, d), or a GuardedStream, stacked or not) under (ε, w)
     for ``runs`` seeded runs; ``epsilon`` may give one ε per run (``WindowLedger.with_epsilons``).
@@ -169,6 +171,9 @@ def execute(
     An experiment, not a publication: the ledger keeps its records (for audits) and its noise is reproducible from
     ``seed`` (``numpy-laplace``)
     unless ``sampler`` names another; to publish, use a ledger file (:func:`budgetcheck.publish`).
+
+    ``trusted_code``, ``allow_vouched``: the ledger owner's consent (see :class:`WindowLedger`) to the mechanism's
+    in-process code (``isolation='trusted'``) and vouched sensitivities (``measure``); both refused by default.
 
     Example:
         >>> import numpy as np
@@ -183,10 +188,24 @@ def execute(
     stream = data if isinstance(data, GuardedStream) else GuardedStream(data)
     if np.ndim(epsilon) == 0:
         ledger = WindowLedger(
-            WEventParams(epsilon=epsilon, w=w), runs=runs, seed=seed, sampler=sampler, keep_records=True
+            WEventParams(epsilon=epsilon, w=w),
+            runs=runs,
+            seed=seed,
+            sampler=sampler,
+            keep_records=True,
+            trusted_code=trusted_code,
+            allow_vouched=allow_vouched,
         )
     else:
-        ledger = WindowLedger.with_epsilons(epsilon, w, seed=seed, sampler=sampler, keep_records=True)
+        ledger = WindowLedger.with_epsilons(
+            epsilon,
+            w,
+            seed=seed,
+            sampler=sampler,
+            keep_records=True,
+            trusted_code=trusted_code,
+            allow_vouched=allow_vouched,
+        )
         if ledger.runs != runs:
             raise InvalidArgument(f"epsilon has {ledger.runs} budgets but runs={runs!r}; give one ε per run")
     for t in intrusions:
@@ -203,14 +222,23 @@ def execute_personalized(
     runs: int = 1,
     seed: int = 0,
     sampler: str = NUMPY,
+    trusted_code: bool = False,
+    allow_vouched: bool = False,
 ) -> Execution[PersonalizedLedger]:
     """Run a personalized mechanism on per-user ``bins`` (shape (T, n)) under ``requirements``
-    (an experiment: reproducible noise from ``seed``, as :func:`execute`)."""
+    (an experiment: reproducible noise from ``seed``, and the owner's consent, as :func:`execute`)."""
     check_mechanism(mechanism, "PersonalizedMechanism")
     stream = PersonalizedStream(requirements, bins, dimensions=dimensions)
-    return execute_on(
-        mechanism, stream, PersonalizedLedger(requirements, runs=runs, seed=seed, sampler=sampler, keep_records=True)
+    ledger = PersonalizedLedger(
+        requirements,
+        runs=runs,
+        seed=seed,
+        sampler=sampler,
+        keep_records=True,
+        trusted_code=trusted_code,
+        allow_vouched=allow_vouched,
     )
+    return execute_on(mechanism, stream, ledger)
 
 
 def execute_swellfish(
@@ -222,12 +250,20 @@ def execute_swellfish(
     runs: int = 1,
     seed: int = 0,
     sampler: str = NUMPY,
+    trusted_code: bool = False,
+    allow_vouched: bool = False,
 ) -> Execution[SwellfishLedger]:
     """Run a Swellfish mechanism on ``data`` (shape (T, d)) under (ε, Φ) (an experiment: reproducible
-    noise from ``seed``, as :func:`execute`)."""
+    noise from ``seed``, and the owner's consent, as :func:`execute`)."""
     check_mechanism(mechanism, "SwellfishMechanism")
-    return execute_on(
-        mechanism,
-        GuardedStream(data),
-        SwellfishLedger(policies, epsilon=epsilon, runs=runs, seed=seed, sampler=sampler, keep_records=True),
+    ledger = SwellfishLedger(
+        policies,
+        epsilon=epsilon,
+        runs=runs,
+        seed=seed,
+        sampler=sampler,
+        keep_records=True,
+        trusted_code=trusted_code,
+        allow_vouched=allow_vouched,
     )
+    return execute_on(mechanism, GuardedStream(data), ledger)

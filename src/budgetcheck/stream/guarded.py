@@ -15,6 +15,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck.ledger.errors import InvalidArgument, SecretAccess
 from budgetcheck.ledger.requirements import RequirementSet
+from budgetcheck.ledger.sealed import seal
 from budgetcheck.ledger.validation import check_positive_int, check_stream
 from budgetcheck.stream.neighbours import DEFAULT, Neighbours, check_neighbours
 from budgetcheck.stream.secret import COMPANION, Secret, StreamClaim, attach_users
@@ -25,9 +26,18 @@ class SecretSequence:
 
     __slots__ = ("__weakref__", "_claim", "_length", "_neighbours", "_rows", "_secrets")
 
-    def __init__(self, payloads: NDArray[np.float64], *, rows: int = 0, neighbours: Neighbours = DEFAULT) -> None:
+    def __init__(
+        self,
+        payloads: NDArray[np.float64],
+        *,
+        rows: int = 0,
+        neighbours: Neighbours = DEFAULT,
+        requirements: RequirementSet | None = None,
+    ) -> None:
         self._length = int(payloads.shape[0])
-        self._claim = StreamClaim(self, integral=bool(np.array_equal(payloads, np.round(payloads))), rows=rows)
+        integral = bool(np.array_equal(payloads, np.round(payloads)))
+        # requirements: a PersonalizedStream's set (a PersonalizedLedger of another requirement set refuses it)
+        self._claim = StreamClaim(self, integral=integral, rows=rows, requirements=requirements)
         self._rows = rows
         self._neighbours = check_neighbours(neighbours)
         self._secrets = tuple(
@@ -116,6 +126,10 @@ class GuardedStream(SecretSequence):
         return f"GuardedStream(length={self._length}, dimensions={self._dimensions}{stacked})"
 
 
+# The data model is fixed when the stream is made (issue 43, item 3): its relation, secrets, claim and shape
+# are set once (a second __init__ is refused too), and the stream classes cannot be subclassed.
+seal(GuardedStream, "_dimensions")
+
 _COMPARED_BINS = 16  # up to this d, counting by comparisons (d passes over a row) beats one bincount
 
 
@@ -141,8 +155,7 @@ class PersonalizedStream(SecretSequence):
         counts = class_counts(requirements.user_classes, data, requirements.n_classes, d, requirements.class_ranges)
         self._requirements = requirements
         self._dimensions = d
-        super().__init__(counts)
-        self._claim.requirements = requirements  # a PersonalizedLedger of another requirement set refuses it
+        super().__init__(counts, requirements=requirements)
         # per-user bins in their checked integer dtype, for population division (ledger.local_report_groups);
         # bound to the same ledger
         companions = StreamClaim(self, kind=COMPANION)  # never bound: no ledger operation reads them by claim
@@ -238,3 +251,7 @@ def _check_bins(bins: ArrayLike, users: int, d: int) -> NDArray[np.integer[Any]]
         raise InvalidArgument(f"bins[t={t + 1}, user {i}]={raw[t, i].item()!r} must be in [0, {d}) or -1 (absent)")
     # integers that int64 holds exactly stay as they are (class_counts adds them to int64 slots); the rest are cast
     return raw if raw.dtype.kind == "i" or (raw.dtype.kind == "u" and raw.dtype.itemsize < 8) else raw.astype(np.int64)
+
+
+seal(PersonalizedStream, "_dimensions", "_requirements", "_users")
+seal(SecretSequence, "_claim", "_length", "_neighbours", "_rows", "_secrets")  # after its two subclasses

@@ -16,6 +16,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck.ledger.errors import InvalidArgument, SecretAccess, TimestampOrder
+from budgetcheck.ledger.sealed import seal
 from budgetcheck.ledger.validation import MAX_T, MAX_VALUE, check_positive_int, check_timestamp
 from budgetcheck.stream.neighbours import DEFAULT, Neighbours, check_neighbours
 from budgetcheck.stream.secret import LIVE, Secret, StreamClaim, live_secret, take
@@ -204,3 +205,8 @@ class LiveStream:
 
     def __reduce_ex__(self, protocol: object) -> tuple[object, ...]:
         raise SecretAccess("a LiveStream cannot be pickled: it holds the true stream")
+
+
+# The data model is fixed when the stream is made (issue 43, item 3): its relation, rows, claim and shape are
+# set once (a second __init__ on a bound stream is refused); what binding and rows change stays free.
+seal(LiveStream, "_claim", "_dimensions", "_neighbours", "_replayed", "_rows", "_shape")

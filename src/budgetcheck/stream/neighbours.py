@@ -26,6 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck.ledger.errors import InvalidArgument
+from budgetcheck.ledger.sealed import seal
 
 Kind = Literal["one-bin", "across-bins", "replace-one"]
 KINDS: tuple[Kind, ...] = ("one-bin", "across-bins", "replace-one")
@@ -100,6 +101,10 @@ class Neighbours:
         return f"{self.kind} (a person added or removed, contributing up to {self.bound}{where})"
 
 
+# A relation is fixed once made (issue 43, item 3): attrs' frozen check is only __setattr__, so the fields are
+# sealed against object.__setattr__ too, and no subclass can report other fields (ledger.sealed).
+seal(Neighbours, "kind", "bound")
+
 DEFAULT = Neighbours.one_bin()
 MOST_BOUND = 2**53  # the largest bound a sensitivity is derived from: every integer up to it is a double
 
@@ -108,7 +113,11 @@ def usable(relation: object) -> object:
     """``relation``, refused where no sensitivity can be derived from it exactly: a bound above 2^53 rounds
     (2^53 + 1 to nearest: down) or passes every double (2^1100). A Neighbours accepts any integer bound, so
     the refusal comes at the first charged operation that derives one, as an InvalidArgument before the charge."""
-    if type(relation) is Neighbours and relation.bound > MOST_BOUND:
+    if type(relation) is not Neighbours:  # a class of the same layout put under it (__class__) reports anything
+        raise InvalidArgument(
+            f"the stream's relation is a {type(relation).__name__}, not a Neighbours: no sensitivity is derived from it"
+        )
+    if relation.bound > MOST_BOUND:
         bits = relation.bound.bit_length()
         shown = repr(relation.bound) if bits <= 64 else f"an integer of {bits} bits"
         raise InvalidArgument(

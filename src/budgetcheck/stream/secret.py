@@ -33,6 +33,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck.ledger.errors import InvalidArgument, SecretAccess
+from budgetcheck.ledger.sealed import seal, writers
 from budgetcheck.stream.neighbours import DEFAULT, usable
 
 
@@ -95,10 +96,12 @@ def _refuse(secret: Secret, what: str) -> NoReturn:
 class Secret:
     """The true query result of timestamp ``t``, readable only through a charged ledger operation."""
 
-    __slots__ = ("__weakref__", "_claim", "_neighbours", "_rows", "_shape", "_t")
+    # (t, claim, relation, shape, rows): what a charged operation checks (charge_view), one immutable tuple
+    # in one slot sealed below (set once; the claim list is the binding, which changes; the list does not)
+    __slots__ = ("__weakref__", "_view")
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         t: int,
         values: NDArray[np.float64],
         claim: list[object] | None = None,
@@ -107,20 +110,23 @@ class Secret:
         rows: int = 0,
         neighbours: object = None,
         integer: bool = False,
-    ) -> None:
+    ) -> Secret:
+        # Made in __new__, which makes a new object every time: there is no __init__ to call again on a
+        # secret that exists (its one slot is sealed besides).
+        self = object.__new__(cls)
         # integer: per-user bins (a PersonalizedStream's companion), kept in their own integer dtype
         frozen = np.array(values, dtype=None if integer else np.float64)
         frozen.setflags(write=False)
-        self._t = t
-        # rows > 0: a stacked stream's timestamp, one payload row per stream (see GuardedStream.stacked).
-        self._rows = rows
-        self._shape = frozen.shape[1:] if rows else frozen.shape
-        self._claim: list[object] = [] if claim is None else claim
-        self._neighbours = DEFAULT if neighbours is None else neighbours  # its stream's neighbouring relation
+        # rows > 0: a stacked stream's timestamp, one payload row per stream (see GuardedStream.stacked); the
+        # relation: its stream's
+        shape = frozen.shape[1:] if rows else frozen.shape
+        relation = DEFAULT if neighbours is None else neighbours
+        _SET_VIEW(self, (t, [] if claim is None else claim, relation, shape, rows))
         with _LOCK:  # _send, in this frame
             _PORT.send(("put", id(self), frozen))
         if stand_in:
             _STAND_INS.add(id(self))
+        return self
 
     def __del__(self) -> None:
         """Its payload leaves the vault at the vault's next operation (:func:`_forget`); a stand-in is forgotten."""
@@ -135,15 +141,18 @@ class Secret:
     @property
     def t(self) -> int:
         """The timestamp (1-based) whose data this is."""
-        return self._t
+        t: int = _VIEW(self)[0]
+        return t
 
     @property
     def shape(self) -> tuple[int, ...]:
         """The shape of one run's payload (public: d is a system parameter)."""
-        return self._shape
+        shape: tuple[int, ...] = _VIEW(self)[3]
+        return shape
 
     def __repr__(self) -> str:
-        return f"Secret(t={self._t}, shape={self._shape})"
+        view = _VIEW(self)
+        return f"Secret(t={view[0]}, shape={view[3]})"
 
     __hash__ = object.__hash__
 
@@ -246,6 +255,12 @@ class Secret:
         _refuse(self, "deepcopy()")
 
 
+# What a secret says of its stream is fixed when it is made (issue 43, item 3): set once, read here through the
+# slots themselves (an attribute put over them on the class changes nothing the ledger derives).
+_SECRET = seal(Secret, "_view")
+_VIEW = _SECRET["_view"]
+_SET_VIEW = writers(_SECRET)["_view"]  # a new secret's view, set by its maker without Once's check
+
 _USERS: dict[int, Secret] = {}  # id(a per-class secret) -> the secret of the same t's per-user bins
 
 
@@ -264,7 +279,7 @@ def users_of(secret: Secret) -> Secret | None:
 def neighbours_of(secret: Secret) -> object:
     """The neighbouring relation of the secret's stream (a ``Neighbours``; default one person, one bin), if a
     sensitivity can be derived from it (:func:`~budgetcheck.stream.neighbours.usable`)."""
-    return usable(secret._neighbours)
+    return usable(_VIEW(secret)[2])
 
 
 def charged(secret: Secret) -> _Charged:
@@ -312,11 +327,7 @@ def live_secret(t: int, frozen: NDArray[np.float64], claim: list[object], neighb
     ):
         return Secret(t, frozen, claim, neighbours=neighbours)
     secret = object.__new__(Secret)
-    secret._t = t
-    secret._rows = 0
-    secret._shape = frozen.shape
-    secret._claim = claim
-    secret._neighbours = neighbours
+    _SET_VIEW(secret, (t, claim, neighbours, frozen.shape, 0))
     with _LOCK:  # _send, in this frame
         _PORT.send(("put", id(secret), frozen))
     return secret
@@ -326,7 +337,8 @@ def charge_view(secret: Secret) -> tuple[int, list[object], object, tuple[int, .
     """The public parts of a secret a charged operation checks, in one call: its timestamp, the claim of its
     stream (the ledger bound to it, if any: see :func:`claim`), its stream's neighbouring relation, its
     shape and its stacked rows (0 for a plain secret). Nothing of the payload."""
-    return secret._t, secret._claim, secret._neighbours, secret._shape, secret._rows
+    view: tuple[int, list[object], object, tuple[int, ...], int] = _VIEW(secret)
+    return view
 
 
 def charged_payload(secret: Secret) -> NDArray[np.float64]:
@@ -393,6 +405,9 @@ class StreamClaim(list[object]):
         take(self, ledger, stream)
 
 
+# what a claim checks at binding is fixed when the stream is made (issue 43, item 3)
+seal(StreamClaim, "_described", "integral", "kind", "requirements", "rows")
+
 _TAKING = threading.Lock()  # two ledgers (each under its own lock) binding one stream at once: one wins
 
 
@@ -410,9 +425,10 @@ def take(owner: list[object], ledger: object, stream: object = "the stream") -> 
 def claim(secret: Secret, ledger: object) -> None:
     """Bind the secret's stream to one ledger: reading it through a second ledger would hide spends.
     A stream never bound is bound by the ledger here, with ``ledger.bind``'s checks (:class:`StreamClaim`)."""
-    if not secret._claim:
-        ledger._bind_claim(secret._claim)  # type: ignore[attr-defined]  # a Ledger (this layer does not import it)
-    elif secret._claim[0] is not ledger:
+    owner = _VIEW(secret)[1]
+    if not owner:
+        ledger._bind_claim(owner)  # type: ignore[attr-defined]  # a Ledger (this layer does not import it)
+    elif owner[0] is not ledger:
         raise SecretAccess(
             f"{secret!r} belongs to a stream already accounted by another ledger; a stream is read "
             "through exactly one ledger so that every spend on it is in one record"
@@ -421,13 +437,14 @@ def claim(secret: Secret, ledger: object) -> None:
 
 def requirements_of(secret: Secret) -> object:
     """The RequirementSet of the PersonalizedStream the secret belongs to (None for other streams)."""
-    owner = secret._claim
+    owner = _VIEW(secret)[1]
     return owner.requirements if type(owner) is StreamClaim else None
 
 
 def stacked_rows(secret: Secret) -> int:
     """How many streams a stacked secret holds (one payload row each); 0 for a plain secret."""
-    return secret._rows
+    rows: int = _VIEW(secret)[4]
+    return rows
 
 
 def is_placeholder(secret: Secret) -> bool:

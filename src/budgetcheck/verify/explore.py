@@ -49,6 +49,7 @@ from budgetcheck.ledger.wevent import WindowLedger
 from budgetcheck.mechanism.execute import execute_on, notion_of
 from budgetcheck.stream.guarded import GuardedStream, PersonalizedStream
 from budgetcheck.verify.conformance import UNDECIDED, first_departure
+from budgetcheck.verify.owner import ledger_flags
 from budgetcheck.verify.tap import install_tap
 
 FloatArray = NDArray[np.float64]
@@ -126,7 +127,13 @@ class Setting:
 
     def ledger(self) -> LedgerCore:
         """The real exact ledger of the notion, one run, reproducible noise (what the tap replaces)."""
-        common: dict[str, Any] = {"runs": 1, "seed": self.seed, "sampler": "numpy-laplace", "keep_records": True}
+        common: dict[str, Any] = {
+            "runs": 1,
+            "seed": self.seed,
+            "sampler": "numpy-laplace",
+            "keep_records": True,
+            **ledger_flags(),
+        }
         if self.notion == Notion.PERSONALIZED:
             return PersonalizedLedger(self.requirements(), **common)
         if self.notion == Notion.SWELLFISH:

@@ -40,6 +40,7 @@ from budgetcheck.ledger.requirements import RequirementSet
 from budgetcheck.ledger.wevent import WindowLedger
 from budgetcheck.mechanism.execute import execute_on
 from budgetcheck.stream.guarded import GuardedStream, PersonalizedStream
+from budgetcheck.verify.owner import ledger_flags
 from budgetcheck.verify.tap import install_tap
 
 if TYPE_CHECKING:
@@ -71,7 +72,9 @@ def _settings(notion: str) -> Iterator[_Setting]:
         high = 1 - low
         yield _Setting(
             "6 users in two classes, 2 bins",
-            lambda: PersonalizedLedger(requirements, runs=3, seed=1, sampler="numpy-laplace", keep_records=True),
+            lambda: PersonalizedLedger(
+                requirements, runs=3, seed=1, sampler="numpy-laplace", keep_records=True, **ledger_flags()
+            ),
             lambda: PersonalizedStream(requirements, low, dimensions=2),
             lambda: PersonalizedStream(requirements, high, dimensions=2),
         )
@@ -84,7 +87,9 @@ def _settings(notion: str) -> Iterator[_Setting]:
         policies = PolicyCollection([StreamPolicy(4, 8, (2.0, 1.0)), StreamPolicy(2, 3, (1.0,))])
         yield _Setting(
             "epsilon=1, J=[4, 8] and [2, 3]",
-            lambda: SwellfishLedger(policies, epsilon=1.0, runs=3, seed=1, sampler="numpy-laplace", keep_records=True),
+            lambda: SwellfishLedger(
+                policies, epsilon=1.0, runs=3, seed=1, sampler="numpy-laplace", keep_records=True, **ledger_flags()
+            ),
             lambda: GuardedStream(small),
             lambda: GuardedStream(large),
         )
@@ -99,6 +104,7 @@ def _settings(notion: str) -> Iterator[_Setting]:
                 seed=1,
                 sampler="numpy-laplace",
                 keep_records=True,
+                **ledger_flags(),
             ),
             lambda: GuardedStream(small),
             lambda: GuardedStream(large),
@@ -179,7 +185,9 @@ def _setting_of(pair: StreamPair) -> _Setting:
         return _Setting(
             f"generated pair: RequirementSet.from_counts({classes!r}), dimensions={pair.dimensions}, "
             f"bins {pair.first.tolist()!r} against {pair.second.tolist()!r}",
-            lambda: PersonalizedLedger(requirements, runs=2, seed=1, sampler="numpy-laplace", keep_records=True),
+            lambda: PersonalizedLedger(
+                requirements, runs=2, seed=1, sampler="numpy-laplace", keep_records=True, **ledger_flags()
+            ),
             lambda: PersonalizedStream(requirements, pair.first, dimensions=pair.dimensions),
             lambda: PersonalizedStream(requirements, pair.second, dimensions=pair.dimensions),
         )
@@ -193,7 +201,13 @@ def _setting_of(pair: StreamPair) -> _Setting:
         return _Setting(
             f"generated pair: epsilon={pair.epsilon!r}, PolicyCollection([{listed}]), {streams}",
             lambda: SwellfishLedger(
-                policies, epsilon=pair.epsilon, runs=2, seed=1, sampler="numpy-laplace", keep_records=True
+                policies,
+                epsilon=pair.epsilon,
+                runs=2,
+                seed=1,
+                sampler="numpy-laplace",
+                keep_records=True,
+                **ledger_flags(),
             ),
             lambda: GuardedStream(pair.first),
             lambda: GuardedStream(pair.second),
@@ -207,6 +221,7 @@ def _setting_of(pair: StreamPair) -> _Setting:
             seed=1,
             sampler="numpy-laplace",
             keep_records=True,
+            **ledger_flags(),
         ),
         lambda: GuardedStream(pair.first),
         lambda: GuardedStream(pair.second),

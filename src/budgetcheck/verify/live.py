@@ -26,6 +26,7 @@ from budgetcheck.ledger.wevent import WindowLedger
 from budgetcheck.mechanism.execute import execute, execute_swellfish
 from budgetcheck.strategies import SwellfishCase, VerificationCase
 from budgetcheck.stream.live import LiveStream
+from budgetcheck.verify.owner import ledger_flags
 
 
 def has_live_path(mechanism: object) -> bool:
@@ -54,18 +55,38 @@ def live_departure(mechanism: Any, case: VerificationCase | SwellfishCase) -> Li
 def _stepped(mechanism: Any, case: VerificationCase | SwellfishCase) -> tuple[LedgerCore, str | None]:
     """The live ledger after stepping ``releases`` over the case, and the first departure from ``run``."""
     if isinstance(case, SwellfishCase):
-        batch = execute_swellfish(mechanism, case.policies, case.data, epsilon=case.epsilon, runs=1, seed=case.seed)
+        batch = execute_swellfish(
+            mechanism, case.policies, case.data, epsilon=case.epsilon, runs=1, seed=case.seed, **ledger_flags()
+        )
         ledger: LedgerCore = SwellfishLedger(
-            case.policies, epsilon=case.epsilon, runs=1, seed=case.seed, sampler=NUMPY, keep_records=True
+            case.policies,
+            epsilon=case.epsilon,
+            runs=1,
+            seed=case.seed,
+            sampler=NUMPY,
+            keep_records=True,
+            **ledger_flags(),
         )
         batch_ledger: LedgerCore = batch.ledger
         batch_releases = batch.releases
     else:
         ran = execute(
-            mechanism, case.data, epsilon=case.epsilon, w=case.w, runs=1, seed=case.seed, intrusions=case.intrusions
+            mechanism,
+            case.data,
+            epsilon=case.epsilon,
+            w=case.w,
+            runs=1,
+            seed=case.seed,
+            intrusions=case.intrusions,
+            **ledger_flags(),
         )
         window = WindowLedger(
-            WEventParams(epsilon=case.epsilon, w=case.w), runs=1, seed=case.seed, sampler=NUMPY, keep_records=True
+            WEventParams(epsilon=case.epsilon, w=case.w),
+            runs=1,
+            seed=case.seed,
+            sampler=NUMPY,
+            keep_records=True,
+            **ledger_flags(),
         )
         for t in case.intrusions:
             window.announce_intrusion(t)

@@ -25,13 +25,22 @@ def verify_in_order(
     max_length: int = 60,
     profile: str = "quick",
     stages: str = STAGES,
+    trusted_code: bool | None = None,
+    allow_vouched: bool | None = None,
 ) -> Iterator[VerifyResult]:
     """:func:`verify_mechanism` of each reference, in order; with ``jobs`` > 1 in that many spawned
     processes (a fresh interpreter each: no state of the caller's is shared, ``worker_setup`` runs
     first in each). An error of one mechanism (e.g. ``InvalidArgument`` for a name that does not
     load) is raised when its turn comes, and the work not yet started is cancelled."""
     verify = functools.partial(
-        verify_mechanism, examples=examples, seed=seed, max_length=max_length, profile=profile, stages=stages
+        verify_mechanism,
+        examples=examples,
+        seed=seed,
+        max_length=max_length,
+        profile=profile,
+        stages=stages,
+        trusted_code=trusted_code,
+        allow_vouched=allow_vouched,
     )
     if jobs <= 1 or len(references) <= 1:
         yield from map(verify, references)

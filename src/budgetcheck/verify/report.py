@@ -23,6 +23,7 @@ from budgetcheck.mechanism.loading import load_mechanism
 from budgetcheck.strategies import PersonalizedCase, SwellfishCase, VerificationCase
 from budgetcheck.stream.guarded import GuardedStream, PersonalizedStream
 from budgetcheck.verify.explain import explain, verdict_name
+from budgetcheck.verify.owner import ledger_flags
 from budgetcheck.verify.stages import AnyCase, VerifyResult
 
 if TYPE_CHECKING:
@@ -90,7 +91,12 @@ def _replay(result: VerifyResult, case: AnyCase) -> tuple[LedgerCore, BudgetExce
     stream: GuardedStream | PersonalizedStream
     if isinstance(case, PersonalizedCase):
         ledger = PersonalizedLedger(
-            case.requirements, runs=case.runs, seed=case.seed, sampler="numpy-laplace", keep_records=True
+            case.requirements,
+            runs=case.runs,
+            seed=case.seed,
+            sampler="numpy-laplace",
+            keep_records=True,
+            **ledger_flags(),
         )
         stream = PersonalizedStream(case.requirements, case.bins, dimensions=case.dimensions)
     elif isinstance(case, SwellfishCase):
@@ -101,6 +107,7 @@ def _replay(result: VerifyResult, case: AnyCase) -> tuple[LedgerCore, BudgetExce
             seed=case.seed,
             sampler="numpy-laplace",
             keep_records=True,
+            **ledger_flags(),
         )
         stream = GuardedStream(case.data)
     else:
@@ -110,6 +117,7 @@ def _replay(result: VerifyResult, case: AnyCase) -> tuple[LedgerCore, BudgetExce
             seed=case.seed,
             sampler="numpy-laplace",
             keep_records=True,
+            **ledger_flags(),
         )
         for t in case.intrusions:  # announced intrusions (Kellaris et al. 2014, §4.5): forced publications
             if t <= case.data.shape[0]:

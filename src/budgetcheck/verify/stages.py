@@ -31,7 +31,7 @@ from hypothesis.strategies import SearchStrategy
 
 from budgetcheck.ledger.audit import audit_windows_per_epsilon
 from budgetcheck.ledger.audit_notions import audit_records
-from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument, SecretAccess
+from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument, NotAllowed, SecretAccess
 from budgetcheck.ledger.intrusions import ANNOUNCED
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.validation import check_positive_int
@@ -56,11 +56,17 @@ from budgetcheck.strategies import (
 )
 from budgetcheck.verify.contract import check_contract
 from budgetcheck.verify.live import LivePath, has_live_path, live_departure
+from budgetcheck.verify.owner import allowing, ledger_flags
 from budgetcheck.verify.seeded import run_seeded
 from budgetcheck.verify.verdict import FAIL, INCONCLUSIVE, NOT_PROVED, PASS, Outcome, Verdict, meets, outcome
 
 AnyCase = VerificationCase | PersonalizedCase | SwellfishCase
 AnyMechanism = StreamMechanism | PersonalizedMechanism | SwellfishMechanism
+
+
+# the reason of a case refused because the mechanism asked for what verify's ledgers do not allow (in-process
+# code, a vouched sensitivity: verify.owner): inconclusive, not a violation (nothing was charged or released)
+NOT_ALLOWED = "not allowed by the ledger's owner"
 
 
 @attrs.frozen
@@ -159,7 +165,7 @@ class VerifyResult:
         """The verdict a user acts on: proved, verified to a bound, violated or inconclusive."""
         return outcome(
             ((stage.stage, stage.verdict) for stage in self.stages),
-            violated=self.counterexample is not None,
+            violated=self.counterexample is not None and self.counterexample.reason != NOT_ALLOWED,
             vouched=self.vouched,
         )
 
@@ -247,8 +253,15 @@ def verify_mechanism(
     max_length: int = 60,
     profile: str = "quick",
     stages: str = STAGES,
+    trusted_code: bool | None = None,
+    allow_vouched: bool | None = None,
 ) -> VerifyResult:
     """Run the stages on one mechanism (``stages`` selects a subset, e.g. "ab").
+
+    ``trusted_code``, ``allow_vouched``: the owner flags of every ledger the stages build
+    (:mod:`budgetcheck.verify.owner`; None: those of the enclosing ``allowing`` block, else False); by
+    default a mechanism that asks for in-process code or a vouched
+    sensitivity is refused there, as on ``publish``'s and ``bench``'s ledgers, and reported inconclusive.
 
     - (a) ledger replay on generated cases with a brute-force recheck, shrinking any failure;
     - (b) secret access: any read of the true stream outside a charged ledger operation;
@@ -266,6 +279,17 @@ def verify_mechanism(
         >>> result.outcome.value, result.meets("bounded")
         ('verified to a bound', True)
     """
+    given = ledger_flags()
+    trusted_code = given["trusted_code"] if trusted_code is None else trusted_code
+    allow_vouched = given["allow_vouched"] if allow_vouched is None else allow_vouched
+    with allowing(trusted_code=trusted_code, allow_vouched=allow_vouched):
+        return _verify(reference, examples=examples, seed=seed, max_length=max_length, profile=profile, stages=stages)
+
+
+def _verify(
+    reference: str, *, examples: int | None, seed: int, max_length: int, profile: str, stages: str
+) -> VerifyResult:
+    """:func:`verify_mechanism` under the owner flags it set."""
     if profile not in PROFILES:
         raise InvalidArgument(f"profile={profile!r} must be one of {sorted(PROFILES)}")
     if not isinstance(stages, str) or not stages or set(stages) - set(STAGES):
@@ -297,7 +321,9 @@ def verify_mechanism(
             results.append(
                 StageResult(
                     "ledger replay",
-                    FAIL if other else PASS,
+                    (INCONCLUSIVE if counterexample and counterexample.reason == NOT_ALLOWED else FAIL)
+                    if other
+                    else PASS,
                     f"{counterexample.reason}: {counterexample.detail}"
                     if other and counterexample
                     else f"{replay.examples} streams, {replay.runs} runs, worst window {replay.worst_ratio:.6f} of "
@@ -630,14 +656,20 @@ def _run_case(mechanism: Any, case: AnyCase) -> tuple[Any, Fraction, tuple[str, 
     """Execute one case through the right ledger; return (ledger, worst ratio, violations) from the auditor."""
     if isinstance(case, PersonalizedCase):
         pex = execute_personalized(
-            mechanism, case.requirements, case.bins, dimensions=case.dimensions, runs=case.runs, seed=case.seed
+            mechanism,
+            case.requirements,
+            case.bins,
+            dimensions=case.dimensions,
+            runs=case.runs,
+            seed=case.seed,
+            **ledger_flags(),
         )
         classes = [(r.w, r.epsilon) for r in case.requirements.classes]
         ledger: Any = pex.ledger
         audit = audit_records(ledger.records, Notion.PERSONALIZED, runs=case.runs, classes=classes)
     elif isinstance(case, SwellfishCase):
         sex = execute_swellfish(
-            mechanism, case.policies, case.data, epsilon=case.epsilon, runs=case.runs, seed=case.seed
+            mechanism, case.policies, case.data, epsilon=case.epsilon, runs=case.runs, seed=case.seed, **ledger_flags()
         )
         ledger = sex.ledger
         audit = audit_records(
@@ -652,6 +684,7 @@ def _run_case(mechanism: Any, case: AnyCase) -> tuple[Any, Fraction, tuple[str, 
             runs=case.runs,
             seed=case.seed,
             intrusions=case.intrusions,
+            **ledger_flags(),
         ).ledger
         audit = audit_records(ledger.records, Notion.W_EVENT, runs=case.runs, epsilon=case.epsilon, w=case.w)
     return ledger, audit.worst_ratio, audit.violations
@@ -663,7 +696,14 @@ def _run_several_epsilons(mechanism: Any, case: VerificationCase) -> tuple[Any, 
     under a third of it, each half audited under its own ε."""
     epsilons = [case.epsilon] * case.runs + [case.epsilon / 3] * case.runs
     ex = execute(
-        mechanism, case.data, epsilon=epsilons, w=case.w, runs=2 * case.runs, seed=case.seed, intrusions=case.intrusions
+        mechanism,
+        case.data,
+        epsilon=epsilons,
+        w=case.w,
+        runs=2 * case.runs,
+        seed=case.seed,
+        intrusions=case.intrusions,
+        **ledger_flags(),
     )
     reports = audit_windows_per_epsilon(ex.ledger.records, epsilons=epsilons, w=case.w)
     ratio = max(report.worst_ratio for report in reports.values())
@@ -693,6 +733,8 @@ def _check_case(mechanism: Any, case: AnyCase, worst: list[Fraction]) -> tuple[i
             raise _Violation(f"overspend refused by the ledger{where}", str(exc), several_epsilons=several) from exc
         except SecretAccess as exc:
             raise _Violation("secret access", f"{exc} {_located(exc)}", several_epsilons=several) from exc
+        except NotAllowed as exc:
+            raise _Violation(NOT_ALLOWED, _not_allowed(exc), several_epsilons=several) from exc
         except Exception as exc:  # a crash is a finding, with its location
             raise _Violation(
                 f"crash{where}", f"{type(exc).__name__}: {exc} ({_located(exc)})", several_epsilons=several
@@ -726,11 +768,21 @@ def _check_live_path(mechanism: Any, case: VerificationCase | SwellfishCase) -> 
         raise _Violation(f"overspend refused by the ledger{where}", str(exc)) from exc
     except SecretAccess as exc:
         raise _Violation("secret access", f"{exc} {_located(exc)}") from exc
+    except NotAllowed as exc:
+        raise _Violation(NOT_ALLOWED, _not_allowed(exc)) from exc
     except Exception as exc:
         raise _Violation(f"crash{where}", f"{type(exc).__name__}: {exc} ({_located(exc)})") from exc
     if live.departure is not None:
         raise _Violation("live path departs from run()", live.departure)
     return live
+
+
+def _not_allowed(exc: NotAllowed) -> str:
+    """What a mechanism asked for that verify's ledgers refused, and how to verify it anyway."""
+    return (
+        f"{_located(exc)}; verify's ledgers, like publish's and bench's, allow it only when told: rerun with "
+        "--trusted-code / --allow-vouched to verify the mechanism as its owner would run it"
+    )
 
 
 def _note_refused(worst: list[Fraction], attempted: Fraction) -> None:

@@ -78,6 +78,7 @@ from budgetcheck.mechanism.execute import (
     execute_swellfish,
 )
 from budgetcheck.stream.guarded import GuardedStream
+from budgetcheck.verify.owner import ledger_flags
 
 FloatArray = NDArray[np.float64]
 Run = Callable[[FloatArray, int], FloatArray]  # (input, seed) -> releases (runs, T, d)
@@ -260,10 +261,10 @@ def statistical_audit(
     base = np.full((length, 2), _BASE_LEVEL)
 
     def run(data: FloatArray, run_seed: int) -> FloatArray:
-        return execute(mechanism, data, epsilon=epsilon, w=w, runs=runs, seed=run_seed).releases
+        return execute(mechanism, data, epsilon=epsilon, w=w, runs=runs, seed=run_seed, **ledger_flags()).releases
 
     def pilot(data: FloatArray, run_seed: int) -> FloatArray:
-        return execute(mechanism, data, epsilon=epsilon, w=w, runs=pilot_runs, seed=run_seed).releases
+        return execute(mechanism, data, epsilon=epsilon, w=w, runs=pilot_runs, seed=run_seed, **ledger_flags()).releases
 
     pairs = []
     # t = 1, where every built-in publishes (a mechanism that then only predicts, such as RescueDP on a
@@ -347,7 +348,7 @@ def intruder_pairs(
 
     def run(data: FloatArray, run_seed: int) -> FloatArray:
         params = WEventParams(epsilon=epsilon, w=w)  # execute's ledger: the same noise for the same seed
-        ledger = WindowLedger(params, runs=runs, seed=run_seed, sampler=NUMPY, keep_records=True)
+        ledger = WindowLedger(params, runs=runs, seed=run_seed, sampler=NUMPY, keep_records=True, **ledger_flags())
         access = LedgerAccess(ledger)
         access.intrude(position + 1)
         if announced:
@@ -392,7 +393,13 @@ def personalized_audit(
     def runner(count: int) -> Run:
         def run(bins: FloatArray, run_seed: int) -> FloatArray:
             return execute_personalized(
-                mechanism, requirements, bins.astype(np.int64), dimensions=2, runs=count, seed=run_seed
+                mechanism,
+                requirements,
+                bins.astype(np.int64),
+                dimensions=2,
+                runs=count,
+                seed=run_seed,
+                **ledger_flags(),
             ).releases
 
         return run
@@ -481,7 +488,7 @@ def population_pair(mechanism: PersonalizedMechanism, requirements: RequirementS
 
     def run(bins: FloatArray, run_seed: int) -> FloatArray:
         return execute_personalized(
-            mechanism, population, bins.astype(np.int64), dimensions=2, runs=runs, seed=run_seed
+            mechanism, population, bins.astype(np.int64), dimensions=2, runs=runs, seed=run_seed, **ledger_flags()
         ).releases
 
     base = np.zeros((length, population.n_users))
@@ -523,7 +530,9 @@ def swellfish_audit(
     base = np.full((length, 1), _BASE_LEVEL)
 
     def run(data: FloatArray, run_seed: int) -> FloatArray:
-        return execute_swellfish(mechanism, policies, data, epsilon=epsilon, runs=runs, seed=run_seed).releases
+        return execute_swellfish(
+            mechanism, policies, data, epsilon=epsilon, runs=runs, seed=run_seed, **ledger_flags()
+        ).releases
 
     pairs = []
     for start in range(policy.start, policy.end - len(policy.thresholds) + 2):  # every placement inside J
