@@ -409,8 +409,9 @@ def _exploration_stages(
             stages.append(
                 StageResult(
                     "rule conformance",
-                    FAIL,
-                    f"{run.setting.describe()}: {found.conformance}; replay: {run.call(reference)}",
+                    NOT_PROVED,
+                    f"{DEPARTED}: {run.setting.describe()}: {found.conformance} (this run's worst window "
+                    f"{float(run.ratio):.6f} of epsilon); replay: {run.call(reference)}",
                 )
             )
         elif found.violation is not None:
@@ -436,6 +437,15 @@ def _exploration_stages(
                 )
             )
     return stages, found
+
+
+# a departure from the rule is a gap in the proof's coverage, not a finding about privacy (issue 43, item 6):
+# a mechanism that charges a few ulps more than the rule's float computation, or more under one purpose and
+# less in total, may be safe; whether a window goes over epsilon is the other stages' to say
+DEPARTED = (
+    "departs from its allocation rule, so the proof does not cover this code (not a privacy violation: "
+    "whether a window exceeds epsilon is for replay and exploration to find)"
+)
 
 
 def _secret_stage(mechanism: AnyMechanism, read: str | None, in_process: int = 0) -> StageResult:
