@@ -315,7 +315,8 @@ def verify_mechanism(
     if "c" in stages:
         results.append(_timed(lambda: _proof_stage(mechanism, chosen.w_max)))
     if "d" in stages:
-        results.append(_timed(lambda: _statistical_stage(mechanism, notion, chosen.audit_runs, seed)))
+        known = bool(replay and replay.vouched) or explored_vouched
+        results.append(_timed(lambda: _statistical_stage(mechanism, notion, chosen.audit_runs, seed, vouched=known)))
     return VerifyResult(
         mechanism=mechanism.name,
         reference=reference,
@@ -519,30 +520,66 @@ def _proof_stage(mechanism: AnyMechanism, w_max: int) -> StageResult:
     return StageResult("proof", found.verdict.as_stage(), found.detail)
 
 
-def _statistical_stage(mechanism: AnyMechanism, notion: str, runs: int, seed: int) -> StageResult:
+def _statistical_stage(
+    mechanism: AnyMechanism, notion: str, runs: int, seed: int, *, vouched: bool = False
+) -> StageResult:
+    """Stage (d). A mechanism that vouches for a sensitivity (``vouched``, or found vouching in one
+    run of some regime) is audited in every regime of :data:`budgetcheck.verify.regimes.VOUCHED`
+    (w-event) or at each ε of it (Swellfish), at the level divided by their number; the others in
+    the regimes the library derives their noise in (ε = 1, d = 2, w in {1, 3}). The detail names the
+    regimes covered."""
+    from budgetcheck.verify.regimes import DERIVED, VOUCHED, covered, vouches_in
     from budgetcheck.verify.statistical import (
         personalized_audit,
         statistical_audit,
         swellfish_audit,
     )
 
+    covers = ""
     try:
         if notion == Notion.PERSONALIZED:
             findings = [personalized_audit(cast(PersonalizedMechanism, mechanism), runs=runs, seed=seed)]
         elif notion == Notion.SWELLFISH:
-            findings = [swellfish_audit(cast(SwellfishMechanism, mechanism), runs=runs, seed=seed)]
-        else:  # the mechanism declares its notion (``notion_of``); the protocols look alike
+            epsilons = sorted({r.epsilon for r in VOUCHED}) if vouched else [1.0]
+            level = 0.05 / len(epsilons)
             findings = [
-                statistical_audit(cast(StreamMechanism, mechanism), epsilon=1.0, w=w, runs=runs, seed=seed)
-                for w in (1, 3)
+                swellfish_audit(cast(SwellfishMechanism, mechanism), epsilon=e, runs=runs, seed=seed, alpha=level)
+                for e in epsilons
             ]
+            covers = f"; epsilon in {{{', '.join(f'{e:g}' for e in epsilons)}}}" if vouched else ""
+        else:  # the mechanism declares its notion (``notion_of``); the protocols look alike
+            stream_mechanism = cast(StreamMechanism, mechanism)
+            wide = vouched or vouches_in(stream_mechanism, VOUCHED)
+            regimes = VOUCHED if wide else DERIVED
+            level = 0.05 / len(regimes) if wide else 0.05  # Bonferroni over the regimes a vouching one adds
+            findings = [
+                attrs.evolve(
+                    statistical_audit(
+                        stream_mechanism,
+                        epsilon=r.epsilon,
+                        w=r.w,
+                        runs=runs,
+                        seed=seed,
+                        alpha=level,
+                        dimensions=r.dimensions,
+                        neighbours=r.neighbours,
+                        whole_window=wide,
+                        lean=wide and r not in DERIVED,
+                    ),
+                    regime=r.describe(),
+                )
+                for r in regimes
+            ]
+            covers = f"; regimes covered: {covered(regimes)}" + (
+                f" ({len(regimes)} audits: the mechanism vouches for a sensitivity)" if wide else ""
+            )
     except Exception as exc:  # the mechanism's own failure is stage (a)'s to report
         return StageResult("statistical audit", INCONCLUSIVE, f"could not run: {type(exc).__name__}: {exc}")
     worst = max(findings, key=lambda f: f.lower_bound / f.epsilon)
-    where = worst.position if notion != Notion.W_EVENT else f"w={worst.w}, {worst.position}"
+    where = worst.position if notion != Notion.W_EVENT else f"{worst.regime or f'w={worst.w}'}, {worst.position}"
     detail = (
         f"loss lower bound {worst.lower_bound:.3f} vs epsilon={worst.epsilon} "
-        f"({where}, {worst.runs} runs per input, 95% confidence)"
+        f"({where}, {worst.runs} runs per input, 95% confidence){covers}"
     )
     return StageResult("statistical audit", FAIL if worst.violates else PASS, detail)
 
