@@ -54,7 +54,17 @@ from budgetcheck.strategies import (
     personalized_cases,
     swellfish_cases,
 )
-from budgetcheck.verify.live import LivePath, has_live_path, live_departure
+from budgetcheck.stream.guarded import GuardedStream
+from budgetcheck.verify.configurations import (
+    BENCH,
+    IN_MEMORY,
+    LEDGER_FILE,
+    Configuration,
+    fixed_cases,
+    ledger_files,
+    raised_by_library,
+)
+from budgetcheck.verify.live import LivePath, Store, has_live_path, live_departure, run_case
 from budgetcheck.verify.seeded import run_seeded
 from budgetcheck.verify.verdict import FAIL, INCONCLUSIVE, NOT_PROVED, PASS, Outcome, Verdict, meets, outcome
 
@@ -70,9 +80,16 @@ class Counterexample:
     detail: str
     case: AnyCase
     several_epsilons: bool = False  # found on a ledger of several ε (the case's ε and a third of it)
+    configuration: str = IN_MEMORY.name  # where production runs it (budgetcheck.verify.configurations)
 
     def call(self, reference: str) -> str:
-        """Python that reproduces the failure."""
+        """Python that reproduces the failure (in memory; a comment names another configuration)."""
+        found = self._call(reference)
+        if self.configuration != IN_MEMORY.name:
+            found += f"  # found in the {self.configuration} configuration (budgetcheck.verify.configurations)"
+        return found
+
+    def _call(self, reference: str) -> str:
         case, mech = self.case, f"budgetcheck.load_mechanism({reference!r})"
         if isinstance(case, PersonalizedCase):
             classes = [
@@ -212,11 +229,14 @@ class VerifyResult:
 
 
 class _Violation(Exception):
-    def __init__(self, reason: str, detail: str, *, several_epsilons: bool = False) -> None:
+    def __init__(
+        self, reason: str, detail: str, *, several_epsilons: bool = False, configuration: str = IN_MEMORY.name
+    ) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
         self.several_epsilons = several_epsilons
+        self.configuration = configuration
 
 
 @attrs.frozen
@@ -290,7 +310,13 @@ def verify_mechanism(
                     f"{counterexample.reason}: {counterexample.detail}"
                     if other and counterexample
                     else f"{replay.examples} streams, {replay.runs} runs, worst window {replay.worst_ratio:.6f} of "
-                    "epsilon" + (" (an attempted spend, refused)" if replay.worst_refused else ""),
+                    "epsilon"
+                    + (" (an attempted spend, refused)" if replay.worst_refused else "")
+                    + (
+                        f"; a fixed case also in the {' and '.join(replay.configurations)} configurations"
+                        if replay.configurations
+                        else ""
+                    ),
                     replay_seconds,
                 )
             )
@@ -463,6 +489,12 @@ def _secret_stage(mechanism: AnyMechanism, read: str | None, in_process: int = 0
         return StageResult(
             "secret access", FAIL, f"the true values reached the mechanism outside the charged outputs: {flow.detail}"
         )
+    if flow is not None and flow.kind == "configuration":
+        return StageResult(
+            "secret access",
+            FAIL,
+            f"the mechanism behaves otherwise in a configuration production runs it in: {flow.detail}",
+        )
     if flow is not None and flow.kind == "nondeterministic":
         return StageResult(
             "secret access",
@@ -594,6 +626,7 @@ class _Replay:
     worst_refused: bool = False  # the worst figure is a spend the ledger refused (what was attempted)
     vouched: int = 0  # cases whose ledger charged a sensitivity the mechanism vouched for (measure)
     in_process: int = 0  # cases whose ledger ran the mechanism's code on true values here (isolation='trusted')
+    configurations: tuple[str, ...] = ()  # production configurations its fixed cases ran in (besides in-memory)
 
 
 def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Replay:
@@ -642,6 +675,11 @@ def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Re
         )
     except _Violation:
         pass
+    configurations: list[str] = []
+    if not failures:
+        found = _production_check(mechanism, notion, worst, configurations)
+        if found is not None:
+            failures.append(found)
     counterexample = failures[-1] if failures else None  # Hypothesis replays the minimal case last
     return _Replay(
         examples=tally["examples"],
@@ -652,7 +690,37 @@ def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Re
         worst_refused=bool(worst[1]),
         vouched=tally["vouched"],
         in_process=tally["in_process"],
+        configurations=tuple(configurations),
     )
+
+
+def _production_check(
+    mechanism: Any, notion: Notion, worst: list[Fraction], configurations: list[str]
+) -> Counterexample | None:
+    """The notion's fixed cases in each configuration production runs a mechanism in beyond replay's
+    in-memory one (:mod:`budgetcheck.verify.configurations`), checked as a replayed case is (windows,
+    refusals, secret access, crashes, the live path); the first finding, or None. ``configurations``
+    gets the name of each configuration run."""
+    with ledger_files() as store:
+        for configuration in (LEDGER_FILE, BENCH):
+            cases = [c for c in fixed_cases(notion) if configuration is not BENCH or isinstance(c, VerificationCase)]
+            for case in cases:
+                try:
+                    _check_case(mechanism, case, worst, configuration, store)
+                except _Unavailable as refused:  # production cannot run it there either
+                    configurations.append(f"{configuration.name} (which the ledger refuses: {refused})")
+                    break
+                except _Violation as violation:
+                    return Counterexample(
+                        reason=violation.reason,
+                        detail=violation.detail,
+                        case=case,
+                        configuration=configuration.name,
+                    )
+            else:
+                if cases:
+                    configurations.append(configuration.name)
+    return None
 
 
 def announces_intrusions(mechanism: object) -> bool:
@@ -662,8 +730,21 @@ def announces_intrusions(mechanism: object) -> bool:
     return notion_of(mechanism) == Notion.W_EVENT and getattr(mechanism, "intrusions", None) == ANNOUNCED
 
 
-def _run_case(mechanism: Any, case: AnyCase) -> tuple[Any, Fraction, tuple[str, ...]]:
-    """Execute one case through the right ledger; return (ledger, worst ratio, violations) from the auditor."""
+def _run_case(mechanism: Any, case: AnyCase, store: Store | None = None) -> tuple[Any, Fraction, tuple[str, ...]]:
+    """Execute one case through the right ledger (kept by ``store``: e.g. in a ledger file; None: in
+    memory, as ``execute`` does); return (ledger, worst ratio, violations) from the auditor."""
+    if store is not None:
+        kept: Any = run_case(mechanism, case, store).ledger
+        if isinstance(case, PersonalizedCase):
+            classes = [(r.w, r.epsilon) for r in case.requirements.classes]
+            stored = audit_records(kept.records, Notion.PERSONALIZED, runs=case.runs, classes=classes)
+        elif isinstance(case, SwellfishCase):
+            stored = audit_records(
+                kept.records, Notion.SWELLFISH, runs=case.runs, epsilon=case.epsilon, policies=case.policies
+            )
+        else:
+            stored = audit_records(kept.records, Notion.W_EVENT, runs=case.runs, epsilon=case.epsilon, w=case.w)
+        return kept, stored.worst_ratio, stored.violations
     if isinstance(case, PersonalizedCase):
         pex = execute_personalized(
             mechanism, case.requirements, case.bins, dimensions=case.dimensions, runs=case.runs, seed=case.seed
@@ -711,17 +792,41 @@ def _run_several_epsilons(mechanism: Any, case: VerificationCase) -> tuple[Any, 
     return ex.ledger, ratio, tuple(violations)
 
 
-def _check_case(mechanism: Any, case: AnyCase, worst: list[Fraction]) -> tuple[int, int]:
+def _run_bench(mechanism: Any, case: VerificationCase) -> tuple[Any, Fraction, tuple[str, ...]]:
+    """The case as the benchmark runs a mechanism (:func:`budgetcheck.bench.runner.batch_releases`): a
+    ledger of one ε per run over two stacked streams (the case's and its reverse), each run audited."""
+    epsilons = [case.epsilon] * (2 * case.runs)
+    stream = GuardedStream.stacked([case.data, case.data[::-1]])
+    ex = execute(mechanism, stream, epsilon=epsilons, w=case.w, runs=2 * case.runs, seed=case.seed)
+    reports = audit_windows_per_epsilon(ex.ledger.records, epsilons=epsilons, w=case.w)
+    ratio = max(report.worst_ratio for report in reports.values())
+    violations = tuple(v.describe(epsilon) for epsilon, report in reports.items() for v in report.violations)
+    return ex.ledger, ratio, violations
+
+
+def _check_case(
+    mechanism: Any,
+    case: AnyCase,
+    worst: list[Fraction],
+    configuration: Configuration = IN_MEMORY,
+    store: Store | None = None,
+) -> tuple[int, int]:
     """Run and audit one case (raising :class:`_Violation`): (1 if its ledger charged a vouched sensitivity
     (``measure``: the releases then need the statistical audit), 1 if it ran the mechanism's code on true
-    values in this process (``isolation='trusted'``: what that code kept cannot be ruled out))."""
+    values in this process (``isolation='trusted'``: what that code kept cannot be ruled out)).
+    ``configuration``: where production runs it (``store`` keeps a ledger file's ledgers)."""
     vouched = in_process = 0
     runs: list[Callable[[Any, Any], tuple[Any, Fraction, tuple[str, ...]]]] = [_run_case]
-    if isinstance(case, VerificationCase) and max_stacked_runs(mechanism) > 0:
+    if configuration is LEDGER_FILE:
+        runs = [lambda m, c: _run_case(m, c, store)]
+    elif configuration is BENCH:
+        runs = [_run_bench]
+    elif isinstance(case, VerificationCase) and max_stacked_runs(mechanism) > 0:
         runs.append(_run_several_epsilons)
+    named = f" (in the {configuration.name} configuration)" if configuration is not IN_MEMORY else ""
     for run in runs:
         several = run is _run_several_epsilons
-        where = " (on a ledger of several ε)" if several else ""
+        where = (" (on a ledger of several ε)" if several else "") + named
         try:
             ledger, ratio, violations = run(mechanism, case)
         except BudgetExceeded as exc:  # the attempted sum is the figure that agrees with the verdict
@@ -729,6 +834,12 @@ def _check_case(mechanism: Any, case: AnyCase, worst: list[Fraction]) -> tuple[i
             raise _Violation(f"overspend refused by the ledger{where}", str(exc), several_epsilons=several) from exc
         except SecretAccess as exc:
             raise _Violation("secret access", _located(exc), several_epsilons=several) from exc
+        except InvalidArgument as exc:
+            if configuration is not IN_MEMORY and raised_by_library(exc):
+                raise _Unavailable(str(exc)) from exc  # e.g. pan-private accounting is kept in memory only
+            raise _Violation(
+                f"crash{where}", f"{type(exc).__name__}: {exc} ({_located(exc)})", several_epsilons=several
+            ) from exc
         except Exception as exc:  # a crash is a finding, with its location
             raise _Violation(
                 f"crash{where}", f"{type(exc).__name__}: {exc} ({_located(exc)})", several_epsilons=several
@@ -747,25 +858,33 @@ def _check_case(mechanism: Any, case: AnyCase, worst: list[Fraction]) -> tuple[i
             raise _Violation("window over epsilon", violations[0], several_epsilons=several)
         vouched = max(vouched, int(ledger.vouched > 0))
         in_process = max(in_process, int(ledger.in_process > 0))
-    if isinstance(case, (VerificationCase, SwellfishCase)) and has_live_path(mechanism):
-        live = _check_live_path(mechanism, case)
+    if has_live_path(mechanism) and configuration is not BENCH:  # the benchmark runs run() only
+        live = _check_live_path(mechanism, case, store if configuration is LEDGER_FILE else None, named)
         vouched, in_process = max(vouched, int(live.vouched)), max(in_process, int(live.in_process))
     return vouched, in_process
 
 
-def _check_live_path(mechanism: Any, case: VerificationCase | SwellfishCase) -> LivePath:
+class _Unavailable(Exception):
+    """The library refused to run the mechanism in a production configuration (so production cannot either)."""
+
+
+def _check_live_path(mechanism: Any, case: AnyCase, store: Store | None = None, named: str = "") -> LivePath:
     """The publisher's path, ``releases``, against ``run`` on the case (:mod:`budgetcheck.verify.live`)."""
-    where = " (the live path, releases())"
+    where = " (the live path, releases())" + named
     try:
-        live = live_departure(mechanism, case)
+        live = live_departure(mechanism, case, store)
     except BudgetExceeded as exc:
         raise _Violation(f"overspend refused by the ledger{where}", str(exc)) from exc
     except SecretAccess as exc:
         raise _Violation("secret access", _located(exc)) from exc
+    except InvalidArgument as exc:
+        if store is not None and raised_by_library(exc):
+            raise _Unavailable(str(exc)) from exc
+        raise _Violation(f"crash{where}", f"{type(exc).__name__}: {exc} ({_located(exc)})") from exc
     except Exception as exc:
         raise _Violation(f"crash{where}", f"{type(exc).__name__}: {exc} ({_located(exc)})") from exc
     if live.departure is not None:
-        raise _Violation("live path departs from run()", live.departure)
+        raise _Violation("live path departs from run()" + named, live.departure)
     return live
 
 
