@@ -677,7 +677,7 @@ def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Re
         pass
     configurations: list[str] = []
     if not failures:
-        found = _production_check(mechanism, notion, worst, configurations)
+        found = _production_check(mechanism, notion, tally, configurations)
         if found is not None:
             failures.append(found)
     counterexample = failures[-1] if failures else None  # Hypothesis replays the minimal case last
@@ -695,18 +695,22 @@ def _replay(reference: str, *, examples: int, seed: int, max_length: int) -> _Re
 
 
 def _production_check(
-    mechanism: Any, notion: Notion, worst: list[Fraction], configurations: list[str]
+    mechanism: Any, notion: Notion, tally: dict[str, int], configurations: list[str]
 ) -> Counterexample | None:
     """The notion's fixed cases in each configuration production runs a mechanism in beyond replay's
     in-memory one (:mod:`budgetcheck.verify.configurations`), checked as a replayed case is (windows,
     refusals, secret access, crashes, the live path); the first finding, or None. ``configurations``
-    gets the name of each configuration run."""
+    gets the name of each configuration run; ``tally`` counts a vouched or in-process charge there
+    (the figures of the generated cases, worst window and runs, are theirs alone)."""
+    scratch = [Fraction(0), Fraction(0)]
     with ledger_files() as store:
         for configuration in (LEDGER_FILE, BENCH):
             cases = [c for c in fixed_cases(notion) if configuration is not BENCH or isinstance(c, VerificationCase)]
             for case in cases:
                 try:
-                    _check_case(mechanism, case, worst, configuration, store)
+                    vouched, in_process = _check_case(mechanism, case, scratch, configuration, store)
+                    tally["vouched"] += vouched
+                    tally["in_process"] += in_process
                 except _Unavailable as refused:  # production cannot run it there either
                     configurations.append(f"{configuration.name} (which the ledger refuses: {refused})")
                     break
