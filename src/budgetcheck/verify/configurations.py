@@ -37,6 +37,7 @@ import numpy as np
 
 from budgetcheck.durable.ledger_file import replay_ledger
 from budgetcheck.ledger.core import LedgerCore
+from budgetcheck.ledger.errors import InvalidArgument, LedgerCorrupt
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.policies import PolicyCollection, StreamPolicy
 from budgetcheck.ledger.requirements import RequirementSet
@@ -92,6 +93,13 @@ def fixed_cases(notion: Notion) -> tuple[VerificationCase | PersonalizedCase | S
         policies = PolicyCollection([StreamPolicy(4, 8, (2.0, 1.0)), StreamPolicy(2, 3, (1.0,))])
         return (SwellfishCase(policies, data, epsilon=1.0, runs=1, seed=3),)
     return (VerificationCase("fixed", data, epsilon=1.0, w=3, runs=1, seed=3),)
+
+
+def refused_there(exc: BaseException) -> bool:
+    """Whether ``exc``, raised in a production configuration, is the library declining to run the mechanism
+    there (an InvalidArgument or LedgerCorrupt raised by budgetcheck's own code, e.g. pan-private accounting
+    on a ledger file), which production meets too; never a refused spend or a read of a Secret."""
+    return isinstance(exc, (InvalidArgument, LedgerCorrupt)) and raised_by_library(exc)
 
 
 def raised_by_library(exc: BaseException) -> bool:

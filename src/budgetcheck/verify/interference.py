@@ -33,7 +33,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck.ledger.core import LedgerCore
-from budgetcheck.ledger.errors import InvalidArgument
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.params import WEventParams
 from budgetcheck.ledger.personalized import PersonalizedLedger
@@ -42,7 +41,7 @@ from budgetcheck.ledger.requirements import RequirementSet
 from budgetcheck.ledger.wevent import WindowLedger
 from budgetcheck.mechanism.execute import execute_on
 from budgetcheck.stream.guarded import GuardedStream, PersonalizedStream
-from budgetcheck.verify.configurations import ledger_files, raised_by_library
+from budgetcheck.verify.configurations import ledger_files, refused_there
 from budgetcheck.verify.live import Store
 from budgetcheck.verify.tap import install_tap
 
@@ -174,14 +173,15 @@ def configuration_difference(mechanism: Any, notion: str, store: Store) -> Flow 
             ledger, stream = make()
             install_tap(ledger, hand_back)
             releases = execute_on(mechanism, stream, ledger).releases
+            charges = _full_charges(ledger)
         except _Diverged as exc:
             found: str | None = str(exc)
         except Exception as exc:  # noqa: BLE001 - judged below
-            if isinstance(exc, InvalidArgument) and raised_by_library(exc):
+            if refused_there(exc):
                 continue  # e.g. pan-private accounting is kept in memory only: production cannot run it there
             found = f"it failed there and not in memory ({type(exc).__name__}: {exc})"
         else:
-            found = _difference(_full_charges(memory), _full_charges(ledger), first, releases)
+            found = _difference(_full_charges(memory), charges, first, releases)
             if found is None and next(stored, None) is not None:
                 found = "it made fewer charged operations than in memory"
         if found is not None:
@@ -243,7 +243,12 @@ def _fixed(mechanism: Any, notion: str, store: Store, failures: list[str]) -> Fl
         )
     )
     for setting in settings:
-        found = _check(mechanism, setting)
+        try:
+            found = _check(mechanism, setting)
+        except Exception as exc:
+            if setting.optional and refused_there(exc):
+                continue  # the library cannot keep this mechanism's records in a file: production cannot either
+            raise
         if isinstance(found, Flow):
             return found
         if found is not None:
@@ -264,7 +269,7 @@ def _check(mechanism: Any, setting: _Setting) -> Flow | str | None:
     try:
         first = execute_on(mechanism, setting.first(), first_ledger).releases
     except Exception as exc:
-        if setting.optional and isinstance(exc, InvalidArgument) and raised_by_library(exc):
+        if setting.optional and refused_there(exc):
             return None  # production cannot run it there either (e.g. pan-private accounting on a file)
         return f"{setting.label}: {type(exc).__name__}: {exc}"
     for kind, stream in (("nondeterministic", setting.first), ("leak", setting.second)):
@@ -378,6 +383,8 @@ def _replayed_difference(
     except _Diverged as exc:
         return str(exc)
     except Exception as exc:
+        if setting.optional and refused_there(exc):
+            raise  # the library cannot run it in this configuration: the setting is not judged (_fixed)
         return f"it failed where the first run did not ({type(exc).__name__}: {exc})"
     found = _difference(_charges(first_ledger), _charges(ledger), first, releases)
     if found is None and next(stored, None) is not None:

@@ -31,7 +31,7 @@ from hypothesis.strategies import SearchStrategy
 
 from budgetcheck.ledger.audit import audit_windows_per_epsilon
 from budgetcheck.ledger.audit_notions import audit_records
-from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument, SecretAccess
+from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument, LedgerCorrupt, SecretAccess
 from budgetcheck.ledger.intrusions import ANNOUNCED
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.validation import check_positive_int
@@ -62,7 +62,7 @@ from budgetcheck.verify.configurations import (
     Configuration,
     fixed_cases,
     ledger_files,
-    raised_by_library,
+    refused_there,
 )
 from budgetcheck.verify.live import LivePath, Store, has_live_path, live_departure, run_case
 from budgetcheck.verify.seeded import run_seeded
@@ -838,8 +838,8 @@ def _check_case(
             raise _Violation(f"overspend refused by the ledger{where}", str(exc), several_epsilons=several) from exc
         except SecretAccess as exc:
             raise _Violation("secret access", _located(exc), several_epsilons=several) from exc
-        except InvalidArgument as exc:
-            if configuration is not IN_MEMORY and raised_by_library(exc):
+        except (InvalidArgument, LedgerCorrupt) as exc:
+            if configuration is not IN_MEMORY and refused_there(exc):
                 raise _Unavailable(str(exc)) from exc  # e.g. pan-private accounting is kept in memory only
             raise _Violation(
                 f"crash{where}", f"{type(exc).__name__}: {exc} ({_located(exc)})", several_epsilons=several
@@ -881,9 +881,12 @@ def _check_live_path(mechanism: Any, case: AnyCase, store: Store | None = None, 
         raise _Violation(f"overspend refused by the ledger{where}", str(exc)) from exc
     except SecretAccess as exc:
         raise _Violation("secret access", _located(exc)) from exc
-    except InvalidArgument as exc:
-        if store is not None and raised_by_library(exc):
-            raise _Unavailable(str(exc)) from exc
+    except (InvalidArgument, LedgerCorrupt) as exc:
+        if refused_there(exc):  # the library cannot publish it (e.g. a local randomiser needs per-user data,
+            # which a live stream does not keep): publish refuses it too, so there is no live path to compare
+            if store is not None:
+                raise _Unavailable(str(exc)) from exc
+            return LivePath(None, vouched=False, in_process=False)
         raise _Violation(f"crash{where}", f"{type(exc).__name__}: {exc} ({_located(exc)})") from exc
     except Exception as exc:
         raise _Violation(f"crash{where}", f"{type(exc).__name__}: {exc} ({_located(exc)})") from exc
