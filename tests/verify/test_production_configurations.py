@@ -67,3 +67,12 @@ def test_a_configuration_the_ledger_refuses_is_named_and_not_a_finding() -> None
     assert result.outcome is not Outcome.VIOLATED, [s.to_json() for s in result.stages]
     replay = next(s for s in result.stages if s.stage == "ledger replay")
     assert "ledger file (which the ledger refuses" in replay.detail and "bench" in replay.detail, replay.detail
+
+
+def test_a_local_randomiser_that_no_ledger_file_or_live_stream_can_run_is_not_violated() -> None:
+    """LPD needs per-user data: publish's live stream has none, and a ledger file cannot keep its per-user
+    records (the library refuses both). verify names the refused configuration and judges the rest."""
+    result = verify_mechanism("LPD", stages="ab", examples=8)
+    assert result.outcome is not Outcome.VIOLATED, [s.to_json() for s in result.stages]
+    replay = next(s for s in result.stages if s.stage == "ledger replay")
+    assert "ledger file (which the ledger refuses" in replay.detail, replay.detail
