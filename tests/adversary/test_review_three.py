@@ -163,7 +163,6 @@ def test_a_numpy_laplace_ledger_file_draws_fresh_noise_after_fork(tmp_path: Path
     assert not np.array_equal(theirs - data[1], ours - data[2]), "parent and child drew the same Laplace noise"
 
 
-@pytest.mark.xfail(strict=True, reason=_OPEN_VOUCHED)
 def test_a_live_path_that_vouches_only_under_the_production_sampler_is_not_proved(mechanism_module) -> None:
     """verify/live.py replays releases() against run() on a numpy-laplace ledger only; a publisher's ledger is
     discrete-laplace by default. releases() here is run() (Uniform, PeriodicRule(every=1), proved) except under

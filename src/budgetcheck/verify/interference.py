@@ -33,6 +33,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck.ledger.core import LedgerCore
+from budgetcheck.ledger.noise import DISCRETE, NUMPY
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.params import WEventParams
 from budgetcheck.ledger.personalized import PersonalizedLedger
@@ -41,6 +42,7 @@ from budgetcheck.ledger.requirements import RequirementSet
 from budgetcheck.ledger.wevent import WindowLedger
 from budgetcheck.mechanism.execute import execute_on
 from budgetcheck.stream.guarded import GuardedStream, PersonalizedStream
+from budgetcheck.stream.live import LiveStream
 from budgetcheck.verify.configurations import ledger_files, refused_there
 from budgetcheck.verify.live import Store
 from budgetcheck.verify.tap import install_tap
@@ -62,6 +64,9 @@ class _Setting:
     optional: bool = False  # a configuration the library may refuse for the mechanism: then not judged
     # the benchmark's configuration of ``first`` (w-event): a ledger of one ε per run over stacked copies
     bench: Callable[[], tuple[LedgerCore, GuardedStream]] | None = None
+    # the live path (w-event, Swellfish): the first stream's rows, and a one-run ledger of a given sampler
+    rows: FloatArray | None = attrs.field(default=None, eq=False, repr=False)
+    live: Callable[[str], LedgerCore] | None = None
 
 
 class _Diverged(Exception):
@@ -93,6 +98,10 @@ def _settings(notion: str) -> Iterator[_Setting]:
             lambda: SwellfishLedger(policies, epsilon=1.0, runs=3, seed=1, sampler="numpy-laplace", keep_records=True),
             lambda: GuardedStream(small),
             lambda: GuardedStream(large),
+            rows=small,
+            live=lambda sampler: SwellfishLedger(
+                policies, epsilon=1.0, runs=1, seed=1, sampler=sampler, keep_records=True
+            ),
         )
         return
     for epsilon, w in ((1.0, 3), (0.5, 1), (2.0, 8)):
@@ -109,7 +118,13 @@ def _settings(notion: str) -> Iterator[_Setting]:
             lambda: GuardedStream(small),
             lambda: GuardedStream(large),
             bench=functools.partial(_bench, small, epsilon, w),
+            rows=small,
+            live=functools.partial(_one_run, epsilon, w),
         )
+
+
+def _one_run(epsilon: float, w: int, sampler: str) -> LedgerCore:
+    return WindowLedger(WEventParams(epsilon=epsilon, w=w), runs=1, seed=1, sampler=sampler, keep_records=True)
 
 
 def _bench(data: FloatArray, epsilon: float, w: int) -> tuple[LedgerCore, GuardedStream]:
@@ -160,6 +175,9 @@ def configuration_difference(mechanism: Any, notion: str, store: Store) -> Flow 
     ]
     if setting.bench is not None:
         configured.append(("the benchmark's ledger of one epsilon per run over stacked streams", setting.bench))
+    live = _live_difference(mechanism, setting, store)
+    if live is not None:
+        return live
     for name, make in configured:
         stored = iter(outputs)
 
@@ -190,6 +208,74 @@ def configuration_difference(mechanism: Any, notion: str, store: Store) -> Flow 
                 f"{setting.label}, {name}, with every charged output held equal to the in-memory run's: {found}",
             )
     return None
+
+
+def _live_difference(mechanism: Any, setting: _Setting, store: Store) -> Flow | None:
+    """The live path as ``publish`` runs it: ``releases`` over a live stream of the first stream's rows on a
+    one-run ledger kept in a ledger file with the publisher's sampler (``discrete-laplace``), handed the
+    charged outputs of the same path in memory with verify's reproducible sampler; any difference in the
+    releases or in what it chose to charge (:func:`_chosen_charges`) means the published code behaves
+    otherwise than the code verify runs (kind ``configuration``)."""
+    if setting.rows is None or setting.live is None or not callable(getattr(mechanism, "releases", None)):
+        return None
+    rows = setting.rows
+    outputs: list[Any] = []
+
+    def keep(result: Any) -> Any:
+        outputs.append(copy.deepcopy(result))
+        return result
+
+    def stepped(ledger: LedgerCore) -> FloatArray:
+        stream = LiveStream(((t + 1, row) for t, row in enumerate(rows)), dimensions=rows.shape[1])
+        ledger.bind(stream)
+        return np.stack([np.asarray(v, dtype=np.float64) for v in mechanism.releases(stream, ledger)], axis=1)
+
+    memory = setting.live(NUMPY)
+    install_tap(memory, keep)
+    try:
+        first = stepped(memory)
+    except Exception:  # noqa: BLE001 - the live path's failures are stage (a)'s to report
+        return None
+    stored = iter(outputs)
+
+    def hand_back(result: Any) -> Any:
+        try:
+            return copy.deepcopy(next(stored))
+        except StopIteration:
+            raise _Diverged("it made more charged operations than in memory") from None
+
+    try:
+        published = store(setting.live(DISCRETE))
+        install_tap(published, hand_back)
+        releases = stepped(published)
+        charges = _chosen_charges(published)
+    except _Diverged as exc:
+        found: str | None = str(exc)
+    except Exception as exc:  # noqa: BLE001 - judged below
+        if refused_there(exc):
+            return None
+        found = f"it failed there and not in memory ({type(exc).__name__}: {exc})"
+    else:
+        found = _difference(_chosen_charges(memory), charges, first, releases)
+        if found is None and next(stored, None) is not None:
+            found = "it made fewer charged operations than in memory"
+    if found is None:
+        return None
+    return Flow(
+        "configuration",
+        f"{setting.label}, the live path releases() on a ledger file with the publisher's sampler ({DISCRETE}), "
+        f"with every charged output held equal to the in-memory run's: {found}",
+    )
+
+
+def _chosen_charges(ledger: LedgerCore) -> list[tuple[object, ...]]:
+    """What the mechanism chose of every charge: (t, purpose, amounts, vouched). Under another sampler the
+    library derives the sensitivity and noise scale on that sampler's grid (discrete-laplace rounds them up),
+    so those are not compared across samplers."""
+    return [
+        (r.t, r.purpose, tuple(np.asarray(r.amounts, dtype=np.float64).ravel().tolist()), r.vouched)
+        for r in ledger.records
+    ]
 
 
 def _charges(ledger: LedgerCore) -> list[tuple[int, str, tuple[float, ...]]]:
