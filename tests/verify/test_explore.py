@@ -55,7 +55,9 @@ def test_class_one_mutants_are_caught_by_exploration_and_not_by_replay(mutant: t
 def test_conformance_names_the_first_step_the_code_leaves_the_rule(name: str) -> None:
     result = verify_mechanism(f"broken.mutants:{name}", stages="e")
     stage = next(s for s in result.stages if s.stage == "rule conformance")
-    assert stage.verdict == "fail" and "more than the rule allows for any decision" in stage.detail
+    # a departure is a gap in the proof (not proved); the overspend is exploration's finding (issue 43, item 6)
+    assert stage.verdict == "not proved" and "more than the rule allows for any decision" in stage.detail
+    assert next(s.verdict for s in result.stages if s.stage == "exploration") == "fail"
     # the large-window mutant departs at its first dissimilarity; the other when its quiet spell ends
     assert ("t=1:" in stage.detail) == (name == "BDLargeWindowDissimilarity")
 

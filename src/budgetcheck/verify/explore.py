@@ -405,7 +405,9 @@ def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any 
     """Search output sequences for each setting; stop at the first violation (see the module docstring).
 
     With ``rule`` (the mechanism's ``allocation_rule()``), every run is also checked for
-    conformance (:func:`budgetcheck.verify.conformance.first_departure`).
+    conformance (:func:`budgetcheck.verify.conformance.first_departure`) until the first departure;
+    a departure does not stop the search (it means the proof does not cover the code, not that a
+    window is over ε: the search goes on for a violation).
     """
     if profile not in BUDGETS:
         raise InvalidArgument(f"profile={profile!r} must be one of {sorted(BUDGETS)}")
@@ -427,7 +429,8 @@ def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any 
     }
 
     def judge(run: Run) -> str | None:
-        """A violation or departure found in this run, or None; keeps the tally and the worst run."""
+        """ "violation" if this run violated, else None; keeps the tally, the worst run and the first
+        departure from the rule."""
         state["runs"] += 1
         state["w"] = max(state["w"], run.setting.window)
         state["T"] = max(state["T"], run.setting.length)
@@ -440,13 +443,12 @@ def explore(mechanism: Any, *, profile: str = "quick", seed: int = 0, rule: Any 
             state["worst"] = run
         if state["longest"] is None or run.setting.length > state["longest"].setting.length:
             state["longest"] = run
-        if rule is not None:
+        if rule is not None and "departure" not in state:  # after the first departure, only violations matter
             departure = first_departure(rule, run.setting, run.records)
             if departure == UNDECIDED:
                 state["undecided"] += 1
             elif departure is not None:
                 state["departure"] = (departure, run)
-                return "departure"
         return "violation" if run.violated else None
 
     def finish(violation: Run | None) -> Exploration:

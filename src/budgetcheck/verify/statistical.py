@@ -78,6 +78,7 @@ from budgetcheck.mechanism.execute import (
     execute_swellfish,
 )
 from budgetcheck.stream.guarded import GuardedStream
+from budgetcheck.stream.neighbours import DEFAULT, Neighbours
 from budgetcheck.verify.owner import ledger_flags
 
 FloatArray = NDArray[np.float64]
@@ -113,6 +114,7 @@ class StatFinding:
     position: str
     threshold: float
     runs: int
+    regime: str = ""  # the regime of the audit that found it (budgetcheck.verify.regimes), if several ran
 
     @property
     def violates(self) -> bool:
@@ -255,59 +257,41 @@ def statistical_audit(
     alpha: float = 0.05,
     seed: int = 0,
     pilot_runs: int = 400,
+    dimensions: int = 2,
+    neighbours: Neighbours = DEFAULT,
+    whole_window: bool = False,
+    lean: bool = False,
 ) -> StatFinding:
-    """w-event: the largest confident lower bound on the loss over the neighbour pairs and events."""
-    length = 3 * w
-    base = np.full((length, 2), _BASE_LEVEL)
+    """w-event: the largest confident lower bound on the loss over the neighbour pairs and events.
+
+    The streams have ``dimensions`` bins and carry ``neighbours``, the relation the ledger derives
+    every sensitivity from, and the pairs are neighbours under it (see :func:`relation_pairs`).
+    ``whole_window``: also one individual changed at every timestamp of the first window, held to ε
+    (w-neighbouring streams, Kellaris et al. 2014, Def. 3: the pair that resolves a sensitivity
+    wrong by a small factor, whose loss adds up over the window). ``lean``: streams of 2w, pairs at
+    the first timestamp and over the first window only, no decision flips (the audit of a vouched
+    sensitivity in its further regimes: a fork per measured timestamp makes every input costly)."""
+    length = 2 * w if lean else 3 * w
+    base = np.full((length, dimensions), _BASE_LEVEL)
 
     def run(data: FloatArray, run_seed: int) -> FloatArray:
-        return execute(mechanism, data, epsilon=epsilon, w=w, runs=runs, seed=run_seed, **ledger_flags()).releases
+        stream = GuardedStream(data, neighbours=neighbours)
+        return execute(mechanism, stream, epsilon=epsilon, w=w, runs=runs, seed=run_seed, **ledger_flags()).releases
 
     def pilot(data: FloatArray, run_seed: int) -> FloatArray:
-        return execute(mechanism, data, epsilon=epsilon, w=w, runs=pilot_runs, seed=run_seed, **ledger_flags()).releases
+        stream = GuardedStream(data, neighbours=neighbours)
+        return execute(
+            mechanism, stream, epsilon=epsilon, w=w, runs=pilot_runs, seed=run_seed, **ledger_flags()
+        ).releases
 
-    pairs = []
-    # t = 1, where every built-in publishes (a mechanism that then only predicts, such as RescueDP on a
-    # steady stream, releases nothing that depends on a later change); then one window on
-    places = {
-        0: "first timestamp",
-        w: "start of a window",
-        w + w // 2: "middle of a window",
-        2 * w - 1: "end of a window",
-    }
-    for position, name in places.items():  # one pair per distinct position (w = 1: start = middle = end)
-        for direction in (1.0, -1.0):
-            neighbour = base.copy()
-            neighbour[position, 0] += direction
-            what = "added to" if direction > 0 else "removed from"
-            pairs.append(
-                NeighbourPair(
-                    f"{name}, one individual {what} bin 0", base, neighbour, (position,), direction, 0, epsilon
-                )
-            )
-        moved = base.copy()
-        moved[position] += (-1.0, 1.0)  # two add/remove steps: group privacy gives 2ε
-        pairs.append(
-            NeighbourPair(
-                f"{name}, one individual moved from bin 0 to bin 1", base, moved, (position,), 1.0, 1, 2 * epsilon
-            )
-        )
-    group = base.copy()  # k individuals in bin 0 over the first window, where every built-in publishes
-    group[:w, 0] += _GROUP
-    pairs.append(
-        NeighbourPair(
-            f"first window, a group of {_GROUP} individuals added to bin 0 (group privacy: {_GROUP} epsilon)",
-            base,
-            group,
-            tuple(range(w)),
-            1.0,
-            0,
-            _GROUP * epsilon,
-        )
-    )
+    pairs = relation_pairs(base, w=w, epsilon=epsilon, neighbours=neighbours, whole_window=whole_window, lean=lean)
     # decision flips: at t = 1 of a zero stream (the mechanism's state is known there) and in the
-    # middle of a window of the constant stream
+    # middle of a window of the constant stream; one individual adds k to the spike (one bin, or
+    # across bins: all k in one is allowed); a move between bins (replace-one) has no spike to grow
+    step = float(neighbours.bound)
     for where, level, position in (("at t=1", 0.0, 0), ("mid-window", _BASE_LEVEL, w + w // 2)):
+        if neighbours.kind == "replace-one" or lean:
+            break
         flat = np.full((length, 1), level)  # d = 1: a mean dissimilarity over d bins would dilute the flip
         height = decision_flip(pilot, flat, position, seed=seed + 10_000)
         if height is None:
@@ -316,19 +300,144 @@ def statistical_audit(
             spike = flat.copy()
             spike[position] += low  # the height decision_flip found, then one individual more in bin 0
             higher = spike.copy()
-            higher[position, 0] += 1.0
+            higher[position, 0] += step
             pairs.append(
                 NeighbourPair(
-                    f"decision flip {where} (spike {low} vs {low + 1})", spike, higher, (position,), 1.0, 0, epsilon
+                    f"decision flip {where} (spike {low} vs {low + step:g})",
+                    spike,
+                    higher,
+                    (position,),
+                    1.0,
+                    0,
+                    epsilon,
                 )
             )
     if getattr(mechanism, "intrusions", None) in (SINGLE, ANNOUNCED):
-        pairs += intruder_pairs(mechanism, base, epsilon=epsilon, w=w, runs=runs)
+        pairs += intruder_pairs(mechanism, base, epsilon=epsilon, w=w, runs=runs, neighbours=neighbours)
     return _audit(run, pairs, runs=runs, alpha=alpha, seed=seed, w=w)
 
 
+def relation_pairs(
+    base: FloatArray,
+    *,
+    w: int,
+    epsilon: float,
+    neighbours: Neighbours = DEFAULT,
+    whole_window: bool = False,
+    lean: bool = False,
+) -> list[NeighbourPair]:
+    """The w-event pairs on ``base`` (T = 3w, d bins) that are neighbours under ``neighbours``: one
+    individual changed at t = 1 (where every built-in publishes) and at the start, middle and end of
+    a window, held to ε; two such changes (a person moved from bin 0 to bin 1 under an add/remove
+    relation) held to 2ε; a group of 8 over the first window held to 8ε.
+
+    Per relation (Kellaris et al. 2014, Def. 2; :mod:`budgetcheck.stream.neighbours`): one-bin(k)
+    adds or removes k in bin 0; across-bins(k) also spreads k over the bins; replace-one moves a
+    person from bin 0 to bin 1 (one neighbour step, held to ε). ``whole_window`` and ``lean``: see
+    :func:`statistical_audit`."""
+    length, d = base.shape
+    k = float(neighbours.bound)
+    pairs: list[NeighbourPair] = []
+    places = {
+        0: "first timestamp",
+        w: "start of a window",
+        w + w // 2: "middle of a window",
+        2 * w - 1: "end of a window",
+    }
+    if lean:
+        places = {0: "first timestamp"}
+    replace = neighbours.kind == "replace-one"
+    for position, name in places.items():  # one pair per distinct position (w = 1: start = middle = end)
+        if not replace:
+            for direction in (1.0, -1.0):
+                neighbour = base.copy()
+                neighbour[position, 0] += direction * k
+                what = "added to" if direction > 0 else "removed from"
+                pairs.append(
+                    NeighbourPair(
+                        f"{name}, one individual {what} bin 0" + (f" (contributing {k:g})" if k != 1 else ""),
+                        base,
+                        neighbour,
+                        (position,),
+                        direction,
+                        0,
+                        epsilon,
+                    )
+                )
+        if neighbours.kind == "across-bins" and d > 1:
+            spread = base.copy()
+            spread[position] += _spread(int(k), d)
+            pairs.append(
+                NeighbourPair(
+                    f"{name}, one individual adding {k:g} across bins", base, spread, (position,), 1.0, 0, epsilon
+                )
+            )
+        if d > 1:
+            moved = base.copy()
+            moved[position, :2] += (-1.0, 1.0)  # replace-one: one step; add/remove: two, group privacy gives 2ε
+            pairs.append(
+                NeighbourPair(
+                    f"{name}, one individual moved from bin 0 to bin 1",
+                    base,
+                    moved,
+                    (position,),
+                    1.0,
+                    1,
+                    epsilon if replace else 2 * epsilon,
+                )
+            )
+    if whole_window:  # one individual at every timestamp of the first window: w-neighbours, held to ε
+        window = base.copy()
+        if replace:
+            window[:w, :2] += (-1.0, 1.0)
+        else:
+            window[:w, 0] += k
+        change = "moved from bin 0 to bin 1" if replace else "added to bin 0"
+        pairs.append(
+            NeighbourPair(
+                f"first window, one individual {change} at each of its {w} timestamps",
+                base,
+                window,
+                tuple(range(w)),
+                1.0,
+                1 if replace else 0,
+                epsilon,
+            )
+        )
+    group = base.copy()  # k individuals over the first window, where every built-in publishes
+    if replace:
+        group[:w, :2] += (-float(_GROUP), float(_GROUP))
+        column, what = 1, f"a group of {_GROUP} individuals moved from bin 0 to bin 1"
+    else:
+        group[:w, 0] += _GROUP * k
+        column, what = 0, f"a group of {_GROUP} individuals added to bin 0"
+    pairs.append(
+        NeighbourPair(
+            f"first window, {what} (group privacy: {_GROUP} epsilon)",
+            base,
+            group,
+            tuple(range(w)),
+            1.0,
+            column,
+            _GROUP * epsilon,
+        )
+    )
+    return pairs
+
+
+def _spread(k: int, d: int) -> FloatArray:
+    """k spread over the d bins as evenly as integers allow (one individual under across-bins(k))."""
+    return np.asarray(np.bincount(np.arange(k) % d, minlength=d), dtype=np.float64)
+
+
 def intruder_pairs(
-    mechanism: StreamMechanism, base: FloatArray, *, epsilon: float, w: int, runs: int
+    mechanism: StreamMechanism,
+    base: FloatArray,
+    *,
+    epsilon: float,
+    w: int,
+    runs: int,
+    neighbours: Neighbours = DEFAULT,
 ) -> list[NeighbourPair]:
     """Pan-privacy under a single unannounced intrusion (Kellaris et al. 2014, §4.5; Dwork et al.
     2010): pairs whose observation is the releases *and* what an intrusion at one timestamp τ reads,
@@ -353,7 +462,7 @@ def intruder_pairs(
         access.intrude(position + 1)
         if announced:
             ledger.announce_intrusion(position + 1)
-        releases = execute_on(mechanism, GuardedStream(data), ledger).releases
+        releases = execute_on(mechanism, GuardedStream(data, neighbours=neighbours), ledger).releases
         row = np.zeros((releases.shape[0], 1, releases.shape[2]))
         for held in access.intruder_read():
             if held.shape == row[:, 0].shape:
@@ -363,12 +472,16 @@ def intruder_pairs(
     pairs = []
     for count, bound in ((1, epsilon), (_GROUP, _GROUP * epsilon)):
         neighbour = base.copy()
-        neighbour[position, 0] += count
+        if neighbours.kind == "replace-one":  # count individuals moved from bin 0 to bin 1
+            neighbour[position, :2] += (-float(count), float(count))
+        else:
+            neighbour[position, 0] += count * neighbours.bound
         who = "one individual" if count == 1 else f"a group of {count} individuals (group privacy: {count} epsilon)"
         what = "an announced intrusion there" if announced else "an intrusion reading the held value there"
+        change = "moved from bin 0 to bin 1" if neighbours.kind == "replace-one" else "added to bin 0"
         pairs.append(
             NeighbourPair(
-                f"middle of a window, {who} added to bin 0, {what}",
+                f"middle of a window, {who} {change}, {what}",
                 base,
                 neighbour,
                 (position, length),

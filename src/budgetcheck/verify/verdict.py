@@ -2,9 +2,11 @@
 
 *proved*: the allocation rule is proved and every explored run's charges conformed to it, so the
 proof covers the code that runs. *verified to a bound*: nothing was found by the stages that ran,
-up to the stated w and horizon (no rule, or the rule's conformance was not checked). *violated*:
-a stage found an overspend, a read, a leak or a departure from the rule. *inconclusive*: a stage
-could not decide (a nondeterministic mechanism, an unknown proof, a failure to run).
+up to the stated w and horizon (no rule, the rule's conformance was not checked, or the charges
+departed from the rule: then the proof does not cover the code, which is a gap in the proof, not
+a privacy violation; issue 43). *violated*: a stage found a window over ε, a refused spend, a read
+or a leak. *inconclusive*: a stage could not decide (a nondeterministic mechanism, an unknown
+proof, a failure to run).
 
 A mechanism that *vouches* for a sensitivity (``ledger.measure``: the library cannot derive it) is
 never *proved*: its budget may be, its noise is not. Only the statistical audit checks such
