@@ -76,7 +76,9 @@ def as_run(releases, stream, ledger):
 
 
 def _ledger(data: np.ndarray = DATA) -> tuple[bc.WindowLedger, bc.GuardedStream]:
-    ledger = bc.WindowLedger(epsilon=1.0, w=3, sampler="numpy-laplace")
+    # the owner allows measured functions (vouched sensitivities): the attacks then meet the sandbox itself,
+    # not the refusal a ledger without that consent gives before anything runs
+    ledger = bc.WindowLedger(epsilon=1.0, w=3, sampler="numpy-laplace", allow_vouched=True)
     stream = bc.GuardedStream(data)
     ledger.bind(stream)
     return ledger, stream
@@ -621,7 +623,7 @@ def _verify_passes(name: str) -> bool:
 
 def _audit_passes(name: str) -> bool:
     """Whether verify's statistical audit (``--stages d``) passes the mechanism."""
-    result = bc.verify_mechanism(f"{name}:Mech", examples=3, stages="d")
+    result = bc.verify_mechanism(f"{name}:Mech", examples=3, stages="d", allow_vouched=True)
     return all(stage.verdict == "pass" for stage in result.stages)
 
 
@@ -629,7 +631,6 @@ ROWS = np.array([[5, 7], [100, 3], [42, 42], [0, 9], [17, 1], [8, 64]], dtype=fl
 _SETTING = "setting: leaks only when {}: verify exits 0, publish releases the true counts (vouched 1e-9)"
 
 
-@pytest.mark.xfail(strict=True, reason=_SETTING.format("no budgetcheck.verify frame is on the stack"))
 def test_a_mechanism_that_inspects_the_stack_for_verify(
     mechanism_module: Callable[[str, str], str], tmp_path: Path
 ) -> None:
@@ -668,7 +669,6 @@ def test_a_mechanism_that_inspects_the_stack_for_verify(
     assert not (leaked and _verify_passes(name)), "verify exit 0, and publish released the true counts"
 
 
-@pytest.mark.xfail(strict=True, reason=_SETTING.format("the ledger is durable (ledger.journal set)"))
 def test_a_mechanism_that_leaks_only_on_a_durable_ledger(
     mechanism_module: Callable[[str, str], str], tmp_path: Path
 ) -> None:
@@ -698,7 +698,6 @@ def test_a_mechanism_that_leaks_only_on_a_durable_ledger(
     assert not (leaked and _verify_passes(name)), "verify exit 0, and publish released the true counts"
 
 
-@pytest.mark.xfail(strict=True, reason=_SETTING.format("the sampler is not numpy-laplace"))
 def test_a_mechanism_that_leaks_only_under_the_production_sampler(
     mechanism_module: Callable[[str, str], str], tmp_path: Path
 ) -> None:
@@ -728,7 +727,6 @@ def test_a_mechanism_that_leaks_only_under_the_production_sampler(
     assert not (leaked and _verify_passes(name)), "verify exit 0, and publish released the true counts"
 
 
-@pytest.mark.xfail(strict=True, reason=_SETTING.format("t > 300 (verify runs T <= 256)"))
 def test_a_mechanism_that_leaks_only_past_the_horizon_verify_runs(
     mechanism_module: Callable[[str, str], str], tmp_path: Path
 ) -> None:
@@ -758,7 +756,6 @@ def test_a_mechanism_that_leaks_only_past_the_horizon_verify_runs(
     assert not (leaked and _verify_passes(name)), "verify exit 0, and publish released t = 301..310 exactly"
 
 
-@pytest.mark.xfail(strict=True, reason=_SETTING.format("releases() runs for the first time in the process"))
 def test_a_mechanism_that_leaks_only_on_its_first_run(
     mechanism_module: Callable[[str, str], str], tmp_path: Path
 ) -> None:
@@ -824,30 +821,28 @@ def _regime_attack(
                 return releases(stream, ledger)
         """,
     )
-    execution = bc.execute(bc.load_mechanism(f"{name}:Mech"), data, epsilon=epsilon, w=w, runs=2, seed=7)
+    # the owner allows vouched sensitivities (else the ledger refuses them) and relies on verify's audit
+    mech = bc.load_mechanism(f"{name}:Mech")
+    execution = bc.execute(mech, data, epsilon=epsilon, w=w, runs=2, seed=7, allow_vouched=True)
     leaked = bool(np.max(np.abs(execution.releases - data[None])) < 1e-3)
     # The stage whose job this is: the statistical audit (``--stages d``; the other stages check windows and
     # reads, which this mechanism keeps, and at ε != 1 they fork fn on every replayed step: minutes).
     assert not (leaked and _audit_passes(name)), "the audit passes, and the releases are the true counts"
 
 
-@pytest.mark.xfail(strict=True, reason=_REGIME.format("at eps != 1"))
 def test_a_sensitivity_wrong_only_at_another_epsilon(mechanism_module: Callable[[str, str], str]) -> None:
     _regime_attack(mechanism_module, "attack4_eps", "ledger.params.epsilon != 1.0", ROWS, 0.5, 3)
 
 
-@pytest.mark.xfail(strict=True, reason=_REGIME.format("at d >= 3"))
 def test_a_sensitivity_wrong_only_at_three_dimensions(mechanism_module: Callable[[str, str], str]) -> None:
     data = np.array([[5, 7, 1], [100, 3, 2], [42, 42, 0], [0, 9, 9]], dtype=float)
     _regime_attack(mechanism_module, "attack4_dims", "stream.dimensions >= 3", data, 1.0, 3)
 
 
-@pytest.mark.xfail(strict=True, reason=_REGIME.format("at w = 8"))
 def test_a_sensitivity_wrong_only_at_window_eight(mechanism_module: Callable[[str, str], str]) -> None:
     _regime_attack(mechanism_module, "attack4_w8", "ledger.params.w == 8", ROWS, 1.0, 8)
 
 
-@pytest.mark.xfail(strict=True, reason=_REGIME.format("under across_bins(5): a vouched 1 where 5 is due"))
 def test_a_sensitivity_wrong_only_under_another_relation(mechanism_module: Callable[[str, str], str]) -> None:
     """Under the default relation the mechanism releases through ``laplace`` (derived); under any other it vouches
     sensitivity 1 for the counts, where a person contributing up to 5 needs 5. Measured on 20,000 runs: the noise
@@ -878,7 +873,9 @@ def test_a_sensitivity_wrong_only_under_another_relation(mechanism_module: Calla
     )
     data = np.full((3, 2), 10.0)
     stream = bc.GuardedStream(data, neighbours=bc.Neighbours.across_bins(BOUND))
-    execution = bc.execute(bc.load_mechanism(f"{name}:Mech"), stream, epsilon=1.0, w=3, runs=RUNS, seed=11)
+    execution = bc.execute(
+        bc.load_mechanism(f"{name}:Mech"), stream, epsilon=1.0, w=3, runs=RUNS, seed=11, allow_vouched=True
+    )
     scale = float(np.mean(np.abs(execution.releases - data[None])))
     window_loss = 3 * BOUND / scale
     assert not (window_loss > 2.0 and _audit_passes(name)), f"the audit passes; realised loss {window_loss:.2f} > 1"
@@ -916,40 +913,57 @@ def test_an_unchanged_relation_gives_the_loss_charged() -> None:
 _MODEL = "data model: the stream's relation weakened after bind by {}; sensitivity 5 -> 1"
 
 
-@pytest.mark.xfail(strict=True, reason=_MODEL.format("object.__setattr__(stream.neighbours, 'bound', 1)"))
 def test_the_relation_bound_cannot_be_lowered_after_binding() -> None:
     loss = _realised_loss(lambda stream: object.__setattr__(stream.neighbours, "bound", 1))
     assert loss <= EPSILON_T * 1.1, f"realised loss {loss:.2f} for a charge of {EPSILON_T}"
 
 
-class _Weakened(bc.Neighbours):
-    """The same layout as Neighbours (no new slots), so an instance's ``__class__`` can be swapped to it."""
+def _weakened() -> type | None:
+    """A class of the same layout as Neighbours (no new slots) whose ``bound`` says 1, so an instance's
+    ``__class__`` can be swapped to it; None when the library refuses to let Neighbours be subclassed."""
+    try:
 
-    __slots__ = ()
+        class Weakened(bc.Neighbours):
+            __slots__ = ()
 
-    @property  # shadows the slot on purpose: the attack
-    def bound(self) -> int:
-        return 1
+            @property  # shadows the slot on purpose: the attack
+            def bound(self) -> int:
+                return 1
+
+    except TypeError:
+        return None
+    return Weakened
 
 
-@pytest.mark.xfail(strict=True, reason=_MODEL.format("swapping stream.neighbours.__class__ to a subclass"))
 def test_the_relation_cannot_be_swapped_for_a_subclass_after_binding() -> None:
-    loss = _realised_loss(lambda stream: object.__setattr__(stream.neighbours, "__class__", _Weakened))
+    weakened = _weakened()
+
+    def swap(stream: bc.GuardedStream) -> None:
+        if weakened is not None:
+            object.__setattr__(stream.neighbours, "__class__", weakened)
+
+    loss = _realised_loss(swap)
     assert loss <= EPSILON_T * 1.1, f"realised loss {loss:.2f} for a charge of {EPSILON_T}"
 
 
 def test_the_streams_class_cannot_be_swapped_after_binding() -> None:
-    """Closed today (regression guard): a GuardedStream subclass whose ``neighbours`` says one_bin()."""
+    """Closed (regression guard): a GuardedStream subclass whose ``neighbours`` says one_bin(); refused at its
+    creation now, or swapped in to no effect."""
+    try:
 
-    class Lying(bc.GuardedStream):
-        __slots__ = ()
+        class Lying(bc.GuardedStream):
+            __slots__ = ()
 
-        @property
-        def neighbours(self) -> bc.Neighbours:
-            return bc.Neighbours.one_bin()
+            @property
+            def neighbours(self) -> bc.Neighbours:
+                return bc.Neighbours.one_bin()
+
+    except TypeError:
+        Lying = None  # type: ignore[assignment,misc]
 
     def swap(stream: bc.GuardedStream) -> None:
-        stream.__class__ = Lying
+        if Lying is not None:
+            stream.__class__ = Lying
 
     loss = _realised_loss(swap)
     assert loss <= EPSILON_T * 1.1, f"realised loss {loss:.2f} for a charge of {EPSILON_T}"
