@@ -950,7 +950,9 @@ class VaultThroughGlobalsAndGc:
         out = np.zeros((ledger.runs, stream.length, stream.dimensions))
         for secret in stream:
             ledger.laplace(secret, rounding.share(ledger.params.epsilon, ledger.params.w))  # looks like Uniform
-            namespace = type(secret).__init__.__globals__
+            namespace = next(  # the module of the secret's class, through any of its Python functions
+                f.__globals__ for f in vars(type(secret)).values() if hasattr(f, "__globals__")
+            )
             pending = list(namespace.values())
             for _ in range(3):  # three levels of referents from the module's names
                 pending = [r for x in pending for r in gc.get_referents(x)]

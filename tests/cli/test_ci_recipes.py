@@ -185,7 +185,7 @@ def test_the_pytest_recipe_adds_a_verify_test_that_fails_on_an_overspend(
     )
     log = result.stdout + result.stderr
     assert result.returncode == (0 if verdict == "PASSED" else 1), log
-    assert re.search(rf"^{verdict} (::)?budgetcheck\[{re.escape(PLACEHOLDER)}\]", result.stdout, re.MULTILINE), log
+    assert re.search(rf"^{verdict} budgetcheck::{re.escape(PLACEHOLDER)}\b", result.stdout, re.MULTILINE), log
     assert re.search(r"^PASSED tests/test_counts.py::test_the_users_own_test", result.stdout, re.MULTILINE), log
 
 

@@ -240,7 +240,6 @@ def test_audit_rejects_a_stricter_claim_and_a_tampered_log(runner: CliRunner, tm
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("", "ledger log is empty"),
         ('{"format": "other"}\n', "format='other' is not 'budgetcheck.ledger'"),
         ('{"format": "budgetcheck.ledger", "version": 99}\n', "version=99 is not supported"),
         (
@@ -256,6 +255,14 @@ def test_audit_refuses_malformed_logs(runner: CliRunner, tmp_path: Path, content
     result = runner.invoke(main, ["audit", str(log)])
     assert result.exit_code == 2
     assert message in result.output
+
+
+def test_audit_of_an_empty_file_is_a_damaged_ledger(runner: CliRunner, tmp_path: Path) -> None:
+    """A 0-byte file is what a ledger file cut to nothing looks like: exit 4, as open_ledger says (issue 42)."""
+    log = tmp_path / "bad.jsonl"
+    log.write_text("")
+    result = runner.invoke(main, ["audit", str(log)])
+    assert result.exit_code == 4 and "(empty)" in result.output
 
 
 def test_mechanisms_lists_the_builtins(runner: CliRunner) -> None:

@@ -154,7 +154,8 @@ class SpendRecord(tuple[Any, ...]):
 
     @property
     def amounts(self) -> FloatArray:
-        """Per run (shape (runs,), or (runs, classes[, groups]) for a personalized ledger): a fresh read-only view."""
+        """The budget of every run, as a fresh read-only copy of shape ``(runs,)`` (``(runs, classes[, groups])``
+        for a personalized ledger)."""
         return _thaw(self[2])
 
     @property
