@@ -131,7 +131,7 @@ def test_a_ledger_still_busy_after_the_wait_is_refused_in_the_child(monkeypatch:
     from budgetcheck.ledger import core
 
     monkeypatch.setattr(core, "_FORK_WAIT", 0.05)
-    ledger = WindowLedger(epsilon=1.0, w=4, runs=2)
+    ledger = WindowLedger(epsilon=1.0, w=4, runs=2, trusted_code=True, allow_vouched=True)
     stream = bc.GuardedStream(np.ones((3, 2)))
     ledger.bind(stream)
     inside, release = threading.Event(), threading.Event()

@@ -340,7 +340,7 @@ def test_threshold_statistic_of_a_wrong_shape_fails_as_a_budgetcheck_error() -> 
     one fixed MeasurementFailed. Now (issue 43) any failure of the statistic gives its declared default,
     tested like any value, and is recorded for the ledger's owner without the shape it chose."""
     stream = GuardedStream(np.ones((4, 3)))
-    ledger = _ledger()
+    ledger = WindowLedger(epsilon=1.0, w=3, seed=1, sampler=NUMPY, keep_records=True, allow_vouched=True)
     ledger.bind(stream)
     test = ledger.above_threshold(epsilon=0.1, sensitivity=2.0, cells=(3,))
     test.query(stream.secret(1), deviation, 0.0)

@@ -136,7 +136,7 @@ def check_conninfo(conninfo: str, url: str) -> None:
         for item in str(options.get(key, "")).split(","):
             if item and not (item.isascii() and item.isdigit() and (key != "port" or 0 < int(item) < 65536)):
                 raise InvalidArgument(
-                    f"{key}={scrub(item, url)!r} in the ledger URL {redact(url)!r} must be "
+                    f"{key}={_shown_option(item, url)!r} in the ledger URL {redact(url)!r} must be "
                     f"{'a port number from 1 to 65535' if key == 'port' else 'a whole number of seconds or a count'}"
                 )
 
@@ -158,6 +158,13 @@ def redact(url: str) -> str:
 def scrub(message: str, url: str) -> str:
     """``message`` (e.g. the driver's) without the passwords of ``url``, as written or percent-decoded:
     the driver may quote the part of the URL it could not read."""
+    for secret in sorted(_secrets(url), key=len, reverse=True):
+        message = message.replace(secret, "***")
+    return message
+
+
+def _secrets(url: str) -> set[str]:
+    """The passwords of ``url`` (user information and ``…password=`` parameters), as written and decoded."""
     secrets: set[str] = set()
     userinfo = _USERINFO.match(url)
     if userinfo is not None:
@@ -166,9 +173,13 @@ def scrub(message: str, url: str) -> str:
     for secret in [*secrets]:
         secrets.add(urllib.parse.unquote(secret))
         secrets.add(urllib.parse.unquote_plus(secret))
-    for secret in sorted(filter(None, secrets), key=len, reverse=True):
-        message = message.replace(secret, "***")
-    return message
+    return set(filter(None, secrets))
+
+
+def _shown_option(item: str, url: str) -> str:
+    """An option's value for an error message: ``***`` when it is any part of a password (a driver that ends
+    the user information at '#' reads the rest of a password as the host and port)."""
+    return "***" if any(item in secret for secret in _secrets(url)) else scrub(item, url)
 
 
 def _driver() -> Any:

@@ -15,6 +15,7 @@ import numpy as np
 
 from budgetcheck.ledger.errors import MeasurementFailed, MechanismContractError
 from budgetcheck.mechanism.execute import execute
+from budgetcheck.verify.owner import ledger_flags
 
 
 def check_contract(mechanism: Any) -> None:
@@ -27,7 +28,7 @@ def check_contract(mechanism: Any) -> None:
     if getattr(mechanism, "notion", "w-event") != "w-event":
         return  # personalized and Swellfish runs need their own inputs; their stages check the shape
     try:
-        execute(mechanism, np.full((6, 2), 5.0), epsilon=1.0, w=3, runs=2, seed=0)
+        execute(mechanism, np.full((6, 2), 5.0), epsilon=1.0, w=3, runs=2, seed=0, **ledger_flags())
     except MeasurementFailed:
         return  # the user's measured function failed: a stage's finding, not the contract
     except MechanismContractError:

@@ -852,7 +852,7 @@ def _run_bench(mechanism: Any, case: VerificationCase) -> tuple[Any, Fraction, t
     ledger of one ε per run over two stacked streams (the case's and its reverse), each run audited."""
     epsilons = [case.epsilon] * (2 * case.runs)
     stream = GuardedStream.stacked([case.data, case.data[::-1]])
-    ex = execute(mechanism, stream, epsilon=epsilons, w=case.w, runs=2 * case.runs, seed=case.seed)
+    ex = execute(mechanism, stream, epsilon=epsilons, w=case.w, runs=2 * case.runs, seed=case.seed, **ledger_flags())
     reports = audit_windows_per_epsilon(ex.ledger.records, epsilons=epsilons, w=case.w)
     ratio = max(report.worst_ratio for report in reports.values())
     violations = tuple(v.describe(epsilon) for epsilon, report in reports.items() for v in report.violations)
