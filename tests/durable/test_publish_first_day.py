@@ -52,3 +52,16 @@ def test_a_ledger_with_charges_is_never_advised_to_be_deleted(tmp_path: Path) ->
     assert "no charge" not in output and "rm " not in output
     code, output = publish(tmp_path, "2,5,7\n", "--epsilon", "2", "--w", "3", "-d", "2")
     assert code == 2 and "no charge" not in output and "rm " not in output
+
+
+def test_audit_of_a_ledger_file_says_how_many_more_windows_are_over(tmp_path: Path) -> None:
+    """Checked against a smaller epsilon than its own, every window of a 30-row file is over: the audit lists
+    the first 10 and says how many more there are (issue 44: 10 violations and no "N more")."""
+    rows = "".join(f"{t},5,7\n" for t in range(1, 31))
+    assert publish(tmp_path, rows, "--epsilon", "1", "--w", "3", "-d", "2")[0] == 0
+    result = CliRunner().invoke(main, ["audit", str(tmp_path / "ledger.db"), "--epsilon", "0.01"])
+    assert result.exit_code == 1, result.output
+    assert result.output.count("VIOLATION ") == 10
+    assert "... and 20 more windows over epsilon (the first 10 are listed)" in result.output
+    as_json = CliRunner().invoke(main, ["audit", str(tmp_path / "ledger.db"), "--epsilon", "0.01", "--json"])
+    assert '"violating_windows": 30' in as_json.output

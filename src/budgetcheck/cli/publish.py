@@ -317,6 +317,7 @@ def audit_ledger_file(
                     "constraints_checked": report.checked,
                     "worst_over_budget": float(report.worst_ratio),
                     "violations": list(report.violations),
+                    "violating_windows": report.violating_windows,
                     **({"epsilon": report.epsilon, "w": report.w} if report.notion == Notion.W_EVENT else {}),
                     **({} if signed is None else {"checkpoints": _checkpoints_json(signed)}),
                 },
@@ -336,6 +337,9 @@ def audit_ledger_file(
         click.echo(f"{report.checked} constraints checked; worst: {float(report.worst_ratio):.6f} of the budget")
         for violation in report.violations:
             click.echo(f"VIOLATION {violation}")
+        unlisted = report.violating_windows - len(report.violations)
+        if unlisted > 0:
+            click.echo(f"... and {unlisted} more windows over epsilon (the first {len(report.violations)} are listed)")
         click.echo("ok" if report.ok and not isinstance(signed, str) else "FAIL")
     if isinstance(signed, str):
         sys.exit(EXIT_CORRUPT)

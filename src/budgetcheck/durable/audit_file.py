@@ -61,6 +61,7 @@ class FileAudit:
     violations: tuple[str, ...]
     epsilon: float = 0.0  # the budget the windows were checked against (w-event: the header's or the caller's)
     w: int = 0
+    violating_windows: int = 0  # every (run, window) over its budget; ``violations`` lists the first ones
 
     @property
     def ok(self) -> bool:
@@ -271,7 +272,7 @@ def _audit(
         )
     if problem is None and anchor is not None and not found:
         problem = f"the file does not extend the expected head {anchor} (it was rolled back, rewritten or replaced)"
-    checked, worst, violations, broken = composition
+    checked, worst, violations, broken, violating = composition
     if problem is None and broken is not None:
         problem = broken
     if problem is None:
@@ -285,6 +286,7 @@ def _audit(
         checked=checked,
         worst_ratio=worst,
         violations=violations,
+        violating_windows=max(violating, len(violations)),
         epsilon=checked_against.epsilon,
         w=checked_against.w,
     )
@@ -331,7 +333,7 @@ def _audit_parallel(
     return problem, seen, last, found, composition
 
 
-Composition = tuple[int, Fraction, tuple[str, ...], str | None]
+Composition = tuple[int, Fraction, tuple[str, ...], str | None, int]
 
 
 def _composition(
@@ -345,9 +347,10 @@ def _composition(
             try:
                 kept.append(decode_row(row, header).record)
             except LedgerCorrupt as exc:
-                return 0, Fraction(0), (), str(exc)
+                return 0, Fraction(0), (), str(exc), 0
         result = audit_by_header(kept, header)
-        return result.checked, result.worst_ratio, result.violations, None
+        violating = int(getattr(result, "violating_windows", len(result.violations)))
+        return result.checked, result.worst_ratio, result.violations, None, violating
     windows = StreamingWindows(header.w, rounding.to_units(header.epsilon), header.runs, max_violations)
     unpack = struct.Struct(f"<{header.runs}d").unpack
     to_units = functools.lru_cache(maxsize=4096)(rounding.to_units)
@@ -371,4 +374,5 @@ def _composition(
         broken = str(exc)
     windows.finish()
     worst = Fraction(0) if windows.worst is None else windows.worst.total / Fraction(header.epsilon)
-    return windows.checked, worst, tuple(v.describe(header.epsilon) for v in windows.violations), broken
+    described = tuple(v.describe(header.epsilon) for v in windows.violations)
+    return windows.checked, worst, described, broken, windows.violating
