@@ -315,7 +315,7 @@ def test_streaming_window_check_equals_the_brute_force_sums(
         [(k + 1, t, np.array(a, dtype="<f8").tobytes()) for k, (t, a) in enumerate(charges)],
     )
     header = LedgerHeader(notion="w-event", epsilon=epsilon, w=w, runs=runs)
-    checked, worst, violations, broken = _composition(db, header, True, max_violations=1000)
+    checked, worst, violations, broken, violating = _composition(db, header, True, max_violations=1000)
     latest = max((t for t, _ in charges), default=0)
     totals = [[Fraction(0)] * (latest + 1) for _ in range(runs)]
     for t, amounts in charges:
@@ -328,7 +328,7 @@ def test_streaming_window_check_equals_the_brute_force_sums(
     ]
     assert broken is None and checked == runs * latest
     assert worst == max((s for _, _, s in sums), default=Fraction(0)) / Fraction(epsilon)
-    assert len(violations) == sum(1 for _, _, s in sums if s > Fraction(epsilon))
+    assert len(violations) == violating == sum(1 for _, _, s in sums if s > Fraction(epsilon))
 
 
 @pytest.mark.parametrize(
