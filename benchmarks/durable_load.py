@@ -292,39 +292,28 @@ def server_crash(folder: Path, crashes: int, *, quick: bool) -> None:
         return
     from budgetcheck.durable import server_crash as campaign_of
 
-    server = campaign_of.CrashServer(folder / "crash-pg")
-    timestamps = 60 if quick else 400
     totals = [0, 0, 0, 0]  # trials, double releases, lost commits, failed audits
-    try:
-        for index, (durability, crash, output) in enumerate(
-            (d, c, o) for d in ("full", "process") for c in campaign_of.CRASHES for o in campaign_of.OUTPUTS
-        ):
-            if quick and index not in (0, 7):  # quick: full/immediate/--out and process/sigkill/stdout
-                continue
-            trial = campaign_of.run_trial(
-                server,
-                folder,
-                durability=durability,
-                crash=crash,
-                output=output,
-                timestamps=timestamps,
-                crashes=crashes,
-                seed=index,
-            )
-            totals = [
-                totals[0] + 1,
-                totals[1] + trial.double_releases,
-                totals[2] + trial.lost_commits,
-                totals[3] + (not trial.audit_ok),
-            ]
-            print(
-                f"server crash {durability:>7} {crash:>9} --{output:<6}: {trial.crashes} crashes, {trial.runs} runs, "
-                f"{trial.written} lines written, {trial.stored}/{trial.timestamps} stored, "
-                f"{trial.double_releases} double releases, {trial.lost_commits} lost commits, "
-                f"audit {'ok' if trial.audit_ok else 'FAILED'} ({trial.seconds:.1f} s)"
-            )
-    finally:
-        server.stop()
+    quick_trials = (0, 7)  # full/immediate/--out and process/sigkill/stdout
+    (folder / "server-crash").mkdir()
+    trials = campaign_of.campaign(
+        folder / "server-crash",
+        timestamps=60 if quick else 400,
+        crashes=crashes,
+        chosen=quick_trials if quick else None,
+    )
+    for trial in trials:
+        totals = [
+            totals[0] + 1,
+            totals[1] + trial.double_releases,
+            totals[2] + trial.lost_commits,
+            totals[3] + (not trial.audit_ok),
+        ]
+        print(
+            f"server crash {trial.durability:>7} {trial.crash:>9} --{trial.output:<6}: {trial.crashes} crashes, "
+            f"{trial.runs} runs, {trial.written} lines written, {trial.stored}/{trial.timestamps} stored, "
+            f"{trial.double_releases} double releases, {trial.lost_commits} lost commits, "
+            f"audit {'ok' if trial.audit_ok else 'FAILED'} ({trial.seconds:.1f} s)"
+        )
     print(
         f"server-crash campaign: {totals[0]} trials x {crashes} crashes: {totals[1]} double releases, "
         f"{totals[2]} lost commits, {totals[3]} failed audits"

@@ -206,12 +206,21 @@ def run_trial(
 
 
 def campaign(
-    folder: Path, *, timestamps: int, crashes: int, seed: int = 0, modes: tuple[str, ...] = ("full", "process")
+    folder: Path,
+    *,
+    timestamps: int,
+    crashes: int,
+    seed: int = 0,
+    modes: tuple[str, ...] = ("full", "process"),
+    chosen: tuple[int, ...] | None = None,
 ) -> Iterator[CrashTrial]:
-    """A trial per durability mode, crash and output (on one server of its own under ``folder``)."""
+    """A trial per durability mode, crash and output (on one server of its own under ``folder``); ``chosen``:
+    only the trials of these indices in that order (None: every one)."""
     server = CrashServer(folder / "pg")
     try:
         for index, (durability, crash, output) in enumerate((d, c, o) for d in modes for c in CRASHES for o in OUTPUTS):
+            if chosen is not None and index not in chosen:
+                continue
             yield run_trial(
                 server,
                 folder,
