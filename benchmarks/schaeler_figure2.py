@@ -91,6 +91,14 @@ def load_ours_by_season(results: Path, mechanisms: Sequence[str]) -> dict[int, C
     return {s: dict(c) for s, c in out.items()}
 
 
+def describe(results: Path) -> str:
+    """What a results file ran with that changes Figure 2: Algorithm 2's growth, the MRE bound γ, the runs."""
+    with ResultStore(results) as store:
+        streams, runs, _seed, bound = stored_benchmark(store)
+    growths = sorted({s.growth for s in streams.values() if isinstance(s, ArtificialStream)})
+    return f"growth {', '.join(f'{g:g}' for g in growths)}, γ = {bound:g}, {runs} runs"
+
+
 def deltas(maes: Cells) -> Cells:
     """δ_MAE (§5.1): each mechanism's MAE over the smallest of its cell."""
     out: Cells = {}
@@ -208,6 +216,7 @@ def agreement_markdown(
     top: int,
     mae_ratios: Mapping[str, Sequence[float]] | None = None,
     supremacy: tuple[int, int] | None = None,
+    ours: str = "",
 ) -> str:
     """The agreement table, the shares, the per-period shares and the ``top`` largest differences."""
     exact = sum(r.agrees for r in rows)
@@ -220,14 +229,15 @@ def agreement_markdown(
         "`paper_figure2.csv`. δ over the paper's nine mechanisms. A cell lists the paper's best (every",
         "mechanism the workbook shows as 1.00) / ours; ✓ ours is one of the paper's best, ≈ ours is within",
         "10% of the best in the paper's numbers, ✗ otherwise.",
+        *([f"Ours: {ours}."] if ours else []),
         "",
         f"- best mechanism agrees: **{_share(exact, len(rows))}** cells",
         f"- our best within 10% of the paper's best (in the paper's numbers): **{_share(near, len(rows))}** cells",
     ]
     if supremacy is not None:
         lines.append(
-            f"- a baseline (Uniform or Sample) within 10% of the best (§5.1.2): paper {_share(supremacy[0], len(rows))}, "
-            f"ours {_share(supremacy[1], len(rows))} cells"
+            f"- a baseline (Uniform or Sample) within 10% of the best (§5.1.2): "
+            f"paper {_share(supremacy[0], len(rows))}, ours {_share(supremacy[1], len(rows))} cells"
         )
     for season, season_rows in sorted(by_season.items()):
         if season != SEASON:
@@ -357,7 +367,7 @@ def _cell_text(value: float) -> str:
     return f"{value:.2f}" if value < 9.995 else f"{value:.0f}"
 
 
-def figure2(paper: Cells, ours_delta: Cells, experiment: str) -> Any:
+def figure2(paper: Cells, ours_delta: Cells, experiment: str, ours: str = "") -> Any:
     """One part of Figure 2 in the paper's form, the paper's numbers (left block) beside ours (right):
     a heat map per mechanism, amplitude a across, ε or w up, green (δ = 1, the best) to red (log scale)."""
     import matplotlib
@@ -378,7 +388,11 @@ def figure2(paper: Cells, ours_delta: Cells, experiment: str) -> Any:
     halves = np.asarray(top.subfigures(1, 2, wspace=0.04), dtype=object).ravel()
     image = None
     for half, (label, source) in zip(
-        halves, (("Schäler et al. (authors' numbers)", paper), ("budgetcheck", ours_delta))
+        halves,
+        (
+            ("Schäler et al. (authors' numbers)", paper),
+            (f"budgetcheck ({ours})" if ours else "budgetcheck", ours_delta),
+        ),
     ):
         half.suptitle(label, fontsize=11, fontweight="bold")
         axes = half.subplots(3, 3, squeeze=False)
@@ -431,6 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--paper", type=Path, default=PAPER_CSV, help="the transcribed paper numbers")
     parser.add_argument("--images", type=Path, help="directory for the PNG figures (none when omitted)")
     parser.add_argument("--top", type=int, default=15, help="how many of the largest differences to list")
+    parser.add_argument("--name", default="schaeler2022-figure2", help="the PNGs' name, 'a.png' or 'b.png' appended")
     args = parser.parse_args(argv)
     paper = load_paper(args.paper)
     mechanisms = sorted({m for cell in paper.values() for m in cell})
@@ -444,7 +459,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     common = {k: v for k, v in paper.items() if k in ours}
     supremacy = (baseline_supremacy(common), baseline_supremacy({k: ours[k] for k in common}))
-    text = agreement_markdown(rows, by_season, diffs, args.top, mae_ratios(paper, seasons[SEASON]), supremacy)
+    label = describe(args.results)
+    text = agreement_markdown(rows, by_season, diffs, args.top, mae_ratios(paper, seasons[SEASON]), supremacy, label)
     (args.out / "figure2_agreement.md").write_text(text, encoding="utf-8")
     write_comparison_csv(paper, seasons[SEASON], args.out / "figure2_comparison.csv")
     print(text)
@@ -453,8 +469,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         args.images.mkdir(parents=True, exist_ok=True)
         for experiment, suffix in zip(EXPERIMENTS, "ab"):
-            figure = figure2(paper, ours, experiment)
-            target = args.images / f"schaeler2022-figure2{suffix}.png"
+            figure = figure2(paper, ours, experiment, label)
+            target = args.images / f"{args.name}{suffix}.png"
             figure.savefig(target, dpi=90)
             plt.close(figure)
             print(f"wrote {target}")

@@ -65,6 +65,7 @@ def test_agreement_counts_the_cells_where_our_best_is_the_papers(tmp_path: Path)
     assert fig2.main([str(results), "--out", str(out)]) == 0
     text = (out / "figure2_agreement.md").read_text(encoding="utf-8")
     assert "best mechanism agrees: **3 of 4 (75%)** cells" in text
+    assert "Ours: growth 1.5, γ = 0.001, 3 runs." in text
     assert "period s = 40 against the paper's s = 80: 0 of 1 (0%)" in text
     # a baseline within 10% of the best: the paper's (0.1, 120, 10,000) has FASTw 1, Uniform 2.02
     assert "within 10% of the best (§5.1.2): paper 3 of 4 (75%), ours 4 of 4 (100%) cells" in text
