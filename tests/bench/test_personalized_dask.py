@@ -55,7 +55,7 @@ def test_dask_and_serial_give_the_releases_of_the_former_loop_bit_for_bit() -> N
     serial = ps.run_study(points=_points, **SMALL)  # type: ignore[arg-type]
     assert _measured(serial) == _serial_reference()
     assert all(r.cpu_seconds >= 0.0 and r.seconds >= 0.0 for r in serial)
-    with distributed.LocalCluster(n_workers=2, processes=False, dashboard_address=None) as cluster:
+    with distributed.LocalCluster(n_workers=2, processes=False, dashboard_address=":0") as cluster:
         on_cluster = ps.run_study(points=_points, scheduler=cluster.scheduler_address, **SMALL)  # type: ignore[arg-type]
     assert _measured(on_cluster) == _measured(serial)
 
@@ -94,7 +94,7 @@ def test_the_cli_runs_on_a_scheduler_and_resumes(tmp_path: Path) -> None:
     assert lone.exit_code == 2 and "--executor dask" in lone.output
     out = tmp_path / "study"
     args = ["bench", "personalized", "--dataset", "Sin", "--mechanism", "PBA", "--out", str(out)]
-    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster:
+    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster:
         first = runner.invoke(main, [*args, "--executor", "dask", "--scheduler", cluster.scheduler_address])
     assert first.exit_code == 0, first.output
     stored = (out / "personalized-progress.jsonl").read_text()

@@ -6,7 +6,7 @@ real one. The caller stores every finished unit (so a rerun resumes) and reports
 
 Example:
     >>> from distributed import LocalCluster
-    >>> with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster:
+    >>> with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster:
     ...     sorted(on_dask(abs, [-2, 1, -3], cluster.scheduler_address))
     [1, 2, 3]
 """
