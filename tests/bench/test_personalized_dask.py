@@ -15,7 +15,9 @@ from budgetcheck.bench.config import stable_seed
 from budgetcheck.cli import main
 from budgetcheck.ledger.errors import InvalidArgument
 
-SMALL = dict(users=150, length=40, runs=2, seed=3, datasets=("TLNS", "Log"), mechanisms=("PBD", "StrictestBA", "PLBU"))
+DATASETS = ("TLNS", "Log")
+MECHANISMS = ("PBD", "StrictestBA", "PLBU")
+SMALL: dict[str, object] = dict(users=150, length=40, runs=2, seed=3, datasets=DATASETS, mechanisms=MECHANISMS)
 
 
 def _points(n: int) -> list[ps.PersonalizedPoint]:
@@ -28,13 +30,13 @@ def _measured(rows: list[ps.PersonalizedRow]) -> list[tuple[object, ...]]:
 
 def _serial_reference() -> list[tuple[object, ...]]:
     """The study's loop as it was written before (one data set's bins, then every point and mechanism)."""
-    out = []
-    for dataset in SMALL["datasets"]:
+    out: list[tuple[object, ...]] = []
+    for dataset in DATASETS:
         rng = np.random.default_rng(stable_seed(3, "personalized", dataset))
         bins = ps.binary_bins(ps.probabilities(dataset, 40, rng), 150, rng)
         truth = np.stack([(bins == j).sum(axis=1) for j in range(2)], axis=1).astype(np.float64)
         for point in _points(150):
-            for name in SMALL["mechanisms"]:
+            for name in MECHANISMS:
                 releases = execute_personalized(
                     load_mechanism(name),
                     point.requirements,
@@ -72,7 +74,7 @@ def test_a_finished_point_is_stored_and_skipped_on_rerun(tmp_path: Path) -> None
 
     with pytest.raises(KeyboardInterrupt):
         ps.run_study(points=_points, progress=stop_after_three, progress_file=progress, **SMALL)  # type: ignore[arg-type]
-    assert len(progress.read_text().splitlines()) == 1 + 3 * len(SMALL["mechanisms"])  # type: ignore[arg-type]
+    assert len(progress.read_text().splitlines()) == 1 + 3 * len(MECHANISMS)
     with progress.open("a") as handle:  # a point cut short by a crash: one row of three, run again
         last = progress.read_text().splitlines()[-1]  # Log, vary-epsilon, x = 0.2, PLBU
         handle.write(last.replace('"vary-epsilon", "x": 0.2', '"ratio-w", "x": 0.9') + "\n")
