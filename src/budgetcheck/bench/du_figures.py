@@ -90,6 +90,8 @@ def improvement_figure(
     groups = [(c, d) for c in ("PBA vs BA", "PBD vs BD") for d in PANELS[2:] + PANELS[:2] if (c, d) in present]
     figure, axes = plt.subplots(1, 2, figsize=(12.0, 3.8), constrained_layout=True, sharey=True)
     width = 0.38
+    drawn = [v for v in [*paper.values(), *ours.values()] if math.isfinite(v)]
+    low, high = min(0.0, *drawn) - 5.0, max(100.0, *drawn) + 8.0  # a baseline beaten by P gives a negative bar
     for ax, experiment in zip(axes, experiments, strict=True):
         for k, (comparison, dataset) in enumerate(groups):
             for offset, (label, values, color) in enumerate(
@@ -107,10 +109,10 @@ def improvement_figure(
                     color=color,
                     label=label if k == 0 or label not in ax.get_legend_handles_labels()[1] else None,
                 )
-                ax.text(x, value + 1.0, f"{value:.0f}", ha="center", va="bottom", fontsize=7)
+                ax.text(x, max(value, 0.0) + 1.0, f"{value:.0f}", ha="center", va="bottom", fontsize=7)
         ax.set_xticks(range(len(groups)), [f"{d}\n{c}" for c, d in groups], fontsize=8)
         ax.set_title("ε varied (Figure 10)" if experiment == "vary-epsilon" else "w varied (Figure 11)", fontsize=10)
-        ax.set_ylim(0, 105)
+        ax.set_ylim(low, high)
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_ylabel("% lower AMRE than the baseline\n(mean over the points)", fontsize=9)
     handles: dict[str, object] = {}
