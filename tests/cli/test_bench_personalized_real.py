@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from budgetcheck.bench import figures
+from budgetcheck.bench import du_figures, figures
 from budgetcheck.bench import personalized_study as study
 from budgetcheck.bench.study_report import DU_FIGURES
 from budgetcheck.cli import main
@@ -64,7 +64,12 @@ def _no_drawing(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[tuple[Any, ..
         drawn[stem.name] = list(points)
         return []
 
+    def keep_rows(rows: list[study.PersonalizedRow], experiment: str, stem: Path, **_: Any) -> list[Path]:
+        drawn[stem.name] = [("", r.dataset, r.x, r.mechanism, r.amre) for r in rows if r.experiment == experiment]
+        return []
+
     monkeypatch.setattr(figures, "study_curves", keep)
+    monkeypatch.setattr(du_figures, "paper_form", keep_rows)  # Figures 10-13, in the paper's form
     return drawn
 
 

@@ -19,6 +19,7 @@ renormalised (a distribution; all-zero → uniform), with 0 log 0 = 0 and natura
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -143,8 +144,9 @@ def experiments(
 
 @attrs.frozen
 class PersonalizedRow:
-    """Mean AMRE and AJSD over the runs of one cell, and the seconds its runs took together (the run
-    time of Du et al.'s Figures 14 and 15; NaN in rows written before it was kept)."""
+    """Mean AMRE and AJSD over the runs of one cell, the seconds its runs took together (the run time
+    of Du et al.'s Figures 14 and 15) and the CPU seconds of the thread that ran them (NaN in rows
+    written before either was kept)."""
 
     dataset: str
     experiment: str
@@ -153,6 +155,75 @@ class PersonalizedRow:
     amre: float
     ajsd: float
     seconds: float = math.nan
+    cpu_seconds: float = math.nan
+
+
+@attrs.frozen
+class StudySpec:
+    """What every unit of a study shares: the scale, the seed, the mechanisms and the real streams'
+    paths ((name, path) pairs); a unit is one data set's one point, all mechanisms."""
+
+    users: int
+    length: int
+    runs: int
+    seed: int
+    mechanisms: tuple[str, ...]
+    real: tuple[tuple[str, str], ...] = ()
+
+
+def _data(spec: StudySpec, dataset: str) -> tuple[NDArray[np.int64], int, int, FloatArray]:
+    """(bins, d, users, true counts (T, d)) of a data set, made (synthetic) or read (real) once per process."""
+    return _data_cached(dataset, spec.users, spec.length, spec.seed, dict(spec.real).get(dataset))
+
+
+@functools.lru_cache(maxsize=2)
+def _data_cached(
+    dataset: str, users: int, length: int, seed: int, path: str | None
+) -> tuple[NDArray[np.int64], int, int, FloatArray]:
+    if path is not None:
+        bins, d = _real_bins(dataset, path, length)
+        n = int(bins.shape[1])
+    else:
+        rng = np.random.default_rng(stable_seed(seed, "personalized", dataset))
+        bins, d, n = binary_bins(probabilities(dataset, length, rng), users, rng), 2, users
+    truth = np.stack([(bins == j).sum(axis=1) for j in range(d)], axis=1).astype(np.float64)
+    return bins, d, n, truth
+
+
+def run_point(spec: StudySpec, dataset: str, point: PersonalizedPoint) -> list[PersonalizedRow]:
+    """Every mechanism of ``spec`` at one point of one data set: one row each. Each cell draws from
+    its own seed (the study's seed, the data set, the point and the mechanism), so a point gives the
+    same rows wherever and in whatever order it runs."""
+    bins, d, n, truth = _data(spec, dataset)
+    rows = []
+    for name in spec.mechanisms:
+        started, cpu = time.perf_counter(), time.thread_time()
+        execution = execute_personalized(
+            load_mechanism(name),
+            point.requirements,
+            bins,
+            dimensions=d,
+            runs=spec.runs,
+            seed=stable_seed(spec.seed, dataset, point.experiment, point.x, name),
+        )
+        seconds, cpu_seconds = time.perf_counter() - started, time.thread_time() - cpu
+        rows.append(
+            PersonalizedRow(
+                dataset,
+                point.experiment,
+                point.x,
+                name,
+                float(amre(truth, execution.releases, n).mean()),
+                float(ajsd(truth, execution.releases, n).mean()),
+                seconds,
+                cpu_seconds,
+            )
+        )
+    return rows
+
+
+def _run_unit(unit: tuple[StudySpec, str, PersonalizedPoint]) -> list[PersonalizedRow]:
+    return run_point(*unit)
 
 
 def run_study(
@@ -166,52 +237,93 @@ def run_study(
     mechanisms: Sequence[str] = MECHANISMS,
     progress: Callable[[str], None] | None = None,
     real: Mapping[str, str | Path] | None = None,
+    progress_file: str | Path | None = None,
+    scheduler: str | None = None,
 ) -> list[PersonalizedRow]:
     """Mean AMRE and AJSD over ``runs`` of every mechanism at every point of every dataset; ``real``
     adds Du et al.'s Taxi and Foursquare streams from the user's downloads ({name: path}), cut to
     ``length`` slots (their user counts are the data's). Every real stream is read before the first
     run, so a missing or malformed download is refused at once. ``points``: the points, or a function
-    of the number of users giving them (a real stream's users are the data's); default all of Table 3."""
+    of the number of users giving them (a real stream's users are the data's); default all of Table 3.
+
+    ``progress_file`` (JSON lines) stores every finished point (all its mechanisms); a run with the
+    same file and parameters skips those (resumable), other parameters are refused. ``scheduler``: the
+    address of a Dask scheduler that runs the points on its workers (:func:`on_dask`). The rows are the
+    same, in the same order, whichever way the points ran."""
     for name in mechanisms:
         if notion_of(load_mechanism(name)) != Notion.PERSONALIZED:
             raise InvalidArgument(f"mechanism={name!r} is not a personalized w-event mechanism (the study runs those)")
-    loaded = {name: _real_bins(name, path, length) for name, path in (real or {}).items()}
-    rows = []
-    for dataset in [*datasets, *loaded]:
-        if dataset in loaded:
-            bins, d = loaded[dataset]
-            n = bins.shape[1]
-        else:
-            rng = np.random.default_rng(stable_seed(seed, "personalized", dataset))
-            bins, d, n = binary_bins(probabilities(dataset, length, rng), users, rng), 2, users
-        truth = np.stack([(bins == j).sum(axis=1) for j in range(d)], axis=1).astype(np.float64)
+    spec = StudySpec(
+        users, length, runs, seed, tuple(mechanisms), tuple((name, str(path)) for name, path in (real or {}).items())
+    )
+    units: list[tuple[StudySpec, str, PersonalizedPoint]] = []
+    for dataset in [*datasets, *(name for name, _ in spec.real)]:
+        n = _data(spec, dataset)[2] if dataset in dict(spec.real) else users  # a real stream is read here, first
         chosen = experiments(n) if points is None else points(n) if callable(points) else points
-        for point in chosen:
-            for name in mechanisms:
-                started = time.perf_counter()
-                execution = execute_personalized(
-                    load_mechanism(name),
-                    point.requirements,
-                    bins,
-                    dimensions=d,
-                    runs=runs,
-                    seed=stable_seed(seed, dataset, point.experiment, point.x, name),
+        units += [(spec, dataset, point) for point in chosen]
+    keys = [(dataset, point.experiment, point.x) for _, dataset, point in units]
+    log = _ProgressFile(Path(progress_file), spec, keys) if progress_file is not None else None
+    done: dict[tuple[str, str, float], list[PersonalizedRow]] = dict(log.points) if log is not None else {}
+    todo = [unit for unit, key in zip(units, keys, strict=True) if key not in done]
+    started = time.perf_counter()
+
+    def finished(point_rows: list[PersonalizedRow]) -> None:
+        first = point_rows[0]
+        done[(first.dataset, first.experiment, first.x)] = point_rows
+        if log is not None:
+            log.append(point_rows)
+        if progress is not None:
+            progress(
+                f"{first.dataset} {first.experiment} x={first.x:g}: "
+                + ", ".join(f"{r.mechanism} {r.amre:.3g}" for r in point_rows)
+                + f" (AMRE; {len(done)}/{len(units)} points, {time.perf_counter() - started:.0f} s)"
+            )
+
+    if progress is not None and len(todo) < len(units):
+        progress(f"{len(units) - len(todo)} of {len(units)} points stored in {progress_file}: skipped")
+    if scheduler is not None:
+        from budgetcheck.bench.dask_pool import on_dask
+
+        for point_rows in on_dask(_run_unit, todo, scheduler):
+            finished(point_rows)
+    else:
+        for unit in todo:
+            finished(_run_unit(unit))
+    return [row for key in keys for row in done[key]]
+
+
+class _ProgressFile:
+    """JSON lines: the study's parameters and points, then one line per row of every finished point
+    (appended and flushed as points finish); a point with fewer rows than mechanisms is run again."""
+
+    def __init__(self, path: Path, spec: StudySpec, keys: Sequence[tuple[str, str, float]]) -> None:
+        self._path = path
+        header = {"study": "personalized-progress", "params": attrs.asdict(spec), "points": [list(k) for k in keys]}
+        self.points: dict[tuple[str, str, float], list[PersonalizedRow]] = {}
+        if path.exists() and path.stat().st_size:
+            lines = path.read_text().splitlines()
+            try:
+                stored = json.loads(lines[0])
+                rows = [PersonalizedRow(**json.loads(line)) for line in lines[1:] if line.strip()]
+            except (ValueError, TypeError) as error:
+                raise InvalidArgument(f"progress file {str(path)!r} is damaged ({error}); delete it") from error
+            if stored != json.loads(json.dumps(header)):
+                raise InvalidArgument(
+                    f"progress file {str(path)!r} holds a study with other parameters or points "
+                    f"({stored.get('params') if isinstance(stored, dict) else stored}); use another --out or delete it"
                 )
-                seconds = time.perf_counter() - started
-                rows.append(
-                    PersonalizedRow(
-                        dataset,
-                        point.experiment,
-                        point.x,
-                        name,
-                        float(amre(truth, execution.releases, n).mean()),
-                        float(ajsd(truth, execution.releases, n).mean()),
-                        seconds,
-                    )
-                )
-                if progress is not None:
-                    progress(f"{dataset} {point.experiment} x={point.x:g} {name}: AMRE {rows[-1].amre:.3g}")
-    return rows
+            grouped: dict[tuple[str, str, float], list[PersonalizedRow]] = {}
+            for row in rows:
+                grouped.setdefault((row.dataset, row.experiment, row.x), []).append(row)
+            self.points = {key: got for key, got in grouped.items() if len(got) == len(spec.mechanisms)}
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(header) + "\n")
+
+    def append(self, rows: Sequence[PersonalizedRow]) -> None:
+        with self._path.open("a") as handle:
+            handle.write("".join(json.dumps(attrs.asdict(row)) + "\n" for row in rows))
+            handle.flush()
 
 
 def _real_bins(name: str, path: str | Path, length: int) -> tuple[NDArray[np.int64], int]:

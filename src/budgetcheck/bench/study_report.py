@@ -193,13 +193,18 @@ def improvement(
 
 def write_personalized_report(path: Path, out: Path) -> StudyReport:
     """Du et al.'s Figures 10-17 (PNG, PDF), du_results and du_improvement (CSV, Markdown) into ``out``."""
+    from budgetcheck.bench import du_figures
     from budgetcheck.bench.figures import study_curves
 
     params, rows = load_personalized(path)
     out.mkdir(parents=True, exist_ok=True)
     files: list[Path] = []
     runs = params.get("runs", "?")
+    scale = ", ".join(f"{k} = {v}" for k, v in params.items() if k in ("users", "length", "runs"))
     for stem, experiment, metric, ylabel, title in DU_FIGURES:
+        if metric == "amre":  # Figures 10-13: the paper's own form (ln AMRE, its panels and legend)
+            files += du_figures.paper_form(rows, experiment, out / stem, note=scale.replace("length", "T"))
+            continue
         points = [
             (title.split(":")[0], r.dataset, r.x, r.mechanism, float(getattr(r, metric)))
             for r in rows
@@ -212,13 +217,13 @@ def write_personalized_report(path: Path, out: Path) -> StudyReport:
         [r.dataset, r.experiment, r.x, r.mechanism, r.amre, math.log(r.amre) if r.amre > 0 else None, r.ajsd, r.seconds]
         for r in rows
     ]
-    scale = ", ".join(f"{k} = {v}" for k, v in params.items())
+    everything = ", ".join(f"{k} = {v}" for k, v in params.items())
     files += write_table(
         out / "du_results",
         header,
         table,
         title="AMRE (Eq. 15), AJSD (Eq. 16) and run time per point (Du et al. 2025, §5)",
-        notes=[f"study parameters: {scale or 'not recorded'}"],
+        notes=[f"study parameters: {everything or 'not recorded'}"],
     )
     compared: list[list[Value]] = []
     for dataset in dict.fromkeys(r.dataset for r in rows):
@@ -231,6 +236,22 @@ def write_personalized_report(path: Path, out: Path) -> StudyReport:
                 count = max(n, m, *(k for _, k in vs_plbu))
                 row: list[Value] = [dataset, experiment, count, pba, DU_PAPER_PBA_VS_BA.get(key), pbd]
                 compared.append([*row, DU_PAPER_PBD_VS_BD.get(key), *(v for v, _ in vs_plbu)])
+    ours: dict[tuple[str, str, str], float] = {}
+    for dataset in dict.fromkeys(r.dataset for r in rows):
+        for experiment in ("vary-epsilon", "vary-w"):
+            for label, better, base in (("PBA vs BA", "PBA", "StrictestBA"), ("PBD vs BD", "PBD", "StrictestBD")):
+                value, count = improvement(rows, dataset, experiment, better, base)
+                if count:
+                    ours[(label, dataset, experiment)] = value
+    paper = {("PBA vs BA", d, e): v for (d, e), v in DU_PAPER_PBA_VS_BA.items()}
+    paper |= {("PBD vs BD", d, e): v for (d, e), v in DU_PAPER_PBD_VS_BD.items()}
+    files += du_figures.improvement_figure(
+        ours,
+        paper,
+        out / "du_improvement_vs_paper",
+        note="% lower AMRE = mean over the points of 100 (1 − AMRE_P / AMRE_B); B = BA or BD under the strictest "
+        f"requirement. Ours: {scale or 'scale not recorded'}; the paper's: §5.4 (10,000 users, T = 1000, 10 runs).",
+    )
     files += write_table(
         out / "du_improvement",
         (

@@ -850,6 +850,10 @@ def bench_report(results: Path, out: Path | None, kind: str) -> None:
     help="Personalized mechanism to run (repeatable; default PBD, PBA, StrictestBD, StrictestBA, PLBU; "
     "also e.g. LBU, LSP, LBD, LBA, LPD, LPA or module:attr).",
 )
+@click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True)
+@click.option(
+    "--scheduler", default=None, help="Dask scheduler address (with --executor dask), e.g. tcp://127.0.0.1:8786."
+)
 def bench_personalized(
     paper: bool,
     out: Path,
@@ -859,14 +863,22 @@ def bench_personalized(
     datasets: tuple[str, ...],
     real_only: bool,
     mechanisms: tuple[str, ...],
+    executor: str,
+    scheduler: str | None,
 ) -> None:
     """The personalized w-event study (Du et al. 2025, §5): PBD, PBA vs BD, BA under the strictest requirement
     and the LDP baseline PLBU, on TLNS, Sin, Log and, from your downloads, Taxi and Foursquare.
 
-    A missing or malformed download exits 2 naming the file, before any run."""
+    A missing or malformed download exits 2 naming the file, before any run. Every finished point is
+    stored in OUT/personalized-progress.jsonl: run the same command again to resume. With --executor dask
+    the points run on the workers of the Dask scheduler at --scheduler."""
     from budgetcheck.bench import personalized_study as study
     from budgetcheck.ledger.errors import BudgetcheckError
 
+    if executor == "dask" and not scheduler:
+        raise click.UsageError("--executor dask needs --scheduler ADDRESS")
+    if scheduler and executor != "dask":
+        raise click.UsageError("--scheduler needs --executor dask")
     real = {name: path for name, path in (("Taxi", taxi), ("Foursquare", foursquare)) if path is not None}
     if real_only and not real:
         raise InputError("--real-only needs --taxi PATH or --foursquare PATH")
@@ -890,6 +902,8 @@ def bench_personalized(
             mechanisms=mechanisms or study.MECHANISMS,
             progress=lambda line: click.echo(line, err=True),
             real=real,
+            progress_file=out / "personalized-progress.jsonl",
+            scheduler=scheduler,
         )
     except BudgetcheckError as exc:
         raise InputError(str(exc)) from exc
