@@ -33,17 +33,40 @@ the mechanism's run alone at 10^6 and at 10^4 users (its cost should not grow wi
 
 The public Java harness runs its 1,980 cells in 23 s (232 s with its per-run System.gc()),
 recycling a pool of 10^7 pre-drawn Laplace values; here every draw is fresh.
+
+The harness itself (issue 45): given a checkout of https://github.com/chryenix/streamdp-benchmark
+(``--harness DIR``, or the BUDGETCHECK_HARNESS variable), the script compiles it with the machine's
+``javac`` (``java_harness.py``: its own command line plus a small driver of ours), starts one JVM with
+tuned flags (``java_harness.JVM_FLAGS``) and runs the nine mechanisms both have on the same batches as
+ours (the same streams, w, ε and runs; under --quick fewer runs per batch where the harness's batch
+would take over ``QUICK_HARNESS_SECONDS``: its cost is the same for every run), batch by batch
+interleaved with ours and the plain version, timing the JVM's process CPU (every thread) around its
+mechanism's runs. Without a checkout it says so and sets ours beside a recorded figure of the harness
+(``RECORDED_HARNESS_NS``), labelled as such.
+
+Last, every target of issue 45 with the measured figure and MET / NOT MET, and for each one missed
+the profile of what remains: for a grid mechanism, the split of one cProfiled pass (w = 120, ε = 1,
+the 20 streams x 100 runs) into check / noise / operation / mechanism as ``grid-fixed-cost.md``'s
+table groups it, with its costliest functions; for the live step, ``live_profile.py``'s split.
+
+    python benchmarks/bench_speed.py --quick --harness /tmp/streamdp-benchmark
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import math
+import os
+import pstats
 import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
+import attrs
 import numpy as np
 
 from budgetcheck import (
@@ -65,12 +88,31 @@ from budgetcheck.ledger.exact import ExactVector
 from budgetcheck.ledger.noise import laplace_draws
 from budgetcheck.ledger.records import SpendRecord
 from budgetcheck.mechanism.loading import load_mechanism
+from grid_profile import LAYERS, _split
+from java_harness import CLASSES, ENVIRONMENT, HARNESS_URL, JVM_FLAGS, HarnessSession, build, checkout
 from mechanisms.personalized import PBD
 from plain_mechanisms import PLAIN
 
 HARNESS_SECONDS, HARNESS_SHIPPED_SECONDS = 23.0, 232.0
 DU_ARTIFACT_STEPS = 14_800.0  # BD at d = 2 in the Du et al. artifact (Java), steps/s: a recorded figure
 LIVE_TARGETS = {"BD": 20_000.0, "BA": 20_000.0, "Uniform": 50_000.0}  # steps/s (issue 32)
+# Issue 45's targets. The harness's CPU per timestep-run of each mechanism is measured in the run
+# (--harness); the ratio target is 0.5x of it.
+HARNESS_RATIO_TARGET = 0.5
+FLOOR_RATIO_TARGET = 4.0  # the grid's CPU time over its floor of one Laplace draw per timestep-run
+LIVE_BD_TARGET = 39_000.0  # steps/s, BD live, one run: issue 45's figure "idle" (the lead's, an idle machine)
+PBD_THOUSAND_TARGET = 1_109.0  # PBD steps/s at 1,000 users: issue 45 ("1.6x Du et al.'s Java")
+DU_PBD_JAVA_STEPS = PBD_THOUSAND_TARGET / 1.6  # what issue 45's 1.6x implies for Du et al.'s Java
+# The 10^6-user figures, "no worse than today's": measured by `bench_speed.py --live` at 451f7bb
+# (2026-11-27, this shared 2-core machine, load 4-8), the better of two runs (624 and 448
+# timesteps/s; 1,186 and 1,590 us/step for the run alone).
+PBD_MILLION_TARGET = 624.0  # timesteps/s at 10^6 users, the stream's counting of per-user rows included
+PBD_MILLION_RUN_TARGET_US = 1_186.0  # us per timestep of PBD's run alone at 10^6 users
+# The harness's CPU ns per timestep-run per mechanism, for a run without --harness: measured by this
+# script (--quick --harness, the tuned build) on this machine; see RECORDED_HARNESS_SOURCE.
+RECORDED_HARNESS_NS: dict[str, float] = {}
+RECORDED_HARNESS_SOURCE = "not yet recorded"
+QUICK_HARNESS_SECONDS = 2.0  # --quick: the harness's runs per batch are cut to about this much CPU
 REPEATS = 6  # timings below take the minimum: the first runs of a process pay for fresh memory
 OVERHEAD_SECONDS = 3.0  # least time spent on each side of a ledger-overhead comparison
 
@@ -175,12 +217,53 @@ def _plain_cpu(grid: Benchmark, batch: Batch) -> float:
     return time.process_time() - start
 
 
-def main() -> None:
-    keep_freed_memory()  # as the benchmark runner does, for every timing below
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
+@attrs.frozen
+class Target:
+    """One of issue 45's targets: what is measured, the figure, the bound and its direction.
+
+    >>> Target("BD: ours / the harness", 0.62, 0.5, "x").line().endswith("NOT MET")
+    True
+    """
+
+    what: str
+    measured: float
+    bound: float
+    unit: str  # "x" (a ratio, at most the bound) or a rate/time unit
+    at_most: bool = True  # False: the measured figure must be at least the bound
+    note: str = ""
+
+    @property
+    def met(self) -> bool:
+        return self.measured <= self.bound if self.at_most else self.measured >= self.bound
+
+    def line(self) -> str:
+        digits = 2 if self.unit == "x" else 0
+        figure = f"{self.measured:,.{digits}f}{self.unit}"
+        bound = f"{'<=' if self.at_most else '>='} {self.bound:,.{digits}f}{self.unit}"
+        note = f"  ({self.note})" if self.note else ""
+        return f"  {self.what:<62} {figure:>14}  target {bound:<16} {'MET' if self.met else 'NOT MET'}{note}"
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line: --quick, --live, --harness DIR (default: the BUDGETCHECK_HARNESS variable)."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="w = 120 and w = 40 only (a few minutes)")
     parser.add_argument("--live", action="store_true", help="the live section alone")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--harness",
+        metavar="DIR",
+        default=None,
+        help=f"a checkout of {HARNESS_URL}: built and timed beside ours (default: ${ENVIRONMENT})",
+    )
+    args = parser.parse_args(argv)
+    args.harness = checkout(args.harness)  # a Path or None; a folder that is not the harness is refused
+    return args
+
+
+def main(args: argparse.Namespace) -> list[Target]:
+    """The grid sections (see the module docstring); returns the grid's targets."""
+    keep_freed_memory()  # as the benchmark runner does, for every timing below
+    targets: list[Target] = []
     paper = Benchmark.paper(real=())
     grid = paper.select(ws=[120, 40]) if args.quick else paper
     batches = list(dict.fromkeys(grid.batch(cell) for cell in grid.cells()))
@@ -261,6 +344,16 @@ def main() -> None:
         f"time (this process) the grid {total_cpu:.0f} s = {total_cpu / (floor_cpu * cells):.1f}x the floor's "
         f"{floor_cpu * cells:.1f} s (target 4x)"
     )
+    kind_short = "w = 80, 160, 200 extrapolated" if args.quick else "measured"
+    targets.append(
+        Target(
+            "the grid's CPU time / its Laplace floor's (one draw per timestep-run)",
+            total_cpu / (floor_cpu * cells),
+            FLOOR_RATIO_TARGET,
+            "x",
+            note=f"{total_cpu:.0f} s over {floor_cpu * cells:.1f} s, {kind_short}",
+        )
+    )
     print(
         f"noise floor of a Uniform cell ({grid.runs * data.size:,} Laplace draws in one call of budgetcheck's "
         "sampler): "
@@ -294,27 +387,7 @@ def main() -> None:
             f"{(checked / unchecked - 1) * 100:+.0f}% (minimum of {len(checked_times)} each)"
         )
 
-    common = [b for b in batches if b.mechanism in PLAIN]
-    ours_cpu: dict[str, float] = defaultdict(float)
-    plain_cpu: dict[str, float] = defaultdict(float)
-    for batch in common:  # interleaved, batch by batch: a busy machine slows both alike
-        ours_cpu[batch.mechanism] += _ours_cpu(grid, batch)
-        plain_cpu[batch.mechanism] += _plain_cpu(grid, batch)
-    which = "w = 120 and w = 40 (--quick)" if args.quick else "the whole artificial grid"
-    print(
-        f"ours against a plain, unchecked numpy version of the same algorithm (CPU seconds in this process, "
-        f"{which}, {len(common)} batches; target for ours: 0.5x the harness):"
-    )
-    print(f"  {'mechanism':<9} {'ours s':>8} {'plain s':>8} {'ours/plain':>11} {'ledger share':>13}")
-    for name in PLAIN:
-        if name in ours_cpu:
-            share = f"{ledger_share[name]:.0%}" if name in ledger_share else "n/a"
-            print(
-                f"  {name:<9} {ours_cpu[name]:>8.2f} {plain_cpu[name]:>8.2f} "
-                f"{ours_cpu[name] / plain_cpu[name]:>10.1f}x {share:>13}"
-            )
-    total_ours, total_plain = sum(ours_cpu.values()), sum(plain_cpu.values())
-    print(f"  {'all nine':<9} {total_ours:>8.2f} {total_plain:>8.2f} {total_ours / total_plain:>10.1f}x")
+    targets += compare_with_harness(grid, batches, args.harness, args.quick, ledger_share)
 
     few, many = len(stacked), runs  # one run per stream, and the benchmark's runs per stream
     steps = stacked[0].shape[0]
@@ -329,6 +402,112 @@ def main() -> None:
         fixed_total = fixed * steps * len(passes)
         modelled = sum(steps * (fixed + per_run * len(b.epsilons) * len(b.streams) * grid.runs) for b in passes)
         print(f"  {name:<9} {fixed * 1e6:>14.0f} {per_run * 1e9:>11.0f} {fixed_total / modelled:>12.0%}")
+    return targets
+
+
+def _harness_runs(cost: float, batch: Batch, runs: int, steps: int, quick: bool) -> int:
+    """The harness's runs per stream and ε for ``batch``: all of them, but under --quick only as
+    many as about QUICK_HARNESS_SECONDS of its CPU (at least 10): its cost per run is the same."""
+    if not quick:
+        return runs
+    seconds = cost * len(batch.streams) * len(batch.epsilons) * runs * steps
+    return runs if seconds <= QUICK_HARNESS_SECONDS else max(10, math.ceil(runs * QUICK_HARNESS_SECONDS / seconds))
+
+
+def compare_with_harness(
+    grid: Benchmark, batches: Sequence[Batch], harness: Path | None, quick: bool, ledger_share: dict[str, float]
+) -> list[Target]:
+    """Ours, the plain numpy version and the harness (when a checkout is given) on the same batches,
+    interleaved batch by batch; prints the table and returns one target per mechanism."""
+    common = [b for b in batches if b.mechanism in PLAIN]
+    names = dict.fromkeys(name for batch in common for name in batch.streams)
+    data = {name: stream_data(grid.stream(name), grid.seed) for name in names}
+    steps = next(iter(data.values())).shape[0]
+    ours_cpu: dict[str, float] = defaultdict(float)
+    ours_steps: dict[str, int] = defaultdict(int)
+    plain_cpu: dict[str, float] = defaultdict(float)
+    java_cpu: dict[str, float] = defaultdict(float)
+    java_thread: dict[str, float] = defaultdict(float)
+    java_steps: dict[str, int] = defaultdict(int)
+    java_runs: dict[str, set[int]] = defaultdict(set)
+    session: HarnessSession | None = None
+    if harness is not None:
+        started = time.perf_counter()
+        classes = build(harness)
+        session = HarnessSession(harness, classes, data)
+        cost = session.warm_up(list(CLASSES), next(iter(data)))
+        print(
+            f"the harness ({harness}) built with javac into {classes} and started "
+            f"({time.perf_counter() - started:.0f} s, warm-up included): {' '.join(session.command[:-1])} FILE"
+        )
+    try:
+        for batch in common:  # interleaved, batch by batch: a busy machine slows all alike
+            ours_cpu[batch.mechanism] += _ours_cpu(grid, batch)
+            ours_steps[batch.mechanism] += len(batch.streams) * len(batch.epsilons) * grid.runs * steps
+            plain_cpu[batch.mechanism] += _plain_cpu(grid, batch)
+            if session is not None:
+                runs = _harness_runs(cost[batch.mechanism], batch, grid.runs, steps, quick)
+                timing = session.run(batch.mechanism, batch.w, batch.epsilons, runs, batch.streams)
+                # the process's CPU is counted in clock ticks: never less than its main thread's (exact)
+                java_cpu[batch.mechanism] += max(timing.cpu, timing.thread_cpu)
+                java_thread[batch.mechanism] += timing.thread_cpu
+                java_steps[batch.mechanism] += timing.timestep_runs
+                java_runs[batch.mechanism].add(runs)
+    finally:
+        if session is not None:
+            session.close()
+    which = "w = 120 and w = 40 (--quick)" if quick else "the whole artificial grid"
+    if session is not None:
+        source = "the harness measured in this run (its JVM's process CPU, every thread; the main thread's in brackets)"
+    else:
+        source = (
+            f"NO HARNESS GIVEN (--harness DIR or ${ENVIRONMENT}, a checkout of {HARNESS_URL}): the harness's "
+            f"column is a RECORDED figure, not measured in this run ({RECORDED_HARNESS_SOURCE})"
+        )
+    print(
+        f"ours against a plain, unchecked numpy version of the same algorithm and against the Schäler et al. "
+        f"Java harness (CPU, {which}, {len(common)} batches, interleaved; ns per timestep-run); {source}:"
+    )
+    print(
+        f"  {'mechanism':<9} {'ours s':>8} {'plain s':>8} {'ours/plain':>11} {'ledger share':>13} "
+        f"{'ours ns':>8} {'harness ns':>17} {'ours/harness':>13} {'harness runs':>13}"
+    )
+    targets = []
+    for name in PLAIN:
+        if name not in ours_cpu:
+            continue
+        share = f"{ledger_share[name]:.0%}" if name in ledger_share else "n/a"
+        ours_ns = ours_cpu[name] / ours_steps[name] * 1e9
+        if session is not None:
+            java_ns = java_cpu[name] / java_steps[name] * 1e9
+            java = f"{java_ns:.0f} ({java_thread[name] / java_steps[name] * 1e9:.0f})"
+            runs_text = "/".join(str(r) for r in sorted(java_runs[name]))
+        elif name in RECORDED_HARNESS_NS:
+            java_ns, java, runs_text = RECORDED_HARNESS_NS[name], f"{RECORDED_HARNESS_NS[name]:.0f} recorded", "-"
+        else:
+            java_ns, java, runs_text = math.nan, "none", "-"
+        ratio = ours_ns / java_ns if java_ns > 0 else math.nan
+        print(
+            f"  {name:<9} {ours_cpu[name]:>8.2f} {plain_cpu[name]:>8.2f} {ours_cpu[name] / plain_cpu[name]:>10.1f}x "
+            f"{share:>13} {ours_ns:>8.0f} {java:>17} {ratio:>12.2f}x {runs_text:>13}"
+        )
+        if not math.isnan(ratio):
+            against = "measured in this run" if session is not None else "against the RECORDED harness figure"
+            targets.append(
+                Target(
+                    f"{name}: ours / the harness, CPU per timestep-run", ratio, HARNESS_RATIO_TARGET, "x", note=against
+                )
+            )
+    total_ours, total_plain = sum(ours_cpu.values()), sum(plain_cpu.values())
+    print(f"  {'all nine':<9} {total_ours:>8.2f} {total_plain:>8.2f} {total_ours / total_plain:>10.1f}x")
+    if session is not None:
+        shared = sum(ours_steps.values())
+        java_total = sum(java_cpu[n] / java_steps[n] * ours_steps[n] for n in java_cpu)  # at our runs
+        print(
+            f"  all nine, the harness's CPU scaled to our timestep-runs: {java_total:.2f} s; ours/harness "
+            f"{total_ours / java_total:.2f}x ({shared:.2e} timestep-runs; tuned build: {' '.join(JVM_FLAGS)})"
+        )
+    return targets
 
 
 def live_step_seconds(mechanism: str, data: np.ndarray) -> float:
@@ -391,9 +570,11 @@ def _pbd_users(users: int, steps: int = 20) -> tuple[float, float]:
     return min(whole), min(run)
 
 
-def live() -> None:
-    """The live section: one run stepped one timestamp at a time (see the module docstring)."""
+def live() -> list[Target]:
+    """The live section: one run stepped one timestamp at a time (see the module docstring); returns
+    its targets."""
     data = np.random.default_rng(0).integers(0, 100, size=(5000, 2)).astype(np.float64)
+    targets = []
     print("live, one run stepped one timestamp at a time (d = 2, w = 120, ε = 1, CPU time, least of 3):")
     for name in ("BD", "BA", "Uniform"):
         live_step_seconds(name, data[:200])  # compiled kernels loaded, caches warm
@@ -406,10 +587,26 @@ def live() -> None:
             f"({'stepped' if name != 'Uniform' else 'the whole stream in one draw'}; ours = {plain / ours:.3f}x its "
             "speed)"
         )
+        if name == "BD":
+            note = "issue 45's figure on an idle machine; this run's load: " + _load()
+            targets.append(
+                Target("BD live, one run (d = 2, w = 120)", 1 / ours, LIVE_BD_TARGET, " steps/s", False, note)
+            )
     remaining, spend = _ledger_calls()
     print(
         f"  WindowLedger, one run, w = 120: remaining() {remaining:.1f} us = {remaining / 10:.2f}x the 10 us target; "
         f"a spend at the edge of ε {spend:.1f} us = {spend / 10:.2f}x"
+    )
+    thousand, thousand_run = _pbd_users(1_000, steps=200)
+    print(
+        f"  PBD, 1,000 users in 15 classes, d = 2, per-user rows each timestep: {1 / thousand:,.0f} timesteps/s "
+        f"= {1 / thousand / DU_PBD_JAVA_STEPS:.2f}x Du et al.'s Java as issue 45 implies it "
+        f"({DU_PBD_JAVA_STEPS:,.0f}: 1,109 / 1.6); the run alone {thousand_run * 1e6:.0f} us/step"
+    )
+    targets.append(
+        Target(
+            "PBD at 1,000 users (15 classes, d = 2)", 1 / thousand, PBD_THOUSAND_TARGET, " steps/s", False, "issue 45"
+        )
     )
     pbd, pbd_run = _pbd_users(1_000_000)
     _, small_run = _pbd_users(10_000)
@@ -419,11 +616,80 @@ def live() -> None:
         f"{pbd_run * 1e6:.0f} us/step at 10^6 users, {small_run * 1e6:.0f} at 10^4 ({pbd_run / small_run:.2f}x: the "
         "Sampling Mechanism reads class counts only)"
     )
+    today = "today's, 451f7bb"
+    targets.append(
+        Target("PBD at 10^6 users, per-user rows counted", 1 / pbd, PBD_MILLION_TARGET, " steps/s", False, today)
+    )
+    targets.append(
+        Target("PBD's run alone at 10^6 users", pbd_run * 1e6, PBD_MILLION_RUN_TARGET_US, " us/step", True, today)
+    )
+    return targets
+
+
+def _load() -> str:
+    """The machine's load averages (1, 5, 15 minutes) and its cores, for the reader of a timing."""
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.1f} {five:.1f} {fifteen:.1f} on {os.cpu_count()} cores"
+
+
+def grid_profile(mechanism: str, grid: Benchmark, top: int = 5) -> None:
+    """What remains of a grid mechanism's time: one cProfiled pass (w = 120, ε = 1, the grid's streams
+    stacked with its runs each), split as grid-fixed-cost.md's table splits it, and its costliest functions."""
+    data = [stream_data(spec, grid.seed) for spec in grid.streams]
+    runs = grid.runs * len(data)
+    _timed_run(mechanism, data, 1.0, 120, runs, WindowLedger)  # warm
+    profile = cProfile.Profile()
+    profile.enable()
+    _timed_run(mechanism, data, 1.0, 120, runs, WindowLedger)
+    profile.disable()
+    stats = pstats.Stats(profile)
+    seconds, python_calls, numpy_calls = _split(stats)
+    total = sum(seconds.values()) or 1.0
+    steps = data[0].shape[0]
+    layers = [name for name, _ in LAYERS] + ["other"]
+    print(
+        f"  {mechanism}: one pass of {runs:,} runs profiled ({total:.2f} s; {python_calls / steps:.0f} Python calls "
+        f"and {numpy_calls / steps:.0f} numpy calls per timestep): "
+        + ", ".join(f"{layer} {seconds.get(layer, 0.0) / total:.0%}" for layer in layers)
+    )
+    table = stats.stats  # type: ignore[attr-defined]
+    costliest = sorted(table.items(), key=lambda item: item[1][2], reverse=True)[:top]
+    for (filename, line, function), (_, calls, own, cumulative, _) in costliest:
+        where = f"{Path(filename).parent.name}/{Path(filename).name}:{line}" if filename != "~" else "(C)"
+        print(
+            f"      {own / total:>4.0%} own, {cumulative / total:>4.0%} cumulative, {calls / steps:>6.1f} calls/step  "
+            f"{function} {where}"
+        )
+
+
+def report(targets: Sequence[Target], grid: Benchmark | None) -> None:
+    """Every target with its figure and MET / NOT MET, then the profile of what remains for each missed."""
+    print(f"targets (issue 45), this run ({_load()}, load averages):")
+    for target in targets:
+        print(target.line())
+    missed = [t for t in targets if not t.met]
+    if not missed:
+        return
+    print(
+        "what remains, for each target not met (cProfile inflates Python calls: read the split as where the calls are):"
+    )
+    for target in missed:
+        name = target.what.split(":")[0]
+        if grid is not None and name in CLASSES:
+            grid_profile(name, grid)
+        elif target.what.startswith("BD live"):
+            from live_profile import main as profile_live  # imports this module: not at its top
+
+            profile_live(["BD"])
+        else:
+            print(f"  {target.what}: see benchmarks/notion_ledgers_cost.py for where PBD's step goes")
 
 
 if __name__ == "__main__":
-    if "--live" in sys.argv[1:]:
-        live()
+    arguments = parse_args()
+    if arguments.live:
+        report(live(), None)
     else:
-        main()
-        live()
+        found = main(arguments)
+        found += live()
+        report(found, Benchmark.paper(real=()))
