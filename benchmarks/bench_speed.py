@@ -61,9 +61,11 @@ import os
 import pstats
 import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 
 import attrs
@@ -431,16 +433,18 @@ def compare_with_harness(
     java_steps: dict[str, int] = defaultdict(int)
     java_runs: dict[str, set[int]] = defaultdict(set)
     session: HarnessSession | None = None
-    if harness is not None:
-        started = time.perf_counter()
-        classes = build(harness)
-        session = HarnessSession(harness, classes, data)
-        cost = session.warm_up(list(CLASSES), next(iter(data)))
-        print(
-            f"the harness ({harness}) built with javac into {classes} and started "
-            f"({time.perf_counter() - started:.0f} s, warm-up included): {' '.join(session.command[:-1])} FILE"
-        )
-    try:
+    with ExitStack() as cleanup:  # the JVM and the build folder (temporary) end with the comparison
+        if harness is not None:
+            started = time.perf_counter()
+            classes = build(
+                harness, Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="streamdp-harness-")))
+            )
+            session = cleanup.enter_context(HarnessSession(harness, classes, data))
+            cost = session.warm_up(list(CLASSES), next(iter(data)))
+            print(
+                f"the harness ({harness}) built with javac (into a temporary folder) and started "
+                f"({time.perf_counter() - started:.0f} s, warm-up included): {' '.join(session.command[:-1])} FILE"
+            )
         for batch in common:  # interleaved, batch by batch: a busy machine slows all alike
             ours_cpu[batch.mechanism] += _ours_cpu(grid, batch)
             ours_steps[batch.mechanism] += len(batch.streams) * len(batch.epsilons) * grid.runs * steps
@@ -453,9 +457,6 @@ def compare_with_harness(
                 java_thread[batch.mechanism] += timing.thread_cpu
                 java_steps[batch.mechanism] += timing.timestep_runs
                 java_runs[batch.mechanism].add(runs)
-    finally:
-        if session is not None:
-            session.close()
     which = "w = 120 and w = 40 (--quick)" if quick else "the whole artificial grid"
     if session is not None:
         source = "the harness measured in this run (its JVM's process CPU, every thread; the main thread's in brackets)"
