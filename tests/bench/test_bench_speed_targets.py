@@ -116,3 +116,26 @@ def test_every_target_printed_and_a_missed_one_profiled(
     for layer in ("check", "noise", "operation", "mechanism"):
         assert f" {layer} " in profile
     assert not any(line.startswith("  Uniform: one pass") for line in lines)  # met: no profile
+
+
+def test_a_missed_target_prints_what_remains(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    slow = bench.Target("PBD at 1,000 users", 800.0, 1_109.0, " steps/s", at_most=False, remains="where it goes")
+    bench.report([slow], None)
+    assert "  PBD at 1,000 users: where it goes" in capsys.readouterr().out.splitlines()
+
+
+def test_harness_runs_follow_ours_but_fit_the_clock(bench: ModuleType, tiny: tuple[Benchmark, list[Batch]]) -> None:
+    """The harness runs our runs, more when a batch would be a few clock ticks, fewer under --quick when
+    it would be long; never under 10 runs."""
+    _, batches = tiny
+    batch = batches[0]  # 2 streams, one ε
+    steps = 1000
+    per_run = 2 * steps  # timestep-runs of one run per stream
+    normal = bench.HARNESS_MIN_SECONDS / per_run / 100 * 4  # 100 runs take 4x the least
+    assert bench._harness_runs(normal, batch, 100, steps, quick=False) == 100
+    assert bench._harness_runs(normal, batch, 100, steps, quick=True) == 100
+    assert 100 < bench._harness_runs(normal / 8, batch, 100, steps, quick=False) <= 2000
+    assert bench._harness_runs(0.0, batch, 100, steps, quick=True) == 2000
+    costly = bench.QUICK_HARNESS_SECONDS / per_run / 100 * 4  # 100 runs take 4x the --quick bound
+    assert bench._harness_runs(costly, batch, 100, steps, quick=False) == 100  # the full run: all of ours
+    assert 10 <= bench._harness_runs(costly, batch, 100, steps, quick=True) == 25
