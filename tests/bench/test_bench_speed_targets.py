@@ -99,7 +99,7 @@ def test_without_a_harness_it_says_so_and_labels_the_recorded_figure(
     assert [t.what.split(":")[0] for t in targets] == [n for n in ("Uniform", "BD") if n in bench.RECORDED_HARNESS_NS]
     for target in targets:
         assert target.note == "against the RECORDED harness figure" and target.bound == 0.5
-        assert f"{target.measured:.2f}x" in target.line()
+        assert f"{target.measured:,.2f}x" in target.line()
 
 
 def test_every_target_printed_and_a_missed_one_profiled(
