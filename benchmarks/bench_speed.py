@@ -38,8 +38,9 @@ The harness itself (issue 45): given a checkout of https://github.com/chryenix/s
 (``--harness DIR``, or the BUDGETCHECK_HARNESS variable), the script compiles it with the machine's
 ``javac`` (``java_harness.py``: its own command line plus a small driver of ours), starts one JVM with
 tuned flags (``java_harness.JVM_FLAGS``) and runs the nine mechanisms both have on the same batches as
-ours (the same streams, w, ε and runs; under --quick fewer runs per batch where the harness's batch
-would take over ``QUICK_HARNESS_SECONDS``: its cost is the same for every run), batch by batch
+ours (the same streams, w, ε and runs; its cost is the same for every run, so more runs where its batch
+would take under ``HARNESS_MIN_SECONDS``, the JVM counting CPU in 10 ms ticks, and under --quick fewer
+where it would take over ``QUICK_HARNESS_SECONDS``), batch by batch
 interleaved with ours and the plain version, timing the JVM's process CPU (every thread) around its
 mechanism's runs. Without a checkout it says so and sets ours beside a recorded figure of the harness
 (``RECORDED_HARNESS_NS``), labelled as such.
@@ -49,6 +50,7 @@ the profile of what remains: for a grid mechanism, the split of one cProfiled pa
 the 20 streams x 100 runs) into check / noise / operation / mechanism as ``grid-fixed-cost.md``'s
 table groups it, with its costliest functions; for the live step, ``live_profile.py``'s split.
 
+    git clone https://github.com/chryenix/streamdp-benchmark /tmp/streamdp-benchmark  # a JDK: javac, java
     python benchmarks/bench_speed.py --quick --harness /tmp/streamdp-benchmark
 """
 
