@@ -68,6 +68,7 @@ from budgetcheck.verify.contract import check_contract
 from budgetcheck.verify.live import LivePath, Store, has_live_path, live_departure, run_case
 from budgetcheck.verify.owner import allowing, ledger_flags
 from budgetcheck.verify.seeded import run_seeded
+from budgetcheck.verify.subset import skipped_letters, skipped_note
 from budgetcheck.verify.verdict import FAIL, INCONCLUSIVE, NOT_PROVED, PASS, Outcome, Verdict, meets, outcome
 
 AnyCase = VerificationCase | PersonalizedCase | SwellfishCase
@@ -176,6 +177,19 @@ class VerifyResult:
     notion: str = Notion.W_EVENT
     bound: Bound | None = None  # what exploration and replay covered
     vouched: bool = False  # some release's sensitivity was the mechanism's word (measure): audit only
+    ran: str = "abcde"  # the letters of the stages run (--stages)
+
+    @property
+    def skipped(self) -> str:
+        """The letters of the stages not run (``""`` for a full run): :mod:`budgetcheck.verify.subset`."""
+        return skipped_letters(self.ran)
+
+    @property
+    def note(self) -> str | None:
+        """For a ``--stages`` subset, the stages skipped and what verdict that leaves; None for a full run."""
+        return skipped_note(
+            self.ran, self.outcome, {stage.stage: stage.verdict for stage in self.stages}, vouched=self.vouched
+        )
 
     @property
     def outcome(self) -> Outcome:
@@ -216,6 +230,8 @@ class VerifyResult:
             "bound": self.bound.to_json() if self.bound is not None else None,
             "stages": [stage.to_json(timings=timings) for stage in self.stages],
             "vouched_sensitivity": self.vouched,
+            "skipped_stages": list(self.skipped),
+            "verdict_note": self.note,
         }
         report["notion"] = self.notion
         if self.counterexample is not None:
@@ -393,6 +409,7 @@ def _verify(
         worst_refused=replay.worst_refused if replay else False,
         bound=bound,
         vouched=bool(replay and replay.vouched) or explored_vouched,
+        ran="".join(letter for letter in STAGES if letter in stages),
     )
 
 
