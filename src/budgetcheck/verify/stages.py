@@ -67,6 +67,9 @@ from budgetcheck.verify.configurations import (
 from budgetcheck.verify.contract import check_contract
 from budgetcheck.verify.live import LivePath, Store, has_live_path, live_departure, run_case
 from budgetcheck.verify.owner import allowing, ledger_flags
+from budgetcheck.verify.profiles import PROFILES as PROFILES
+from budgetcheck.verify.profiles import STAGES as STAGES
+from budgetcheck.verify.profiles import Profile as Profile
 from budgetcheck.verify.seeded import run_seeded
 from budgetcheck.verify.subset import skipped_letters, skipped_note
 from budgetcheck.verify.verdict import FAIL, INCONCLUSIVE, NOT_PROVED, PASS, Outcome, Verdict, meets, outcome
@@ -260,25 +263,6 @@ class _Violation(Exception):
         self.detail = detail
         self.several_epsilons = several_epsilons
         self.configuration = configuration
-
-
-@attrs.frozen
-class Profile:
-    """How much time ``verify`` spends: generated cases, proof range, audit runs."""
-
-    examples: int
-    w_max: int  # of the proof
-    audit_runs: int
-    explore: str  # the exploration budget (budgetcheck.verify.explore.BUDGETS): w up to 64 or 128, T = 4w
-
-
-PROFILES = {
-    # quick replays 60 cases (the corpus's replay mutants are all caught at 60): exploration now
-    # covers the spends at w up to 64, and the profile must stay under 2 minutes on 2 cores
-    "quick": Profile(examples=60, w_max=12, audit_runs=4000, explore="quick"),
-    "thorough": Profile(examples=1000, w_max=128, audit_runs=40000, explore="thorough"),
-}
-STAGES = "abcde"  # a replay, b secret access, c proof, d statistical audit, e exploration and rule conformance
 
 
 def verify_mechanism(
