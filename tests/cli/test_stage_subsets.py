@@ -87,3 +87,18 @@ def test_a_full_run_carries_no_note() -> None:
     full = VerifyResult("M", "M", 0, 0, 0.0, None)
     assert full.skipped == "" and full.note is None
     assert full.to_json()["skipped_stages"] == [] and full.to_json()["verdict_note"] is None
+
+
+def test_a_subset_that_a_stage_could_not_decide_says_which() -> None:
+    from budgetcheck.verify.subset import skipped_note
+
+    note = skipped_note("e", Outcome.INCONCLUSIVE, {"exploration": "inconclusive"})
+    assert note is not None and note.startswith("skipped a (ledger replay), b (secret access), c (proof), d ")
+    assert "inconclusive, since exploration could not decide; the skipped stages can still find a violation" in note
+
+
+def test_a_vouched_mechanism_without_the_audit_is_told_to_add_d() -> None:
+    from budgetcheck.verify.subset import skipped_note
+
+    note = skipped_note("a", Outcome.INCONCLUSIVE, {"ledger replay": "pass"}, vouched=True)
+    assert note is not None and note.endswith("only d (statistical audit) checks; add d for verified to a bound")
