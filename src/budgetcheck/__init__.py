@@ -104,6 +104,9 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'budgetcheck' has no attribute {name!r}")
+    from budgetcheck.extras import require_extra
+
+    require_extra("verify", f"budgetcheck.{name}")  # one line naming the extra on the core install
     loaded = importlib.import_module(module)
     value = loaded if module.endswith(name) else getattr(loaded, name)
     globals()[name] = value

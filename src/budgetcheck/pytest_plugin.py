@@ -13,13 +13,15 @@ In a test, the fixture ``budgetcheck_verify("pkg:Mine")`` fails the same way and
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from budgetcheck.ledger.errors import BudgetcheckError
-from budgetcheck.verify.explain import explain, verdict_name
-from budgetcheck.verify.stages import VerifyResult, verify_mechanism
+
+if TYPE_CHECKING:  # verification needs the verify extra: loaded when a mechanism is verified, so that
+    # pytest, which loads this plugin wherever budgetcheck is installed, runs on the core install too
+    from budgetcheck.verify.stages import VerifyResult
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -42,12 +44,22 @@ class VerificationFailed(Exception):
 
 def failure_report(result: VerifyResult, require: str) -> str:
     """The report of a result that does not meet ``require``: its verdict line, then what the CLI prints."""
+    from budgetcheck.verify.explain import explain, verdict_name
+
     bound = f" ({result.bound.describe()})" if result.bound is not None else ""
     head = f"budgetcheck verify {result.reference}: {verdict_name(result)}{bound}, --require {require}"
     return "\n\n".join([head, *explain(result, require)])
 
 
 def _verify(reference: str, require: str, **options: Any) -> VerifyResult:
+    from budgetcheck.extras import require_extra
+
+    try:
+        require_extra("verify", f"budgetcheck verify {reference}")
+    except BudgetcheckError as error:
+        raise VerificationFailed(str(error)) from None
+    from budgetcheck.verify.stages import verify_mechanism
+
     try:
         result = verify_mechanism(reference, **options)
     except BudgetcheckError as error:  # the user's mistake (a name that does not load, a bad option)

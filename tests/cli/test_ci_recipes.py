@@ -92,7 +92,8 @@ def _junit_failures(path: Path) -> int:
 def test_the_workflow_installs_budgetcheck_from_its_repository_never_by_name() -> None:
     """Every pip install names a path or a pinned VCS URL; the bare name could be anyone's package."""
     source = _workflow()["env"]["BUDGETCHECK_SOURCE"]
-    assert re.fullmatch(r"git\+https://[^\s@]+/budgetcheck(\.git)?@[\w.\-]+", source), source
+    # with the verify extra: the core install cannot verify (tests/cli/test_light_install.py)
+    assert re.fullmatch(r"budgetcheck\[verify\] @ git\+https://[^\s@]+/budgetcheck(\.git)?@[\w.\-]+", source), source
     installs = [step["run"] for step in _steps() if "run" in step and _is_install(step["run"])]
     assert len(installs) == 1
     for command in installs:
@@ -214,7 +215,9 @@ def test_the_workflow_installs_and_passes_in_a_fresh_venv(tmp_path: Path) -> Non
     env = {key: value for key, value in os.environ.items() if key not in {"PYTHONPATH", "VIRTUAL_ENV"}}
     env.update(_workflow().get("env", {}))
     env.update(
-        PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv), BUDGETCHECK_SOURCE=str(source)
+        PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        VIRTUAL_ENV=str(venv),
+        BUDGETCHECK_SOURCE=f"budgetcheck[verify] @ {source.as_uri()}",
     )
     done = _run_steps(project, env, install=True)
     log = "\n".join(output for _, _, output in done)

@@ -158,7 +158,10 @@ def test_verify_json_report_is_stable(runner: CliRunner) -> None:
         "notion",
         "bound",
         "vouched_sensitivity",
+        "skipped_stages",
+        "verdict_note",
     }
+    assert entry["skipped_stages"] == [] and entry["verdict_note"] is None  # a full run
     assert (
         entry["verdict"] == "proved"
         and 0 < entry["worst_window_over_epsilon"] <= 1

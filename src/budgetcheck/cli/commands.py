@@ -15,7 +15,7 @@ import re
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import click
@@ -25,15 +25,12 @@ from budgetcheck.ledger.audit import audit_windows
 from budgetcheck.ledger.errors import InvalidArgument, MechanismContractError
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.records import LedgerHeader, SpendRecord, load_lines
-from budgetcheck.verify.explain import explain, verdict_name
-from budgetcheck.verify.pool import verify_in_order
-from budgetcheck.verify.stages import (
-    PROFILES,
-    STAGES,
-    VerifyResult,
-    load_mechanism,
-)
+from budgetcheck.mechanism.loading import load_mechanism
+from budgetcheck.verify.profiles import PROFILES, STAGES
 from budgetcheck.verify.verdict import REQUIREMENTS, Outcome, Verdict, exit_code
+
+if TYPE_CHECKING:  # the stages need the verify extra: verify loads them once it has checked it is installed
+    from budgetcheck.verify.stages import VerifyResult
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERNAL = 0, 1, 2, 3, 70
 EXIT_PIPE = 128 + 13  # what a shell reports for a tool stopped by SIGPIPE: never 0, the output was cut short
@@ -64,6 +61,17 @@ class InputError(click.ClickException):
     """A bad input file or value: exit code 2, like a usage error."""
 
     exit_code = EXIT_USAGE
+
+
+def _require(extra: str) -> None:
+    """Stop with one line naming the extra to install (exit 2) if ``extra`` is not (:mod:`budgetcheck.extras`)."""
+    from budgetcheck.extras import require_extra
+    from budgetcheck.ledger.errors import MissingExtra
+
+    try:
+        require_extra(extra, f"budgetcheck {click.get_current_context().info_name}")
+    except MissingExtra as missing:
+        raise InputError(str(missing)) from None
 
 
 @click.group(cls=_Commands)
@@ -117,6 +125,7 @@ def main() -> None:
     help="Plot the window sums of the worst run found against ε (PNG, or HTML for .html); one mechanism only.",
 )
 @click.option(
+    "-j",
     "--jobs",
     default=1,
     show_default=True,
@@ -165,6 +174,9 @@ def verify(
     1 a violation; 2 usage error; 3 inconclusive, or not meeting --require (e.g. --require proof
     on a mechanism without a rule).
     """
+    _require("verify")
+    from budgetcheck.verify.pool import verify_in_order
+
     _hypothesis_cache()
     references = list(mechanism)
     if verify_all:
@@ -244,6 +256,8 @@ def _print_header() -> None:
 
 
 def _print_row(r: VerifyResult) -> None:
+    from budgetcheck.verify.explain import verdict_name
+
     by_stage = {stage.stage: stage.verdict for stage in r.stages}
     c = [by_stage.get(name, "-") for name in _COLUMNS]
     bound = f"{r.bound.w_max}, {r.bound.horizon}, {r.bound.runs_explored}" if r.bound is not None else "-"
@@ -256,6 +270,8 @@ def _print_row(r: VerifyResult) -> None:
 
 
 def _print_details(results: list[VerifyResult], require: str) -> None:
+    from budgetcheck.verify.explain import explain
+
     for r in results:
         for paragraph in explain(r, require):
             click.echo(f"\n{paragraph}")
@@ -325,6 +341,7 @@ def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as
     decided (with a progress line on a terminal). Exit codes: 0 all proved, 1 refuted, 3 unknown/not
     proved.
     """
+    _require("verify")
     from budgetcheck.proving import prove_mechanism, rule_of
 
     references = list(mechanism)
@@ -622,7 +639,7 @@ def _plain(text: str) -> str:
     default=None,
     help="Results database (SQLite); an existing one is resumed. Default: bench-<grid>.sqlite.",
 )
-@click.option("--jobs", type=click.IntRange(1), default=1, show_default=True, help="Local worker processes.")
+@click.option("-j", "--jobs", type=click.IntRange(1), default=1, show_default=True, help="Local worker processes.")
 @click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True)
 @click.option("--scheduler", default=None, help="Dask scheduler address (with --executor dask), e.g. tcp://host:8786.")
 @click.option(
@@ -681,6 +698,7 @@ def bench(
 
     Every cell is stored as it finishes; run the same command again to resume.
     """
+    _require("bench")  # its subcommands too (report, personalized, swellfish)
     if ctx.invoked_subcommand is not None:
         return
     from budgetcheck.bench import Benchmark, run_benchmark, text_report, write_report
@@ -923,6 +941,7 @@ def bench_personalized(
 )
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0))
 @click.option(
+    "-j",
     "--jobs",
     default=1,
     show_default=True,

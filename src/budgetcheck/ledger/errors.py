@@ -57,6 +57,11 @@ class DataUnavailable(BudgetcheckError, RuntimeError):
     """A data set needs an optional extra (``pip install budgetcheck[data]``) or a user's file."""
 
 
+class MissingExtra(BudgetcheckError, ImportError):
+    """A command needs an optional extra that is not installed (``pip install 'budgetcheck[verify]'``):
+    the core install runs the ledgers and the publisher only (:mod:`budgetcheck.extras`)."""
+
+
 class LedgerCorrupt(BudgetcheckError, RuntimeError):
     """A ledger file is truncated, edited, of an unknown version, or not a ledger file at all."""
 

@@ -19,7 +19,7 @@ where no partial sum can round). A claimed sensitivity is checked wherever a Lin
 query's parameters when it is built, and its possible answers before any charge: one that could pass the
 largest double for stream values up to 2^53 is refused (whether a release is finite would otherwise tell
 neighbours apart). Sparse matrices are kept as ``scipy.sparse`` CSC arrays (scipy loads
-only when a matrix query is built).
+only for a sparse matrix: a dense one runs on the core install, which does not bring scipy).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import hashlib
 import math
 import numbers
 import reprlib
+import sys
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -422,13 +423,14 @@ class Smoothing(LinearQuery):
 
 
 def _matrix(value: object) -> Any:
-    import scipy.sparse  # noqa: PLC0415 — scipy loads only when a matrix query is built
-
-    if scipy.sparse.issparse(value):
+    # a scipy.sparse matrix can only exist once scipy.sparse is loaded: a dense matrix never loads scipy,
+    # which the core install does not bring (budgetcheck.extras)
+    sparse = sys.modules.get("scipy.sparse")
+    if sparse is not None and sparse.issparse(value):
         dtype = np.dtype(cast(Any, value).dtype)  # scipy ships no types: a sparse matrix's dtype, as numpy's
         if dtype.kind not in "biuf":
             raise InvalidArgument(f"weights must hold real numbers, got a sparse matrix of {dtype}")
-        out = scipy.sparse.csc_array(value, dtype=np.float64)
+        out = sparse.csc_array(value, dtype=np.float64)
         data = out.data
     else:
         out = _dense_weights(value)

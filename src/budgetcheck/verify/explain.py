@@ -11,14 +11,18 @@ from budgetcheck.verify.verdict import Outcome, Verdict
 
 
 def verdict_name(result: VerifyResult) -> str:
-    """The verdict as the table prints it: upper case when it fails (``VIOLATED``, ``INCONCLUSIVE``).
+    """The verdict as the table prints it: upper case when it fails (``VIOLATED``, ``INCONCLUSIVE``);
+    a ``--stages`` subset that found no violation names the stages it skipped.
 
     >>> from budgetcheck import verify_mechanism
     >>> verdict_name(verify_mechanism("Uniform", stages="a", examples=5))
-    'verified to a bound'
+    'verified to a bound (b, c, d, e skipped)'
     """
     value = result.outcome.value
-    return value if result.outcome in (Outcome.PROVED, Outcome.BOUNDED) else value.upper()
+    name = value if result.outcome in (Outcome.PROVED, Outcome.BOUNDED) else value.upper()
+    if result.skipped and result.outcome is not Outcome.VIOLATED:  # a violation is one whatever they find
+        name += f" ({', '.join(result.skipped)} skipped)"
+    return name
 
 
 def explain(result: VerifyResult, require: str = "bounded") -> list[str]:
@@ -32,6 +36,8 @@ def explain(result: VerifyResult, require: str = "bounded") -> list[str]:
     if result.outcome is Outcome.BOUNDED and result.bound is not None:
         short = " (does not meet --require proof)" if require == "proof" else ""
         paragraphs.append(f"{result.mechanism}: verified to a bound: {result.bound.describe()}{short}")
+    if result.note is not None:
+        paragraphs.append(f"{result.mechanism}: --stages {result.ran}: {result.note}")
     if result.vouched:
         paragraphs.append(
             f"{result.mechanism}: vouches for a sensitivity (ledger.measure): never proved; only the "

@@ -67,7 +67,11 @@ from budgetcheck.verify.configurations import (
 from budgetcheck.verify.contract import check_contract
 from budgetcheck.verify.live import LivePath, Store, has_live_path, live_departure, run_case
 from budgetcheck.verify.owner import allowing, ledger_flags
+from budgetcheck.verify.profiles import PROFILES as PROFILES
+from budgetcheck.verify.profiles import STAGES as STAGES
+from budgetcheck.verify.profiles import Profile as Profile
 from budgetcheck.verify.seeded import run_seeded
+from budgetcheck.verify.subset import skipped_letters, skipped_note
 from budgetcheck.verify.verdict import FAIL, INCONCLUSIVE, NOT_PROVED, PASS, Outcome, Verdict, meets, outcome
 
 AnyCase = VerificationCase | PersonalizedCase | SwellfishCase
@@ -176,6 +180,19 @@ class VerifyResult:
     notion: str = Notion.W_EVENT
     bound: Bound | None = None  # what exploration and replay covered
     vouched: bool = False  # some release's sensitivity was the mechanism's word (measure): audit only
+    ran: str = "abcde"  # the letters of the stages run (--stages)
+
+    @property
+    def skipped(self) -> str:
+        """The letters of the stages not run (``""`` for a full run): :mod:`budgetcheck.verify.subset`."""
+        return skipped_letters(self.ran)
+
+    @property
+    def note(self) -> str | None:
+        """For a ``--stages`` subset, the stages skipped and what verdict that leaves; None for a full run."""
+        return skipped_note(
+            self.ran, self.outcome, {stage.stage: stage.verdict for stage in self.stages}, vouched=self.vouched
+        )
 
     @property
     def outcome(self) -> Outcome:
@@ -216,6 +233,8 @@ class VerifyResult:
             "bound": self.bound.to_json() if self.bound is not None else None,
             "stages": [stage.to_json(timings=timings) for stage in self.stages],
             "vouched_sensitivity": self.vouched,
+            "skipped_stages": list(self.skipped),
+            "verdict_note": self.note,
         }
         report["notion"] = self.notion
         if self.counterexample is not None:
@@ -244,25 +263,6 @@ class _Violation(Exception):
         self.detail = detail
         self.several_epsilons = several_epsilons
         self.configuration = configuration
-
-
-@attrs.frozen
-class Profile:
-    """How much time ``verify`` spends: generated cases, proof range, audit runs."""
-
-    examples: int
-    w_max: int  # of the proof
-    audit_runs: int
-    explore: str  # the exploration budget (budgetcheck.verify.explore.BUDGETS): w up to 64 or 128, T = 4w
-
-
-PROFILES = {
-    # quick replays 60 cases (the corpus's replay mutants are all caught at 60): exploration now
-    # covers the spends at w up to 64, and the profile must stay under 2 minutes on 2 cores
-    "quick": Profile(examples=60, w_max=12, audit_runs=4000, explore="quick"),
-    "thorough": Profile(examples=1000, w_max=128, audit_runs=40000, explore="thorough"),
-}
-STAGES = "abcde"  # a replay, b secret access, c proof, d statistical audit, e exploration and rule conformance
 
 
 def verify_mechanism(
@@ -393,6 +393,7 @@ def _verify(
         worst_refused=replay.worst_refused if replay else False,
         bound=bound,
         vouched=bool(replay and replay.vouched) or explored_vouched,
+        ran="".join(letter for letter in STAGES if letter in stages),
     )
 
 
