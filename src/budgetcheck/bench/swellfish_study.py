@@ -34,6 +34,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck.bench.config import PAPER_MRE_BOUND, stable_seed
+from budgetcheck.bench.dask_tasks import on_dask
 from budgetcheck.bench.metrics import errors
 from budgetcheck.bench.real import load_packaged
 from budgetcheck.bench.worker import start_worker
@@ -176,12 +177,19 @@ def run_study(
     progress: Callable[[str], None] | None = None,
     jobs: int = 1,
     progress_file: str | Path | None = None,
+    scheduler: str | None = None,
 ) -> list[SwellfishRow]:
     """Mean MAE and MRE over ``runs`` of every mechanism, zone and household.
 
-    ``jobs`` > 1 runs the (zone, household) units in local processes. ``progress_file`` (JSON
-    lines) stores every finished unit; a run with the same file and parameters skips those and
-    returns the rows of the whole study (resumable), other parameters are refused."""
+    ``jobs`` > 1 runs the (zone, household) units in local processes; ``scheduler`` (a Dask
+    scheduler's address, e.g. ``tcp://host:8786``) runs them as one Dask task each on that cluster
+    instead. ``progress_file`` (JSON lines) stores every unit as it finishes; a run with the same
+    file and parameters skips those and returns the rows of the whole study (resumable, on either
+    executor: a unit's numbers do not depend on where it ran), other parameters are refused."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise InvalidArgument(f"jobs={jobs!r} must be an integer >= 1")
+    if scheduler is not None and jobs > 1:
+        raise InvalidArgument(f"jobs={jobs} and scheduler={scheduler!r}: give one executor, not both")
     params = StudyParams(tuple(float(z) for z in zones), households, length, runs, epsilon, seed, tuple(mechanisms))
     log = _ProgressFile(Path(progress_file), params) if progress_file is not None else None
     done = {(r.zone, r.household) for r in (log.rows if log is not None else [])}
@@ -202,7 +210,10 @@ def run_study(
                 + f" (MRE; {len({(r.zone, r.household) for r in rows})}/{len(params.zones) * households} units)"
             )
 
-    if jobs <= 1:
+    if scheduler is not None:
+        for unit_rows in on_dask(run_unit, [(params, zone, household) for zone, household in units], scheduler):
+            finished(unit_rows)
+    elif jobs == 1:
         for zone, household in units:
             finished(run_unit(params, zone, household))
     else:
