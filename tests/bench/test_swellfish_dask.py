@@ -29,7 +29,7 @@ def test_a_study_interrupted_in_process_resumes_on_a_dask_cluster_with_the_same_
     assert len(progress.read_text().splitlines()) == 1 + 3  # the parameters and one unit's three rows
     lines: list[str] = []
     with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
     ) as cluster:
         resumed = sw.run_study(
             **TINY,  # type: ignore[arg-type]
@@ -55,7 +55,7 @@ def test_a_task_that_fails_on_the_cluster_stops_the_study_and_keeps_what_finishe
     distributed = pytest.importorskip("distributed")
     progress = tmp_path / "progress.jsonl"
     with distributed.LocalCluster(
-        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0"
     ) as cluster:
         with pytest.raises(InvalidArgument, match="NoSuchMechanism"):
             sw.run_study(

@@ -6,7 +6,7 @@ its arguments, so the caller stores a unit as it finishes and a rerun skips what
 
     >>> from budgetcheck.bench.dask_tasks import on_dask
     >>> import distributed
-    >>> with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster:
+    >>> with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster:
     ...     sorted(on_dask(pow, [(2, 3), (3, 2)], cluster.scheduler_address))
     [8, 9]
 """
