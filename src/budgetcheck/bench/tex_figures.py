@@ -11,6 +11,7 @@ and 6.2 predict for Uniform over the households, with the measured ratios beside
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -59,7 +60,7 @@ def _paper_slot(ax: Any, x: float, base: str, improved: str) -> None:
         ax.text(
             x,
             0.5,
-            "in words only:\n" + stated.words.replace(", ", ",\n").replace(" (", "\n("),
+            "in words only:\n" + textwrap.fill(stated.words, 18),
             transform=ax.get_xaxis_transform(),
             ha="center",
             va="center",
