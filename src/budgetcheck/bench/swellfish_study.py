@@ -24,6 +24,7 @@ RescueDP (its PID and Kalman defaults are not). ε = 1, MAE and MRE (γ as in th
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -34,7 +35,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck.bench.config import PAPER_MRE_BOUND, stable_seed
-from budgetcheck.bench.dask_tasks import on_dask
+from budgetcheck.bench.dask_pool import on_dask
 from budgetcheck.bench.metrics import errors
 from budgetcheck.bench.real import load_packaged
 from budgetcheck.bench.worker import start_worker
@@ -165,6 +166,11 @@ def run_unit(params: StudyParams, zone: float, household: int) -> list[Swellfish
     return rows
 
 
+def _run_pair(params: StudyParams, unit: tuple[float, int]) -> list[SwellfishRow]:
+    """:func:`run_unit` of one (zone, household) pair (a Dask task's one argument)."""
+    return run_unit(params, *unit)
+
+
 def run_study(
     *,
     zones: Sequence[float] = (500.0, 5000.0, 50000.0),
@@ -211,7 +217,7 @@ def run_study(
             )
 
     if scheduler is not None:
-        for unit_rows in on_dask(run_unit, [(params, zone, household) for zone, household in units], scheduler):
+        for unit_rows in on_dask(functools.partial(_run_pair, params), units, scheduler):
             finished(unit_rows)
     elif jobs == 1:
         for zone, household in units:
