@@ -32,6 +32,7 @@ from budgetcheck.bench.swellfish_study import (
     predicted_ratios,
 )
 from budgetcheck.bench.tables import Value, write_table
+from budgetcheck.bench.tex_paper import findings
 from budgetcheck.ledger.errors import InvalidArgument
 from budgetcheck.ledger.policies import PolicyCollection
 
@@ -284,8 +285,22 @@ def write_personalized_report(path: Path, out: Path) -> StudyReport:
 # -- Tex et al. -----------------------------------------------------------------------------------
 
 
-def _zone(zone: float) -> str:
-    return f"{zone:,.0f} kW"
+def _table3_figure(table3: Sequence[Sequence[Value]], path: Path, params: StudyParams) -> list[Path]:
+    """Table 3 in the paper's form from tex_table3's rows (household, policies, w, ΔQ, TEAS predicted,
+    measured, TINAR predicted, measured)."""
+    from budgetcheck.bench.tex_figures import table3_figure
+
+    def column(k: int) -> list[float]:
+        return [float(v) for v in (row[k] for row in table3) if isinstance(v, int | float)]
+
+    return table3_figure(
+        {"TEAS": column(4), "TINAR": column(6)},
+        {"TEAS": column(5), "TINAR": column(7)},
+        (sum(a.power for a in APPLIANCES), [int(w) for w in column(2)]),
+        path,
+        title=f"Table 3: policy collections and the expected MAE improvement of Uniform (Theorems 6.1, 6.2; "
+        f"cf. Tex et al.; T = {params.length})",
+    )
 
 
 def household_ratios(rows: Sequence[SwellfishRow], base: str, improved: str) -> dict[float, list[float]]:
@@ -300,40 +315,36 @@ def household_ratios(rows: Sequence[SwellfishRow], base: str, improved: str) -> 
 
 
 def write_swellfish_report(path: Path, out: Path) -> StudyReport:
-    """Tex et al.'s Figures 4-6 as per-household box plots (PNG, PDF), and tex_table2 (the TEAS and TINAR
-    ratios), tex_table3 (policy statistics, predicted and measured) and tex_extrinsic (CSV, Markdown)."""
-    from budgetcheck.bench.figures import box_plots
+    """Tex et al.'s Figures 4-6 and Table 3 in the paper's form (PNG, PDF; :mod:`budgetcheck.bench.tex_figures`),
+    and tex_table2 (the TEAS and TINAR ratios), tex_table3 (policy statistics, predicted and measured),
+    tex_extrinsic and tex_findings (§5.2's findings checked on ours) as CSV and Markdown."""
+    from budgetcheck.bench.tex_figures import extrinsic_figure, ratio_figure
 
     params, rows = load_swellfish(path)
     out.mkdir(parents=True, exist_ok=True)
     zones = sorted({r.zone for r in rows})
+    households = len({r.household for r in rows})
     files: list[Path] = []
-    for stem, pairs, title in (
-        ("tex_fig4_teas", TEAS_PAIRS, "Figure 4: TEAS effect"),
-        ("tex_fig5_tinar", TINAR_PAIRS, "Figure 5: TINAR effect"),
+    for stem, pairs, title, columns in (
+        ("tex_fig4_teas", TEAS_PAIRS, "Figure 4: TEAS effect", 2),
+        ("tex_fig5_tinar", TINAR_PAIRS, "Figure 5: TINAR effect", 2),
     ):
-        panels = {
-            f"{improved} / {base}": {_zone(z): {"ratio": v} for z, v in household_ratios(rows, base, improved).items()}
-            for base, improved in pairs
-            if base in params.mechanisms and improved in params.mechanisms
-        }
-        files += box_plots(
-            panels,
+        files += ratio_figure(
+            {
+                (base, improved): household_ratios(rows, base, improved)
+                for base, improved in pairs
+                if base in params.mechanisms and improved in params.mechanisms
+            },
             out / stem,
-            ylabel="MRE ratio per household (log)",
-            title=f"{title}: MRE(Swellfish) / MRE(w-event) per household, by zone (cf. Tex et al.)",
-            reference=1.0,
+            title=f"{title}, MRE(Swellfish) / MRE(w-event) over {households} households "
+            f"(cf. Tex et al.; {params.runs} runs, T = {params.length})",
+            columns=columns,
         )
-    extrinsic: dict[str, dict[str, dict[str, list[float]]]] = {}
-    for panel, names in (("w-event competitors", EXTRINSIC[3:]), ("Swellfish mechanisms", EXTRINSIC[:3])):
-        extrinsic[panel] = {
-            _zone(z): {n: [r.mre for r in rows if r.zone == z and r.mechanism == n] for n in names} for z in zones
-        }
-    files += box_plots(
-        extrinsic,
+    files += extrinsic_figure(
+        {n: {z: [r.mre for r in rows if r.zone == z and r.mechanism == n] for z in zones} for n in EXTRINSIC},
+        [("w-event competitors", EXTRINSIC[3:]), ("Swellfish-framework mechanisms", EXTRINSIC[:3])],
         out / "tex_fig6_extrinsic",
-        ylabel="MRE per household (log)",
-        title="Figure 6: extrinsic evaluation, MRE per household by zone (cf. Tex et al.)",
+        title=f"Figure 6: extrinsic evaluation, MRE over {households} households by zone (cf. Tex et al.)",
     )
     table2: list[list[Value]] = []
     for effect, pairs in (("TEAS", TEAS_PAIRS), ("TINAR", TINAR_PAIRS)):
@@ -366,11 +377,12 @@ def write_swellfish_report(path: Path, out: Path) -> StudyReport:
     )
     mae = {(r.zone, r.household, r.mechanism): r.mae for r in rows}
     table3: list[list[Value]] = []
+    predicted: dict[int, tuple[float, float]] = {}
     for household in sorted({r.household for r in rows}):
         policies = PolicyCollection(
             household_policies(params.length, np.random.default_rng(stable_seed(params.seed, "household", household)))
         )
-        teas, tinar = predicted_ratios(params.length, params.seed, household)
+        teas, tinar = predicted[household] = predicted_ratios(params.length, params.seed, household)
 
         def measured(base: str, improved: str) -> float | None:
             ratios = [
@@ -414,6 +426,23 @@ def write_swellfish_report(path: Path, out: Path) -> StudyReport:
         ("mechanism", *(f"median MRE, zone {z:g} kW" for z in zones)),
         medians,
         title="Extrinsic evaluation: median MRE over the households (cf. Tex et al., Figure 6)",
+    )
+    files += _table3_figure(table3, out / "tex_table3", params)
+    found = findings(rows, predicted)
+    files += write_table(
+        out / "tex_findings",
+        ("finding", "the paper", "checked as", "ours", "agrees"),
+        [
+            [f.key, f.paper, f.criterion, f.ours, "-" if f.agrees is None else "yes" if f.agrees else "no"]
+            for f in found
+        ],
+        title=f"The paper's findings (Tex et al., §5.2 and §6) on our study: "
+        f"{sum(f.agrees is True for f in found)} of {sum(f.agrees is not None for f in found)} agree",
+        notes=[
+            "The paper states its findings in words (its Figures 4-6 print no values); 'checked as' is our "
+            "reading of each as a test on the medians over the households, per zone.",
+            f"study parameters: {attrs.asdict(params)}",
+        ],
     )
     text = "\n\n".join(p.read_text().strip() for p in files if p.suffix == ".md")
     return StudyReport(text, tuple(files))

@@ -24,6 +24,7 @@ RescueDP (its PID and Kalman defaults are not). ε = 1, MAE and MRE (γ as in th
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -34,6 +35,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck.bench.config import PAPER_MRE_BOUND, stable_seed
+from budgetcheck.bench.dask_pool import on_dask
 from budgetcheck.bench.metrics import errors
 from budgetcheck.bench.real import load_packaged
 from budgetcheck.bench.worker import start_worker
@@ -164,6 +166,11 @@ def run_unit(params: StudyParams, zone: float, household: int) -> list[Swellfish
     return rows
 
 
+def _run_pair(params: StudyParams, unit: tuple[float, int]) -> list[SwellfishRow]:
+    """:func:`run_unit` of one (zone, household) pair (a Dask task's one argument)."""
+    return run_unit(params, *unit)
+
+
 def run_study(
     *,
     zones: Sequence[float] = (500.0, 5000.0, 50000.0),
@@ -176,12 +183,19 @@ def run_study(
     progress: Callable[[str], None] | None = None,
     jobs: int = 1,
     progress_file: str | Path | None = None,
+    scheduler: str | None = None,
 ) -> list[SwellfishRow]:
     """Mean MAE and MRE over ``runs`` of every mechanism, zone and household.
 
-    ``jobs`` > 1 runs the (zone, household) units in local processes. ``progress_file`` (JSON
-    lines) stores every finished unit; a run with the same file and parameters skips those and
-    returns the rows of the whole study (resumable), other parameters are refused."""
+    ``jobs`` > 1 runs the (zone, household) units in local processes; ``scheduler`` (a Dask
+    scheduler's address, e.g. ``tcp://host:8786``) runs them as one Dask task each on that cluster
+    instead. ``progress_file`` (JSON lines) stores every unit as it finishes; a run with the same
+    file and parameters skips those and returns the rows of the whole study (resumable, on either
+    executor: a unit's numbers do not depend on where it ran), other parameters are refused."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise InvalidArgument(f"jobs={jobs!r} must be an integer >= 1")
+    if scheduler is not None and jobs > 1:
+        raise InvalidArgument(f"jobs={jobs} and scheduler={scheduler!r}: give one executor, not both")
     params = StudyParams(tuple(float(z) for z in zones), households, length, runs, epsilon, seed, tuple(mechanisms))
     log = _ProgressFile(Path(progress_file), params) if progress_file is not None else None
     done = {(r.zone, r.household) for r in (log.rows if log is not None else [])}
@@ -202,7 +216,10 @@ def run_study(
                 + f" (MRE; {len({(r.zone, r.household) for r in rows})}/{len(params.zones) * households} units)"
             )
 
-    if jobs <= 1:
+    if scheduler is not None:
+        for unit_rows in on_dask(functools.partial(_run_pair, params), units, scheduler):
+            finished(unit_rows)
+    elif jobs == 1:
         for zone, household in units:
             finished(run_unit(params, zone, household))
     else:

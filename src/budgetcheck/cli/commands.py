@@ -948,13 +948,28 @@ def bench_personalized(
     type=click.IntRange(1),
     help="Local worker processes (one household at a time each).",
 )
-def bench_swellfish(paper: bool, out: Path, seed: int, jobs: int) -> None:
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "dask"]),
+    default="local",
+    show_default=True,
+    help="local: --jobs processes here; dask: one task per household and zone on the cluster at --scheduler.",
+)
+@click.option("--scheduler", default=None, help="Dask scheduler address (with --executor dask), e.g. tcp://host:8786.")
+def bench_swellfish(paper: bool, out: Path, seed: int, jobs: int, executor: str, scheduler: str | None) -> None:
     """The Swellfish case study (Tex et al., §5): TEAS and TINAR (intrinsic) and Unicorn vs TSBD, TSBA, RescueDP.
 
-    Every finished household is stored in OUT/progress.jsonl: run the same command again to resume."""
+    Every finished household is stored in OUT/progress.jsonl: run the same command again to resume
+    (with either executor)."""
     from budgetcheck.bench import swellfish_study as study
     from budgetcheck.ledger.errors import BudgetcheckError
 
+    if executor == "dask" and not scheduler:
+        raise click.UsageError("--executor dask needs --scheduler ADDRESS")
+    if scheduler and executor != "dask":
+        raise click.UsageError("--scheduler needs --executor dask")
+    if scheduler and jobs > 1:
+        raise click.UsageError(f"--jobs {jobs} runs local processes; with --executor dask the cluster's workers run")
     length = 2000 if paper else 1000
     scale = dict(households=55, runs=100) if paper else dict(zones=(500.0, 50000.0), households=2, runs=5)
     try:
@@ -965,6 +980,7 @@ def bench_swellfish(paper: bool, out: Path, seed: int, jobs: int) -> None:
             jobs=jobs,
             progress_file=out / "progress.jsonl",
             progress=lambda line: click.echo(line, err=True),
+            scheduler=scheduler,
         )
     except BudgetcheckError as exc:
         raise InputError(str(exc)) from exc
