@@ -24,11 +24,18 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 @pytest.fixture(scope="module")
 def bench() -> Iterator[ModuleType]:
-    sys.path.insert(0, str(BENCHMARKS))  # the script imports its siblings as top-level modules
+    # the script imports its siblings as top-level modules, and tests/ has a plain_mechanisms of its own:
+    # the siblings are imported from benchmarks/ and the other modules of those names put back after
+    siblings = {path.stem for path in BENCHMARKS.glob("*.py")}
+    shadowed = {name: sys.modules.pop(name) for name in siblings if name in sys.modules}
+    sys.path.insert(0, str(BENCHMARKS))
     try:
         yield importlib.import_module("bench_speed")
     finally:
         sys.path.remove(str(BENCHMARKS))
+        for name in siblings:
+            sys.modules.pop(name, None)
+        sys.modules.update(shadowed)
 
 
 @pytest.fixture
