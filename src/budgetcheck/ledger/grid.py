@@ -1,0 +1,641 @@
+"""A grid session of the w-event ledger: one compiled check-and-commit and one compiled draw per charged
+operation (issue 45, item 1; the design in ``benchmarks/grid-fixed-cost.md``).
+
+The benchmark's passes (``budgetcheck bench``: a fresh in-memory :class:`WindowLedger` of many runs, the
+numpy sampler, no journal, no verifier's tap, no replay) pay ~170 Python calls and ~60 numpy calls per
+timestep in the ledger's charged operations: validate, derive, claim, scale, record, pre-check, commit,
+open, lay out, draw, scale, add. A session keeps the same accounting as flat arrays instead:
+
+- the records as preallocated arrays (timestamp, purpose, sensitivity and a row of amounts and noise
+  scales per charged operation; a row repeated bit for bit by the next operation of the same purpose is
+  shared, as the ledger's ``_recurring`` shares it), materialised as :class:`SpendRecord`\\ s only when
+  the ledger is next read or used;
+- each run's window sum bounded above by the double-double of :mod:`budgetcheck.ledger.windows` (the
+  same error-free arithmetic, :func:`~budgetcheck.ledger.windows._add_above`): a spend is committed only
+  when that bound proves every run's window [t − w + 1, t] within its ε, exactly;
+- the noise drawn with the same generator calls as the ledger's (``rng.random(count)``: the same
+  doubles), turned into Laplace draws, scaled and added in one compiled pass.
+
+Whatever the session cannot decide or does not cover (a pre-check that does not prove the spend within
+ε, an amount that is not finite and >= 0, a last release that is not finite, a secret of another stream
+or timestamp order, a ledger used directly in between) hands the ledger its state (:meth:`GridSession.sync`:
+the records and the exact windows, as if every operation had gone through it) and runs the ledger's own
+operation: its exact multi-limb check decides, refuses with its message and changes nothing. A session
+is thus never a way around the ledger: the checks are the ledger's, and every other route reaches the
+ledger's state only after the session has handed it over (it stands as the ledger's in-flight commit,
+which every operation and read completes first).
+
+Only the benchmark's runner opens sessions (:func:`grid_sessions`); the verification stages, which run
+through a tap or a journal, keep the ledger's own path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Final, final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from budgetcheck.kernels import compiled
+from budgetcheck.ledger.noise import NUMPY
+from budgetcheck.ledger.queries import Identity
+from budgetcheck.ledger.records import SpendRecord
+from budgetcheck.ledger.validation import MAX_T, check_label
+from budgetcheck.ledger import windows as _windows
+from budgetcheck.ledger.windows import ExactWindows
+from budgetcheck.stream.guarded import GuardedStream
+from budgetcheck.stream.secret import Secret, charge_view, charged_payload
+
+if TYPE_CHECKING:
+    from budgetcheck.ledger.wevent import WindowLedger
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+_MOST_VALUES: Final = 129  # values per timestamp: np.add.reduce of a row sums the first and 128 more pairwise
+_ENABLED: contextvars.ContextVar[bool] = contextvars.ContextVar("budgetcheck_grid_sessions", default=False)
+
+# the integer state of a session, one int64 array (the kernels update it in place):
+_FIRST: Final = 0  # the oldest operation whose timestamp is still inside the window
+_OPS: Final = 1  # operations recorded
+_ROWS: Final = 2  # rows of amounts and scales used
+_T: Final = 3  # the latest timestamp charged
+_LAST_ROW: Final = 4  # then, per purpose: the row of its last operation (−1: none yet)
+
+# what a kernel returns instead of a row when the ledger's own operation must run
+_INVALID: Final = -1  # an amount not finite and >= 0 (or −0.0): the ledger names it
+_UNDECIDED: Final = -2  # the pre-check does not prove every window within ε: the exact check decides
+
+
+@contextlib.contextmanager
+def grid_sessions() -> Iterator[None]:
+    """Within this block, a built-in mechanism's pass on a fresh in-memory w-event ledger of several runs
+    (no journal, no tap, the numpy sampler) runs through a :class:`GridSession` (the benchmark runner's
+    batches): the same charges, records and releases, bit for bit, as the ledger's operations."""
+    token = _ENABLED.set(True)
+    try:
+        yield
+    finally:
+        _ENABLED.reset(token)
+
+
+def grid_session(ledger: object, stream: object, purposes: tuple[str, ...]) -> GridSession | None:
+    """A session over ``ledger`` for a pass over ``stream`` whose operations charge under ``purposes``, or
+    None where the ledger's own operations must run: outside :func:`grid_sessions`, or a ledger that is not
+    a fresh in-memory :class:`WindowLedger` of several runs with the numpy sampler, or a stream not bound to it."""
+    from budgetcheck.ledger.wevent import WindowLedger
+
+    if not _ENABLED.get() or type(ledger) is not WindowLedger or not isinstance(stream, GuardedStream):
+        return None
+    return GridSession.open(ledger, stream, purposes)
+
+
+@final
+class GridSession:
+    """The state of a :class:`WindowLedger` during one pass, as flat arrays (see the module docstring).
+
+    ``dissimilarity`` and ``laplace`` are the ledger's operations of those names (the same checks, records,
+    draws and doubles); what they cannot run here, the ledger runs after :meth:`sync`.
+    """
+
+    __slots__ = (
+        "_bound",
+        "_closed",
+        "_count",
+        "_dis_amounts",
+        "_dis_sensitivity",
+        "_last_sens",
+        "_ledger",
+        "_marker",
+        "_pool",
+        "_purposes",
+        "_rec_purpose",
+        "_rec_row",
+        "_rec_sens",
+        "_rec_t",
+        "_release_sensitivity",
+        "_relation",
+        "_rng",
+        "_rows",
+        "_runs",
+        "_scales",
+        "_scales_bits",
+        "_scratch",
+        "_shape",
+        "_state",
+        "_upper",
+        "_w",
+    )
+
+    def __init__(self) -> None:
+        raise TypeError("a GridSession is opened by grid_session(ledger, stream, purposes), inside grid_sessions()")
+
+    @classmethod
+    def open(cls, ledger: WindowLedger, stream: GuardedStream, purposes: tuple[str, ...]) -> GridSession | None:
+        """The session, or None where the ledger is not in the state a session starts from."""
+        windows = ledger._windows
+        owner, relation, rows = _stream_view(stream)
+        if (
+            ledger._hook is not None  # a journal, a tap or a replay: the ledger's own path
+            or ledger._noise.name != NUMPY
+            or ledger._inflight is not None
+            or ledger._applying
+            or ledger._t != 0
+            or ledger._charges != 0
+            or ledger._exposures
+            or ledger._intrusions is not None
+            or ledger._intruder is not None
+            or not isinstance(windows, ExactWindows)
+            or not owner
+            or owner[0] is not ledger
+            or relation is None
+            or stream.length < 1
+            or len(stream.secret(1).shape) != 1
+            or stream.secret(1).shape[0] > _MOST_VALUES
+        ):
+            return None
+        _link_kernels()
+        session: GridSession = object.__new__(cls)
+        runs, length = ledger._runs, stream.length
+        shape = tuple(stream.secret(1).shape)
+        session._ledger = ledger
+        session._runs = runs
+        session._w = ledger._params.w
+        session._shape = shape
+        session._count = math.prod(shape)
+        session._rows = rows or 1
+        session._relation = relation
+        session._purposes = tuple(check_label(purpose) for purpose in purposes)
+        capacity = len(purposes) * length
+        session._rec_t = np.zeros(capacity, dtype=np.int64)
+        session._rec_purpose = np.zeros(capacity, dtype=np.int64)
+        session._rec_row = np.zeros(capacity, dtype=np.int64)
+        session._rec_sens = np.zeros(capacity, dtype=np.float64)
+        session._pool = np.empty((capacity, runs))  # untouched pages cost no memory until a row is written
+        session._scales = np.empty((capacity, runs))
+        session._scales_bits = session._scales.view(np.int64)
+        session._upper = np.zeros((2, runs))
+        session._scratch = np.empty((2, runs))
+        epsilon = ledger._epsilon
+        session._bound = np.array(epsilon, dtype=np.float64).reshape(-1).copy()
+        session._state = np.full(_LAST_ROW + len(purposes), -1, dtype=np.int64)
+        session._state[:_LAST_ROW] = 0
+        session._last_sens = np.full(len(purposes), math.nan)
+        session._rng = ledger._rng
+        session._dis_amounts = np.full(runs, np.nan)
+        session._dis_sensitivity = math.nan
+        session._release_sensitivity = math.nan
+        session._closed = False
+        session._marker = (session.sync,)
+        ledger._inflight = session._marker  # any other operation or read of the ledger takes the state first
+        return session
+
+    @property
+    def closed(self) -> bool:
+        """Whether the ledger holds the state again (every later operation is the ledger's own)."""
+        return self._closed
+
+    @property
+    def operations(self) -> int:
+        """Charged operations recorded by the session so far."""
+        return int(self._state[_OPS])
+
+    # -- the charged operations ---------------------------------------------------------------------------------
+    def dissimilarity(
+        self, secret: Secret, last_release: FloatArray, epsilon: FloatArray, *, purpose: str = "dissimilarity"
+    ) -> FloatArray:
+        """:meth:`WindowLedger.dissimilarity`: the same charge, record, draws and doubles."""
+        ledger = self._ledger
+        with ledger._lock:
+            p = self._purpose(purpose)
+            t = self._timestamp(secret)
+            if (
+                t is None
+                or p < 0
+                or type(epsilon) is not np.ndarray
+                or epsilon.dtype != np.float64
+                or epsilon.shape != (self._runs,)
+                or type(last_release) is not np.ndarray
+                or last_release.dtype != np.float64
+                or last_release.shape != (self._runs, self._count)
+                or not _finite(last_release)
+            ):
+                return self._delegate().dissimilarity(secret, last_release, epsilon, purpose=purpose)
+            if not _same_bits(epsilon, self._dis_amounts):  # the sensitivity the ledger derives for these budgets
+                if not _amounts_valid(epsilon):
+                    return self._delegate().dissimilarity(secret, last_release, epsilon, purpose=purpose)
+                total = _identity_sensitivity(self._relation)
+                sensitivity = ledger._mean_sensitivity(total, self._count, epsilon)
+                if not 0.0 < sensitivity < math.inf:
+                    return self._delegate().dissimilarity(secret, last_release, epsilon, purpose=purpose)
+                self._dis_amounts, self._dis_sensitivity = epsilon.copy(), sensitivity
+            row = self._charge(t, epsilon, p, self._dis_sensitivity)
+            if row < 0:
+                return self._delegate().dissimilarity(secret, last_release, epsilon, purpose=purpose)
+            values = charged_payload(secret)  # the charge has passed; no caller code runs while it is read
+            out = np.empty(self._runs)
+            self._draw(
+                _dissimilarity_into, self._runs, values, epsilon, self._scales[row], out, last_release, self._count
+            )
+            return out
+
+    def laplace(self, secret: Secret, epsilon: FloatArray, *, purpose: str = "publication") -> FloatArray:
+        """:meth:`WindowLedger.laplace` (the identity's sensitivity): the same charge, record, draws and doubles."""
+        ledger = self._ledger
+        with ledger._lock:
+            p = self._purpose(purpose)
+            t = self._timestamp(secret)
+            if (
+                t is None
+                or p < 0
+                or type(epsilon) is not np.ndarray
+                or epsilon.dtype != np.float64
+                or epsilon.shape != (self._runs,)
+            ):
+                return self._delegate().laplace(secret, epsilon, purpose=purpose)
+            if self._release_sensitivity != self._release_sensitivity:  # NaN: not derived yet
+                sensitivity = ledger._derive(secret, _IDENTITY, None)
+                if not 0.0 < sensitivity < math.inf:
+                    return self._delegate().laplace(secret, epsilon, purpose=purpose)
+                self._release_sensitivity = sensitivity
+            row = self._charge(t, epsilon, p, self._release_sensitivity)
+            if row < 0:
+                return self._delegate().laplace(secret, epsilon, purpose=purpose)
+            values = charged_payload(secret)
+            out = np.empty((self._runs, self._count))
+            self._draw(_laplace_into, self._runs * self._count, values, epsilon, self._scales[row], out)
+            return out.reshape((self._runs, *self._shape))
+
+    # -- the steps --------------------------------------------------------------------------------------------
+    def _purpose(self, purpose: object) -> int:
+        try:
+            return self._purposes.index(purpose)  # type: ignore[arg-type]
+        except ValueError:
+            return -1
+
+    def _timestamp(self, secret: object) -> int | None:
+        """The secret's timestamp if the session may charge it (one of its stream's, in order), else None."""
+        if self._closed or type(secret) is not Secret:
+            return None
+        t, owner, relation, shape, rows = charge_view(secret)
+        if (
+            not owner
+            or owner[0] is not self._ledger
+            or relation is not self._relation
+            or shape != self._shape
+            or (rows or 1) != self._rows
+            or type(t) is not int
+            or not (self._state[_T] <= t <= MAX_T and t >= 1)
+            or self._ledger._inflight is not self._marker
+        ):
+            return None
+        return t
+
+    def _charge(self, t: int, amounts: FloatArray, purpose: int, sensitivity: float) -> int:
+        """Check every run's window and commit the operation's record, in one kernel; the row of its amounts
+        and scales, or a negative code (nothing changed) where the ledger's own operation must run."""
+        row = int(
+            _check_and_commit(
+                t,
+                self._w,
+                amounts,
+                purpose,
+                sensitivity,
+                self._state,
+                self._rec_t,
+                self._rec_purpose,
+                self._rec_row,
+                self._rec_sens,
+                self._pool,
+                self._scales,
+                self._scales_bits,
+                self._upper,
+                self._scratch,
+                self._bound,
+                self._last_sens,
+            )
+        )
+        if row >= 0:
+            self._ledger._t = t  # what ledger.t reads (the rest of the state waits for sync)
+        return row
+
+    def _draw(self, kernel: Any, count: int, values: FloatArray, *arguments: Any) -> None:
+        """``count`` uniforms from the ledger's generator (``laplace_draws``' calls: the same doubles, zero
+        uniforms skipped as numpy skips them), then the kernel's pass."""
+        uniforms = self._rng.random(count)
+        done = kernel(uniforms, 0, self._rows, values, *arguments)
+        while done >= 0:  # uniforms[done] is zero (probability 2**-53 each): laplace_draws' refill
+            rest = uniforms[done:]
+            kept = rest[rest != 0.0]
+            rest[: kept.size] = kept
+            rest[kept.size :] = self._rng.random(rest.size - kept.size)
+            done = kernel(uniforms, done, self._rows, values, *arguments)
+
+    def _delegate(self) -> WindowLedger:
+        """The ledger, holding the state again (:meth:`sync`), to run an operation the session does not."""
+        if not self._closed and self._ledger._inflight is self._marker:
+            self.sync()
+        return self._ledger
+
+    def sync(self) -> None:
+        """Hand the ledger its state: every operation's record (in order), the exact windows (the last 2w
+        timestamps' spends, summed exactly when first read), the latest timestamp and the charge count.
+        The session is closed: later operations are the ledger's own. Idempotent."""
+        ledger = self._ledger
+        if self._closed:
+            return
+        state = self._state
+        ops, t = int(state[_OPS]), int(state[_T])
+        stamps, purposes, rows = self._rec_t[:ops].tolist(), self._rec_purpose[:ops].tolist(), self._rec_row[:ops]
+        amounts = [self._pool[row] for row in rows.tolist()]
+        if ledger._keep:
+            scales = [self._scales[row] for row in rows.tolist()]
+            sensitivities = self._rec_sens[:ops].tolist()
+            ledger._records.extend(
+                SpendRecord(
+                    t=stamp,
+                    purpose=self._purposes[p],
+                    amounts=amounts[i],
+                    sensitivity=sensitivities[i],
+                    noise_scale=scales[i],
+                    sampler=NUMPY,
+                )
+                for i, (stamp, p) in enumerate(zip(stamps, purposes, strict=True))
+            )
+        kept: dict[int, list[FloatArray]] = {}
+        for i in range(ops):
+            if stamps[i] > t - 2 * self._w + 1:
+                kept.setdefault(stamps[i], []).append(amounts[i])
+        windows = ledger._windows
+        assert isinstance(windows, ExactWindows)
+        windows.load(t, sorted(kept.items()))
+        ledger._charges += ops
+        ledger._t = max(ledger._t, t)
+        self._closed = True
+        if ledger._inflight is self._marker:
+            ledger._inflight = None
+
+
+_add_above: Any = None  # windows._add_above's compiled kernel (see _link_kernels)
+
+
+def _link_kernels() -> None:
+    """Point this module's kernels at the window pre-check's own compiled ``_add_above`` (a kernel calls only
+    compiled kernels; those of another module are set up by their first call)."""
+    global _add_above
+    if _add_above is None:
+        _windows._add_above(0.0, 0.0, 0.0)  # sets up windows' kernels: its namespace then holds the compiled ones
+        _add_above = _windows._add_above
+
+
+@compiled
+def _check_and_commit(
+    t: int,
+    w: int,
+    amounts: FloatArray,
+    purpose: int,
+    sensitivity: float,
+    state: IntArray,
+    rec_t: IntArray,
+    rec_purpose: IntArray,
+    rec_row: IntArray,
+    rec_sens: FloatArray,
+    pool: FloatArray,
+    scales: FloatArray,
+    scales_bits: IntArray,
+    upper: FloatArray,
+    scratch: FloatArray,
+    bound: FloatArray,
+    last_sens: FloatArray,
+) -> int:
+    """One charged operation at t: validate the amounts, pre-check every run's window [t − w + 1, t] as
+    ``windows._bound_after`` does (the double-double bound minus the spends that leave, plus the amounts,
+    compared exactly with ε), and only if every run is within, commit: the record (a new row of amounts
+    and scales ``rounding.scale_up`` gives, or the purpose's last row if these amounts equal it bit for
+    bit at the same sensitivity), the bound, the window's oldest operation. Returns the row, or
+    _INVALID / _UNDECIDED with nothing changed."""
+    runs = amounts.size
+    for r in range(runs):
+        a = amounts[r]
+        if not (0.0 <= a < math.inf) or (a == 0.0 and math.copysign(1.0, a) < 0.0):
+            return _INVALID
+    his, los = scratch[0], scratch[1]
+    his[:] = upper[0]
+    los[:] = upper[1]
+    first, ops = state[_FIRST], state[_OPS]
+    while first < ops and rec_t[first] <= t - w:  # the spends that leave the window, one row each
+        leaving = pool[rec_row[first]]
+        for r in range(runs):
+            his[r], los[r] = _add_above(his[r], los[r], -1.0 * leaving[r])
+        first += 1
+    for r in range(runs):
+        his[r], los[r] = _add_above(his[r], los[r], 1.0 * amounts[r])
+    per_run = 1 if bound.size > 1 else 0
+    for r in range(runs):
+        limit = bound[r * per_run]
+        if not ((his[r] < limit) or ((his[r] == limit) and (los[r] <= 0.0))):
+            return _UNDECIDED
+    # commit (nothing above changed the session's state)
+    last = state[_LAST_ROW + purpose]
+    same = last >= 0 and last_sens[purpose] == sensitivity
+    if same:
+        previous = pool[last]
+        for r in range(runs):
+            if amounts[r] != previous[r]:  # amounts are >= +0.0: equal doubles are equal bits
+                same = False
+                break
+    if same:
+        row = last
+    else:
+        row = state[_ROWS]
+        pool[row, :] = amounts
+        for r in range(runs):  # rounding.scale_up: the quotient one double up by its bit pattern, inf at ε = 0
+            quotient = sensitivity / amounts[r]
+            scales[row, r] = quotient
+            if quotient < math.inf:
+                scales_bits[row, r] += 1
+        state[_ROWS] = row + 1
+        state[_LAST_ROW + purpose] = row
+        last_sens[purpose] = sensitivity
+    rec_t[ops] = t
+    rec_purpose[ops] = purpose
+    rec_row[ops] = row
+    rec_sens[ops] = sensitivity
+    upper[0, :] = his
+    upper[1, :] = los
+    state[_FIRST] = first
+    state[_OPS] = ops + 1
+    if t > state[_T]:
+        state[_T] = t
+    return row
+
+
+@compiled
+def _laplace_transform(uniforms: FloatArray, start: int) -> int:
+    """``noise._laplace_in_place`` at scale 1: numpy's ``random_laplace`` on each uniform from ``start`` on,
+    in place; the index of the first zero uniform (numpy skips it), or −1 when there is none."""
+    for i in range(start, uniforms.size):
+        u = uniforms[i]
+        if u == 0.0:
+            return i
+        magnitude = 1.0 * math.log(min(u + u, 2.0 - u - u))
+        uniforms[i] = (0.0 - magnitude) if u >= 0.5 else (0.0 + magnitude)
+    return -1
+
+
+@compiled
+def _laplace_into(
+    uniforms: FloatArray,
+    start: int,
+    streams: int,
+    values: FloatArray,
+    amounts: FloatArray,
+    scales: FloatArray,
+    out: FloatArray,
+) -> int:
+    """The ledger's ``_noisy`` of a ``laplace``: out[r] = draw·scale[r] + the values of run r's stream (run r
+    reads stream r // (runs / streams)), NaN where the run pays nothing; the draws are the uniforms turned
+    into Laplace values (from ``start`` on). −1 when done, or the index of a zero uniform (nothing written)."""
+    zero = _laplace_transform(uniforms, start)
+    if zero >= 0:
+        return zero
+    runs, count = out.shape[0], out.shape[1]
+    per_stream = runs // streams
+    flat = values.reshape(streams, count)
+    for r in range(runs):
+        row = flat[r // per_stream]
+        if amounts[r] > 0.0:
+            scale = scales[r]
+            for j in range(count):
+                out[r, j] = uniforms[r * count + j] * scale + row[j]
+        else:
+            for j in range(count):
+                out[r, j] = math.nan
+    return -1
+
+
+@compiled
+def _dissimilarity_into(
+    uniforms: FloatArray,
+    start: int,
+    streams: int,
+    values: FloatArray,
+    amounts: FloatArray,
+    scales: FloatArray,
+    out: FloatArray,
+    last: FloatArray,
+    count: int,
+) -> int:
+    """The ledger's ``dissimilarity`` after its charge: out[r] = draw·scale[r] + the mean absolute difference
+    between run r's last release and its stream's values (``np.add.reduce`` of the differences, numpy's
+    pairwise order, over ``count``), NaN where the run pays nothing. Returns as :func:`_laplace_into`."""
+    zero = _laplace_transform(uniforms, start)
+    if zero >= 0:
+        return zero
+    runs = out.size
+    per_stream = runs // streams
+    flat = values.reshape(streams, count)
+    differences = np.empty(count)
+    for r in range(runs):
+        row = flat[r // per_stream]
+        for j in range(count):
+            differences[j] = abs(last[r, j] - row[j])
+        distance = _add_reduce(differences) / count
+        out[r] = uniforms[r] * scales[r] + distance if amounts[r] > 0.0 else math.nan
+    return -1
+
+
+@compiled
+def _add_reduce(values: FloatArray) -> float:
+    """``np.add.reduce`` of a contiguous row: the first value plus numpy's pairwise sum of the rest."""
+    if values.size == 0:
+        return 0.0
+    return values[0] + _pairwise(values, 1, values.size - 1)
+
+
+@compiled
+def _pairwise(values: FloatArray, start: int, n: int) -> float:
+    """numpy's ``pairwise_sum`` of values[start : start + n] for n <= 128 (loops_utils.h: a plain loop under 8
+    values, eight accumulators up to 128; numpy halves longer rows, which sessions do not take)."""
+    if n < 8:
+        total = 0.0
+        for i in range(start, start + n):
+            total += values[i]
+        return total
+    if n <= 128:
+        r0, r1, r2, r3 = values[start], values[start + 1], values[start + 2], values[start + 3]
+        r4, r5, r6, r7 = values[start + 4], values[start + 5], values[start + 6], values[start + 7]
+        i = 8
+        while i < n - (n % 8):
+            base = start + i
+            r0 += values[base]
+            r1 += values[base + 1]
+            r2 += values[base + 2]
+            r3 += values[base + 3]
+            r4 += values[base + 4]
+            r5 += values[base + 5]
+            r6 += values[base + 6]
+            r7 += values[base + 7]
+            i += 8
+        total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        while i < n:
+            total += values[start + i]
+            i += 1
+        return total
+    raise ValueError("a session's rows hold at most _MOST_VALUES values")  # numpy halves them: not here
+
+
+@compiled
+def _finite_rows(values: FloatArray) -> bool:
+    for x in values.reshape(-1):
+        if not (-math.inf < x < math.inf):
+            return False
+    return True
+
+
+@compiled
+def _valid_amounts(amounts: FloatArray) -> bool:
+    for a in amounts:
+        if not (0.0 <= a < math.inf) or (a == 0.0 and math.copysign(1.0, a) < 0.0):
+            return False
+    return True
+
+
+def _finite(values: FloatArray) -> bool:
+    return bool(_finite_rows(values if values.flags.c_contiguous else np.ascontiguousarray(values)))
+
+
+def _amounts_valid(amounts: FloatArray) -> bool:
+    return bool(_valid_amounts(amounts if amounts.flags.c_contiguous else np.ascontiguousarray(amounts)))
+
+
+def _same_bits(a: FloatArray, b: FloatArray) -> bool:
+    return a.shape == b.shape and bool(np.array_equal(a.view(np.int64), b.view(np.int64)))
+
+
+def _stream_view(stream: GuardedStream) -> tuple[list[object], object, int]:
+    """(the claim of the stream's secrets, its relation if a sensitivity can be derived from it, its stacked rows)."""
+    from budgetcheck.stream.neighbours import usable
+
+    if stream.length < 1:
+        return [], None, 0
+    _, owner, relation, _, rows = charge_view(stream.secret(1))
+    try:
+        usable(relation)
+    except Exception:  # noqa: BLE001 - the ledger's own operation names it
+        return owner, None, rows
+    return owner, relation, rows
+
+
+def _identity_sensitivity(relation: object) -> float:
+    """‖Δ‖₁ of the identity under the stream's relation, as the ledger's ``dissimilarity`` derives it."""
+    from budgetcheck.ledger.core import _identity_sensitivity as derive
+
+    return float(derive(relation))
+
+
+_IDENTITY: Final = Identity()
