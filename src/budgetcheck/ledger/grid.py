@@ -16,8 +16,9 @@ open, lay out, draw, scale, add. A session keeps the same accounting as flat arr
 - the noise drawn with the same generator calls as the ledger's (``rng.random(count)``: the same
   doubles), turned into Laplace draws, scaled and added in one compiled pass.
 
-Whatever the session cannot decide or does not cover (a pre-check that does not prove the spend within
-ε, an amount that is not finite and >= 0, a last release that is not finite, a secret of another stream
+A spend the pre-check cannot prove within ε is checked exactly, as the ledger checks it (multi-limb sums of
+the window's spends), and committed if it is within. Whatever else the session does not cover (a spend
+over ε, an amount that is not finite and >= 0, a last release that is not finite, a secret of another stream
 or timestamp order, a ledger used directly in between) hands the ledger its state (:meth:`GridSession.sync`:
 the records and the exact windows, as if every operation had gone through it) and runs the ledger's own
 operation: its exact multi-limb check decides, refuses with its message and changes nothing. A session
@@ -41,12 +42,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from budgetcheck.kernels import compiled
+from budgetcheck.ledger import windows as _windows
+from budgetcheck.ledger.exact import ExactVector
 from budgetcheck.ledger.noise import NUMPY
 from budgetcheck.ledger.queries import Identity
 from budgetcheck.ledger.records import SpendRecord
 from budgetcheck.ledger.validation import MAX_T, check_label
-from budgetcheck.ledger import windows as _windows
-from budgetcheck.ledger.windows import ExactWindows
+from budgetcheck.ledger.windows import ExactWindows, _double_double_above
 from budgetcheck.stream.guarded import GuardedStream
 from budgetcheck.stream.secret import Secret, charge_view, charged_payload
 
@@ -56,7 +58,7 @@ if TYPE_CHECKING:
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
-_MOST_VALUES: Final = 129  # values per timestamp: np.add.reduce of a row sums the first and 128 more pairwise
+_MOST_VALUES: Final = 128  # values per timestamp: np.add.reduce sums a row of up to 128 without halving it
 _ENABLED: contextvars.ContextVar[bool] = contextvars.ContextVar("budgetcheck_grid_sessions", default=False)
 
 # the integer state of a session, one int64 array (the kernels update it in place):
@@ -130,6 +132,33 @@ class GridSession:
         "_upper",
         "_w",
     )
+
+    _bound: FloatArray
+    _closed: bool
+    _count: int
+    _dis_amounts: FloatArray
+    _dis_sensitivity: float
+    _last_sens: FloatArray
+    _ledger: WindowLedger
+    _marker: tuple[Any, ...]
+    _pool: FloatArray
+    _purposes: tuple[str, ...]
+    _rec_purpose: IntArray
+    _rec_row: IntArray
+    _rec_sens: FloatArray
+    _rec_t: IntArray
+    _release_sensitivity: float
+    _relation: object
+    _rng: np.random.Generator
+    _rows: int
+    _runs: int
+    _scales: FloatArray
+    _scales_bits: IntArray
+    _scratch: FloatArray
+    _shape: tuple[int, ...]
+    _state: IntArray
+    _upper: FloatArray
+    _w: int
 
     def __init__(self) -> None:
         raise TypeError("a GridSession is opened by grid_session(ledger, stream, purposes), inside grid_sessions()")
@@ -273,7 +302,7 @@ class GridSession:
     # -- the steps --------------------------------------------------------------------------------------------
     def _purpose(self, purpose: object) -> int:
         try:
-            return self._purposes.index(purpose)  # type: ignore[arg-type]
+            return self._purposes.index(purpose)
         except ValueError:
             return -1
 
@@ -297,8 +326,20 @@ class GridSession:
 
     def _charge(self, t: int, amounts: FloatArray, purpose: int, sensitivity: float) -> int:
         """Check every run's window and commit the operation's record, in one kernel; the row of its amounts
-        and scales, or a negative code (nothing changed) where the ledger's own operation must run."""
-        row = int(
+        and scales, or a negative code (nothing changed) where the ledger's own operation must run. A spend
+        the pre-check cannot decide is checked exactly here (the ledger's multi-limb sums) and committed if
+        every window stays within ε; a spend over ε is the ledger's to refuse."""
+        row = self._commit(t, amounts, purpose, sensitivity, None)
+        if row == _UNDECIDED:
+            exact = self._exact_bound(t, amounts)
+            if exact is not None:
+                row = self._commit(t, amounts, purpose, sensitivity, exact)
+        if row >= 0:
+            self._ledger._t = t  # what ledger.t reads (the rest of the state waits for sync)
+        return row
+
+    def _commit(self, t: int, amounts: FloatArray, purpose: int, sensitivity: float, exact: FloatArray | None) -> int:
+        return int(
             _check_and_commit(
                 t,
                 self._w,
@@ -317,11 +358,23 @@ class GridSession:
                 self._scratch,
                 self._bound,
                 self._last_sens,
+                self._upper if exact is None else exact,
+                exact is not None,
             )
         )
-        if row >= 0:
-            self._ledger._t = t  # what ledger.t reads (the rest of the state waits for sync)
-        return row
+
+    def _exact_bound(self, t: int, amounts: FloatArray) -> FloatArray | None:
+        """The exact check of a spend at t (:class:`ExactVector` sums of the window's spends, as the ledger's
+        ``_charge`` makes them): the double-double just above the new window sums if every run stays within
+        its ε, else None."""
+        state = self._state
+        total = ExactVector.from_floats(amounts)
+        for i in range(int(state[_FIRST]), int(state[_OPS])):
+            if self._rec_t[i] > t - self._w:
+                total = total + ExactVector.from_floats(self._pool[self._rec_row[i]])
+        if total.exceeds(self._ledger._eps_bound).any():
+            return None
+        return _double_double_above(total)
 
     def _draw(self, kernel: Any, count: int, values: FloatArray, *arguments: Any) -> None:
         """``count`` uniforms from the ledger's generator (``laplace_draws``' calls: the same doubles, zero
@@ -411,13 +464,16 @@ def _check_and_commit(
     scratch: FloatArray,
     bound: FloatArray,
     last_sens: FloatArray,
+    exact_upper: FloatArray,
+    decided: bool,
 ) -> int:
     """One charged operation at t: validate the amounts, pre-check every run's window [t − w + 1, t] as
     ``windows._bound_after`` does (the double-double bound minus the spends that leave, plus the amounts,
     compared exactly with ε), and only if every run is within, commit: the record (a new row of amounts
     and scales ``rounding.scale_up`` gives, or the purpose's last row if these amounts equal it bit for
     bit at the same sensitivity), the bound, the window's oldest operation. Returns the row, or
-    _INVALID / _UNDECIDED with nothing changed."""
+    _INVALID / _UNDECIDED with nothing changed. ``decided``: the exact check has passed the spend, and
+    ``exact_upper`` is the bound from its exact sums."""
     runs = amounts.size
     for r in range(runs):
         a = amounts[r]
@@ -437,8 +493,11 @@ def _check_and_commit(
     per_run = 1 if bound.size > 1 else 0
     for r in range(runs):
         limit = bound[r * per_run]
-        if not ((his[r] < limit) or ((his[r] == limit) and (los[r] <= 0.0))):
+        if not decided and not ((his[r] < limit) or ((his[r] == limit) and (los[r] <= 0.0))):
             return _UNDECIDED
+    if decided:
+        his[:] = exact_upper[0]
+        los[:] = exact_upper[1]
     # commit (nothing above changed the session's state)
     last = state[_LAST_ROW + purpose]
     same = last >= 0 and last_sens[purpose] == sensitivity
@@ -471,7 +530,7 @@ def _check_and_commit(
     state[_OPS] = ops + 1
     if t > state[_T]:
         state[_T] = t
-    return row
+    return int(row)
 
 
 @compiled
@@ -551,10 +610,8 @@ def _dissimilarity_into(
 
 @compiled
 def _add_reduce(values: FloatArray) -> float:
-    """``np.add.reduce`` of a contiguous row: the first value plus numpy's pairwise sum of the rest."""
-    if values.size == 0:
-        return 0.0
-    return values[0] + _pairwise(values, 1, values.size - 1)
+    """``np.add.reduce`` of a contiguous row of at most 128 values: numpy's pairwise sum of the row."""
+    return _pairwise(values, 0, values.size)
 
 
 @compiled
@@ -585,7 +642,7 @@ def _pairwise(values: FloatArray, start: int, n: int) -> float:
         while i < n:
             total += values[start + i]
             i += 1
-        return total
+        return float(total)
     raise ValueError("a session's rows hold at most _MOST_VALUES values")  # numpy halves them: not here
 
 
