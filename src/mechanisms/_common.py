@@ -234,7 +234,15 @@ def _dissimilarity_runs(
     last = np.zeros((runs, stream.dimensions))
     # the benchmark's pass: the ledger's operations as one compiled check-and-commit and draw each (the same
     # charges, records and releases; ledger.grid)
-    charged: Any = grid_session(ledger, stream, ("dissimilarity", "publication")) or ledger
+    session = grid_session(ledger, stream, ("dissimilarity", "publication"))
+    if session is not None:  # and the proved rule compiled from its own source (kernel_ops), where it applies
+        from mechanisms._compiled import compiled_runs
+
+        compiled = compiled_runs(rule, env, stream, session, runs, stream.dimensions, filtering)
+        if compiled is not None:
+            yield from compiled
+            return
+    charged: Any = session or ledger
     for secret in stream:
         dissimilarity_budget, candidate = rule.charges(FLOAT, env, state, wants)
         delta = sensitivity_at(ledger, secret.t)

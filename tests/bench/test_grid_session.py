@@ -128,3 +128,28 @@ def test_the_compiled_row_sum_is_numpys(count: int) -> None:
     expected = np.add.reduce(rows, axis=1)
     got = np.array([grid._add_reduce(np.ascontiguousarray(row)) for row in rows])
     assert _bits(expected) == _bits(got)
+
+
+def test_bd_runs_its_rule_compiled_from_its_own_code() -> None:
+    """On the session's path BD's rule is ``BDRule.charges``/``advance`` compiled (kernel_ops), not FLOAT:
+    the conformance above then compares the compiled rule with the proved one run on FLOAT."""
+    import mechanisms._compiled as compiled_step
+    from mechanisms.rules import BDRule
+
+    taken = []
+    original = compiled_step._releases
+
+    def counted(*args: Any) -> Any:
+        taken.append(type(args[0]))
+        return original(*args)
+
+    compiled_step._releases = counted  # type: ignore[assignment]
+    try:
+        _execute("BD", _streams(11, 2)[0], np.repeat([0.2, 1.0], 3), 5, 0, session=True)
+        _execute("BA", _streams(11, 2)[0], np.repeat([0.2, 1.0], 3), 5, 0, session=True)
+    finally:
+        compiled_step._releases = original
+    assert taken == [BDRule]
+    charges = compiled_step._kernels(BDRule)
+    assert charges is compiled_step._kernels(BDRule)  # compiled once per process
+    assert BDRule.charges.__code__.co_filename.endswith("rules.py")
