@@ -26,14 +26,18 @@ from mechanisms.rules import BDRule
 FloatArray = NDArray[np.float64]
 
 COMPILED_RULES = (BDRule,)  # rules whose state is one window of budgets (kernel_ops.Window)
+# Up to this many runs the compiled rule is the cheaper (one run after another, ~55 ns per run and timestep
+# for charges and advance); above it FLOAT's whole-array passes are (~35 ns per run; measured crossover
+# ~900 runs: benchmarks/grid-fixed-cost.md). Both run the same proved rule, with the same doubles.
+MOST_RUNS = 1024
 
 
 def compiled_runs(
     rule: Any, env: Any, stream: Any, session: Any, runs: int, dimensions: int, filtering: bool
 ) -> Iterator[FloatArray] | None:
     """The framework's releases with the rule compiled, or None where it does not apply (another rule,
-    filtering, a budget outside the compiled ``share``'s range)."""
-    if type(rule) not in COMPILED_RULES or filtering or not usable_epsilon(env.epsilon):
+    filtering, more than MOST_RUNS runs, a budget outside the compiled ``share``'s range)."""
+    if type(rule) not in COMPILED_RULES or filtering or runs > MOST_RUNS or not usable_epsilon(env.epsilon):
         return None
     initial = rule.initial(FLOAT, env)
     if not isinstance(initial, tuple) or not all(type(value) is float for value in initial):

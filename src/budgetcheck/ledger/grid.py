@@ -475,29 +475,32 @@ def _check_and_commit(
     _INVALID / _UNDECIDED with nothing changed. ``decided``: the exact check has passed the spend, and
     ``exact_upper`` is the bound from its exact sums."""
     runs = amounts.size
-    for r in range(runs):
-        a = amounts[r]
-        if not (0.0 <= a < math.inf) or (a == 0.0 and math.copysign(1.0, a) < 0.0):
-            return _INVALID
     his, los = scratch[0], scratch[1]
-    his[:] = upper[0]
-    los[:] = upper[1]
     first, ops = state[_FIRST], state[_OPS]
-    while first < ops and rec_t[first] <= t - w:  # the spends that leave the window, one row each
-        leaving = pool[rec_row[first]]
-        for r in range(runs):
-            his[r], los[r] = _add_above(his[r], los[r], -1.0 * leaving[r])
-        first += 1
-    for r in range(runs):
-        his[r], los[r] = _add_above(his[r], los[r], 1.0 * amounts[r])
+    leaving = first
+    while leaving < ops and rec_t[leaving] <= t - w:  # the spends that leave the window, one row each
+        leaving += 1
     per_run = 1 if bound.size > 1 else 0
-    for r in range(runs):
+    invalid, undecided = False, False
+    for r in range(runs):  # one pass per run, its bound in registers
+        a = amounts[r]
+        invalid |= not (0.0 <= a < math.inf) or (a == 0.0 and math.copysign(1.0, a) < 0.0)
+        hi, lo = upper[0, r], upper[1, r]
+        for i in range(first, leaving):
+            hi, lo = _add_above(hi, lo, -1.0 * pool[rec_row[i], r])
+        hi, lo = _add_above(hi, lo, 1.0 * a)
         limit = bound[r * per_run]
-        if not decided and not ((his[r] < limit) or ((his[r] == limit) and (los[r] <= 0.0))):
-            return _UNDECIDED
+        undecided |= not ((hi < limit) or ((hi == limit) and (lo <= 0.0)))
+        his[r] = hi
+        los[r] = lo
+    if invalid:
+        return _INVALID
+    if undecided and not decided:
+        return _UNDECIDED
     if decided:
         his[:] = exact_upper[0]
         los[:] = exact_upper[1]
+    first = leaving
     # commit (nothing above changed the session's state)
     last = state[_LAST_ROW + purpose]
     same = last >= 0 and last_sens[purpose] == sensitivity
