@@ -22,7 +22,7 @@ from budgetcheck.ledger.records import SpendRecord
 
 pytestmark = pytest.mark.bitwise
 
-SESSION_MECHANISMS = ("BD", "BA")
+SESSION_MECHANISMS = ("BD", "BA", "FASTw")
 
 
 def _bits(values: np.ndarray) -> bytes:
