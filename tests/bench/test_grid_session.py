@@ -22,7 +22,7 @@ from budgetcheck.ledger.records import SpendRecord
 
 pytestmark = pytest.mark.bitwise
 
-SESSION_MECHANISMS = ("BD", "BA", "FASTw")
+SESSION_MECHANISMS = ("BD", "BA", "FASTw", "DSATw")
 
 
 def _bits(values: np.ndarray) -> bytes:
@@ -78,6 +78,8 @@ def test_session_charges_and_releases_what_the_ledger_does(mechanism: str, seed:
     expected, got = plain.ledger.records, fast.ledger.records
     assert len(expected) == len(got) > 0
     assert all(_same_record(a, b) for a, b in zip(expected, got, strict=True))
+    if opened[0] is not None:  # every operation of the pass went through the session, none to the ledger
+        assert opened[0].operations == len(got)
     assert plain.ledger.t == fast.ledger.t
     for t in (plain.ledger.t, plain.ledger.t + 1, plain.ledger.t + w):
         assert _bits(plain.ledger.remaining(t)) == _bits(fast.ledger.remaining(t))

@@ -39,13 +39,13 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final, final
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from budgetcheck.kernels import compiled
 from budgetcheck.ledger import windows as _windows
 from budgetcheck.ledger.exact import ExactVector
 from budgetcheck.ledger.noise import NUMPY
-from budgetcheck.ledger.queries import Identity
+from budgetcheck.ledger.queries import Identity, Total
 from budgetcheck.ledger.records import SpendRecord
 from budgetcheck.ledger.validation import MAX_T, check_label
 from budgetcheck.ledger.windows import ExactWindows, _double_double_above
@@ -235,69 +235,86 @@ class GridSession:
 
     # -- the charged operations ---------------------------------------------------------------------------------
     def dissimilarity(
-        self, secret: Secret, last_release: FloatArray, epsilon: FloatArray, *, purpose: str = "dissimilarity"
+        self, secret: Secret, last_release: FloatArray, epsilon: ArrayLike, *, purpose: str = "dissimilarity"
     ) -> FloatArray:
         """:meth:`WindowLedger.dissimilarity`: the same charge, record, draws and doubles."""
         ledger = self._ledger
         with ledger._lock:
             p = self._purpose(purpose)
             t = self._timestamp(secret)
+            amounts = _per_run(epsilon, self._runs)
             if (
                 t is None
                 or p < 0
-                or type(epsilon) is not np.ndarray
-                or epsilon.dtype != np.float64
-                or epsilon.shape != (self._runs,)
+                or amounts is None
                 or type(last_release) is not np.ndarray
                 or last_release.dtype != np.float64
                 or last_release.shape != (self._runs, self._count)
                 or not _finite(last_release)
             ):
                 return self._delegate().dissimilarity(secret, last_release, epsilon, purpose=purpose)
-            if not _same_bits(epsilon, self._dis_amounts):  # the sensitivity the ledger derives for these budgets
-                if not _amounts_valid(epsilon):
+            if not _same_bits(amounts, self._dis_amounts):  # the sensitivity the ledger derives for these budgets
+                if not _amounts_valid(amounts):
                     return self._delegate().dissimilarity(secret, last_release, epsilon, purpose=purpose)
                 total = _identity_sensitivity(self._relation)
-                sensitivity = ledger._mean_sensitivity(total, self._count, epsilon)
+                sensitivity = ledger._mean_sensitivity(total, self._count, amounts)
                 if not 0.0 < sensitivity < math.inf:
                     return self._delegate().dissimilarity(secret, last_release, epsilon, purpose=purpose)
-                self._dis_amounts, self._dis_sensitivity = epsilon.copy(), sensitivity
-            row = self._charge(t, epsilon, p, self._dis_sensitivity)
+                self._dis_amounts, self._dis_sensitivity = amounts.copy(), sensitivity
+            row = self._charge(t, amounts, p, self._dis_sensitivity)
             if row < 0:
                 return self._delegate().dissimilarity(secret, last_release, epsilon, purpose=purpose)
             values = charged_payload(secret)  # the charge has passed; no caller code runs while it is read
             out = np.empty(self._runs)
             self._draw(
-                _dissimilarity_into, self._runs, values, epsilon, self._scales[row], out, last_release, self._count
+                _dissimilarity_into, self._runs, values, amounts, self._scales[row], out, last_release, self._count
             )
             return out
 
-    def laplace(self, secret: Secret, epsilon: FloatArray, *, purpose: str = "publication") -> FloatArray:
+    def laplace(self, secret: Secret, epsilon: ArrayLike, *, purpose: str = "publication") -> FloatArray:
         """:meth:`WindowLedger.laplace` (the identity's sensitivity): the same charge, record, draws and doubles."""
         ledger = self._ledger
         with ledger._lock:
             p = self._purpose(purpose)
             t = self._timestamp(secret)
-            if (
-                t is None
-                or p < 0
-                or type(epsilon) is not np.ndarray
-                or epsilon.dtype != np.float64
-                or epsilon.shape != (self._runs,)
-            ):
+            amounts = _per_run(epsilon, self._runs)
+            if t is None or p < 0 or amounts is None:
                 return self._delegate().laplace(secret, epsilon, purpose=purpose)
             if self._release_sensitivity != self._release_sensitivity:  # NaN: not derived yet
                 sensitivity = ledger._derive(secret, _IDENTITY, None)
                 if not 0.0 < sensitivity < math.inf:
                     return self._delegate().laplace(secret, epsilon, purpose=purpose)
                 self._release_sensitivity = sensitivity
-            row = self._charge(t, epsilon, p, self._release_sensitivity)
+            row = self._charge(t, amounts, p, self._release_sensitivity)
             if row < 0:
                 return self._delegate().laplace(secret, epsilon, purpose=purpose)
             values = charged_payload(secret)
             out = np.empty((self._runs, self._count))
-            self._draw(_laplace_into, self._runs * self._count, values, epsilon, self._scales[row], out)
+            self._draw(_laplace_into, self._runs * self._count, values, amounts, self._scales[row], out)
             return out.reshape((self._runs, *self._shape))
+
+    def laplace_query(
+        self, secret: Secret, query: object, epsilon: ArrayLike, *, purpose: str = "publication"
+    ) -> FloatArray:
+        """:meth:`WindowLedger.laplace_query` of a :class:`~budgetcheck.ledger.queries.Total` (DSAT_w's row
+        count): the same charge, record, draws and doubles; any other query is the ledger's."""
+        ledger = self._ledger
+        with ledger._lock:
+            p = self._purpose(purpose)
+            t = self._timestamp(secret)
+            amounts = _per_run(epsilon, self._runs)
+            if t is None or p < 0 or type(query) is not Total or amounts is None:
+                return self._delegate().laplace_query(secret, query, epsilon, purpose=purpose)  # type: ignore[arg-type]
+            sensitivity = ledger._derive(secret, query, None)
+            if not 0.0 < sensitivity < math.inf:
+                return self._delegate().laplace_query(secret, query, epsilon, purpose=purpose)
+            row = self._charge(t, amounts, p, sensitivity)
+            if row < 0:
+                return self._delegate().laplace_query(secret, query, epsilon, purpose=purpose)
+            answers = np.ascontiguousarray(query.apply(charged_payload(secret)))  # the query's own sum
+            out = np.empty((self._runs, 1))
+            self._draw(_laplace_into, self._runs, answers, amounts, self._scales[row], out)
+            return out
 
     # -- the steps --------------------------------------------------------------------------------------------
     def _purpose(self, purpose: object) -> int:
@@ -671,6 +688,16 @@ def _finite(values: FloatArray) -> bool:
 
 def _amounts_valid(amounts: FloatArray) -> bool:
     return bool(_valid_amounts(amounts if amounts.flags.c_contiguous else np.ascontiguousarray(amounts)))
+
+
+def _per_run(epsilon: object, runs: int) -> Any:
+    """Budgets as a float64 array of shape (runs,) (a double is one for every run), or None: the ledger
+    checks and names whatever else was given."""
+    if type(epsilon) is np.ndarray:
+        return epsilon if epsilon.dtype == np.float64 and epsilon.shape == (runs,) else None
+    if type(epsilon) is float or type(epsilon) is np.float64:
+        return np.full(runs, float(epsilon))
+    return None
 
 
 def _same_bits(a: FloatArray, b: FloatArray) -> bool:
