@@ -202,3 +202,30 @@ def test_the_ledger_used_directly_mid_session_sees_every_spend() -> None:
     with pytest.raises(BudgetExceeded):  # the session hands every later operation to the ledger
         session.laplace(stream.secret(3), np.full(RUNS, 0.25))
     assert [r.purpose for r in ledger.records] == ["publication", "direct"]
+
+
+class _Uniforms:
+    """A generator stand-in that hands out given uniforms, zeros included (numpy skips a zero uniform)."""
+
+    def __init__(self, values: list[float]) -> None:
+        self._values = list(values)
+
+    def random(self, count: int) -> np.ndarray:
+        taken, self._values = self._values[:count], self._values[count:]
+        return np.array(taken, dtype=np.float64)
+
+
+def test_zero_uniforms_are_skipped_as_numpy_skips_them() -> None:
+    """The session's draws past a zero uniform (probability 2**-53 each) are laplace_draws' doubles."""
+    from budgetcheck.ledger.noise import laplace_draws
+
+    values = [0.25, 0.0, 0.75, 0.0, 0.0] + np.random.default_rng(4).random(30).tolist()
+    values[12] = 0.0
+    ledger, session, stream, _, _ = _pair()
+    ledger._rng = _Uniforms(values)  # type: ignore[assignment]
+    amounts = np.full(RUNS, 0.5)
+    released = session.laplace(stream.secret(1), amounts)
+    scale = 1.0 / 0.5  # the identity's sensitivity 1 over ε = 0.5, one double up
+    expected = laplace_draws(_Uniforms(values), (RUNS, 3)) * np.nextafter(scale, np.inf)  # type: ignore[arg-type]
+    with_data = expected + _data()[0]
+    assert released.tobytes() == with_data.tobytes()

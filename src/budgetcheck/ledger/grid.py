@@ -121,7 +121,6 @@ class GridSession:
         "_rec_t",
         "_release_sensitivity",
         "_relation",
-        "_rng",
         "_rows",
         "_runs",
         "_scales",
@@ -149,7 +148,6 @@ class GridSession:
     _rec_t: IntArray
     _release_sensitivity: float
     _relation: object
-    _rng: np.random.Generator
     _rows: int
     _runs: int
     _scales: FloatArray
@@ -214,7 +212,6 @@ class GridSession:
         session._state = np.full(_LAST_ROW + len(purposes), -1, dtype=np.int64)
         session._state[:_LAST_ROW] = 0
         session._last_sens = np.full(len(purposes), math.nan)
-        session._rng = ledger._rng
         session._dis_amounts = np.full(runs, np.nan)
         session._dis_sensitivity = math.nan
         session._release_sensitivity = math.nan
@@ -396,13 +393,14 @@ class GridSession:
     def _draw(self, kernel: Any, count: int, values: FloatArray, *arguments: Any) -> None:
         """``count`` uniforms from the ledger's generator (``laplace_draws``' calls: the same doubles, zero
         uniforms skipped as numpy skips them), then the kernel's pass."""
-        uniforms = self._rng.random(count)
+        rng = self._ledger._rng  # the ledger's generator as it is now (never cached across operations)
+        uniforms = rng.random(count)
         done = kernel(uniforms, 0, self._rows, values, *arguments)
         while done >= 0:  # uniforms[done] is zero (probability 2**-53 each): laplace_draws' refill
             rest = uniforms[done:]
             kept = rest[rest != 0.0]
             rest[: kept.size] = kept
-            rest[kept.size :] = self._rng.random(rest.size - kept.size)
+            rest[kept.size :] = rng.random(rest.size - kept.size)
             done = kernel(uniforms, done, self._rows, values, *arguments)
 
     def _delegate(self) -> WindowLedger:
