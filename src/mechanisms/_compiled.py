@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 
 from budgetcheck import rounding
 from budgetcheck.kernel_ops import RuleEnv, Window, compile_function, kernel_ops, usable_epsilon
-from budgetcheck.kernels import off_main
+from budgetcheck.kernels import compiled, off_main
 from budgetcheck.ops import FLOAT, per_run
 from mechanisms.rules import BDRule
 
@@ -84,6 +84,27 @@ def _kernels(rule_class: type) -> tuple[Any, Any, Any, Any]:
     return built
 
 
+@compiled
+def decide(dis: FloatArray, candidate: FloatArray, publish: NDArray[np.bool_], spent: FloatArray) -> bool:
+    """Publish iff ε_{t,2} > 0 and the noisy dissimilarity exceeds 1/ε_{t,2} (a NaN never does)."""
+    any_published = False
+    for r in range(dis.size):
+        taken = (candidate[r] > 0.0) & (dis[r] > 1.0 / candidate[r])
+        publish[r] = taken
+        spent[r] = candidate[r] if taken else 0.0
+        any_published |= taken
+    return any_published
+
+
+@compiled
+def merge(noisy: FloatArray, last: FloatArray, publish: NDArray[np.bool_], out: FloatArray) -> None:
+    """The last release: the new one where published, the previous one elsewhere."""
+    for r in range(out.shape[0]):
+        source = noisy if publish[r] else last
+        for j in range(out.shape[1]):
+            out[r, j] = source[r, j]
+
+
 def _build(rule_class: type) -> tuple[Any, Any, Any, Any]:
     from budgetcheck.kernels import _numba
 
@@ -112,23 +133,6 @@ def _build(rule_class: type) -> tuple[Any, Any, Any, Any]:
             candidate[r] = charged[1]
             any_paid |= charged[0] > 0.0
         return any_paid
-
-    @njit  # type: ignore[untyped-decorator]
-    def decide(dis: FloatArray, candidate: FloatArray, publish: NDArray[np.bool_], spent: FloatArray) -> bool:
-        """Publish iff ε_{t,2} > 0 and the noisy dissimilarity exceeds 1/ε_{t,2} (a NaN never does)."""
-        any_published = False
-        for r in range(dis.size):
-            taken = (candidate[r] > 0.0) & (dis[r] > 1.0 / candidate[r])
-            publish[r] = taken
-            spent[r] = candidate[r] if taken else 0.0
-            any_published |= taken
-        return any_published
-
-    @njit  # type: ignore[untyped-decorator]
-    def merge(noisy: FloatArray, last: FloatArray, publish: NDArray[np.bool_], out: FloatArray) -> None:
-        """The last release: the new one where published, the previous one elsewhere."""
-        for r in range(out.shape[0]):
-            out[r, :] = noisy[r, :] if publish[r] else last[r, :]
 
     @njit  # type: ignore[untyped-decorator]
     def advance_all(
