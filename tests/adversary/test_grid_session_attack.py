@@ -229,3 +229,21 @@ def test_zero_uniforms_are_skipped_as_numpy_skips_them() -> None:
     expected = laplace_draws(_Uniforms(values), (RUNS, 3)) * np.nextafter(scale, np.inf)  # type: ignore[arg-type]
     with_data = expected + _data()[0]
     assert released.tobytes() == with_data.tobytes()
+
+
+def test_bin_budgets_charge_their_maximum_and_refuse_one_ulp_over() -> None:
+    ledger, session, stream, twin, twin_stream = _pair()
+    budgets = np.tile([0.25, 0.5, 0.125], (RUNS, 1))
+    a = session.laplace_bins(stream.secret(1), budgets)
+    b = twin.laplace_bins(twin_stream.secret(1), budgets)
+    assert a.tobytes() == b.tobytes()
+    over = budgets.copy()
+    over[4, 2] = 0.5 + 2.0**-53  # the window then holds 0.5 + this: one ulp over ε = 1 in run 4
+    with pytest.raises(BudgetExceeded) as refused:
+        session.laplace_bins(stream.secret(2), over)
+    assert refused.value.run == 4
+    nan = budgets.copy()
+    nan[1, 1] = np.nan
+    with pytest.raises(InvalidArgument, match="epsilon"):
+        session.laplace_bins(stream.secret(2), nan)
+    assert [r.to_json() for r in ledger.records] == [r.to_json() for r in twin.records]

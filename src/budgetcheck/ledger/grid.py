@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from budgetcheck import rounding
 from budgetcheck.kernels import compiled
 from budgetcheck.ledger import windows as _windows
 from budgetcheck.ledger.exact import ExactVector
@@ -105,6 +106,7 @@ class GridSession:
     """
 
     __slots__ = (
+        "_bin_scales",
         "_bound",
         "_closed",
         "_count",
@@ -132,6 +134,7 @@ class GridSession:
         "_w",
     )
 
+    _bin_scales: dict[int, FloatArray]
     _bound: FloatArray
     _closed: bool
     _count: int
@@ -215,6 +218,7 @@ class GridSession:
         session._dis_amounts = np.full(runs, np.nan)
         session._dis_sensitivity = math.nan
         session._release_sensitivity = math.nan
+        session._bin_scales = {}
         session._closed = False
         session._marker = (session.sync,)
         ledger._inflight = session._marker  # any other operation or read of the ledger takes the state first
@@ -311,6 +315,38 @@ class GridSession:
             answers = np.ascontiguousarray(query.apply(charged_payload(secret)))  # the query's own sum
             out = np.empty((self._runs, 1))
             self._draw(_laplace_into, self._runs, answers, amounts, self._scales[row], out)
+            return out
+
+    def laplace_bins(self, secret: Secret, epsilon: ArrayLike, *, purpose: str = "publication") -> FloatArray:
+        """:meth:`WindowLedger.laplace_bins` (a budget per run and bin, the maximum charged): the same charge,
+        record (its scales per run and bin), draws and doubles."""
+        ledger = self._ledger
+        with ledger._lock:
+            p = self._purpose(purpose)
+            t = self._timestamp(secret)
+            budgets = (
+                np.ascontiguousarray(epsilon)
+                if type(epsilon) is np.ndarray
+                and epsilon.dtype == np.float64
+                and epsilon.shape == (self._runs, self._count)
+                else None
+            )
+            if t is None or p < 0 or budgets is None or not _amounts_valid(budgets.reshape(-1)):
+                return self._delegate().laplace_bins(secret, epsilon, purpose=purpose)
+            if self._release_sensitivity != self._release_sensitivity:  # NaN: not derived yet
+                sensitivity = ledger._derive(secret, _IDENTITY, None)
+                if not 0.0 < sensitivity < math.inf:
+                    return self._delegate().laplace_bins(secret, epsilon, purpose=purpose)
+                self._release_sensitivity = sensitivity
+            amounts = np.asarray(budgets.max(axis=1), dtype=np.float64)  # what the ledger charges: the largest bin
+            row = self._charge(t, amounts, p, self._release_sensitivity)
+            if row < 0:
+                return self._delegate().laplace_bins(secret, epsilon, purpose=purpose)
+            scales = rounding.scale_up(self._release_sensitivity, budgets)  # the noise source's, per bin
+            self._bin_scales[int(self._state[_OPS]) - 1] = scales
+            values = charged_payload(secret)
+            out = np.empty((self._runs, self._count))
+            self._draw(_bins_into, self._runs * self._count, values, budgets, scales, out)
             return out
 
     # -- the steps --------------------------------------------------------------------------------------------
@@ -429,7 +465,7 @@ class GridSession:
                     purpose=self._purposes[p],
                     amounts=amounts[i],
                     sensitivity=sensitivities[i],
-                    noise_scale=scales[i],
+                    noise_scale=self._bin_scales.get(i, scales[i]),
                     sampler=NUMPY,
                 )
                 for i, (stamp, p) in enumerate(zip(stamps, purposes, strict=True))
@@ -592,6 +628,31 @@ def _laplace_into(
         else:
             for j in range(count):
                 out[r, j] = math.nan
+    return -1
+
+
+@compiled
+def _bins_into(
+    uniforms: FloatArray,
+    start: int,
+    streams: int,
+    values: FloatArray,
+    budgets: FloatArray,
+    scales: FloatArray,
+    out: FloatArray,
+) -> int:
+    """The ledger's ``_noisy`` of a ``laplace_bins``: :func:`_laplace_into` with a budget and a scale per run
+    and bin (NaN where a bin's budget is 0)."""
+    zero = _laplace_transform(uniforms, start)
+    if zero >= 0:
+        return zero
+    runs, count = out.shape[0], out.shape[1]
+    per_stream = runs // streams
+    flat = values.reshape(streams, count)
+    for r in range(runs):
+        row = flat[r // per_stream]
+        for j in range(count):
+            out[r, j] = uniforms[r * count + j] * scales[r, j] + row[j] if budgets[r, j] > 0.0 else math.nan
     return -1
 
 
