@@ -72,6 +72,8 @@ _LAST_ROW: Final = 4  # then, per purpose: the row of its last operation (−1: 
 # what a kernel returns instead of a row when the ledger's own operation must run
 _INVALID: Final = -1  # an amount not finite and >= 0 (or −0.0): the ledger names it
 _UNDECIDED: Final = -2  # the pre-check does not prove every window within ε: the exact check decides
+_BAD_LAST: Final = -3  # a last release that is not finite: the ledger names it
+_NEW_AMOUNTS: Final = -4  # budgets other than those the operation's sensitivity was derived for
 
 
 @contextlib.contextmanager
@@ -251,18 +253,18 @@ class GridSession:
                 or type(last_release) is not np.ndarray
                 or last_release.dtype != np.float64
                 or last_release.shape != (self._runs, self._count)
-                or not _finite(last_release)
             ):
                 return self._delegate().dissimilarity(secret, last_release, epsilon, purpose=purpose)
-            if not _same_bits(amounts, self._dis_amounts):  # the sensitivity the ledger derives for these budgets
-                if not _amounts_valid(amounts):
-                    return self._delegate().dissimilarity(secret, last_release, epsilon, purpose=purpose)
+            # the kernel checks the last release (finite) and that the budgets are those the sensitivity was
+            # derived for, before anything is charged
+            row = self._charge(t, amounts, p, self._dis_sensitivity, last_release, self._dis_amounts)
+            if row == _NEW_AMOUNTS:  # the sensitivity the ledger derives for these budgets (valid: checked)
                 total = _identity_sensitivity(self._relation)
                 sensitivity = ledger._mean_sensitivity(total, self._count, amounts)
                 if not 0.0 < sensitivity < math.inf:
                     return self._delegate().dissimilarity(secret, last_release, epsilon, purpose=purpose)
                 self._dis_amounts, self._dis_sensitivity = amounts.copy(), sensitivity
-            row = self._charge(t, amounts, p, self._dis_sensitivity)
+                row = self._charge(t, amounts, p, sensitivity, last_release, self._dis_amounts)
             if row < 0:
                 return self._delegate().dissimilarity(secret, last_release, epsilon, purpose=purpose)
             values = charged_payload(secret)  # the charge has passed; no caller code runs while it is read
@@ -374,21 +376,39 @@ class GridSession:
             return None
         return t
 
-    def _charge(self, t: int, amounts: FloatArray, purpose: int, sensitivity: float) -> int:
+    def _charge(
+        self,
+        t: int,
+        amounts: FloatArray,
+        purpose: int,
+        sensitivity: float,
+        last: FloatArray | None = None,
+        expected: FloatArray | None = None,
+    ) -> int:
         """Check every run's window and commit the operation's record, in one kernel; the row of its amounts
         and scales, or a negative code (nothing changed) where the ledger's own operation must run. A spend
         the pre-check cannot decide is checked exactly here (the ledger's multi-limb sums) and committed if
-        every window stays within ε; a spend over ε is the ledger's to refuse."""
-        row = self._commit(t, amounts, purpose, sensitivity, None)
+        every window stays within ε; a spend over ε is the ledger's to refuse. ``last``: a last release to
+        check finite first; ``expected``: the budgets the sensitivity was derived for (_NEW_AMOUNTS if not)."""
+        row = self._commit(t, amounts, purpose, sensitivity, None, last, expected)
         if row == _UNDECIDED:
             exact = self._exact_bound(t, amounts)
             if exact is not None:
-                row = self._commit(t, amounts, purpose, sensitivity, exact)
+                row = self._commit(t, amounts, purpose, sensitivity, exact, None, None)
         if row >= 0:
             self._ledger._t = t  # what ledger.t reads (the rest of the state waits for sync)
         return row
 
-    def _commit(self, t: int, amounts: FloatArray, purpose: int, sensitivity: float, exact: FloatArray | None) -> int:
+    def _commit(
+        self,
+        t: int,
+        amounts: FloatArray,
+        purpose: int,
+        sensitivity: float,
+        exact: FloatArray | None,
+        last: FloatArray | None,
+        expected: FloatArray | None,
+    ) -> int:
         return int(
             _check_and_commit(
                 t,
@@ -410,6 +430,9 @@ class GridSession:
                 self._last_sens,
                 self._upper if exact is None else exact,
                 exact is not None,
+                _NO_LAST if last is None else last,
+                _NO_AMOUNTS if expected is None else expected,
+                expected is not None,
             )
         )
 
@@ -517,6 +540,9 @@ def _check_and_commit(
     last_sens: FloatArray,
     exact_upper: FloatArray,
     decided: bool,
+    last: FloatArray,
+    expected: FloatArray,
+    check_expected: bool,
 ) -> int:
     """One charged operation at t: validate the amounts, pre-check every run's window [t − w + 1, t] as
     ``windows._bound_after`` does (the double-double bound minus the spends that leave, plus the amounts,
@@ -524,8 +550,21 @@ def _check_and_commit(
     and scales ``rounding.scale_up`` gives, or the purpose's last row if these amounts equal it bit for
     bit at the same sensitivity), the bound, the window's oldest operation. Returns the row, or
     _INVALID / _UNDECIDED with nothing changed. ``decided``: the exact check has passed the spend, and
-    ``exact_upper`` is the bound from its exact sums."""
+    ``exact_upper`` is the bound from its exact sums. Before anything: a ``last`` release (empty: none) must
+    be finite (else _BAD_LAST), and with ``check_expected`` the amounts must equal ``expected`` (else
+    _NEW_AMOUNTS, once they are known valid)."""
     runs = amounts.size
+    for r in range(last.shape[0]):
+        for j in range(last.shape[1]):
+            if not (-math.inf < last[r, j] < math.inf):
+                return _BAD_LAST
+    if check_expected:
+        for r in range(runs):
+            a = amounts[r]
+            if not (0.0 <= a < math.inf) or (a == 0.0 and math.copysign(1.0, a) < 0.0):
+                return _INVALID
+            if a != expected[r]:  # valid amounts (>= +0.0): equal doubles are equal bits
+                return _NEW_AMOUNTS
     his, los = scratch[0], scratch[1]
     first, ops = state[_FIRST], state[_OPS]
     leaving = first
@@ -726,23 +765,11 @@ def _pairwise(values: FloatArray, start: int, n: int) -> float:
 
 
 @compiled
-def _finite_rows(values: FloatArray) -> bool:
-    for x in values.reshape(-1):
-        if not (-math.inf < x < math.inf):
-            return False
-    return True
-
-
-@compiled
 def _valid_amounts(amounts: FloatArray) -> bool:
     for a in amounts:
         if not (0.0 <= a < math.inf) or (a == 0.0 and math.copysign(1.0, a) < 0.0):
             return False
     return True
-
-
-def _finite(values: FloatArray) -> bool:
-    return bool(_finite_rows(values if values.flags.c_contiguous else np.ascontiguousarray(values)))
 
 
 def _amounts_valid(amounts: FloatArray) -> bool:
@@ -757,10 +784,6 @@ def _per_run(epsilon: object, runs: int) -> Any:
     if type(epsilon) is float or type(epsilon) is np.float64:
         return np.full(runs, float(epsilon))
     return None
-
-
-def _same_bits(a: FloatArray, b: FloatArray) -> bool:
-    return a.shape == b.shape and bool(np.array_equal(a.view(np.int64), b.view(np.int64)))
 
 
 def _stream_view(stream: GuardedStream) -> tuple[list[object], object, int]:
@@ -785,3 +808,5 @@ def _identity_sensitivity(relation: object) -> float:
 
 
 _IDENTITY: Final = Identity()
+_NO_LAST: Final = np.zeros((0, 0))
+_NO_AMOUNTS: Final = np.zeros(0)
