@@ -507,16 +507,16 @@ class GridSession:
             ledger._inflight = None
 
 
-_add_above: Any = None  # windows._add_above's compiled kernel (see _link_kernels)
+_bound_after: Any = None  # windows._bound_after's compiled kernel (see _link_kernels)
 
 
 def _link_kernels() -> None:
-    """Point this module's kernels at the window pre-check's own compiled ``_add_above`` (a kernel calls only
+    """Point this module's kernels at the window pre-check's own compiled ``_bound_after`` (a kernel calls only
     compiled kernels; those of another module are set up by their first call)."""
-    global _add_above
-    if _add_above is None:
+    global _bound_after
+    if _bound_after is None:
         _windows._add_above(0.0, 0.0, 0.0)  # sets up windows' kernels: its namespace then holds the compiled ones
-        _add_above = _windows._add_above
+        _bound_after = _windows._bound_after
 
 
 @compiled
@@ -554,38 +554,33 @@ def _check_and_commit(
     be finite (else _BAD_LAST), and with ``check_expected`` the amounts must equal ``expected`` (else
     _NEW_AMOUNTS, once they are known valid)."""
     runs = amounts.size
+    finite = True
     for r in range(last.shape[0]):
         for j in range(last.shape[1]):
-            if not (-math.inf < last[r, j] < math.inf):
-                return _BAD_LAST
+            finite &= -math.inf < last[r, j] < math.inf
+    if not finite:
+        return _BAD_LAST
+    valid, same = True, True
+    for r in range(runs):  # branch-free reductions: whole-array passes the compiler vectorises
+        a = amounts[r]
+        valid &= (0.0 <= a < math.inf) & ((a != 0.0) | (math.copysign(1.0, a) > 0.0))
+    if not valid:
+        return _INVALID
     if check_expected:
         for r in range(runs):
-            a = amounts[r]
-            if not (0.0 <= a < math.inf) or (a == 0.0 and math.copysign(1.0, a) < 0.0):
-                return _INVALID
-            if a != expected[r]:  # valid amounts (>= +0.0): equal doubles are equal bits
-                return _NEW_AMOUNTS
+            same &= amounts[r] == expected[r]  # valid amounts (>= +0.0): equal doubles are equal bits
+        if not same:
+            return _NEW_AMOUNTS
     his, los = scratch[0], scratch[1]
     first, ops = state[_FIRST], state[_OPS]
     leaving = first
     while leaving < ops and rec_t[leaving] <= t - w:  # the spends that leave the window, one row each
         leaving += 1
-    per_run = 1 if bound.size > 1 else 0
-    invalid, undecided = False, False
-    for r in range(runs):  # one pass per run, its bound in registers
-        a = amounts[r]
-        invalid |= not (0.0 <= a < math.inf) or (a == 0.0 and math.copysign(1.0, a) < 0.0)
-        hi, lo = upper[0, r], upper[1, r]
-        for i in range(first, leaving):
-            hi, lo = _add_above(hi, lo, -1.0 * pool[rec_row[i], r])
-        hi, lo = _add_above(hi, lo, 1.0 * a)
-        limit = bound[r * per_run]
-        undecided |= not ((hi < limit) or ((hi == limit) and (lo <= 0.0)))
-        his[r] = hi
-        los[r] = lo
-    if invalid:
-        return _INVALID
-    if undecided and not decided:
+    lows = np.empty((leaving - first, runs))
+    for i in range(first, leaving):
+        lows[i - first, :] = pool[rec_row[i]]
+    within = _bound_after(upper, lows, amounts, bound, scratch)  # the window pre-check's own kernel
+    if not within and not decided:
         return _UNDECIDED
     if decided:
         his[:] = exact_upper[0]
@@ -605,11 +600,11 @@ def _check_and_commit(
     else:
         row = state[_ROWS]
         pool[row, :] = amounts
-        for r in range(runs):  # rounding.scale_up: the quotient one double up by its bit pattern, inf at ε = 0
-            quotient = sensitivity / amounts[r]
-            scales[row, r] = quotient
-            if quotient < math.inf:
-                scales_bits[row, r] += 1
+        out, out_bits = scales[row], scales_bits[row]
+        for r in range(runs):  # rounding.scale_up: the quotient, then one double up by its bit pattern (not inf)
+            out[r] = sensitivity / amounts[r]
+        for r in range(runs):
+            out_bits[r] += out[r] < math.inf
         state[_ROWS] = row + 1
         state[_LAST_ROW + purpose] = row
         last_sens[purpose] = sensitivity
