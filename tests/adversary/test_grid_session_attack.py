@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from budgetcheck import BudgetExceeded, GuardedStream, InvalidArgument, WindowLedger
+from budgetcheck.ledger import grid
 from budgetcheck.ledger.errors import SecretAccess, TimestampOrder
 from budgetcheck.ledger.grid import GridSession, grid_session, grid_sessions
 from budgetcheck.ledger.noise import NUMPY
@@ -70,9 +71,10 @@ def test_no_session_over_a_ledger_that_is_not_fresh_in_memory_and_numpy() -> Non
     discrete = WindowLedger(epsilon=1.0, w=W, runs=RUNS, sampler="discrete-laplace")
     one_run = WindowLedger(epsilon=1.0, w=W, runs=1, sampler=NUMPY)
     unbound = WindowLedger(epsilon=1.0, w=W, runs=RUNS, sampler=NUMPY)
+    many = WindowLedger(epsilon=1.0, w=W, runs=grid.MOST_RUNS + 1, sampler=NUMPY)  # per-run work dominates there
     with grid_sessions():
         assert grid_session(used, stream, PURPOSES) is None
-        for ledger in (discrete, one_run):
+        for ledger in (discrete, one_run, many):
             other = GuardedStream(_data())
             ledger.bind(other)
             assert grid_session(ledger, other, PURPOSES) is None

@@ -59,6 +59,11 @@ if TYPE_CHECKING:
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
+# Runs per pass up to which a session opens: it takes the fixed cost of a timestep (the ledger's ~170 calls);
+# in larger passes the per-run arithmetic dominates and the ledger's whole-array numpy passes are as fast or
+# faster (the grid's stacked batches on one machine: session faster at 1,200 runs, even at 6,000, 20% slower
+# at 12,000: benchmarks/grid-fixed-cost.md).
+MOST_RUNS: Final = 6_000
 _MOST_VALUES: Final = 128  # values per timestamp: np.add.reduce sums a row of up to 128 without halving it
 _ENABLED: contextvars.ContextVar[bool] = contextvars.ContextVar("budgetcheck_grid_sessions", default=False)
 
@@ -176,6 +181,7 @@ class GridSession:
             or ledger._noise.name != NUMPY
             or ledger._inflight is not None
             or ledger._applying
+            or ledger._runs > MOST_RUNS
             or ledger._t != 0
             or ledger._charges != 0
             or ledger._exposures
@@ -588,7 +594,7 @@ def _check_and_commit(
     first = leaving
     # commit (nothing above changed the session's state)
     last = state[_LAST_ROW + purpose]
-    same = last >= 0 and last_sens[purpose] == sensitivity
+    same = bool(last >= 0 and last_sens[purpose] == sensitivity)
     if same:
         previous = pool[last]
         for r in range(runs):
@@ -635,6 +641,21 @@ def _laplace_transform(uniforms: FloatArray, start: int) -> int:
 
 
 @compiled
+def _draw_at(uniforms: FloatArray, i: int, start: int) -> float:
+    """Uniform i as numpy's ``random_laplace`` at scale 1 turns it into a draw (in place from ``start`` on:
+    before it, a call interrupted by a zero uniform has turned it already); NaN at a zero uniform."""
+    u = float(uniforms[i])
+    if i < start:
+        return u
+    if u == 0.0:
+        return math.nan
+    magnitude = 1.0 * math.log(min(u + u, 2.0 - u - u))
+    draw = (0.0 - magnitude) if u >= 0.5 else (0.0 + magnitude)
+    uniforms[i] = draw
+    return draw
+
+
+@compiled
 def _laplace_into(
     uniforms: FloatArray,
     start: int,
@@ -646,22 +667,21 @@ def _laplace_into(
 ) -> int:
     """The ledger's ``_noisy`` of a ``laplace``: out[r] = draw·scale[r] + the values of run r's stream (run r
     reads stream r // (runs / streams)), NaN where the run pays nothing; the draws are the uniforms turned
-    into Laplace values (from ``start`` on). −1 when done, or the index of a zero uniform (nothing written)."""
-    zero = _laplace_transform(uniforms, start)
-    if zero >= 0:
-        return zero
+    into Laplace values (``noise._laplace_in_place``'s formula, from ``start`` on), in the same pass. −1
+    when done, or the index of a zero uniform (numpy skips it: the caller refills from there and calls again)."""
     runs, count = out.shape[0], out.shape[1]
     per_stream = runs // streams
     flat = values.reshape(streams, count)
     for r in range(runs):
         row = flat[r // per_stream]
-        if amounts[r] > 0.0:
-            scale = scales[r]
-            for j in range(count):
-                out[r, j] = uniforms[r * count + j] * scale + row[j]
-        else:
-            for j in range(count):
-                out[r, j] = math.nan
+        paid = amounts[r] > 0.0
+        scale = scales[r]
+        for j in range(count):
+            i = r * count + j
+            draw = _draw_at(uniforms, i, start)
+            if draw != draw:
+                return int(i)
+            out[r, j] = draw * scale + row[j] if paid else math.nan
     return -1
 
 
@@ -705,19 +725,22 @@ def _dissimilarity_into(
     """The ledger's ``dissimilarity`` after its charge: out[r] = draw·scale[r] + the mean absolute difference
     between run r's last release and its stream's values (``np.add.reduce`` of the differences, numpy's
     pairwise order, over ``count``), NaN where the run pays nothing. Returns as :func:`_laplace_into`."""
-    zero = _laplace_transform(uniforms, start)
-    if zero >= 0:
-        return zero
     runs = out.size
     per_stream = runs // streams
     flat = values.reshape(streams, count)
     differences = np.empty(count)
     for r in range(runs):
         row = flat[r // per_stream]
-        for j in range(count):
-            differences[j] = abs(last[r, j] - row[j])
-        distance = _add_reduce(differences) / count
-        out[r] = uniforms[r] * scales[r] + distance if amounts[r] > 0.0 else math.nan
+        if count == 1:  # np.add.reduce of one value: 0.0 + it, the value itself (abs: never −0.0)
+            distance = abs(last[r, 0] - row[0]) / 1
+        else:
+            for j in range(count):
+                differences[j] = abs(last[r, j] - row[j])
+            distance = _add_reduce(differences) / count
+        draw = _draw_at(uniforms, r, start)
+        if draw != draw:
+            return r
+        out[r] = draw * scales[r] + distance if amounts[r] > 0.0 else math.nan
     return -1
 
 
