@@ -563,13 +563,14 @@ def _check_and_commit(
     finite = True
     for r in range(last.shape[0]):
         for j in range(last.shape[1]):
-            finite &= -math.inf < last[r, j] < math.inf
+            x = last[r, j]
+            finite &= (x > -math.inf) & (x < math.inf)  # no chained comparison: no branch, vectorised
     if not finite:
         return _BAD_LAST
     valid, same = True, True
     for r in range(runs):  # branch-free reductions: whole-array passes the compiler vectorises
         a = amounts[r]
-        valid &= (0.0 <= a < math.inf) & ((a != 0.0) | (math.copysign(1.0, a) > 0.0))
+        valid &= (a >= 0.0) & (a < math.inf) & ((a != 0.0) | (math.copysign(1.0, a) > 0.0))
     if not valid:
         return _INVALID
     if check_expected:
