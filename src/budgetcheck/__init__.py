@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from budgetcheck import kernel_ops as kernel_ops
 from budgetcheck import kernels as kernels
 from budgetcheck import libm as libm
 from budgetcheck import ops as ops
@@ -182,6 +183,7 @@ __all__ = [
     "generate_keys",
     "goal_affected_maximum",
     "inclusion_probabilities",
+    "kernel_ops",
     "kernels",
     "libm",
     "load_lines",

@@ -26,6 +26,7 @@ from budgetcheck.bench.metrics import errors, truncate
 from budgetcheck.bench.store import CellResult, ResultStore
 from budgetcheck.bench.worker import start_worker
 from budgetcheck.ledger.errors import DataUnavailable, InvalidArgument
+from budgetcheck.ledger.grid import grid_sessions
 from budgetcheck.mechanism.execute import execute
 from budgetcheck.mechanism.loading import load_mechanism
 from budgetcheck.stream.guarded import GuardedStream
@@ -63,16 +64,17 @@ def batch_releases(benchmark: Benchmark, batch: Batch) -> list[FloatArray]:
     draws = len(truths[0])  # the streams of a batch are all artificial or one real stream
     stream = GuardedStream(data[0]) if len(data) == 1 else GuardedStream.stacked(data)
     epsilons = np.tile(np.repeat(batch.epsilons, benchmark.runs), len(data))
-    execution = execute(
-        load_mechanism(batch.mechanism),
-        stream,
-        epsilon=epsilons,
-        w=batch.w,
-        runs=epsilons.size,
-        seed=batch.seed,
-        trusted_code=benchmark.trusted_code,
-        allow_vouched=benchmark.allow_vouched,
-    )
+    with grid_sessions():  # the built-ins' passes as compiled steps (ledger.grid): the same charges and releases
+        execution = execute(
+            load_mechanism(batch.mechanism),
+            stream,
+            epsilon=epsilons,
+            w=batch.w,
+            runs=epsilons.size,
+            seed=batch.seed,
+            trusted_code=benchmark.trusted_code,
+            allow_vouched=benchmark.allow_vouched,
+        )
     shape = execution.releases.shape[1:]
     blocks = execution.releases.reshape(len(specs), draws, len(batch.epsilons), benchmark.runs, *shape)
     out = []

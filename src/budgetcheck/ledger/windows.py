@@ -234,6 +234,15 @@ class ExactWindows:
             t, {s: ExactVector.from_groups([kept.get(s, 0) for kept in totals], groups, self._runs) for s in stamps}
         )
 
+    def load(self, t: int, spends: list[tuple[int, list[FloatArray]]]) -> None:
+        """Make the state that of the spends of a grid session (``ledger.grid``) with t the latest: per timestamp
+        of the last 2w (oldest first) its amounts in the order charged, as :meth:`commit` would have appended
+        them; exact sums are taken when first read."""
+        kept = [(s, parts) for s, parts in spends if s > t - 2 * self._w + 1]
+        self._past = collections.deque(_Entry(s, list(parts), None) for s, parts in kept if s <= t - self._w)
+        self._entries = collections.deque(_Entry(s, list(parts), None) for s, parts in kept if s > t - self._w)
+        self._sum, self._pending, self._upper, self._skip = None, [], None, 0
+
     def _rebuild(self, t: int, totals: dict[int, ExactVector]) -> None:
         """The state of exact per-timestamp totals with t the latest: the window (t − w, t] and the
         w − 1 timestamps kept before it."""
