@@ -37,6 +37,7 @@ def test_all_is_sorted_and_exported() -> None:
         "stream",
         "verify",
         "mechanism",
+        "extras",  # which optional extra a command needs (the light install), loaded by the commands
     }
 
 

@@ -2,10 +2,10 @@
 runtime never loads the verifier's heavy dependencies.
 
 Layers, bottom up: the core (``ledger``, ``stream`` and the public ``kernels``, ``libm``, ``rounding``,
-``ops``: the ledgers read secrets and streams carry the ledger's errors, so the two are one
-layer); ``mechanism``; ``durable``; ``bench``; verification (``verify``, ``proving``,
-``strategies``, ``pytest_plugin``); the ``cli`` on top. Imports under ``if TYPE_CHECKING`` are
-annotations only and do not count.
+``ops``, with ``extras``, which names what each optional extra brings: the ledgers read secrets and
+streams carry the ledger's errors, so the two are one layer); ``mechanism``; ``durable``; ``bench``;
+verification (``verify``, ``proving``, ``strategies``, ``pytest_plugin``); the ``cli`` on top.
+Imports under ``if TYPE_CHECKING`` are annotations only and do not count.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "budgetcheck"
-CORE = {"ledger", "stream", "kernels", "libm", "rounding", "ops"}
+CORE = {"ledger", "stream", "kernels", "libm", "rounding", "ops", "extras"}
 VERIFY = {"verify", "proving", "strategies", "pytest_plugin"}
 ALLOWED = {  # layer -> the budgetcheck layers it may import
     **{layer: CORE for layer in CORE},
