@@ -50,7 +50,7 @@ def _releases(rule: Any, env: Any, stream: Any, session: Any, runs: int, dimensi
     epsilon = np.ascontiguousarray(np.broadcast_to(np.asarray(env.epsilon, dtype=np.float64), (runs,)))
     items = per_run(rule.initial(FLOAT, env), runs)
     width = len(items)
-    ring = np.stack(items, axis=1) if width else np.zeros((runs, 0))
+    ring = np.stack(items, axis=0) if width else np.zeros((0, runs))  # slot-major: (w − 1, runs)
     totals = np.array(np.broadcast_to(rounding.sum_up_terms(items), (runs,)), dtype=np.float64)
     ops = kernel_ops(ring)
     start, fresh = 0, width - 1  # the first slide takes the bound afresh, as FLOAT's first slide of a tuple does
