@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
-import mmap
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -61,11 +60,10 @@ if TYPE_CHECKING:
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
-# Runs per pass up to which a session opens: it takes the fixed cost of a timestep (the ledger's ~170 calls);
-# in larger passes the per-run arithmetic dominates and the ledger's whole-array numpy passes are as fast or
-# faster (the grid's stacked batches on one machine: session faster at 1,200 runs, even at 6,000, 20% slower
-# at 12,000: benchmarks/grid-fixed-cost.md).
-MOST_RUNS: Final = 6_000
+# Runs per pass up to which a session opens: the paper grid's stacked vary-ε batches (20 streams x 100 runs x
+# 6 ε), where BD, BA, DSATw and FASTw measured faster through the session than through the ledger (CPU of a
+# batch at 1,200, 6,000 and 12,000 runs: benchmarks/grid-fixed-cost.md). Larger passes are not measured.
+MOST_RUNS: Final = 12_000
 _MOST_VALUES: Final = 128  # values per timestamp: np.add.reduce sums a row of up to 128 without halving it
 _ENABLED: contextvars.ContextVar[bool] = contextvars.ContextVar("budgetcheck_grid_sessions", default=False)
 
@@ -215,7 +213,9 @@ class GridSession:
         session._rec_purpose = np.zeros(capacity, dtype=np.int64)
         session._rec_row = np.zeros(capacity, dtype=np.int64)
         session._rec_sens = np.zeros(capacity, dtype=np.float64)
-        session._pool = _rows_of(capacity, runs)  # untouched pages cost no memory until a row is written
+        # untouched pages cost no memory until a row is written; numpy maps 4 MiB and more in transparent huge
+        # pages, which measured faster here than 4 KiB pages of an anonymous map (benchmarks/grid-fixed-cost.md)
+        session._pool = np.empty((capacity, runs))
         # the noise scales of each purpose's last row only (a record's are derived again when records are read)
         session._scales = np.empty((len(purposes), runs))
         session._scales_bits = session._scales.view(np.int64)
@@ -800,19 +800,6 @@ def _valid_amounts(amounts: FloatArray) -> bool:
 
 def _amounts_valid(amounts: FloatArray) -> bool:
     return bool(_valid_amounts(amounts if amounts.flags.c_contiguous else np.ascontiguousarray(amounts)))
-
-
-def _rows_of(rows: int, runs: int) -> FloatArray:
-    """A (rows, runs) array of doubles whose memory is mapped 4 KiB at a time as rows are first written.
-
-    Not ``np.empty``: numpy asks the kernel for transparent huge pages for arrays of 4 MiB and more, and a
-    session's record arrays (two doubles per run and operation: 192 MB for BD at 12,000 runs) then take a
-    fresh 2 MiB page every ten or so operations, zeroed (and on a busy machine compacted) at first touch:
-    measured ~300 us per new row at 12,000 runs, a third of BD's step (``benchmarks/grid-fixed-cost.md``).
-    An anonymous map is zero-filled by the kernel in ordinary pages, as the ledger's own arrays are.
-    """
-    buffer = mmap.mmap(-1, max(rows * runs, 1) * 8)
-    return np.frombuffer(buffer, dtype=np.float64, count=rows * runs).reshape(rows, runs)
 
 
 def _per_run(epsilon: object, runs: int) -> Any:
