@@ -26,9 +26,10 @@ from mechanisms.rules import BDRule
 FloatArray = NDArray[np.float64]
 
 COMPILED_RULES = (BDRule,)  # rules whose state is one window of budgets (kernel_ops.Window)
-# Up to this many runs the compiled rule is the cheaper (one run after another, ~55 ns per run and timestep
-# for charges and advance); above it FLOAT's whole-array passes are (~35 ns per run; measured crossover
-# ~900 runs: benchmarks/grid-fixed-cost.md). Both run the same proved rule, with the same doubles.
+# Up to this many runs the compiled rule is the cheaper (one run after another, ~38 ns per run and timestep
+# for charges and advance at 12,000 runs); above it FLOAT's whole-array passes are (~12 ns per run there;
+# a BD batch measured faster compiled at 1,200 runs, slower at 2,400: benchmarks/grid-fixed-cost.md, "Sessions
+# at 12,000 runs"). Both run the same proved rule, with the same doubles.
 MOST_RUNS = 1024
 
 
