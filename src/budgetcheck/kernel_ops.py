@@ -7,8 +7,9 @@ by numba with :class:`KernelOps` as their ``ops`` (a numba ``jitclass``): one ru
 every operation the double :data:`~budgetcheck.ops.FLOAT` gives (the scalar helpers of
 :mod:`budgetcheck.rounding`, compiled: the same IEEE operations in the same order, nothing fused; SVML off
 as for every kernel, :mod:`budgetcheck.kernels`). A rule's window of its last w − 1 values is a
-:data:`Window` over a (runs, w − 1) ring of doubles with the running upper bound of
-:class:`~budgetcheck.ledger.sliding.SlidingValues` (the same steps, taken afresh after as many slides).
+:data:`Window` over a (w − 1, runs) ring of doubles (slot-major: a step over every run reads and writes one
+contiguous row) with the running upper bound of :class:`~budgetcheck.ledger.sliding.SlidingValues` (the same
+steps, taken afresh after as many slides).
 
 So the proof covers the code that runs: what is compiled is the proved rule's code object, with only the
 names it calls (helpers of its own module such as ``bd_candidate``) bound to their compiled versions;
@@ -53,7 +54,7 @@ def _own(function: Callable[..., Any]) -> Callable[..., Any]:
 _product_error = _own(rounding._product_error)  # Dekker's TwoProduct error, rounding's own source
 
 Window = collections.namedtuple("Window", ["run", "start", "total", "fresh"])
-"""One run's window of a rule's last w − 1 budgets: row ``run`` of the back-end's (runs, w − 1) ring, its
+"""One run's window of a rule's last w − 1 budgets: column ``run`` of the back-end's (w − 1, runs) ring, its
 oldest at ``start``; ``total`` is the upper bound of their exact sum that ``SlidingValues`` keeps,
 ``fresh`` slides after it was last taken afresh. Scalars only: made and passed at no cost per run."""
 
@@ -144,18 +145,18 @@ def k_slide(values: FloatArray, window: Any, newest: float) -> Any:
     one subtraction and one addition, each stepped one double up, or taken afresh (``rounding.sum_up_terms``
     of the values oldest first) once it has moved as many times as the window is long."""
     run = window.run
-    n = values.shape[1]
+    n = values.shape[0]
     if n == 0:
         return window
     start = window.start
-    oldest = values[run, start]
-    values[run, start] = newest
+    oldest = values[start, run]
+    values[start, run] = newest
     following = start + 1 if start + 1 < n else 0
     if window.fresh + 1 >= n:
         total = 0.0
         for k in range(n):
             index = following + k
-            total = total + values[run, index if index < n else index - n]
+            total = total + values[index if index < n else index - n, run]
         return Window(run, following, _bound_sum(total, n), 0)
     inner = _step_up(window.total - oldest)
     return Window(run, following, _step_up(inner + newest), window.fresh + 1)
@@ -172,7 +173,7 @@ def _link() -> None:
 def kernel_ops(ring: FloatArray) -> Any:
     """The compiled back-end (a ``KernelOps`` instance): the operations of :class:`budgetcheck.ops.Ops`
     that a rule's ``charges`` and ``advance`` use, on one run's doubles; ``ring`` holds every run's window
-    of its rule's last w − 1 budgets, shape (runs, w − 1)."""
+    of its rule's last w − 1 budgets, shape (w − 1, runs) (slot-major: a step over every run reads one row)."""
     global _OPS_CLASS
     if _OPS_CLASS is None:
         _link()
@@ -266,6 +267,9 @@ def compile_function(function: Callable[..., Any], numba: Any, done: dict[int, A
         ):
             scope[name] = compile_function(value, numba, done)
     rebuilt = types.FunctionType(code, scope, function.__name__, function.__defaults__, function.__closure__)
-    dispatcher = numba.njit(nogil=True, error_model="numpy")(rebuilt)
+    # inlined into its caller in numba's own IR (the same code object, typed at the call site): the back-end
+    # object and the window are then passed without a reference count taken and dropped per run and call
+    # (BD's charges over 12,000 runs: 310 -> 213 us per timestamp; benchmarks/grid-fixed-cost.md)
+    dispatcher = numba.njit(nogil=True, error_model="numpy", inline="always")(rebuilt)
     done[id(function)] = dispatcher
     return dispatcher

@@ -26,9 +26,10 @@ from mechanisms.rules import BDRule
 FloatArray = NDArray[np.float64]
 
 COMPILED_RULES = (BDRule,)  # rules whose state is one window of budgets (kernel_ops.Window)
-# Up to this many runs the compiled rule is the cheaper (one run after another, ~55 ns per run and timestep
-# for charges and advance); above it FLOAT's whole-array passes are (~35 ns per run; measured crossover
-# ~900 runs: benchmarks/grid-fixed-cost.md). Both run the same proved rule, with the same doubles.
+# Up to this many runs the compiled rule is the cheaper (one run after another, ~38 ns per run and timestep
+# for charges and advance at 12,000 runs); above it FLOAT's whole-array passes are (~12 ns per run there;
+# a BD batch measured faster compiled at 1,200 runs, slower at 2,400: benchmarks/grid-fixed-cost.md, "Sessions
+# at 12,000 runs"). Both run the same proved rule, with the same doubles.
 MOST_RUNS = 1024
 
 
@@ -50,7 +51,7 @@ def _releases(rule: Any, env: Any, stream: Any, session: Any, runs: int, dimensi
     epsilon = np.ascontiguousarray(np.broadcast_to(np.asarray(env.epsilon, dtype=np.float64), (runs,)))
     items = per_run(rule.initial(FLOAT, env), runs)
     width = len(items)
-    ring = np.stack(items, axis=1) if width else np.zeros((runs, 0))
+    ring = np.stack(items, axis=0) if width else np.zeros((0, runs))  # slot-major: (w − 1, runs)
     totals = np.array(np.broadcast_to(rounding.sum_up_terms(items), (runs,)), dtype=np.float64)
     ops = kernel_ops(ring)
     start, fresh = 0, width - 1  # the first slide takes the bound afresh, as FLOAT's first slide of a tuple does

@@ -88,6 +88,36 @@ def test_session_charges_and_releases_what_the_ledger_does(mechanism: str, seed:
         assert _bits(plain.ledger.remaining(t)) == _bits(fast.ledger.remaining(t))
 
 
+@pytest.mark.parametrize("mechanism", ["BD", "DSATw"])
+def test_the_paper_grids_stacked_batch_takes_the_session(mechanism: str) -> None:
+    """The paper grid's vary-ε batch stacks 20 streams x 100 runs x 6 ε = 12,000 runs in one pass: it runs
+    through the session (it did not while sessions stopped at 6,000 runs), with the ledger's records and
+    releases bit for bit (short streams here)."""
+    rng = np.random.default_rng(12)
+    streams = [rng.integers(0, 40, size=(25, 1)).astype(np.float64) for _ in range(20)]
+    epsilons = np.tile(np.repeat([0.1, 0.3, 0.5, 0.7, 0.9, 1.0], 100), len(streams))
+    assert epsilons.size == 12_000
+    opened = []
+    original = grid.GridSession.open
+
+    def counted(*args: object) -> object:
+        session = original(*args)  # type: ignore[arg-type]
+        opened.append(session)
+        return session
+
+    grid.GridSession.open = counted  # type: ignore[assignment, method-assign]
+    try:
+        plain = _execute(mechanism, GuardedStream.stacked(streams), epsilons, 10, 3, session=False)
+        fast = _execute(mechanism, GuardedStream.stacked(streams), epsilons, 10, 3, session=True)
+    finally:
+        grid.GridSession.open = original  # type: ignore[method-assign]
+    assert opened and opened[0] is not None, "the 12,000-run pass did not take the session"
+    assert _bits(plain.releases) == _bits(fast.releases)
+    expected, got = plain.ledger.records, fast.ledger.records
+    assert len(expected) == len(got) == opened[0].operations > 0
+    assert all(_same_record(a, b) for a, b in zip(expected, got, strict=True))
+
+
 @pytest.mark.parametrize("mechanism", SESSION_MECHANISMS)
 def test_a_ledger_used_after_the_pass_continues_from_the_same_state(mechanism: str) -> None:
     """After a session's pass the ledger takes further spends exactly as after the ledger's own pass."""

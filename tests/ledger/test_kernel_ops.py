@@ -63,7 +63,7 @@ def test_a_slid_window_keeps_the_bound_float_keeps(width: int) -> None:
     rng = np.random.default_rng(width)
     runs = 3
     items = tuple(np.zeros(runs) for _ in range(width))
-    ring = np.zeros((runs, width))
+    ring = np.zeros((width, runs))
     state: tuple[object, ...] = items
     windows = [Window(r, 0, 0.0, width - 1) for r in range(runs)]
     for step in range(3 * width + 5):
@@ -76,7 +76,7 @@ def test_a_slid_window_keeps_the_bound_float_keeps(width: int) -> None:
 
 
 def test_the_back_end_is_an_object_the_rule_calls() -> None:
-    ops = kernel_ops(np.zeros((1, 3)))
+    ops = kernel_ops(np.zeros((3, 1)))
     assert ops.share(1.0, 3) == rounding.share(1.0, 3)
     assert ops.where(True, 1.5, 0) == 1.5 and ops.where(False, 1.5, 0) == 0.0
     assert ops.half_down(ops.sub_down(0.5, 0.125)) == 0.1875

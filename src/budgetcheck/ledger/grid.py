@@ -6,10 +6,11 @@ numpy sampler, no journal, no verifier's tap, no replay) pay ~170 Python calls a
 timestep in the ledger's charged operations: validate, derive, claim, scale, record, pre-check, commit,
 open, lay out, draw, scale, add. A session keeps the same accounting as flat arrays instead:
 
-- the records as preallocated arrays (timestamp, purpose, sensitivity and a row of amounts and noise
-  scales per charged operation; a row repeated bit for bit by the next operation of the same purpose is
-  shared, as the ledger's ``_recurring`` shares it), materialised as :class:`SpendRecord`\\ s only when
-  the ledger is next read or used;
+- the records as preallocated arrays (timestamp, purpose, sensitivity and a row of amounts per charged
+  operation; a row repeated bit for bit by the next operation of the same purpose is shared, as the
+  ledger's ``_recurring`` shares it), materialised as :class:`SpendRecord`\\ s only when the ledger is
+  next read or used (their noise scales then derived again by ``rounding.scale_up``: the doubles the
+  kernel stepped for the draw, kept only for each purpose's last row);
 - each run's window sum bounded above by the double-double of :mod:`budgetcheck.ledger.windows` (the
   same error-free arithmetic, :func:`~budgetcheck.ledger.windows._add_above`): a spend is committed only
   when that bound proves every run's window [t − w + 1, t] within its ε, exactly;
@@ -59,18 +60,17 @@ if TYPE_CHECKING:
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
-# Runs per pass up to which a session opens: it takes the fixed cost of a timestep (the ledger's ~170 calls);
-# in larger passes the per-run arithmetic dominates and the ledger's whole-array numpy passes are as fast or
-# faster (the grid's stacked batches on one machine: session faster at 1,200 runs, even at 6,000, 20% slower
-# at 12,000: benchmarks/grid-fixed-cost.md).
-MOST_RUNS: Final = 6_000
+# Runs per pass up to which a session opens: the paper grid's stacked vary-ε batches (20 streams x 100 runs x
+# 6 ε), where BD, BA, DSATw and FASTw measured faster through the session than through the ledger (CPU of a
+# batch at 1,200, 6,000 and 12,000 runs: benchmarks/grid-fixed-cost.md). Larger passes are not measured.
+MOST_RUNS: Final = 12_000
 _MOST_VALUES: Final = 128  # values per timestamp: np.add.reduce sums a row of up to 128 without halving it
 _ENABLED: contextvars.ContextVar[bool] = contextvars.ContextVar("budgetcheck_grid_sessions", default=False)
 
 # the integer state of a session, one int64 array (the kernels update it in place):
 _FIRST: Final = 0  # the oldest operation whose timestamp is still inside the window
 _OPS: Final = 1  # operations recorded
-_ROWS: Final = 2  # rows of amounts and scales used
+_ROWS: Final = 2  # rows of amounts used
 _T: Final = 3  # the latest timestamp charged
 _LAST_ROW: Final = 4  # then, per purpose: the row of its last operation (−1: none yet)
 
@@ -213,8 +213,11 @@ class GridSession:
         session._rec_purpose = np.zeros(capacity, dtype=np.int64)
         session._rec_row = np.zeros(capacity, dtype=np.int64)
         session._rec_sens = np.zeros(capacity, dtype=np.float64)
-        session._pool = np.empty((capacity, runs))  # untouched pages cost no memory until a row is written
-        session._scales = np.empty((capacity, runs))
+        # untouched pages cost no memory until a row is written; numpy maps 4 MiB and more in transparent huge
+        # pages, which measured faster here than 4 KiB pages of an anonymous map (benchmarks/grid-fixed-cost.md)
+        session._pool = np.empty((capacity, runs))
+        # the noise scales of each purpose's last row only (a record's are derived again when records are read)
+        session._scales = np.empty((len(purposes), runs))
         session._scales_bits = session._scales.view(np.int64)
         session._upper = np.zeros((2, runs))
         session._scratch = np.empty((2, runs))
@@ -276,7 +279,7 @@ class GridSession:
             values = charged_payload(secret)  # the charge has passed; no caller code runs while it is read
             out = np.empty(self._runs)
             self._draw(
-                _dissimilarity_into, self._runs, values, amounts, self._scales[row], out, last_release, self._count
+                _dissimilarity_into, self._runs, values, amounts, self._scales[p], out, last_release, self._count
             )
             return out
 
@@ -299,7 +302,7 @@ class GridSession:
                 return self._delegate().laplace(secret, epsilon, purpose=purpose)
             values = charged_payload(secret)
             out = np.empty((self._runs, self._count))
-            self._draw(_laplace_into, self._runs * self._count, values, amounts, self._scales[row], out)
+            self._draw(_laplace_into, self._runs * self._count, values, amounts, self._scales[p], out)
             return out.reshape((self._runs, *self._shape))
 
     def laplace_query(
@@ -322,7 +325,7 @@ class GridSession:
                 return self._delegate().laplace_query(secret, query, epsilon, purpose=purpose)
             answers = np.ascontiguousarray(query.apply(charged_payload(secret)))  # the query's own sum
             out = np.empty((self._runs, 1))
-            self._draw(_laplace_into, self._runs, answers, amounts, self._scales[row], out)
+            self._draw(_laplace_into, self._runs, answers, amounts, self._scales[p], out)
             return out
 
     def laplace_bins(self, secret: Secret, epsilon: ArrayLike, *, purpose: str = "publication") -> FloatArray:
@@ -486,8 +489,12 @@ class GridSession:
         stamps, purposes, rows = self._rec_t[:ops].tolist(), self._rec_purpose[:ops].tolist(), self._rec_row[:ops]
         amounts = [self._pool[row] for row in rows.tolist()]
         if ledger._keep:
-            scales = [self._scales[row] for row in rows.tolist()]
             sensitivities = self._rec_sens[:ops].tolist()
+            derived: dict[tuple[int, float], FloatArray] = {}  # rounding.scale_up, as the kernel stepped them
+            for i, row in enumerate(rows.tolist()):
+                if (row, sensitivities[i]) not in derived:
+                    derived[row, sensitivities[i]] = rounding.scale_up(sensitivities[i], amounts[i])
+            scales = [derived[row, sensitivities[i]] for i, row in enumerate(rows.tolist())]
             ledger._records.extend(
                 SpendRecord(
                     t=stamp,
@@ -552,13 +559,13 @@ def _check_and_commit(
 ) -> int:
     """One charged operation at t: validate the amounts, pre-check every run's window [t − w + 1, t] as
     ``windows._bound_after`` does (the double-double bound minus the spends that leave, plus the amounts,
-    compared exactly with ε), and only if every run is within, commit: the record (a new row of amounts
-    and scales ``rounding.scale_up`` gives, or the purpose's last row if these amounts equal it bit for
-    bit at the same sensitivity), the bound, the window's oldest operation. Returns the row, or
-    _INVALID / _UNDECIDED with nothing changed. ``decided``: the exact check has passed the spend, and
-    ``exact_upper`` is the bound from its exact sums. Before anything: a ``last`` release (empty: none) must
-    be finite (else _BAD_LAST), and with ``check_expected`` the amounts must equal ``expected`` (else
-    _NEW_AMOUNTS, once they are known valid)."""
+    compared exactly with ε), and only if every run is within, commit: the record (a new row of amounts,
+    and the purpose's row of ``scales`` as ``rounding.scale_up`` gives them, or the purpose's last row if
+    these amounts equal it bit for bit at the same sensitivity), the bound, the window's oldest operation.
+    Returns the row, or _INVALID / _UNDECIDED with nothing changed. ``decided``: the exact check has passed
+    the spend, and ``exact_upper`` is the bound from its exact sums. Before anything: a ``last`` release
+    (empty: none) must be finite (else _BAD_LAST), and with ``check_expected`` the amounts must equal
+    ``expected`` (else _NEW_AMOUNTS, once they are known valid)."""
     runs = amounts.size
     finite = True
     for r in range(last.shape[0]):
@@ -607,7 +614,7 @@ def _check_and_commit(
     else:
         row = state[_ROWS]
         pool[row, :] = amounts
-        out, out_bits = scales[row], scales_bits[row]
+        out, out_bits = scales[purpose], scales_bits[purpose]  # the purpose's row: its last row's scales
         for r in range(runs):  # rounding.scale_up: the quotient, then one double up by its bit pattern (not inf)
             out[r] = sensitivity / amounts[r]
         for r in range(runs):
