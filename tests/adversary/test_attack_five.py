@@ -573,6 +573,42 @@ def test_threads_racing_through_one_session_cannot_both_spend_the_window() -> No
         assert len(ledger.records) == 1
 
 
+@pytest.mark.parametrize("hand_over", [False, True])
+def test_a_session_racing_the_ledger_used_directly_cannot_both_spend_the_window(hand_over: bool) -> None:
+    """Guarantee: a thread charging through the session while another charges the ledger directly (after
+    reading its records, which hands the session's state over, or not) leaves exactly one 0.6 of ε = 1."""
+    for _ in range(20):
+        ledger, session, stream, _, _ = _pair(runs=500, d=20)
+        secret = stream.secret(1)
+        barrier, accepted = threading.Barrier(2), []
+
+        def through_session(session: GridSession = session, secret: bc.Secret = secret) -> None:
+            barrier.wait()
+            try:
+                session.laplace(secret, 0.6)
+                accepted.append("session")
+            except BudgetExceeded:
+                pass
+
+        def directly(ledger: WindowLedger = ledger) -> None:
+            barrier.wait()
+            if hand_over:
+                ledger.records  # noqa: B018 (a read: the hand-over)
+            try:
+                ledger.spend(1, 0.6, purpose="direct")
+                accepted.append("ledger")
+            except BudgetExceeded:
+                pass
+
+        threads = [threading.Thread(target=through_session), threading.Thread(target=directly)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(accepted) == 1, accepted
+        assert len(ledger.records) == 1
+
+
 def test_grid_sessions_does_not_leak_into_other_threads() -> None:
     """Guarantee: ``grid_sessions()`` is the runner's block only: a thread started inside it does not get
     sessions (its mechanism keeps the ledger's path unless it opens the block itself)."""
@@ -695,6 +731,35 @@ def test_the_runners_path_gives_the_ledgers_releases_and_records(reference: str,
     assert inside.releases.tobytes() == outside.releases.tobytes()
     assert _records(inside.ledger) == _records(outside.ledger)
     assert inside.ledger.remaining(61).tobytes() == outside.ledger.remaining(61).tobytes()
+
+
+@pytest.mark.parametrize("reference", ["BD", "BA", "FASTw", "DSATw", "RescueDP"])
+@pytest.mark.parametrize(
+    ("length", "w", "runs", "d", "epsilon"),
+    [(1, 1, 2, 1, 1.0), (2, 1, 2, 2, 1.0), (3, 3, 2, 1, 1.0), (30, 5, 2, 3, 1e-300), (30, 5, 2, 3, 1e300)],
+)
+def test_tiny_streams_and_extreme_budgets_give_the_same_pass_inside_and_outside(
+    reference: str, length: int, w: int, runs: int, d: int, epsilon: float
+) -> None:
+    """Guarantee: at the edges (T = 1, w = 1, runs = 2, ε = 1e-300 or 1e300 per run) a built-in's pass inside
+    ``grid_sessions()`` ends as outside it: the same releases and records, or the same error."""
+    data = np.random.default_rng(length).integers(0, 40, size=(length, d)).astype(np.float64)
+    epsilons = np.linspace(epsilon, 2 * epsilon, runs)
+
+    def run(session: bool) -> tuple[str, bytes, list[str]]:
+        mechanism = bc.load_mechanism(reference)
+        try:
+            with np.errstate(all="ignore"):
+                if not session:
+                    out = bc.execute(mechanism, data, epsilon=epsilons, w=w, runs=runs, seed=3)
+                else:
+                    with grid_sessions():
+                        out = bc.execute(mechanism, data, epsilon=epsilons, w=w, runs=runs, seed=3)
+        except bc.BudgetcheckError as error:  # e.g. RescueDP's non-finite releases at 1e-300, on both paths
+            return (f"{type(error).__name__}: {error}", b"", [])
+        return ("ok", out.releases.tobytes(), _records(out.ledger))
+
+    assert run(True) == run(False)
 
 
 # ---------------------------------------------------------------------------------------------------------
