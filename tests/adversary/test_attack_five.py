@@ -12,8 +12,10 @@ reason names the route; the others are regression guards.
 
 from __future__ import annotations
 
+import copy
 import math
 import os
+import pickle
 import subprocess
 import sys
 import threading
@@ -246,7 +248,7 @@ def test_a_record_the_session_materialises_cannot_be_made_writable_or_refund() -
             ledger.laplace(stream.secret(2), 0.7)
     finally:
         _rewrite(record.amounts, 0.0)
-        record.amounts[...]  # noqa: B018 (still readable)
+        record.amounts[...]  # still readable
         _rewrite(record.amounts, float(original[0]))
 
 
@@ -593,7 +595,7 @@ def test_a_session_racing_the_ledger_used_directly_cannot_both_spend_the_window(
         def directly(ledger: WindowLedger = ledger) -> None:
             barrier.wait()
             if hand_over:
-                ledger.records  # noqa: B018 (a read: the hand-over)
+                ledger.records  # a read: the hand-over
             try:
                 ledger.spend(1, 0.6, purpose="direct")
                 accepted.append("ledger")
@@ -655,6 +657,92 @@ def test_a_forked_child_draws_what_the_ledgers_path_draws_and_charges_its_own_co
     session_child, session_parent = child_release(True)
     ledger_child, ledger_parent = child_release(False)
     assert session_child == ledger_child and session_parent == ledger_parent
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_fork_while_a_thread_charges_through_the_session_leaves_the_child_a_whole_ledger() -> None:
+    """Guarantee: a process forked while another thread is inside a session's operation gets a ledger whose
+    windows are its records' (nothing half committed): in the child, one ulp over what the records leave is
+    refused, and exactly that is not."""
+    runs, w, length = 200, 50, 400
+    ledger, session, stream, _, _ = _pair(runs=runs, w=w, d=10, length=length)
+    stop = threading.Event()
+
+    def spin() -> None:
+        for t in range(1, length + 1):
+            if stop.is_set():
+                return
+            session.laplace(stream.secret(t), np.full(runs, 1e-3 * (1 + t % 5)))
+
+    thread = threading.Thread(target=spin)
+    thread.start()
+    verdicts = []
+    try:
+        for _ in range(8):
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover (the child)
+                verdict = "no records"
+                try:
+                    records = ledger.records
+                    if records:
+                        last = records[-1].t
+                        spent = sum((Fraction(float(r.amounts[0])) for r in records if r.t > last - w), Fraction(0))
+                        left = _down(Fraction(1) - spent)
+                        verdict = "whole"
+                        try:
+                            ledger.spend(last, math.nextafter(left, 2.0), purpose="over")
+                            verdict = "one ulp over accepted"
+                        except BudgetExceeded:
+                            pass
+                        try:
+                            ledger.spend(last, left, purpose="left")
+                        except BudgetExceeded:
+                            verdict += ", what is left refused"
+                except BaseException as error:  # reported to the parent
+                    verdict = f"{type(error).__name__}: {error}"
+                finally:
+                    os.write(write, verdict.encode()[:500])
+                    os._exit(0)
+            os.close(write)
+            os.waitpid(pid, 0)
+            verdicts.append(os.read(read, 1000).decode())
+            os.close(read)
+    finally:
+        stop.set()
+        thread.join()
+    assert set(verdicts) <= {"whole", "no records"} and "whole" in verdicts, verdicts
+
+
+def test_no_session_over_a_durable_ledger(tmp_path: Path) -> None:
+    """Guarantee: a journalled ledger (``open_ledger``) keeps the ledger's own path: a session would hold spends
+    the journal has not written (lost on a crash, then spent again)."""
+    ledger = bc.open_ledger(tmp_path / "l.bcl", _ledger(1.0, 3, 2))
+    stream = GuardedStream(_data())
+    ledger.bind(stream)
+    with grid_sessions():
+        assert grid_session(ledger, stream, PURPOSES) is None
+
+
+def test_a_copy_of_a_ledger_mid_session_is_not_a_fresh_budget() -> None:
+    """Guarantee: copying a ledger while a session holds its state (``copy.copy``; deepcopy and pickle are
+    refused) never yields a ledger that has forgotten the session's spends."""
+    ledger, session, stream, _, _ = _pair(runs=2)
+    session.laplace(stream.secret(1), np.full(2, 0.75))
+
+    def repickled(ledger: WindowLedger) -> WindowLedger:
+        copied: WindowLedger = pickle.loads(pickle.dumps(ledger))
+        return copied
+
+    for duplicate in (copy.copy, copy.deepcopy, repickled):
+        try:
+            other = duplicate(ledger)
+        except TypeError:
+            continue  # refused outright
+        with pytest.raises(BudgetExceeded):
+            other.spend(2, 0.5, purpose="copy")
+    with pytest.raises(BudgetExceeded):
+        ledger.spend(2, 0.5, purpose="original")
 
 
 # ---------------------------------------------------------------------------------------------------------
