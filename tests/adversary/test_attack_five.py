@@ -360,6 +360,88 @@ def test_more_charges_than_the_session_preallocated_are_the_ledgers_not_a_heap_o
     assert child.returncode == 0 and "same as the ledger" in child.stdout, child.stderr[-600:]
 
 
+_ODD_AMOUNTS: dict[str, Any] = {
+    "int": 1,
+    "bool": True,
+    "list": [0.1, 0.2, 0.3],
+    "too short": np.array([0.1, 0.2]),
+    "too long": np.full(4, 0.1),
+    "column": np.full((3, 1), 0.1),
+    "row": np.full((1, 3), 0.1),
+    "float32": np.float32(0.1),
+    "float32 array": np.full(3, 0.1, np.float32),
+    "float16 array": np.full(3, 0.1, np.float16),
+    "longdouble array": np.full(3, 0.1, np.longdouble),
+    "fraction": Fraction(1, 10),
+    "str": "0.1",
+    "complex": 0.1 + 0j,
+    "object array": np.array([0.1, None, 0.2], dtype=object),
+    "int array": np.array([0, 1, 0]),
+    "strided": np.full(6, 0.1)[::2],
+    "big-endian": np.full(3, 0.1, ">f8"),
+    "None": None,
+}
+_ODD_LAST: dict[str, Any] = {
+    "1-d": np.zeros(3),
+    "wrong d": np.zeros((3, 4)),
+    "list": [[0.0] * 3] * 3,
+    "int": np.zeros((3, 3), int),
+    "inf": np.full((3, 3), np.inf),
+    "float32": np.zeros((3, 3), np.float32),
+    "object": np.zeros((3, 3), object),
+    "scalar": 0.0,
+    "big-endian": np.zeros((3, 3), ">f8"),
+    "fortran": np.asfortranarray(np.arange(9.0).reshape(3, 3)),
+    "strided": np.arange(18.0).reshape(3, 6)[:, ::2],
+}
+
+
+def _either(call: Callable[[], Any]) -> tuple[str, ...]:
+    try:
+        out = np.asarray(call())
+    except Exception as error:  # the exact class and message are compared with the ledger's
+        return (type(error).__name__, str(error))
+    return ("ok", out.tobytes().hex(), str(out.shape))
+
+
+@pytest.mark.parametrize("operation", ["laplace", "dissimilarity", "laplace_bins"])
+@pytest.mark.parametrize("amounts", list(_ODD_AMOUNTS), ids=list(_ODD_AMOUNTS))
+def test_odd_types_and_shapes_of_amounts_get_the_ledgers_answer(amounts: str, operation: str) -> None:
+    """Guarantee: any type or shape of amount (ints, bools, lists, float16/32, longdouble, Fraction, str,
+    complex, object arrays, strided or big-endian arrays, None, a row or column) gets the ledger's answer
+    through a session: the same release, or the same error and message, with the same records."""
+    value = _ODD_AMOUNTS[amounts]
+    ledger, session, stream, twin, twin_stream = _pair(runs=3)
+    calls = {
+        "laplace": (
+            lambda: session.laplace(stream.secret(1), value),
+            lambda: twin.laplace(twin_stream.secret(1), value),
+        ),
+        "dissimilarity": (
+            lambda: session.dissimilarity(stream.secret(1), np.zeros((3, 3)), value),
+            lambda: twin.dissimilarity(twin_stream.secret(1), np.zeros((3, 3)), value),
+        ),
+        "laplace_bins": (
+            lambda: session.laplace_bins(stream.secret(1), value),
+            lambda: twin.laplace_bins(twin_stream.secret(1), value),
+        ),
+    }
+    mine, theirs = calls[operation]
+    assert _either(mine) == _either(theirs)
+    assert _records(ledger) == _records(twin)
+
+
+@pytest.mark.parametrize("last", list(_ODD_LAST), ids=list(_ODD_LAST))
+def test_odd_last_releases_get_the_ledgers_answer(last: str) -> None:
+    """Guarantee: a dissimilarity's last release of any type or shape gets the ledger's answer."""
+    value = _ODD_LAST[last]
+    ledger, session, stream, twin, twin_stream = _pair(runs=3)
+    assert _either(lambda: session.dissimilarity(stream.secret(1), value, 0.1)) == _either(
+        lambda: twin.dissimilarity(twin_stream.secret(1), value, 0.1)
+    )
+    assert _records(ledger) == _records(twin)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Differential fuzz: the session against a twin ledger, operation for operation
 # ---------------------------------------------------------------------------------------------------------
@@ -848,6 +930,33 @@ def test_tiny_streams_and_extreme_budgets_give_the_same_pass_inside_and_outside(
         return ("ok", out.releases.tobytes(), _records(out.ledger))
 
     assert run(True) == run(False)
+
+
+@pytest.mark.parametrize("reference", ["BD", "copy"])
+def test_the_runners_batch_releases_are_the_ledgers_pass_outside_the_runner(reference: str, copied_bd: str) -> None:
+    """Guarantee: ``batch_releases`` (what ``budgetcheck bench`` runs, sessions on) gives, for a built-in and for
+    a user's copy of it, the releases of the same pass run outside the runner on the ledger's own path."""
+    import attrs
+
+    from budgetcheck.bench import Benchmark
+    from budgetcheck.bench.runner import batch_releases, batch_truths
+
+    name = f"{copied_bd}:Mech" if reference == "copy" else reference
+    base = Benchmark.paper(real=(), runs=3).select(
+        streams=("s40-a10",), epsilons=(1.0,), ws=(40,), mechanisms=("BD",), streams_per_cell=1
+    )
+    bench = attrs.evolve(base, mechanisms=(name,))
+    (batch,) = dict.fromkeys(bench.batch(cell) for cell in bench.cells())
+    assert len(batch.epsilons) == 1 and bench.draws(bench.stream(batch.streams[0])) == 1
+    inside = np.concatenate(batch_releases(bench, batch))  # stream by stream, each (runs, T, d)
+    data = [truth for per_spec in batch_truths(bench, batch) for truth in per_spec]
+    stream = GuardedStream(data[0]) if len(data) == 1 else GuardedStream.stacked(data)
+    epsilons = np.tile(np.repeat(batch.epsilons, bench.runs), len(data))
+    outside = bc.execute(
+        bc.load_mechanism(batch.mechanism), stream, epsilon=epsilons, w=batch.w, runs=epsilons.size, seed=batch.seed
+    )
+    assert inside.shape == outside.releases.shape
+    assert inside.tobytes() == outside.releases.tobytes()
 
 
 # ---------------------------------------------------------------------------------------------------------
