@@ -906,12 +906,24 @@ def test_the_runners_path_gives_the_ledgers_releases_and_records(reference: str,
 @pytest.mark.parametrize("reference", ["BD", "BA", "FASTw", "DSATw", "RescueDP"])
 @pytest.mark.parametrize(
     ("length", "w", "runs", "d", "epsilon"),
-    [(1, 1, 2, 1, 1.0), (2, 1, 2, 2, 1.0), (3, 3, 2, 1, 1.0), (30, 5, 2, 3, 1e-300), (30, 5, 2, 3, 1e300)],
+    [
+        (1, 1, 2, 1, 1.0),
+        (2, 1, 2, 2, 1.0),
+        (3, 3, 2, 1, 1.0),
+        (30, 5, 2, 3, 1e-300),
+        (30, 5, 2, 3, 1e300),
+        (30, 5, 2, 2, 2.0**-800),  # the compiled share's range: its bottom, and just below
+        (30, 5, 3, 2, math.nextafter(2.0**-800, 0.0)),
+        (30, 5, 2, 2, 2.0**999),  # its top (2**1000), and past it in one run
+        (30, 5, 3, 2, 2.0**1000),
+        (3, 2, grid.MOST_RUNS, 1, 1.0),  # the session's size cutoff
+    ],
 )
 def test_tiny_streams_and_extreme_budgets_give_the_same_pass_inside_and_outside(
     reference: str, length: int, w: int, runs: int, d: int, epsilon: float
 ) -> None:
-    """Guarantee: at the edges (T = 1, w = 1, runs = 2, ε = 1e-300 or 1e300 per run) a built-in's pass inside
+    """Guarantee: at the edges (T = 1, w = 1, runs = 2, ε = 1e-300 or 1e300 per run, either side of the compiled
+    ``share``'s range [2**-800, 2**1000], within one batch) a built-in's pass inside
     ``grid_sessions()`` ends as outside it: the same releases and records, or the same error."""
     data = np.random.default_rng(length).integers(0, 40, size=(length, d)).astype(np.float64)
     epsilons = np.linspace(epsilon, 2 * epsilon, runs)
