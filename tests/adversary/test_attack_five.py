@@ -16,6 +16,7 @@ import copy
 import math
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import threading
@@ -630,6 +631,65 @@ def test_an_interrupt_at_any_line_of_a_session_operation_never_loses_a_charge() 
         session.laplace(stream.secret(2), np.array(left))
         assert all(total <= Fraction(epsilon) for total in _exact_window(ledger, 2))
     assert interrupted > 0  # the interrupts did land inside the operation
+
+
+_FIRST_CALL_ALARM = """
+import signal
+import sys
+
+import numpy as np
+
+import budgetcheck as bc
+from budgetcheck.ledger.grid import grid_session, grid_sessions
+
+ledger = bc.WindowLedger(epsilon=1.0, w=3, runs=4, seed=1, sampler="numpy-laplace", keep_records=True)
+stream = bc.GuardedStream(np.arange(36.0).reshape(12, 3))
+ledger.bind(stream)
+with grid_sessions():
+    session = grid_session(ledger, stream, ("dissimilarity", "publication"))
+
+
+class Alarm(Exception):
+    pass
+
+
+def ring(*_):
+    raise Alarm
+
+
+signal.signal(signal.SIGALRM, ring)
+signal.setitimer(signal.ITIMER_REAL, float(sys.argv[1]))
+try:
+    session.laplace(stream.secret(1), np.full(4, 0.5))
+except Alarm:
+    pass
+signal.setitimer(signal.ITIMER_REAL, 0)
+session.laplace(stream.secret(2), np.full(4, 0.25))
+session.dissimilarity(stream.secret(3), np.zeros((4, 3)), np.full(4, 0.25))
+try:
+    session.laplace(stream.secret(3), np.full(4, 0.5))  # [1, 3] would hold 0.5 + 0.25 + 0.25 + 0.5 or 1.0
+    print("third accepted")
+except bc.BudgetExceeded:
+    print("third refused")
+print([(r.t, float(r.amounts[0])) for r in ledger.records])
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs setitimer")
+@pytest.mark.parametrize("delay", [0.004, 0.013, 0.016])
+def test_a_raising_sigalrm_during_a_sessions_first_call_leaves_it_usable_and_exact(delay: float) -> None:
+    """Guarantee: a SIGALRM handler that raises during a session's first operation (its kernels being loaded or
+    compiled; issue 42's route) leaves the process able to run later operations, and the ledger exact: the
+    interrupted spend is either recorded whole or not at all, and the windows count exactly what is recorded."""
+    child = subprocess.run(
+        [sys.executable, "-c", _FIRST_CALL_ALARM, str(delay)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert child.returncode == 0, child.stderr[-800:]
+    verdict, records = child.stdout.splitlines()[-2:]
+    if records.startswith("[(1, 0.5)"):
+        assert verdict == "third refused" and records == "[(1, 0.5), (2, 0.25), (3, 0.25)]"
+    else:
+        assert verdict == "third accepted" and records == "[(2, 0.25), (3, 0.25), (3, 0.5)]"
 
 
 def test_threads_racing_through_one_session_cannot_both_spend_the_window() -> None:
