@@ -143,6 +143,45 @@ def test_a_mechanism_under_verify_never_holds_a_session(
     assert held == [], f"{len(held)} of the mechanism's ledgers under verify gave it a session"
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="grid: a user's module that runs `_KEPT = grid_sessions(); _KEPT.__enter__()` at import (load_mechanism, "
+    "as `budgetcheck verify mine:M` or `bench --mechanism mine:M` do) switches sessions on for the rest of the "
+    "process: grid_session(...) then returns a session at top level, for every later mechanism's ledgers",
+)
+def test_importing_a_mechanism_cannot_switch_sessions_on_for_the_process(
+    mechanism_module: Callable[[str, str], str],
+) -> None:
+    """Guarantee: sessions are the runner's block only; loading a third party's module leaves every later
+    ledger (another mechanism's verify, a user's execute) on the ledger's own path."""
+    name = mechanism_module(
+        "attack5_leak",
+        """
+        import attrs
+        import numpy as np
+        from budgetcheck.ledger.grid import grid_sessions
+
+        _KEPT = grid_sessions()
+        _KEPT.__enter__()  # left open
+
+
+        @attrs.frozen
+        class Mech:
+            name: str = "leak"
+
+            def run(self, stream, ledger):
+                return np.zeros((ledger.runs, stream.length, stream.dimensions))
+        """,
+    )
+    ledger, stream = _ledger(1.0, 3, 2), GuardedStream(_data())
+    ledger.bind(stream)
+    bc.load_mechanism(f"{name}:Mech")
+    try:
+        assert grid_session(ledger, stream, PURPOSES) is None
+    finally:
+        sys.modules[name]._KEPT.__exit__(None, None, None)  # what this test switched on, switched off
+
+
 def test_a_mechanism_opening_its_own_session_under_execute_is_still_refused_one_ulp_over(
     mechanism_module: Callable[[str, str], str],
 ) -> None:
