@@ -1171,3 +1171,49 @@ def test_a_budget_rounded_down_is_never_negative(x: float, y: float) -> None:
     if y == 2.0:
         results += [kernel_ops.k_half_down(x), _float_op("half_down", np.array([x]))]
     assert all(value >= 0.0 for value in results), results
+
+
+_BUDGETS = st.sampled_from([0.0, TINY, 1e-300, 0.1, 1.0 / 3.0, 0.25, 1e300]) | st.floats(
+    min_value=0.0, max_value=10.0, allow_nan=False
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(width=st.integers(1, 5), values=st.lists(_BUDGETS, min_size=1, max_size=30))
+def test_kernel_slide_bounds_the_windows_exact_sum_from_above(width: int, values: list[float]) -> None:
+    """Guarantee: a compiled rule's window (``KernelOps.slide`` over its ring) keeps the last ``width`` budgets
+    and a total never below their exact sum (a rule that read less would allocate over ε)."""
+    ring = np.zeros((1, width))
+    compiled = kernel_ops.kernel_ops(ring)
+    window = kernel_ops.Window(0, 0, 0.0, 0)
+    for k, value in enumerate(values):
+        window = compiled.slide(window, value)
+        last = values[max(0, k + 1 - width) : k + 1]
+        assert Fraction(window.total) >= sum((Fraction(x) for x in last), Fraction(0))
+        assert sorted(ring[0].tolist()) == sorted(last + [0.0] * (width - len(last)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=_BUDGETS,
+    other=_BUDGETS,
+    numerator=st.integers(0, 60),
+    denominator=st.integers(1, 60),
+    parts=st.integers(1, 1000),
+)
+def test_kernel_ops_methods_give_floats_doubles(
+    value: float, other: float, numerator: int, denominator: int, parts: int
+) -> None:
+    """Guarantee: the methods of the compiled ``ops`` (what a rule's ``charges`` calls) give, one run at a time,
+    the doubles of ``budgetcheck.ops.FLOAT`` on the same values."""
+    compiled = kernel_ops.kernel_ops(np.zeros((1, 2)))
+    assert compiled.fraction_down(value, numerator, denominator) == _float_op(
+        "fraction_down", np.array([value]), numerator, denominator
+    )
+    assert compiled.mul_down(value, other) == _float_op("mul_down", np.array([value]), other)
+    assert compiled.sub_down(value, other) == _float_op("sub_down", np.array([value]), np.array([other]))
+    assert compiled.minimum(value, other) == _float_op("minimum", np.array([value]), np.array([other]))
+    if not _underflows(Fraction(value) / 2):
+        assert compiled.half_down(value) == _float_op("half_down", np.array([value]))
+    if kernel_ops.usable_epsilon(np.array([value])) and value > 0:
+        assert compiled.share(value, parts) == _float_op("share", np.array([value]), parts)
