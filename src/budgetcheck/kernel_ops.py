@@ -99,7 +99,8 @@ def k_div_down(value: float, divisor: float) -> float:
     product = quotient * divisor
     error = _product_error(quotient, divisor, product)
     too_big = (product > value) | ((product == value) & (error > 0.0))
-    return _down(quotient, too_big | _near_underflow(quotient) | _near_underflow(value))
+    # never one step down from a quotient of 0 (rounding._div_down_each): 0 is the largest double below it
+    return _down(quotient, (too_big | _near_underflow(quotient) | _near_underflow(value)) & (quotient != 0.0))
 
 
 @compiled

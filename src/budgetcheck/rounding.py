@@ -249,8 +249,11 @@ def _div_down_each(a: FloatArray, b: FloatArray, out: FloatArray, out_bits: NDAr
         error = _product_error(quotient, y, product)
         too_big = (product > x) | ((product == x) & (error > 0.0))
         out[i] = quotient
-        # a dividend below 2**-900 makes the product's error terms underflow: always one step down there
-        _down_if(out, out_bits, i, too_big | _near_underflow(quotient) | _near_underflow(x))
+        # a dividend below 2**-900 makes the product's error terms underflow: always one step down there,
+        # except from a quotient of 0: the exact quotient of x >= 0 by y > 0 is then in [0, 2**-1075], and 0 is
+        # the largest double below it (one step down would be a negative budget)
+        down = too_big | _near_underflow(quotient) | _near_underflow(x)
+        _down_if(out, out_bits, i, down & (quotient != 0.0))
 
 
 def half_down(value: ArrayLike) -> FloatArray:
