@@ -385,13 +385,6 @@ print("same as the ledger")
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="grid: a session's record rows are preallocated for 2 per timestamp (24 for T = 12) and the compiled "
-    "check-and-commit writes row 24 past them: the 25th distinct charge (3 releases a timestamp, t = 9) raises "
-    "IndexError 'index 24 is out of bounds for axis 0 with size 24' after the commit, and the heap is corrupted "
-    "(abort 'corrupted double-linked list' / segfault); not handed to the ledger",
-)
 def test_more_charges_than_the_session_preallocated_are_the_ledgers_not_a_heap_overflow() -> None:
     """Guarantee: whatever a mechanism does through a session (here 3 releases a timestamp at distinct
     amounts, which a user's mechanism that opened a session may do), it gets the ledger's releases and records;

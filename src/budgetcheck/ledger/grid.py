@@ -418,6 +418,7 @@ class GridSession:
         last: FloatArray | None,
         expected: FloatArray | None,
     ) -> int:
+        self._make_room()
         return int(
             _check_and_commit(
                 t,
@@ -444,6 +445,20 @@ class GridSession:
                 expected is not None,
             )
         )
+
+    def _make_room(self) -> None:
+        """Room for one more operation and one more row of amounts before the kernel runs (it writes record
+        ``state[_OPS]`` and row ``state[_ROWS]`` without bounds checks): the arrays sized for ``len(purposes)``
+        operations a timestamp are doubled when full (a mechanism may charge more often than that)."""
+        ops, rows = int(self._state[_OPS]), int(self._state[_ROWS])
+        if ops < self._rec_t.shape[0] and rows < self._pool.shape[0]:
+            return
+        capacity = 2 * max(self._rec_t.shape[0], self._pool.shape[0], 1)
+        self._rec_t = _grown(self._rec_t, ops, capacity)
+        self._rec_purpose = _grown(self._rec_purpose, ops, capacity)
+        self._rec_row = _grown(self._rec_row, ops, capacity)
+        self._rec_sens = _grown(self._rec_sens, ops, capacity)
+        self._pool = _grown(self._pool, rows, capacity)
 
     def _exact_bound(self, t: int, amounts: FloatArray) -> FloatArray | None:
         """The exact check of a spend at t (:class:`ExactVector` sums of the window's spends, as the ledger's
@@ -800,6 +815,13 @@ def _valid_amounts(amounts: FloatArray) -> bool:
 
 def _amounts_valid(amounts: FloatArray) -> bool:
     return bool(_valid_amounts(amounts if amounts.flags.c_contiguous else np.ascontiguousarray(amounts)))
+
+
+def _grown(array: Any, used: int, capacity: int) -> Any:
+    """A new array of ``capacity`` rows (the rest of its shape as ``array``'s) holding ``array``'s first ``used``."""
+    grown = np.empty((capacity, *array.shape[1:]), dtype=array.dtype)
+    grown[:used] = array[:used]
+    return grown
 
 
 def _per_run(epsilon: object, runs: int) -> Any:
