@@ -121,14 +121,6 @@ class Mech:
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="grid: a mechanism under verify_mechanism that opens grid_sessions() itself gets a GridSession from "
-    "grid_session(ledger, stream, ...) on the in-memory numpy ledgers of 2 to 4 runs that stage a (the replay) "
-    "and stage b (its fixed pairs) hand it (4 of ~95 ledgers in stage b, all 2-4-run ones in stage a); the "
-    "module says the verification stages keep the ledger's own path. No over-spend shown through it (its "
-    "checks are the ledger's), but it exposes the row overflow below to code under verify",
-)
 def test_a_mechanism_under_verify_never_holds_a_session(
     mechanism_module: Callable[[str, str], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
