@@ -135,12 +135,6 @@ def test_a_mechanism_under_verify_never_holds_a_session(
     assert held == [], f"{len(held)} of the mechanism's ledgers under verify gave it a session"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="grid: a user's module that runs `_KEPT = grid_sessions(); _KEPT.__enter__()` at import (load_mechanism, "
-    "as `budgetcheck verify mine:M` or `bench --mechanism mine:M` do) switches sessions on for the rest of the "
-    "process: grid_session(...) then returns a session at top level, for every later mechanism's ledgers",
-)
 def test_importing_a_mechanism_cannot_switch_sessions_on_for_the_process(
     mechanism_module: Callable[[str, str], str],
 ) -> None:
