@@ -121,14 +121,6 @@ class Mech:
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="grid: a mechanism under verify_mechanism that opens grid_sessions() itself gets a GridSession from "
-    "grid_session(ledger, stream, ...) on the in-memory numpy ledgers of 2 to 4 runs that stage a (the replay) "
-    "and stage b (its fixed pairs) hand it (4 of ~95 ledgers in stage b, all 2-4-run ones in stage a); the "
-    "module says the verification stages keep the ledger's own path. No over-spend shown through it (its "
-    "checks are the ledger's), but it exposes the row overflow below to code under verify",
-)
 def test_a_mechanism_under_verify_never_holds_a_session(
     mechanism_module: Callable[[str, str], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -143,12 +135,6 @@ def test_a_mechanism_under_verify_never_holds_a_session(
     assert held == [], f"{len(held)} of the mechanism's ledgers under verify gave it a session"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="grid: a user's module that runs `_KEPT = grid_sessions(); _KEPT.__enter__()` at import (load_mechanism, "
-    "as `budgetcheck verify mine:M` or `bench --mechanism mine:M` do) switches sessions on for the rest of the "
-    "process: grid_session(...) then returns a session at top level, for every later mechanism's ledgers",
-)
 def test_importing_a_mechanism_cannot_switch_sessions_on_for_the_process(
     mechanism_module: Callable[[str, str], str],
 ) -> None:
@@ -385,13 +371,6 @@ print("same as the ledger")
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="grid: a session's record rows are preallocated for 2 per timestamp (24 for T = 12) and the compiled "
-    "check-and-commit writes row 24 past them: the 25th distinct charge (3 releases a timestamp, t = 9) raises "
-    "IndexError 'index 24 is out of bounds for axis 0 with size 24' after the commit, and the heap is corrupted "
-    "(abort 'corrupted double-linked list' / segfault); not handed to the ledger",
-)
 def test_more_charges_than_the_session_preallocated_are_the_ledgers_not_a_heap_overflow() -> None:
     """Guarantee: whatever a mechanism does through a session (here 3 releases a timestamp at distinct
     amounts, which a user's mechanism that opened a session may do), it gets the ledger's releases and records;

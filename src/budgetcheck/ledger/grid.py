@@ -27,8 +27,10 @@ is thus never a way around the ledger: the checks are the ledger's, and every ot
 ledger's state only after the session has handed it over (it stands as the ledger's in-flight commit,
 which every operation and read completes first).
 
-Only the benchmark's runner opens sessions (:func:`grid_sessions`); the verification stages, which run
-through a tap or a journal, keep the ledger's own path.
+Only the benchmark's runner opens sessions (:func:`grid_sessions`); the verification stages run inside
+:func:`no_grid_sessions`, so their ledgers keep the ledger's own path even for a mechanism that opens
+:func:`grid_sessions` itself. A user's module is imported in a copy of the caller's context
+(``load_mechanism``), so a ``grid_sessions()`` entered at import and left open ends with the import.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -66,6 +69,10 @@ IntArray = NDArray[np.int64]
 MOST_RUNS: Final = 12_000
 _MOST_VALUES: Final = 128  # values per timestamp: np.add.reduce sums a row of up to 128 without halving it
 _ENABLED: contextvars.ContextVar[bool] = contextvars.ContextVar("budgetcheck_grid_sessions", default=False)
+# no_grid_sessions() blocks open in the process (verify's stages): while any is, no session opens in any
+# thread (a thread a mechanism starts does not inherit a context variable); sessions only save time
+_BARRING = [0]
+_BARRING_LOCK = threading.Lock()
 
 # the integer state of a session, one int64 array (the kernels update it in place):
 _FIRST: Final = 0  # the oldest operation whose timestamp is still inside the window
@@ -90,7 +97,36 @@ def grid_sessions() -> Iterator[None]:
     try:
         yield
     finally:
-        _ENABLED.reset(token)
+        with contextlib.suppress(ValueError):  # entered in another context (an import's): it ended with it
+            _ENABLED.reset(token)
+
+
+@contextlib.contextmanager
+def no_grid_sessions() -> Iterator[None]:
+    """While this block runs no session opens, in any thread, even inside a :func:`grid_sessions` block a
+    mechanism opens itself: :func:`grid_session` gives None and every operation is the ledger's own
+    (``verify_mechanism``'s stages; a benchmark in another thread meanwhile runs the ledger's path, the same
+    releases).
+
+    Example:
+        >>> from budgetcheck.ledger.grid import grid_sessions, no_grid_sessions, sessions_enabled
+        >>> with no_grid_sessions(), grid_sessions():
+        ...     sessions_enabled()
+        False
+    """
+    with _BARRING_LOCK:
+        _BARRING[0] += 1
+    try:
+        yield
+    finally:
+        with _BARRING_LOCK:
+            _BARRING[0] -= 1
+
+
+def sessions_enabled() -> bool:
+    """Whether :func:`grid_session` may open a session here: inside :func:`grid_sessions`, outside
+    :func:`no_grid_sessions`."""
+    return _ENABLED.get() and _BARRING[0] == 0
 
 
 def grid_session(ledger: object, stream: object, purposes: tuple[str, ...]) -> GridSession | None:
@@ -99,7 +135,7 @@ def grid_session(ledger: object, stream: object, purposes: tuple[str, ...]) -> G
     a fresh in-memory :class:`WindowLedger` of several runs with the numpy sampler, or a stream not bound to it."""
     from budgetcheck.ledger.wevent import WindowLedger
 
-    if not _ENABLED.get() or type(ledger) is not WindowLedger or not isinstance(stream, GuardedStream):
+    if not sessions_enabled() or type(ledger) is not WindowLedger or not isinstance(stream, GuardedStream):
         return None
     return GridSession.open(ledger, stream, purposes)
 
@@ -418,6 +454,7 @@ class GridSession:
         last: FloatArray | None,
         expected: FloatArray | None,
     ) -> int:
+        self._make_room()
         return int(
             _check_and_commit(
                 t,
@@ -444,6 +481,20 @@ class GridSession:
                 expected is not None,
             )
         )
+
+    def _make_room(self) -> None:
+        """Room for one more operation and one more row of amounts before the kernel runs (it writes record
+        ``state[_OPS]`` and row ``state[_ROWS]`` without bounds checks): the arrays sized for ``len(purposes)``
+        operations a timestamp are doubled when full (a mechanism may charge more often than that)."""
+        ops, rows = int(self._state[_OPS]), int(self._state[_ROWS])
+        if ops < self._rec_t.shape[0] and rows < self._pool.shape[0]:
+            return
+        capacity = 2 * max(self._rec_t.shape[0], self._pool.shape[0], 1)
+        self._rec_t = _grown(self._rec_t, ops, capacity)
+        self._rec_purpose = _grown(self._rec_purpose, ops, capacity)
+        self._rec_row = _grown(self._rec_row, ops, capacity)
+        self._rec_sens = _grown(self._rec_sens, ops, capacity)
+        self._pool = _grown(self._pool, rows, capacity)
 
     def _exact_bound(self, t: int, amounts: FloatArray) -> FloatArray | None:
         """The exact check of a spend at t (:class:`ExactVector` sums of the window's spends, as the ledger's
@@ -800,6 +851,13 @@ def _valid_amounts(amounts: FloatArray) -> bool:
 
 def _amounts_valid(amounts: FloatArray) -> bool:
     return bool(_valid_amounts(amounts if amounts.flags.c_contiguous else np.ascontiguousarray(amounts)))
+
+
+def _grown(array: Any, used: int, capacity: int) -> Any:
+    """A new array of ``capacity`` rows (the rest of its shape as ``array``'s) holding ``array``'s first ``used``."""
+    grown = np.empty((capacity, *array.shape[1:]), dtype=array.dtype)
+    grown[:used] = array[:used]
+    return grown
 
 
 def _per_run(epsilon: object, runs: int) -> Any:

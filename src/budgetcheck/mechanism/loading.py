@@ -4,6 +4,7 @@ publisher and both studies."""
 
 from __future__ import annotations
 
+import contextvars
 import difflib
 import importlib
 import os
@@ -66,7 +67,9 @@ def _import_user_module(reference: str, module_name: str) -> Any:
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        return importlib.import_module(module_name)
+        # in a copy of the caller's context: what the module's top level sets in context variables (e.g. a
+        # grid_sessions() block entered and left open) ends with the import, not in the caller's process
+        return contextvars.copy_context().run(importlib.import_module, module_name)
     except SyntaxError as exc:
         raise InvalidArgument(
             f"mechanism={reference!r} cannot be loaded: {exc.filename}, line {exc.lineno}: {exc.msg}"

@@ -32,6 +32,7 @@ from hypothesis.strategies import SearchStrategy
 from budgetcheck.ledger.audit import audit_windows_per_epsilon
 from budgetcheck.ledger.audit_notions import audit_records
 from budgetcheck.ledger.errors import BudgetExceeded, InvalidArgument, LedgerCorrupt, NotAllowed, SecretAccess
+from budgetcheck.ledger.grid import no_grid_sessions
 from budgetcheck.ledger.intrusions import ANNOUNCED
 from budgetcheck.ledger.notion import Notion
 from budgetcheck.ledger.validation import check_positive_int
@@ -302,7 +303,8 @@ def verify_mechanism(
     given = ledger_flags()
     trusted_code = given["trusted_code"] if trusted_code is None else trusted_code
     allow_vouched = given["allow_vouched"] if allow_vouched is None else allow_vouched
-    with allowing(trusted_code=trusted_code, allow_vouched=allow_vouched):
+    # the stages' ledgers keep the ledger's own path: no grid session, even for a mechanism opening grid_sessions()
+    with allowing(trusted_code=trusted_code, allow_vouched=allow_vouched), no_grid_sessions():
         return _verify(reference, examples=examples, seed=seed, max_length=max_length, profile=profile, stages=stages)
 
 
