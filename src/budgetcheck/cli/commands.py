@@ -3,8 +3,9 @@
 Exit codes (stable, for CI): 0 = every check passed; 1 = a violation was found; 2 = usage or
 input error (including the user's module failing to import); 3 = inconclusive (a stage could not
 decide); 4 = a ledger file is damaged or altered; 5 = a ledger stayed locked by another writer;
-70 = an internal error of budgetcheck (a bug: please report it); 141 = the reader of the output
-stopped (``| head``), as for a tool stopped by SIGPIPE.
+70 = an internal error of budgetcheck (a bug: please report it); 130 = interrupted (Ctrl-C), as a
+shell reports for a tool stopped by SIGINT; 141 = the reader of the output stopped (``| head``), as
+for a tool stopped by SIGPIPE.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ if TYPE_CHECKING:  # the stages need the verify extra: verify loads them once it
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERNAL = 0, 1, 2, 3, 70
 EXIT_PIPE = 128 + 13  # what a shell reports for a tool stopped by SIGPIPE: never 0, the output was cut short
+EXIT_INTERRUPTED = 128 + 2  # what a shell reports for a tool stopped by SIGINT: never 1, "a violation was found"
 
 
 class _Commands(click.Group):
@@ -43,8 +45,11 @@ class _Commands(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit, KeyboardInterrupt):
+        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise
+        except KeyboardInterrupt:  # click would print "Aborted!" and exit 1, which CI reads as a violation
+            click.echo("\nAborted: interrupted (exit 130); what was stored is kept.", err=True)
+            sys.exit(EXIT_INTERRUPTED)
         except BrokenPipeError:  # the reader went away (`budgetcheck mechanisms | head`): stop as Unix tools do
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at shutdown
             sys.exit(EXIT_PIPE)
@@ -80,7 +85,8 @@ def main() -> None:
     """Provably right privacy accounting for differentially private streams.
 
     Exit codes: 0 ok; 1 a violation found; 2 usage or input error; 3 inconclusive; 4 a ledger file
-    damaged or altered; 5 a ledger locked by another writer too long; 70 an internal error (a bug).
+    damaged or altered; 5 a ledger locked by another writer too long; 70 an internal error (a bug);
+    130 interrupted (Ctrl-C).
     """
 
 
