@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from cli.test_light_install import _core  # a core install, simulated: the extras' modules refused
+
 CLI = [sys.executable, "-c", "from budgetcheck.cli import main; main()"]
 
 
@@ -36,3 +38,28 @@ def test_an_interrupted_command_exits_130_not_1_which_means_a_violation(tmp_path
     assert publisher.returncode == 130, (publisher.returncode, err)
     assert "Traceback" not in err and "interrupted (exit 130)" in err, err
     assert (tmp_path / "ledger.db").exists()  # what was stored is kept
+
+
+def test_a_star_import_works_on_the_core_install(tmp_path: Path) -> None:
+    """``from budgetcheck import *`` on ``pip install .`` (no verify extra) raised MissingExtra for
+    ``Counterexample``; it now takes the core's names, and a verification name used by name still
+    names the extra in one line (docs/howto/install.md)."""
+    script = (
+        "from budgetcheck import *\n"
+        "print(WindowLedger(epsilon=1.0, w=2).remaining(1))\n"
+        "print('verify_mechanism' in dir())\n"
+        "import budgetcheck\n"
+        "try:\n"
+        "    budgetcheck.verify_mechanism\n"
+        "except budgetcheck.BudgetcheckError as missing:\n"
+        "    print(type(missing).__name__, \"pip install 'budgetcheck[verify]'\" in str(missing))\n"
+    )
+    ran = _core(tmp_path, "-c", script)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["[1.]", "False", "MissingExtra", "True"], ran.stdout
+
+
+def test_a_star_import_with_the_extra_keeps_the_verification_names() -> None:
+    namespace: dict[str, object] = {}
+    exec("from budgetcheck import *", namespace)
+    assert {"verify_mechanism", "VerifyResult", "Counterexample", "WindowLedger"} <= set(namespace)
