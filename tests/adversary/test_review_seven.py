@@ -13,7 +13,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from cli.test_light_install import _core  # a core install, simulated: the extras' modules refused
+
+pytest_plugins = ["pytester"]
 
 CLI = [sys.executable, "-c", "from budgetcheck.cli import main; main()"]
 
@@ -63,3 +67,15 @@ def test_a_star_import_with_the_extra_keeps_the_verification_names() -> None:
     namespace: dict[str, object] = {}
     exec("from budgetcheck import *", namespace)
     assert {"verify_mechanism", "VerifyResult", "Counterexample", "WindowLedger"} <= set(namespace)
+
+
+def test_the_fixture_reports_a_failure_once(pytester: pytest.Pytester) -> None:
+    """The ``budgetcheck_verify`` fixture's failure was printed twice, joined by "During handling of the
+    above exception, another exception occurred" (the pytest plugin's docstring: reported as the CLI
+    reports it, with no frames). A name that does not load fails without running a stage."""
+    pytester.makepyfile(test_mine="def test_mine(budgetcheck_verify):\n    budgetcheck_verify('Unifrom')\n")
+    failing = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rN")  # -rN: no summary line
+    failing.assert_outcomes(failed=1)
+    text = failing.stdout.str()
+    assert "another exception occurred" not in text, text
+    assert text.count("budgetcheck verify Unifrom:") == 1, text
