@@ -73,8 +73,12 @@ def _require(extra: str) -> None:
     from budgetcheck.extras import require_extra
     from budgetcheck.ledger.errors import MissingExtra
 
+    ctx, names = click.get_current_context(), []
+    while ctx.parent is not None:  # the command's words under `budgetcheck`: "bench personalized"
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
     try:
-        require_extra(extra, f"budgetcheck {click.get_current_context().info_name}")
+        require_extra(extra, " ".join(["budgetcheck", *reversed(names)]))
     except MissingExtra as missing:
         raise InputError(str(missing)) from None
 
@@ -704,9 +708,9 @@ def bench(
 
     Every cell is stored as it finishes; run the same command again to resume.
     """
-    _require("bench")  # its subcommands too (report, personalized, swellfish)
-    if ctx.invoked_subcommand is not None:
+    if ctx.invoked_subcommand is not None:  # each checks the extra itself, after its --help
         return
+    _require("bench")
     from budgetcheck.bench import Benchmark, run_benchmark, text_report, write_report
     from budgetcheck.bench.store import ResultStore
     from budgetcheck.ledger.errors import BudgetcheckError
@@ -817,6 +821,7 @@ def bench_report(results: Path, out: Path | None, kind: str) -> None:
     swellfish: Tex et al.'s Figures 4-6 (per-household box plots) and Tables 2 and 3 (TEAS, TINAR).
     A file of another kind, or a damaged one, exits 2 naming it.
     """
+    _require("bench")
     from budgetcheck.bench import write_report
     from budgetcheck.bench.study_report import detect, write_personalized_report, write_swellfish_report
     from budgetcheck.ledger.errors import BudgetcheckError
@@ -896,6 +901,7 @@ def bench_personalized(
     A missing or malformed download exits 2 naming the file, before any run. Every finished point is
     stored in OUT/personalized-progress.jsonl: run the same command again to resume. With --executor dask
     the points run on the workers of the Dask scheduler at --scheduler."""
+    _require("bench")
     from budgetcheck.bench import personalized_study as study
     from budgetcheck.ledger.errors import BudgetcheckError
 
@@ -967,6 +973,7 @@ def bench_swellfish(paper: bool, out: Path, seed: int, jobs: int, executor: str,
 
     Every finished household is stored in OUT/progress.jsonl: run the same command again to resume
     (with either executor)."""
+    _require("bench")
     from budgetcheck.bench import swellfish_study as study
     from budgetcheck.ledger.errors import BudgetcheckError
 
