@@ -96,3 +96,13 @@ def test_a_bench_subcommand_shows_its_help_on_the_core_install_and_names_the_ext
     (line,) = ran.stderr.strip().splitlines()
     assert line.startswith(f"Error: budgetcheck bench {sub} needs the bench extra"), line
     assert line.endswith("pip install 'budgetcheck[bench]'"), line
+
+
+def test_bench_help_lists_each_study_in_a_whole_phrase() -> None:
+    """``bench --help`` listed the personalized study as "The personalized w-event study (Du et al.":
+    click cut its summary at the abbreviation's full stop."""
+    shown = subprocess.run([*CLI, "bench", "--help"], capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0, shown.stderr
+    commands = shown.stdout.split("Commands:")[1]
+    (line,) = [row for row in commands.splitlines() if row.strip().startswith("personalized")]
+    assert "(Du et al. 2025" in line and not line.rstrip().endswith("(Du et al."), line

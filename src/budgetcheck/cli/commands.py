@@ -844,7 +844,10 @@ def bench_report(results: Path, out: Path | None, kind: str) -> None:
     click.echo(f"wrote {', '.join(str(p) for p in study.files)}")
 
 
-@bench.command(name="personalized")
+@bench.command(
+    name="personalized",
+    short_help="The personalized w-event study (Du et al. 2025, §5): PBD, PBA vs their baselines.",
+)
 @click.option(
     "--paper", is_flag=True, help="The paper's scale: 10,000 users, T = 1000, 10 runs, every point of Table 3."
 )
