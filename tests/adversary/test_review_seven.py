@@ -7,6 +7,7 @@ reserves for a violation), ``from budgetcheck import *`` failed on the core inst
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -106,3 +107,29 @@ def test_bench_help_lists_each_study_in_a_whole_phrase() -> None:
     commands = shown.stdout.split("Commands:")[1]
     (line,) = [row for row in commands.splitlines() if row.strip().startswith("personalized")]
     assert "(Du et al. 2025" in line and not line.rstrip().endswith("(Du et al."), line
+
+
+def test_a_subset_that_ran_no_stream_reports_no_worst_window_and_no_bound(tmp_path: Path) -> None:
+    """``verify BD --stages c`` printed a worst window of 0.000000 and a bound of "0, 0, 0" (JSON: 0.0 and
+    w_max 0, horizon 0) though no stage ran a stream: a measurement that was never made. Now "-" in the
+    table and null in --json (docs/reference/formats.md), as for the stages that did not run."""
+    table = subprocess.run([*CLI, "verify", "Uniform", "--stages", "c"], capture_output=True, text=True, timeout=600)
+    assert table.returncode == 3, table.stdout + table.stderr  # exit-codes.md: a proof alone is inconclusive
+    (row,) = [line for line in table.stdout.splitlines() if line.startswith("Uniform ")]
+    assert "0.000000" not in row and "0, 0, 0" not in row, row
+    as_json = subprocess.run(
+        [*CLI, "verify", "Uniform", "--stages", "c", "--json"], capture_output=True, text=True, timeout=600
+    )
+    (result,) = json.loads(as_json.stdout)["results"]
+    assert result["worst_window_over_epsilon"] is None and result["bound"] is None, result
+    # the note speaks of the proof only when the proof ran
+    assert "(a proof covers it only with e's rule conformance)" in result["verdict_note"]
+    explored = subprocess.run(
+        [*CLI, "verify", "Uniform", "--stages", "b", "--examples", "3", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    (secret,) = json.loads(explored.stdout)["results"]
+    assert secret["bound"] is not None and secret["worst_window_over_epsilon"] is not None, secret
+    assert "a proof covers" not in secret["verdict_note"], secret["verdict_note"]

@@ -418,7 +418,10 @@ def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as
 
 
 def _worst(result: VerifyResult) -> str:
-    """The worst window / ε of a verify row; a refused attempt is marked, so the figure agrees with a failure."""
+    """The worst window / ε of a verify row; a refused attempt is marked, so the figure agrees with a failure;
+    ``-`` when no replay ran (``--stages c``, ``e``: nothing was measured, which is not a worst of 0)."""
+    if not result.examples:
+        return "-"
     return f"{result.worst_ratio:.6f}" + (" refused" if result.worst_refused else "")
 
 
