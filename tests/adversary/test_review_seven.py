@@ -133,3 +133,19 @@ def test_a_subset_that_ran_no_stream_reports_no_worst_window_and_no_bound(tmp_pa
     (secret,) = json.loads(explored.stdout)["results"]
     assert secret["bound"] is not None and secret["worst_window_over_epsilon"] is not None, secret
     assert "a proof covers" not in secret["verdict_note"], secret["verdict_note"]
+
+
+@pytest.mark.parametrize("address", ["nonsense", "bogus://x:1", "tcp://[::1"])
+def test_bench_names_a_scheduler_address_dask_cannot_parse(tmp_path: Path, address: str) -> None:
+    """``bench --executor dask --scheduler nonsense`` exited 70 with dask's ValueError traceback, "an
+    internal error of budgetcheck"; ``bench personalized`` and ``swellfish`` already said exit 2 naming
+    the address. Now ``bench`` does too (docs/howto/dask-benchmark.md, docs/reference/exit-codes.md)."""
+    ran = subprocess.run(
+        [*CLI, "bench", "--mechanism", "Uniform", "--stream", "s40-a10-p300", "--runs", "1", "--no-progress"]
+        + ["--executor", "dask", "--scheduler", address, "--results", str(tmp_path / "r.sqlite")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ran.returncode == 2 and "Traceback" not in ran.stderr, ran.stderr
+    assert f"Error: scheduler={address!r}: cannot connect to the Dask scheduler" in ran.stderr, ran.stderr

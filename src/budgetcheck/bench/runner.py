@@ -197,7 +197,7 @@ def _on_dask(benchmark: Benchmark, batches: list[Batch], scheduler: str) -> Iter
         raise DataUnavailable("--executor dask needs dask.distributed: pip install 'budgetcheck[dask]'") from error
     try:
         client = Client(scheduler, timeout=30)  # type: ignore[no-untyped-call]
-    except (OSError, TimeoutError) as error:
+    except (OSError, TimeoutError, ValueError) as error:  # ValueError: an address dask cannot parse
         raise InvalidArgument(f"scheduler={scheduler!r}: cannot connect to the Dask scheduler: {error}") from error
     try:
         futures = client.map(run_batch, [benchmark] * len(batches), batches, pure=False)
