@@ -149,3 +149,22 @@ def test_bench_names_a_scheduler_address_dask_cannot_parse(tmp_path: Path, addre
     )
     assert ran.returncode == 2 and "Traceback" not in ran.stderr, ran.stderr
     assert f"Error: scheduler={address!r}: cannot connect to the Dask scheduler" in ran.stderr, ran.stderr
+
+
+def test_a_personalized_report_that_compares_nothing_says_why(tmp_path: Path) -> None:
+    """``bench report`` on the results of ``bench personalized --mechanism PBD`` printed the comparison's
+    header and no row, with no word of why. It now says which pairs a row needs and what the file holds."""
+    source = Path(__file__).resolve().parents[2] / "results" / "du2025" / "personalized.jsonl"
+    lines = source.read_text().splitlines()
+    only_pbd = [lines[0], *(line for line in lines[1:] if json.loads(line)["mechanism"] == "PBD")]
+    results = tmp_path / "personalized.jsonl"
+    results.write_text("\n".join(only_pbd) + "\n")
+    ran = subprocess.run(
+        [*CLI, "bench", "report", str(results), "--out", str(tmp_path / "report")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "no row: a row compares PBA with StrictestBA or PLBU" in ran.stdout, ran.stdout
+    assert "this file holds PBD;" in ran.stdout, ran.stdout
