@@ -11,6 +11,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from cli.test_light_install import _core  # a core install, simulated: the extra
 
 pytest_plugins = ["pytester"]
 
+SILENT_FOR = 120  # seconds a study may take to start and connect on a loaded machine
 CLI = [sys.executable, "-c", "from budgetcheck.cli import main; main()"]
 
 
@@ -168,3 +170,32 @@ def test_a_personalized_report_that_compares_nothing_says_why(tmp_path: Path) ->
     assert ran.returncode == 0, ran.stderr
     assert "no row: a row compares PBA with StrictestBA or PLBU" in ran.stdout, ran.stdout
     assert "this file holds PBD;" in ran.stdout, ran.stdout
+
+
+@pytest.mark.parametrize("study", [["personalized", "--dataset", "TLNS", "--mechanism", "PBD"], ["swellfish"]])
+def test_a_scheduler_without_a_worker_is_said_not_waited_on_in_silence(tmp_path: Path, study: list[str]) -> None:
+    """Following docs/howto/dask-benchmark.md but forgetting step 2's ``dask worker``: the study sat
+    there printing nothing. It now says on stderr that the scheduler has no worker and how to start one;
+    Ctrl-C then stops it with exit 130."""
+    from distributed import LocalCluster
+
+    with LocalCluster(
+        n_workers=0, processes=False, protocol="tcp", host="127.0.0.1", dashboard_address=":0"
+    ) as cluster:
+        address = cluster.scheduler_address
+        waiting = subprocess.Popen(
+            [*CLI, "bench", *study, "--executor", "dask", "--scheduler", address, "--out", str(tmp_path / "out")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert waiting.stderr is not None
+        silent = threading.Timer(SILENT_FOR, waiting.send_signal, (signal.SIGINT,))  # a silent study: stopped
+        silent.start()
+        line = waiting.stderr.readline()  # the first line: the study has nothing else to say before a worker
+        silent.cancel()
+        waiting.send_signal(signal.SIGINT)
+        rest = waiting.communicate(timeout=300)[1]
+    assert line.startswith(f"waiting for a worker: the Dask scheduler at {address} has none yet"), line + rest
+    assert f"dask worker {address}" in line, line
+    assert waiting.returncode == 130, rest
