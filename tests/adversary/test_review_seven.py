@@ -199,3 +199,18 @@ def test_a_scheduler_without_a_worker_is_said_not_waited_on_in_silence(tmp_path:
     assert line.startswith(f"waiting for a worker: the Dask scheduler at {address} has none yet"), line + rest
     assert f"dask worker {address}" in line, line
     assert waiting.returncode == 130, rest
+
+
+def test_every_inconclusive_subset_note_says_it_the_same_way() -> None:
+    """A subset's inconclusive note read "skipped ...: that leaves inconclusive, since ..." except when a
+    stage could not decide: "skipped ...: inconclusive, since ...". One phrase for one verdict."""
+    from budgetcheck.verify.subset import skipped_note
+    from budgetcheck.verify.verdict import Outcome
+
+    notes = [
+        skipped_note("e", Outcome.INCONCLUSIVE, {"exploration": "inconclusive"}),
+        skipped_note("c", Outcome.INCONCLUSIVE, {"proof": "pass"}),
+        skipped_note("a", Outcome.INCONCLUSIVE, {"ledger replay": "pass"}, vouched=True),
+    ]
+    for note in notes:
+        assert note is not None and ": that leaves inconclusive, since " in note, note

@@ -55,7 +55,7 @@ rule conformance); add a or e for verified to a bound, e to the proof for proved
         return head + "violated whatever they find, as a full run says"
     undecided = sorted(name for name, found in stages.items() if found == INCONCLUSIVE)
     if verdict is Outcome.INCONCLUSIVE and undecided:
-        return head + f"inconclusive, since {' and '.join(undecided)} could not decide; {rest}"
+        return head + f"that leaves inconclusive, since {' and '.join(undecided)} could not decide; {rest}"
     if verdict is Outcome.INCONCLUSIVE and vouched and "d" in skipped:
         return head + (
             "that leaves inconclusive, since the mechanism vouches for a sensitivity whose releases only d "
