@@ -199,3 +199,15 @@ __all__ = [
     "verify_checkpoints",
     "verify_mechanism",
 ]
+
+# `from budgetcheck import *` takes every name in __all__; on the core install (no verify extra) the
+# verification names would raise MissingExtra there, so the star import takes the core's names only
+# (using one of them by name still raises the one line naming the extra)
+from budgetcheck.extras import require_extra as _require_extra  # noqa: E402
+from budgetcheck.ledger.errors import MissingExtra as _MissingExtra  # noqa: E402
+
+try:
+    _require_extra("verify")
+except _MissingExtra:
+    __all__ = [name for name in __all__ if name not in _LAZY]
+del _require_extra, _MissingExtra

@@ -123,6 +123,9 @@ def budgetcheck_verify() -> Callable[..., VerifyResult]:
         try:
             return _verify(reference, require, **options)
         except VerificationFailed as failure:
-            pytest.fail(str(failure), pytrace=False)
+            report = str(failure)
+        # failed outside the except block: inside it, pytest printed the report twice ("During handling
+        # of the above exception, another exception occurred")
+        pytest.fail(report, pytrace=False)
 
     return check

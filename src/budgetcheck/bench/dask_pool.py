@@ -13,8 +13,9 @@ Example:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from budgetcheck.ledger.errors import DataUnavailable, InvalidArgument
 
@@ -29,20 +30,38 @@ def on_dask(function: Callable[[T], R], units: Sequence[T], scheduler: str) -> I
     no scheduler answers on is :class:`InvalidArgument` naming it. Units not yet finished when the
     caller stops iterating are cancelled."""
     try:
-        from distributed import Client
         from distributed import as_completed as dask_completed
     except ImportError as error:
         raise DataUnavailable("--executor dask needs dask.distributed: pip install 'budgetcheck[dask]'") from error
     if not units:
         return
-    try:
-        client = Client(scheduler, timeout=30)  # type: ignore[no-untyped-call]
-    except (OSError, TimeoutError, ValueError) as error:
-        raise InvalidArgument(f"scheduler={scheduler!r}: cannot connect to the Dask scheduler: {error}") from error
+    client = connect(scheduler)
     futures = client.map(function, list(units), pure=False)
     try:
         for future in dask_completed(futures):  # type: ignore[no-untyped-call]
             yield future.result()
     finally:
-        client.cancel(futures)  # type: ignore[no-untyped-call]
-        client.close()  # type: ignore[no-untyped-call]
+        client.cancel(futures)
+        client.close()
+
+
+def connect(scheduler: str) -> Any:
+    """A ``distributed.Client`` of the scheduler at ``scheduler``. An address no scheduler answers on (or
+    that dask cannot parse) is :class:`InvalidArgument` naming it; a scheduler with no worker yet is said
+    on stderr, since the run then waits, silent, until one connects (``dask worker ADDRESS``)."""
+    try:
+        from distributed import Client
+    except ImportError as error:
+        raise DataUnavailable("--executor dask needs dask.distributed: pip install 'budgetcheck[dask]'") from error
+    try:
+        client = Client(scheduler, timeout=30)  # type: ignore[no-untyped-call]
+    except (OSError, TimeoutError, ValueError) as error:  # ValueError: an address dask cannot parse
+        raise InvalidArgument(f"scheduler={scheduler!r}: cannot connect to the Dask scheduler: {error}") from error
+    if not client.scheduler_info().get("workers"):
+        print(
+            f"waiting for a worker: the Dask scheduler at {scheduler} has none yet "
+            f"(start one: dask worker {scheduler})",
+            file=sys.stderr,
+            flush=True,
+        )
+    return client

@@ -190,21 +190,19 @@ def _execute(
 
 
 def _on_dask(benchmark: Benchmark, batches: list[Batch], scheduler: str) -> Iterable[list[CellResult]]:
+    from budgetcheck.bench.dask_pool import connect
+
     try:
-        from distributed import Client
         from distributed import as_completed as dask_completed
     except ImportError as error:
         raise DataUnavailable("--executor dask needs dask.distributed: pip install 'budgetcheck[dask]'") from error
-    try:
-        client = Client(scheduler, timeout=30)  # type: ignore[no-untyped-call]
-    except (OSError, TimeoutError) as error:
-        raise InvalidArgument(f"scheduler={scheduler!r}: cannot connect to the Dask scheduler: {error}") from error
+    client = connect(scheduler)
     try:
         futures = client.map(run_batch, [benchmark] * len(batches), batches, pure=False)
         for future in dask_completed(futures):  # type: ignore[no-untyped-call]
             yield future.result()
     finally:
-        client.close()  # type: ignore[no-untyped-call]
+        client.close()
 
 
 class _Bar(Protocol):

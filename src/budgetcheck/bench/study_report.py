@@ -269,6 +269,7 @@ def write_personalized_report(path: Path, out: Path) -> StudyReport:
         compared,
         title="Personalized vs strictest-requirement baselines (cf. Du et al. 2025, §5.4)",
         notes=[
+            *([] if compared else [_no_comparison(rows)]),
             "% lower AMRE = mean over the experiment's points of 100 (1 - AMRE_P / AMRE_B), B = BA or BD run under "
             "the strictest requirement (min eps_i, max w_i): StrictestBA, StrictestBD.",
             "paper: §5.4's averages for PBA against BA on the synthetic data sets, and for PBD against BD on the "
@@ -280,6 +281,17 @@ def write_personalized_report(path: Path, out: Path) -> StudyReport:
     )
     text = "\n\n".join(p.read_text().strip() for p in files if p.name in ("du_improvement.md",))
     return StudyReport(text, tuple(files))
+
+
+def _no_comparison(rows: Sequence[PersonalizedRow]) -> str:
+    """The note an empty comparison carries: which pairs it needs and what the file holds (a results
+    file of ``bench personalized --mechanism PBD`` alone compares nothing)."""
+    held = set(r.mechanism for r in rows)
+    return (
+        "no row: a row compares PBA with StrictestBA or PLBU, or PBD with StrictestBD or PLBU, and this file holds "
+        f"{', '.join(sorted(held)) or 'no mechanism'}; run bench personalized with its default mechanisms, or "
+        "name a baseline with --mechanism"
+    )
 
 
 # -- Tex et al. -----------------------------------------------------------------------------------

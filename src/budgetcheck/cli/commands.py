@@ -3,8 +3,9 @@
 Exit codes (stable, for CI): 0 = every check passed; 1 = a violation was found; 2 = usage or
 input error (including the user's module failing to import); 3 = inconclusive (a stage could not
 decide); 4 = a ledger file is damaged or altered; 5 = a ledger stayed locked by another writer;
-70 = an internal error of budgetcheck (a bug: please report it); 141 = the reader of the output
-stopped (``| head``), as for a tool stopped by SIGPIPE.
+70 = an internal error of budgetcheck (a bug: please report it); 130 = interrupted (Ctrl-C), as a
+shell reports for a tool stopped by SIGINT; 141 = the reader of the output stopped (``| head``), as
+for a tool stopped by SIGPIPE.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ if TYPE_CHECKING:  # the stages need the verify extra: verify loads them once it
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERNAL = 0, 1, 2, 3, 70
 EXIT_PIPE = 128 + 13  # what a shell reports for a tool stopped by SIGPIPE: never 0, the output was cut short
+EXIT_INTERRUPTED = 128 + 2  # what a shell reports for a tool stopped by SIGINT: never 1, "a violation was found"
 
 
 class _Commands(click.Group):
@@ -43,8 +45,11 @@ class _Commands(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit, KeyboardInterrupt):
+        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise
+        except KeyboardInterrupt:  # click would print "Aborted!" and exit 1, which CI reads as a violation
+            click.echo("\nAborted: interrupted (exit 130); what was stored is kept.", err=True)
+            sys.exit(EXIT_INTERRUPTED)
         except BrokenPipeError:  # the reader went away (`budgetcheck mechanisms | head`): stop as Unix tools do
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at shutdown
             sys.exit(EXIT_PIPE)
@@ -68,8 +73,12 @@ def _require(extra: str) -> None:
     from budgetcheck.extras import require_extra
     from budgetcheck.ledger.errors import MissingExtra
 
+    ctx, names = click.get_current_context(), []
+    while ctx.parent is not None:  # the command's words under `budgetcheck`: "bench personalized"
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
     try:
-        require_extra(extra, f"budgetcheck {click.get_current_context().info_name}")
+        require_extra(extra, " ".join(["budgetcheck", *reversed(names)]))
     except MissingExtra as missing:
         raise InputError(str(missing)) from None
 
@@ -80,7 +89,8 @@ def main() -> None:
     """Provably right privacy accounting for differentially private streams.
 
     Exit codes: 0 ok; 1 a violation found; 2 usage or input error; 3 inconclusive; 4 a ledger file
-    damaged or altered; 5 a ledger locked by another writer too long; 70 an internal error (a bug).
+    damaged or altered; 5 a ledger locked by another writer too long; 70 an internal error (a bug);
+    130 interrupted (Ctrl-C).
     """
 
 
@@ -408,7 +418,10 @@ def prove(mechanism: tuple[str, ...], w_min: int, w_max: int, timeout_s: int, as
 
 
 def _worst(result: VerifyResult) -> str:
-    """The worst window / ε of a verify row; a refused attempt is marked, so the figure agrees with a failure."""
+    """The worst window / ε of a verify row; a refused attempt is marked, so the figure agrees with a failure;
+    ``-`` when no replay ran (``--stages c``, ``e``: nothing was measured, which is not a worst of 0)."""
+    if not result.examples:
+        return "-"
     return f"{result.worst_ratio:.6f}" + (" refused" if result.worst_refused else "")
 
 
@@ -698,9 +711,9 @@ def bench(
 
     Every cell is stored as it finishes; run the same command again to resume.
     """
-    _require("bench")  # its subcommands too (report, personalized, swellfish)
-    if ctx.invoked_subcommand is not None:
+    if ctx.invoked_subcommand is not None:  # each checks the extra itself, after its --help
         return
+    _require("bench")
     from budgetcheck.bench import Benchmark, run_benchmark, text_report, write_report
     from budgetcheck.bench.store import ResultStore
     from budgetcheck.ledger.errors import BudgetcheckError
@@ -811,6 +824,7 @@ def bench_report(results: Path, out: Path | None, kind: str) -> None:
     swellfish: Tex et al.'s Figures 4-6 (per-household box plots) and Tables 2 and 3 (TEAS, TINAR).
     A file of another kind, or a damaged one, exits 2 naming it.
     """
+    _require("bench")
     from budgetcheck.bench import write_report
     from budgetcheck.bench.study_report import detect, write_personalized_report, write_swellfish_report
     from budgetcheck.ledger.errors import BudgetcheckError
@@ -833,7 +847,10 @@ def bench_report(results: Path, out: Path | None, kind: str) -> None:
     click.echo(f"wrote {', '.join(str(p) for p in study.files)}")
 
 
-@bench.command(name="personalized")
+@bench.command(
+    name="personalized",
+    short_help="The personalized w-event study (Du et al. 2025, §5): PBD, PBA vs their baselines.",
+)
 @click.option(
     "--paper", is_flag=True, help="The paper's scale: 10,000 users, T = 1000, 10 runs, every point of Table 3."
 )
@@ -890,6 +907,7 @@ def bench_personalized(
     A missing or malformed download exits 2 naming the file, before any run. Every finished point is
     stored in OUT/personalized-progress.jsonl: run the same command again to resume. With --executor dask
     the points run on the workers of the Dask scheduler at --scheduler."""
+    _require("bench")
     from budgetcheck.bench import personalized_study as study
     from budgetcheck.ledger.errors import BudgetcheckError
 
@@ -961,6 +979,7 @@ def bench_swellfish(paper: bool, out: Path, seed: int, jobs: int, executor: str,
 
     Every finished household is stored in OUT/progress.jsonl: run the same command again to resume
     (with either executor)."""
+    _require("bench")
     from budgetcheck.bench import swellfish_study as study
     from budgetcheck.ledger.errors import BudgetcheckError
 

@@ -228,7 +228,7 @@ class VerifyResult:
             "reference": self.reference,
             "examples": self.examples,
             "runs": self.runs,
-            "worst_window_over_epsilon": self.worst_ratio,
+            "worst_window_over_epsilon": self.worst_ratio if self.examples else None,  # None: no replay ran
             "worst_was_refused": self.worst_refused,
             "verdict": self.outcome.value,
             "bound": self.bound.to_json() if self.bound is not None else None,
@@ -393,7 +393,7 @@ def _verify(
         worst_case=replay.worst_case if replay else None,
         notion=notion,
         worst_refused=replay.worst_refused if replay else False,
-        bound=bound,
+        bound=bound if replay is not None or "e" in stages else None,  # None: no stage ran a stream
         vouched=bool(replay and replay.vouched) or explored_vouched,
         ran="".join(letter for letter in STAGES if letter in stages),
     )

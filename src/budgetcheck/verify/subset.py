@@ -55,7 +55,7 @@ rule conformance); add a or e for verified to a bound, e to the proof for proved
         return head + "violated whatever they find, as a full run says"
     undecided = sorted(name for name, found in stages.items() if found == INCONCLUSIVE)
     if verdict is Outcome.INCONCLUSIVE and undecided:
-        return head + f"inconclusive, since {' and '.join(undecided)} could not decide; {rest}"
+        return head + f"that leaves inconclusive, since {' and '.join(undecided)} could not decide; {rest}"
     if verdict is Outcome.INCONCLUSIVE and vouched and "d" in skipped:
         return head + (
             "that leaves inconclusive, since the mechanism vouches for a sensitivity whose releases only d "
@@ -66,9 +66,10 @@ rule conformance); add a or e for verified to a bound, e to the proof for proved
         proved = (
             ", e to the proof for proved" if proof == PASS else "" if proof == NOT_PROVED else ", c and e for proved"
         )
+        alone = " (a proof covers it only with e's rule conformance)" if "c" in ran else ""
         return head + (
-            "that leaves inconclusive, since no stage that covers the mechanism's code ran (a proof covers it "
-            f"only with e's rule conformance); add a or e for verified to a bound{proved}"
+            f"that leaves inconclusive, since no stage that covers the mechanism's code ran{alone}; "
+            f"add a or e for verified to a bound{proved}"
         )
     if verdict is Outcome.PROVED:
         return head + f"proved by the proof and rule conformance; {rest}, which a full run would report as violated"
