@@ -182,13 +182,18 @@ def test_the_pairs_cover_every_shape_the_issue_names(data: st.DataObject) -> Non
 
 
 def test_the_pairs_reach_the_extremes() -> None:
-    """Hypothesis reaches counts of 10^9, d = 64 and three equal consecutive counts above 10^6."""
+    """Hypothesis reaches counts of 10^9, d = 64 and three equal consecutive counts above 10^6 (each search
+    seeded: an unseeded search of 2,000 examples missed d = 64 once in CI)."""
+    from random import Random
+
     from hypothesis import find
 
-    find(stream_pairs("w-event"), lambda p: p.first.max() >= 1e9, settings=settings(database=None, max_examples=2000))
-    find(stream_pairs("w-event"), lambda p: p.first.shape[1] == 64, settings=settings(database=None, max_examples=2000))
+    explore = settings(database=None, max_examples=2000)
+    find(stream_pairs("w-event"), lambda p: p.first.max() >= 1e9, settings=explore, random=Random(0))
+    find(stream_pairs("w-event"), lambda p: p.first.shape[1] == 64, settings=explore, random=Random(0))
     find(
         stream_pairs("w-event"),
         lambda p: p.first.shape[0] >= 3 and bool((p.first[:3, 0] == p.first[0, 0]).all()) and p.first[0, 0] > 1e6,
-        settings=settings(database=None, max_examples=2000),
+        settings=explore,
+        random=Random(0),
     )
